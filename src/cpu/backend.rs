@@ -1,0 +1,63 @@
+//! The RFCPU backend (stream): plans scratch memory for a graph and runs it on the pool.
+
+use super::ops::{self, Ctx};
+use super::pool::{ThreadPool, Worker};
+use crate::device::{Backend, Error, Result};
+use crate::tensor::Tensor;
+use std::ffi::CStr;
+
+pub struct CpuBackend {
+    n_threads: usize,
+    pool: ThreadPool,
+    /// Scratch shared by the threads of a graph; grows, never shrinks.
+    work: Vec<u64>,
+}
+
+impl CpuBackend {
+    pub fn new(n_threads: usize) -> CpuBackend {
+        CpuBackend { n_threads, pool: ThreadPool::new(n_threads), work: Vec::new() }
+    }
+}
+
+struct SendPtr(*mut u8);
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(&self) -> *mut u8 {
+        self.0
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &CStr {
+        c"RFCPU"
+    }
+
+    fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
+        let nth = self.n_threads;
+        let wsize = nodes.iter().map(|n| ops::work_size(n, nth)).max().unwrap_or(0);
+        let words = wsize.div_ceil(8) + 8;
+        if self.work.len() < words {
+            self.work = Vec::new();
+            self.work.try_reserve_exact(words).map_err(|_| Error::Alloc(format!("scratch of {wsize} bytes")))?;
+            self.work.resize(words, 0);
+        }
+        let wdata = SendPtr(self.work.as_mut_ptr() as *mut u8);
+        let job = |w: &Worker| {
+            let ctx = Ctx { ith: w.ith, nth: w.nth, worker: w, wdata: wdata.get(), wsize };
+            for node in nodes {
+                ops::compute(node, &ctx);
+                if !w.sync() {
+                    return;
+                }
+            }
+        };
+        self.pool.run(nth, &job).map_err(Error::Device)
+    }
+
+    fn set_n_threads(&mut self, n: usize) {
+        if n > self.pool.max_threads() {
+            self.pool = ThreadPool::new(n);
+        }
+        self.n_threads = n;
+    }
+}

@@ -1,0 +1,74 @@
+//! CPU ops: what the device accepts (`supports`), the scratch each node needs (`work_size`)
+//! and the kernel dispatch (`compute`), each a plain `match` on the op, one file per op family.
+
+mod binary;
+mod cpy;
+mod mul_mat;
+mod scale;
+mod softmax;
+
+use super::pool::Worker;
+use crate::ggml_types::op;
+use crate::tensor::Tensor;
+
+/// What a kernel gets besides its node: its thread index, the thread count, a barrier and a
+/// scratch area shared by the threads of the graph (sized by `work_size`).
+pub struct Ctx<'a> {
+    pub ith: usize,
+    pub nth: usize,
+    pub worker: &'a Worker<'a>,
+    pub wdata: *mut u8,
+    pub wsize: usize,
+}
+
+impl Ctx<'_> {
+    /// Waits for all threads of the graph; every thread must call it the same number of times.
+    pub fn sync(&self) -> bool {
+        self.worker.sync()
+    }
+}
+
+/// Whether the CPU device computes `node` (types, shapes and strides included).
+pub fn supports(node: &Tensor) -> bool {
+    if node.ty().is_none() {
+        return false;
+    }
+    for i in 0..crate::ffi::abi::GGML_MAX_SRC {
+        if let Some(s) = node.src(i) {
+            if s.ty().is_none() {
+                return false;
+            }
+        }
+    }
+    match node.op() {
+        op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE => true,
+        op::DUP | op::CPY | op::CONT => cpy::supports(node),
+        op::ADD | op::SUB | op::MUL | op::DIV => binary::supports(node),
+        op::SCALE => scale::supports(node),
+        op::SOFT_MAX => softmax::supports(node),
+        op::MUL_MAT => mul_mat::supports(node),
+        _ => false,
+    }
+}
+
+/// Scratch bytes `node` needs when run on `nth` threads.
+pub fn work_size(node: &Tensor, nth: usize) -> usize {
+    match node.op() {
+        op::MUL_MAT => mul_mat::work_size(node, nth),
+        op::SOFT_MAX => softmax::work_size(node, nth),
+        op::ADD | op::SUB | op::MUL | op::DIV => binary::work_size(node, nth),
+        _ => 0,
+    }
+}
+
+/// Runs `node` on this thread's share. Called by every thread of the graph.
+pub fn compute(node: &Tensor, ctx: &Ctx) {
+    match node.op() {
+        op::DUP | op::CPY | op::CONT => cpy::compute(node, ctx),
+        op::ADD | op::SUB | op::MUL | op::DIV => binary::compute(node, ctx),
+        op::SCALE => scale::compute(node, ctx),
+        op::SOFT_MAX => softmax::compute(node, ctx),
+        op::MUL_MAT => mul_mat::compute(node, ctx),
+        other => unreachable!("op {other} passed supports_op but has no kernel"),
+    }
+}

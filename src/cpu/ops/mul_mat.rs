@@ -1,0 +1,107 @@
+//! MUL_MAT: dst[i, j] = dot(src0 row i, src1 row j) for every batch, src0 broadcast over
+//! dims 2 and 3 of src1. src1 (F32) is first converted to the weight type's `vec_dot_type`
+//! when that differs (quantized weights), then tiles of the output are spread over threads.
+
+use super::Ctx;
+use crate::cpu::types::traits;
+use crate::ggml_types::GgmlType;
+use crate::tensor::{split_range, Tensor};
+
+/// Output tile: rows of src0 (kept hot in cache) by columns of src1.
+const TILE_ROWS: usize = 16;
+const TILE_COLS: usize = 4;
+
+pub fn supports(node: &Tensor) -> bool {
+    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else { return false };
+    let Some(tr) = traits(w.dtype()) else { return false };
+    if tr.vec_dot.is_none() || (tr.vec_dot_type != GgmlType::F32 && traits(tr.vec_dot_type).and_then(|t| t.from_f32).is_none()) {
+        return false;
+    }
+    let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
+    x.dtype() == GgmlType::F32
+        && node.dtype() == GgmlType::F32
+        && wne[0] == xne[0]
+        && wne[0] % w.dtype().block_size() == 0
+        && dne[0] == wne[1]
+        && dne[1] == xne[1]
+        && dne[2] == xne[2]
+        && dne[3] == xne[3]
+        && xne[2] % wne[2] == 0
+        && xne[3] % wne[3] == 0
+        && w.has_dense_rows()
+        && x.has_dense_rows()
+        && dnb[0] == 4
+        && dnb[0] <= dnb[1]
+        && dnb[1] <= dnb[2]
+        && dnb[2] <= dnb[3]
+}
+
+fn needs_conversion(w: &Tensor) -> bool {
+    traits(w.dtype()).unwrap().vec_dot_type != GgmlType::F32
+}
+
+pub fn work_size(node: &Tensor, _nth: usize) -> usize {
+    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    if !needs_conversion(&w) {
+        return 0;
+    }
+    let vdt = traits(w.dtype()).unwrap().vec_dot_type;
+    let xne = x.ne();
+    vdt.row_size(xne[0]) * xne[1] * xne[2] * xne[3] + 64
+}
+
+pub fn compute(node: &Tensor, ctx: &Ctx) {
+    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let tr = traits(w.dtype()).unwrap();
+    let vec_dot = tr.vec_dot.unwrap();
+    let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
+    let k = wne[0];
+
+    // Activations in the dot product's type: either src1 itself or a converted copy.
+    let convert = needs_conversion(&w);
+    let xrow = tr.vec_dot_type.row_size(k);
+    if convert {
+        let from = traits(tr.vec_dot_type).unwrap().from_f32.unwrap();
+        for r in split_range(x.nrows(), ctx.ith, ctx.nth) {
+            let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
+            unsafe {
+                let src = std::slice::from_raw_parts(x.data().add(x.row_offset(i1, i2, i3)) as *const f32, k);
+                from(src, ctx.wdata.add(r * xrow));
+            }
+        }
+        if !ctx.sync() {
+            return;
+        }
+    }
+    let col_ptr = |i1: usize, i2: usize, i3: usize| -> *const u8 {
+        if convert {
+            unsafe { ctx.wdata.add(((i3 * xne[2] + i2) * xne[1] + i1) * xrow) }
+        } else {
+            unsafe { x.data().add(x.row_offset(i1, i2, i3)) }
+        }
+    };
+
+    let (r2, r3) = (xne[2] / wne[2], xne[3] / wne[3]);
+    let row_blocks = dne[0].div_ceil(TILE_ROWS);
+    let col_blocks = dne[1].div_ceil(TILE_COLS);
+    let tiles = row_blocks * col_blocks * dne[2] * dne[3];
+    let dnb = node.nb();
+    for t in split_range(tiles, ctx.ith, ctx.nth) {
+        let rb = t % row_blocks;
+        let cb = (t / row_blocks) % col_blocks;
+        let batch = t / (row_blocks * col_blocks);
+        let (i2, i3) = (batch % dne[2], batch / dne[2]);
+        let (w2, w3) = (i2 / r2, i3 / r3);
+        let rows = rb * TILE_ROWS..((rb + 1) * TILE_ROWS).min(dne[0]);
+        for j in cb * TILE_COLS..((cb + 1) * TILE_COLS).min(dne[1]) {
+            let xp = col_ptr(j, i2, i3);
+            for i in rows.clone() {
+                unsafe {
+                    let wp = w.data().add(w.row_offset(i, w2, w3));
+                    let v = vec_dot(k, wp, xp);
+                    *(node.data().add(i * 4 + j * dnb[1] + i2 * dnb[2] + i3 * dnb[3]) as *mut f32) = v;
+                }
+            }
+        }
+    }
+}

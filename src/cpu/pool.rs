@@ -1,0 +1,254 @@
+//! A persistent worker pool that runs one whole graph per call: every thread walks the node
+//! list and meets the others at a spin barrier between nodes (as ggml-cpu does), so a graph
+//! costs one wake-up, not one per node. Workers spin briefly, then sleep on a condvar.
+
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+const SPINS_BEFORE_SLEEP: u32 = 20_000;
+
+/// Barrier for the threads of one job. `wait` returns false once any thread has panicked,
+/// so the others stop instead of waiting forever.
+pub struct SpinBarrier {
+    count: AtomicUsize,
+    phase: AtomicUsize,
+    poisoned: AtomicBool,
+}
+
+impl SpinBarrier {
+    fn new() -> Self {
+        SpinBarrier { count: AtomicUsize::new(0), phase: AtomicUsize::new(0), poisoned: AtomicBool::new(false) }
+    }
+
+    pub fn wait(&self, n: usize) -> bool {
+        if n <= 1 {
+            return !self.poisoned.load(Ordering::Relaxed);
+        }
+        let phase = self.phase.load(Ordering::Acquire);
+        if self.count.fetch_add(1, Ordering::AcqRel) == n - 1 {
+            self.count.store(0, Ordering::Relaxed);
+            self.phase.fetch_add(1, Ordering::Release);
+        } else {
+            let mut spins = 0u32;
+            while self.phase.load(Ordering::Acquire) == phase {
+                if self.poisoned.load(Ordering::Relaxed) {
+                    return false;
+                }
+                spins += 1;
+                if spins > 1 << 16 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        !self.poisoned.load(Ordering::Relaxed)
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Relaxed)
+    }
+}
+
+/// What a job sees: its index, the number of threads, and the shared barrier.
+pub struct Worker<'a> {
+    pub ith: usize,
+    pub nth: usize,
+    barrier: &'a SpinBarrier,
+}
+
+impl Worker<'_> {
+    /// Waits for every thread of the job; false if the job is being abandoned.
+    pub fn sync(&self) -> bool {
+        self.barrier.wait(self.nth)
+    }
+}
+
+type Job = dyn Fn(&Worker) + Sync;
+
+struct Shared {
+    job: UnsafeCell<Option<*const Job>>,
+    n_active: AtomicUsize,
+    generation: AtomicUsize,
+    remaining: AtomicUsize,
+    stop: AtomicBool,
+    barrier: SpinBarrier,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+// `job` is written only by the thread in `run`, while no worker reads it (published through
+// `generation`), and cleared after every worker has finished.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl ThreadPool {
+    /// A pool able to run jobs on up to `n_threads` threads (the caller is thread 0).
+    pub fn new(n_threads: usize) -> ThreadPool {
+        let shared = Arc::new(Shared {
+            job: UnsafeCell::new(None),
+            n_active: AtomicUsize::new(1),
+            generation: AtomicUsize::new(0),
+            remaining: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            barrier: SpinBarrier::new(),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        let mut workers = Vec::new();
+        for ith in 1..n_threads.max(1) {
+            let s = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("rocmforge-cpu-{ith}"))
+                .spawn(move || worker_loop(s, ith))
+                .expect("spawn worker thread");
+            workers.push(h);
+        }
+        ThreadPool { shared, workers }
+    }
+
+    pub fn max_threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `job` on `n` threads (capped at the pool's size) and returns when all are done.
+    /// Err if any thread panicked.
+    pub fn run(&self, n: usize, job: &(dyn Fn(&Worker) + Sync)) -> Result<(), String> {
+        let n = n.clamp(1, self.max_threads());
+        let s = &*self.shared;
+        s.barrier.poisoned.store(false, Ordering::Relaxed);
+        s.barrier.count.store(0, Ordering::Relaxed);
+        if !self.workers.is_empty() {
+            // Erase the borrow's lifetime: we wait below until no worker can touch it.
+            let ptr: *const Job = unsafe { std::mem::transmute::<&(dyn Fn(&Worker) + Sync), &'static Job>(job) };
+            unsafe { *s.job.get() = Some(ptr) };
+            s.n_active.store(n, Ordering::Relaxed);
+            s.remaining.store(self.workers.len(), Ordering::Relaxed);
+            {
+                let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+                s.generation.fetch_add(1, Ordering::Release);
+                s.wake.notify_all();
+            }
+        }
+        let w = Worker { ith: 0, nth: n, barrier: &s.barrier };
+        let mine = catch_unwind(AssertUnwindSafe(|| job(&w)));
+        if mine.is_err() {
+            s.barrier.poisoned.store(true, Ordering::Relaxed);
+        }
+        if !self.workers.is_empty() {
+            let mut spins = 0u32;
+            while s.remaining.load(Ordering::Acquire) != 0 {
+                spins += 1;
+                if spins > 1 << 16 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            unsafe { *s.job.get() = None };
+        }
+        match mine {
+            Err(e) => std::panic::resume_unwind(e),
+            Ok(()) if s.barrier.is_poisoned() => Err("a worker thread panicked".into()),
+            Ok(()) => Ok(()),
+        }
+    }
+}
+
+fn worker_loop(s: Arc<Shared>, ith: usize) {
+    let mut seen = 0usize;
+    loop {
+        let mut spins = 0u32;
+        loop {
+            let g = s.generation.load(Ordering::Acquire);
+            if g != seen {
+                seen = g;
+                break;
+            }
+            if s.stop.load(Ordering::Acquire) {
+                return;
+            }
+            spins += 1;
+            if spins < SPINS_BEFORE_SLEEP {
+                std::hint::spin_loop();
+            } else {
+                let g2 = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+                if s.generation.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Acquire) {
+                    drop(s.wake.wait(g2).unwrap_or_else(|e| e.into_inner()));
+                }
+            }
+        }
+        let n = s.n_active.load(Ordering::Relaxed);
+        if ith < n {
+            if let Some(job) = unsafe { *s.job.get() } {
+                let w = Worker { ith, nth: n, barrier: &s.barrier };
+                if catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(&w) })).is_err() {
+                    s.barrier.poisoned.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        s.remaining.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        {
+            let _g = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.stop.store(true, Ordering::Release);
+            self.shared.wake.notify_all();
+        }
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn runs_every_thread_and_syncs() {
+        let pool = ThreadPool::new(4);
+        for n in 1..=4 {
+            let sum = AtomicU64::new(0);
+            let after = AtomicU64::new(0);
+            pool.run(n, &|w: &Worker| {
+                sum.fetch_add(1 << w.ith, Ordering::Relaxed);
+                assert!(w.sync());
+                // Every thread sees all contributions after the barrier.
+                after.fetch_max(sum.load(Ordering::Relaxed), Ordering::Relaxed);
+            })
+            .unwrap();
+            assert_eq!(sum.load(Ordering::Relaxed), (1 << n) - 1);
+            assert_eq!(after.load(Ordering::Relaxed), (1 << n) - 1);
+        }
+    }
+
+    #[test]
+    fn worker_panic_is_an_error_not_a_hang() {
+        let pool = ThreadPool::new(2);
+        let r = pool.run(2, &|w: &Worker| {
+            if w.ith == 1 {
+                panic!("boom");
+            }
+            w.sync();
+        });
+        assert!(r.is_err());
+        // The pool still works afterwards.
+        pool.run(2, &|w: &Worker| {
+            w.sync();
+        })
+        .unwrap();
+    }
+}

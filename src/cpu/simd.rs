@@ -1,0 +1,267 @@
+//! Run-time choice of SIMD code. Kernels are compiled for several instruction sets
+//! (`#[target_feature]`) and the best one the machine has is picked once at start-up,
+//! so one binary runs well everywhere.
+
+use once_cell::sync::Lazy;
+
+/// Instruction-set level, ordered from plain scalar code up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Scalar = 0,
+    Neon = 1,
+    Avx2 = 2,
+    Avx512 = 3,
+}
+
+static LEVEL: Lazy<Level> = Lazy::new(detect);
+
+fn detect() -> Level {
+    if let Ok(v) = std::env::var("ROCMFORGE_SIMD") {
+        // Forcing a lower level lets tests cover every path on one machine.
+        match v.as_str() {
+            "scalar" => return Level::Scalar,
+            "avx2" if has_avx2() => return Level::Avx2,
+            _ => {}
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+        {
+            return Level::Avx512;
+        }
+        if has_avx2() {
+            return Level::Avx2;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return Level::Neon;
+        }
+    }
+    Level::Scalar
+}
+
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+pub fn level() -> Level {
+    *LEVEL
+}
+
+/// Whether AVX-512 VNNI is present (used by the int8 dot products).
+pub fn has_avx512_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        level() >= Level::Avx512 && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Name/value pairs for `ggml_backend_get_features`.
+pub fn features() -> Vec<(String, String)> {
+    let l = level();
+    let mut v = vec![("SIMD".to_string(), format!("{l:?}"))];
+    if l >= Level::Avx2 {
+        v.push(("AVX2".into(), "1".into()));
+        v.push(("FMA".into(), "1".into()));
+        v.push(("F16C".into(), "1".into()));
+    }
+    if l >= Level::Avx512 {
+        v.push(("AVX512".into(), "1".into()));
+    }
+    if has_avx512_vnni() {
+        v.push(("AVX512_VNNI".into(), "1".into()));
+    }
+    if l == Level::Neon {
+        v.push(("NEON".into(), "1".into()));
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float dot products: f32·f32, f16·f32, bf16·f32.
+// ---------------------------------------------------------------------------------------------
+
+pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
+    let mut s = [0f32; 8];
+    let n8 = a.len() / 8 * 8;
+    for i in (0..n8).step_by(8) {
+        for k in 0..8 {
+            s[k] += a[i + k] * b[i + k];
+        }
+    }
+    let mut t: f32 = s.iter().sum();
+    for i in n8..a.len() {
+        t += a[i] * b[i];
+    }
+    t
+}
+
+pub fn dot_f16_f32_ref(a: &[u16], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(&x, &y)| half::f16::from_bits(x).to_f32() * y).sum()
+}
+
+pub fn dot_bf16_f32_ref(a: &[u16], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(&x, &y)| f32::from_bits((x as u32) << 16) * y).sum()
+}
+
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx2 {
+        return unsafe { x86::dot_f32_avx2(a, b) };
+    }
+    dot_f32_ref(a, b)
+}
+
+pub fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx2 {
+        return unsafe { x86::dot_f16_f32_avx2(a, b) };
+    }
+    dot_f16_f32_ref(a, b)
+}
+
+pub fn dot_bf16_f32(a: &[u16], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx2 {
+        return unsafe { x86::dot_bf16_f32_avx2(a, b) };
+    }
+    dot_bf16_f32_ref(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+pub mod x86 {
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn hsum(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps(v, 1);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for k in 0..4 {
+                acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * k)), _mm256_loadu_ps(pb.add(i + 8 * k)), acc[k]);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        while i < n {
+            s += a[i] * b[i];
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_f16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for k in 0..4 {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i));
+                acc[k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i + 8 * k)), acc[k]);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i) as *const __m128i));
+            acc[0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i)), acc[0]);
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        while i < n {
+            s += half::f16::from_bits(a[i]).to_f32() * b[i];
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_bf16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 16 <= n {
+            for k in 0..2 {
+                let h = _mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i);
+                let x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                acc[k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i + 8 * k)), acc[k]);
+            }
+            i += 16;
+        }
+        let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
+        while i < n {
+            s += f32::from_bits((a[i] as u32) << 16) * b[i];
+            i += 1;
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2654435761).max(1);
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn simd_dots_match_reference() {
+        for n in [0, 1, 7, 8, 31, 32, 33, 100, 257] {
+            let a = data(n, 1);
+            let b = data(n, 2);
+            let a16: Vec<u16> = a.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            let ab: Vec<u16> = a.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+            assert!((dot_f32(&a, &b) - dot_f32_ref(&a, &b)).abs() < 1e-3);
+            assert!((dot_f16_f32(&a16, &b) - dot_f16_f32_ref(&a16, &b)).abs() < 1e-3);
+            assert!((dot_bf16_f32(&ab, &b) - dot_bf16_f32_ref(&ab, &b)).abs() < 1e-3);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The small device model the C layer (`ffi/`) is built on: a device offers buffer types and
+//! backends (streams); a buffer holds tensor data; a backend computes graphs.
+//! CPU, GPU and hybrid devices implement these traits; `ffi/` wires them to ggml's vtables.
+
+use crate::tensor::Tensor;
+use std::ffi::CStr;
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Why a call into a device failed; the C layer logs it and turns it into ggml's error value.
+#[derive(Debug, Clone)]
+pub enum Error {
+    /// Memory could not be obtained.
+    Alloc(String),
+    /// The request cannot be carried out (unsupported node, bad arguments).
+    Unsupported(String),
+    /// The device itself reported a failure.
+    Device(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Alloc(m) => write!(f, "allocation failed: {m}"),
+            Error::Unsupported(m) => write!(f, "unsupported: {m}"),
+            Error::Device(m) => write!(f, "device error: {m}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DeviceKind {
+    Cpu,
+    Gpu,
+}
+
+/// Capabilities reported in `ggml_backend_dev_props.caps`.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct DeviceCaps {
+    pub async_: bool,
+    pub host_buffer: bool,
+    pub buffer_from_host_ptr: bool,
+    pub events: bool,
+}
+
+/// A region of memory holding tensors. Offsets are relative to `base()`.
+pub trait Buffer: Send {
+    /// Address of the first byte, as tensors' `data` pointers see it.
+    fn base(&self) -> *mut u8;
+    fn size(&self) -> usize;
+    /// Writes `data` at byte `offset` of the buffer.
+    fn write(&mut self, offset: usize, data: &[u8]) -> Result<()>;
+    /// Reads `out.len()` bytes from byte `offset` of the buffer.
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
+    /// The host can read and write the memory directly.
+    fn is_host(&self) -> bool;
+}
+
+/// A kind of memory a device allocates from.
+pub trait BufferType: Send + Sync {
+    fn name(&self) -> &CStr;
+    fn alloc(&self, size: usize) -> Result<Box<dyn Buffer>>;
+    fn alignment(&self) -> usize;
+    fn max_size(&self) -> usize {
+        usize::MAX
+    }
+    /// Bytes to reserve for `t` (ggml_nbytes unless the device pads).
+    fn alloc_size(&self, t: &Tensor) -> usize {
+        t.nbytes()
+    }
+    fn is_host(&self) -> bool;
+}
+
+/// A stream that runs graphs on a device.
+pub trait Backend: Send {
+    fn name(&self) -> &CStr;
+    /// Computes every node of the graph in order (view ops and nodes without the compute flag
+    /// are skipped by the caller's plan). Nodes were accepted by `supports_op`.
+    fn compute(&mut self, nodes: &[Tensor]) -> Result<()>;
+    fn synchronize(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn set_n_threads(&mut self, _n: usize) {}
+}
+
+/// A device: what ggml sees as `ggml_backend_dev_t`.
+pub trait Device: Send + Sync {
+    fn name(&self) -> &CStr;
+    fn description(&self) -> &CStr;
+    /// (free, total) bytes.
+    fn memory(&self) -> (usize, usize);
+    fn kind(&self) -> DeviceKind;
+    fn caps(&self) -> DeviceCaps;
+    fn buffer_type(&self) -> &dyn BufferType;
+    fn new_backend(&self) -> Result<Box<dyn Backend>>;
+    /// Whether the device computes this node exactly as ggml's CPU backend does.
+    fn supports_op(&self, node: &Tensor) -> bool;
+    /// Wraps host memory the caller owns (memory-mapped weights) without copying.
+    fn buffer_from_host_ptr(&self, _ptr: *mut u8, _size: usize) -> Option<Box<dyn Buffer>> {
+        None
+    }
+    /// Whether a node whose weights live elsewhere should still run here.
+    fn offload_op(&self, _node: &Tensor) -> bool {
+        false
+    }
+}

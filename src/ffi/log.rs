@@ -1,0 +1,31 @@
+//! Messages to the host go through ggml's own log callback (`ggml_log_get`), so a host that
+//! redirects ggml's log (llama.cpp does) sees ours there too. Without ggml: stderr.
+
+use super::abi::*;
+use super::ggml_rt::GGML;
+use std::ffi::{c_void, CString};
+
+pub fn log(level: ggml_log_level, msg: &str) {
+    let text = format!("rocmforge: {msg}\n");
+    if let Some(get) = GGML.log_get {
+        let mut cb: ggml_log_callback = None;
+        let mut ud: *mut c_void = std::ptr::null_mut();
+        unsafe { get(&mut cb, &mut ud) };
+        if let (Some(cb), Ok(c)) = (cb, CString::new(text.clone())) {
+            unsafe { cb(level, c.as_ptr(), ud) };
+            return;
+        }
+    }
+    if level >= GGML_LOG_LEVEL_WARN || std::env::var_os("ROCMFORGE_DEBUG").is_some() {
+        eprint!("{text}");
+    }
+}
+
+#[macro_export]
+macro_rules! log_error { ($($a:tt)*) => { $crate::ffi::log::log($crate::ffi::abi::GGML_LOG_LEVEL_ERROR, &format!($($a)*)) } }
+#[macro_export]
+macro_rules! log_warn { ($($a:tt)*) => { $crate::ffi::log::log($crate::ffi::abi::GGML_LOG_LEVEL_WARN, &format!($($a)*)) } }
+#[macro_export]
+macro_rules! log_info { ($($a:tt)*) => { $crate::ffi::log::log($crate::ffi::abi::GGML_LOG_LEVEL_INFO, &format!($($a)*)) } }
+#[macro_export]
+macro_rules! log_debug { ($($a:tt)*) => { $crate::ffi::log::log($crate::ffi::abi::GGML_LOG_LEVEL_DEBUG, &format!($($a)*)) } }

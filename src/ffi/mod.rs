@@ -1,0 +1,12 @@
+//! The C boundary: ggml's ABI mirrored in Rust (`abi`), ggml functions found at run time
+//! (`ggml_rt`), logging through ggml (`log`), panic containment (`guard`), the vtables over
+//! our devices (`vtables`), the registry (`registry`) and the exported functions (`exports`).
+
+pub mod abi;
+pub mod exports;
+pub mod ggml_rt;
+pub mod guard;
+#[macro_use]
+pub mod log;
+pub mod registry;
+pub mod vtables;

@@ -1,0 +1,624 @@
+//! ggml's vtables (registry, device, buffer type, buffer, backend) implemented over the safe
+//! traits in `crate::device`. Each entry is a thin trampoline: check pointers, run the body
+//! under `guard` (no panic crosses into C), turn errors into ggml's error values and a log line.
+
+use super::abi::*;
+use super::ggml_rt::GGML;
+use super::guard::guard;
+use crate::device::{Backend, Buffer, Device, DeviceKind};
+use crate::ggml_types::op;
+use crate::tensor::Tensor;
+use std::ffi::{c_char, c_void, CStr};
+use std::ptr::null_mut;
+
+// ---------------------------------------------------------------------------------------------
+// Device entries: one per device, at a fixed address for the life of the process.
+// ---------------------------------------------------------------------------------------------
+
+/// Everything ggml needs for one device. `dev` and `buft` are handed to ggml by address;
+/// their `context` points back to this entry.
+#[repr(C)]
+pub struct DeviceEntry {
+    pub dev: ggml_backend_device,
+    pub buft: ggml_backend_buffer_type,
+    pub imp: Box<dyn Device>,
+    pub guid: &'static ggml_guid,
+}
+
+unsafe impl Sync for DeviceEntry {}
+unsafe impl Send for DeviceEntry {}
+
+impl DeviceEntry {
+    /// Leaks a new entry (devices live as long as the process, as in every ggml backend).
+    pub fn leak(imp: Box<dyn Device>, reg: ggml_backend_reg_t, guid: &'static ggml_guid) -> &'static DeviceEntry {
+        let entry = Box::leak(Box::new(DeviceEntry {
+            dev: ggml_backend_device { iface: DEVICE_IFACE, reg, context: null_mut() },
+            buft: ggml_backend_buffer_type { iface: BUFT_IFACE, device: null_mut(), context: null_mut() },
+            imp,
+            guid,
+        }));
+        let p = entry as *mut DeviceEntry;
+        entry.dev.context = p as *mut c_void;
+        entry.buft.device = &mut entry.dev;
+        entry.buft.context = p as *mut c_void;
+        entry
+    }
+
+    pub fn dev_ptr(&'static self) -> ggml_backend_dev_t {
+        &self.dev as *const _ as *mut _
+    }
+
+    pub fn buft_ptr(&'static self) -> ggml_backend_buffer_type_t {
+        &self.buft as *const _ as *mut _
+    }
+}
+
+unsafe fn entry_of_dev(dev: ggml_backend_dev_t) -> Option<&'static DeviceEntry> {
+    dev.as_ref().and_then(|d| (d.context as *const DeviceEntry).as_ref())
+}
+
+unsafe fn entry_of_buft(buft: ggml_backend_buffer_type_t) -> Option<&'static DeviceEntry> {
+    // Only buffer types of our own devices (others may come from any backend).
+    super::registry::devices().iter().copied().find(|e| std::ptr::eq(e.buft_ptr(), buft))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device
+// ---------------------------------------------------------------------------------------------
+
+const DEVICE_IFACE: ggml_backend_device_i = ggml_backend_device_i {
+    get_name: Some(dev_get_name),
+    get_description: Some(dev_get_description),
+    get_memory: Some(dev_get_memory),
+    get_type: Some(dev_get_type),
+    get_props: Some(dev_get_props),
+    init_backend: Some(dev_init_backend),
+    get_buffer_type: Some(dev_get_buffer_type),
+    get_host_buffer_type: None,
+    buffer_from_host_ptr: Some(dev_buffer_from_host_ptr),
+    supports_op: Some(dev_supports_op),
+    supports_buft: Some(dev_supports_buft),
+    offload_op: Some(dev_offload_op),
+    event_new: None,
+    event_free: None,
+    event_synchronize: None,
+};
+
+unsafe extern "C" fn dev_get_name(dev: ggml_backend_dev_t) -> *const c_char {
+    guard("dev_get_name", c"?".as_ptr(), || match entry_of_dev(dev) {
+        Some(e) => e.imp.name().as_ptr(),
+        None => c"?".as_ptr(),
+    })
+}
+
+unsafe extern "C" fn dev_get_description(dev: ggml_backend_dev_t) -> *const c_char {
+    guard("dev_get_description", c"?".as_ptr(), || match entry_of_dev(dev) {
+        Some(e) => e.imp.description().as_ptr(),
+        None => c"?".as_ptr(),
+    })
+}
+
+unsafe extern "C" fn dev_get_memory(dev: ggml_backend_dev_t, free: *mut usize, total: *mut usize) {
+    guard("dev_get_memory", (), || {
+        let (f, t) = entry_of_dev(dev).map(|e| e.imp.memory()).unwrap_or((0, 0));
+        if !free.is_null() {
+            *free = f;
+        }
+        if !total.is_null() {
+            *total = t;
+        }
+    })
+}
+
+fn dev_type_of(kind: DeviceKind) -> ggml_backend_dev_type {
+    match kind {
+        DeviceKind::Cpu => GGML_BACKEND_DEVICE_TYPE_CPU,
+        DeviceKind::Gpu => GGML_BACKEND_DEVICE_TYPE_GPU,
+    }
+}
+
+unsafe extern "C" fn dev_get_type(dev: ggml_backend_dev_t) -> ggml_backend_dev_type {
+    guard("dev_get_type", GGML_BACKEND_DEVICE_TYPE_CPU, || {
+        entry_of_dev(dev).map(|e| dev_type_of(e.imp.kind())).unwrap_or(GGML_BACKEND_DEVICE_TYPE_CPU)
+    })
+}
+
+unsafe extern "C" fn dev_get_props(dev: ggml_backend_dev_t, props: *mut ggml_backend_dev_props) {
+    guard("dev_get_props", (), || {
+        let (Some(e), Some(p)) = (entry_of_dev(dev), props.as_mut()) else { return };
+        let (free, total) = e.imp.memory();
+        let caps = e.imp.caps();
+        *p = ggml_backend_dev_props {
+            name: e.imp.name().as_ptr(),
+            description: e.imp.description().as_ptr(),
+            memory_free: free,
+            memory_total: total,
+            type_: dev_type_of(e.imp.kind()),
+            device_id: std::ptr::null(),
+            caps: ggml_backend_dev_caps {
+                async_: caps.async_,
+                host_buffer: caps.host_buffer,
+                buffer_from_host_ptr: caps.buffer_from_host_ptr,
+                events: caps.events,
+                mmap_support: caps.buffer_from_host_ptr,
+            },
+        };
+    })
+}
+
+unsafe extern "C" fn dev_init_backend(dev: ggml_backend_dev_t, _params: *const c_char) -> ggml_backend_t {
+    guard("dev_init_backend", null_mut(), || match entry_of_dev(dev) {
+        Some(e) => new_backend(e),
+        None => null_mut(),
+    })
+}
+
+unsafe extern "C" fn dev_get_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
+    guard("dev_get_buffer_type", null_mut(), || entry_of_dev(dev).map(|e| e.buft_ptr()).unwrap_or(null_mut()))
+}
+
+unsafe extern "C" fn dev_buffer_from_host_ptr(
+    dev: ggml_backend_dev_t,
+    ptr: *mut c_void,
+    size: usize,
+    _max_tensor_size: usize,
+) -> ggml_backend_buffer_t {
+    guard("dev_buffer_from_host_ptr", null_mut(), || {
+        let Some(e) = entry_of_dev(dev) else { return null_mut() };
+        if ptr.is_null() {
+            log_error!("buffer_from_host_ptr: NULL pointer");
+            return null_mut();
+        }
+        match e.imp.buffer_from_host_ptr(ptr as *mut u8, size) {
+            Some(b) => wrap_buffer(e.buft_ptr(), b),
+            None => {
+                log_warn!("{}: cannot wrap host memory", e.imp.name().to_string_lossy());
+                null_mut()
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn dev_supports_op(dev: ggml_backend_dev_t, node: *const ggml_tensor) -> bool {
+    guard("dev_supports_op", false, || match (entry_of_dev(dev), Tensor::from_ptr(node)) {
+        (Some(e), Some(t)) => e.imp.supports_op(&t),
+        _ => false,
+    })
+}
+
+unsafe extern "C" fn dev_supports_buft(dev: ggml_backend_dev_t, buft: ggml_backend_buffer_type_t) -> bool {
+    guard("dev_supports_buft", false, || {
+        let Some(e) = entry_of_dev(dev) else { return false };
+        if buft.is_null() {
+            return false;
+        }
+        if std::ptr::eq(buft, e.buft_ptr()) {
+            return true;
+        }
+        // A CPU device reads any host buffer with ggml's standard layout, like ggml-cpu does.
+        e.imp.kind() == DeviceKind::Cpu && (*buft).iface.is_host.map(|f| f(buft)).unwrap_or(false)
+    })
+}
+
+unsafe extern "C" fn dev_offload_op(dev: ggml_backend_dev_t, node: *const ggml_tensor) -> bool {
+    guard("dev_offload_op", false, || match (entry_of_dev(dev), Tensor::from_ptr(node)) {
+        (Some(e), Some(t)) => e.imp.offload_op(&t),
+        _ => false,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffer type
+// ---------------------------------------------------------------------------------------------
+
+const BUFT_IFACE: ggml_backend_buffer_type_i = ggml_backend_buffer_type_i {
+    get_name: Some(buft_get_name),
+    alloc_buffer: Some(buft_alloc_buffer),
+    alloc_buffer_n: None,
+    get_alignment: Some(buft_get_alignment),
+    get_max_size: Some(buft_get_max_size),
+    get_alloc_size: Some(buft_get_alloc_size),
+    get_alloc_size_n: None,
+    is_host: Some(buft_is_host),
+};
+
+unsafe extern "C" fn buft_get_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
+    guard("buft_get_name", c"?".as_ptr(), || match entry_of_buft(buft) {
+        Some(e) => e.imp.buffer_type().name().as_ptr(),
+        None => c"?".as_ptr(),
+    })
+}
+
+unsafe extern "C" fn buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t {
+    guard("buft_alloc_buffer", null_mut(), || {
+        let Some(e) = entry_of_buft(buft) else { return null_mut() };
+        let bt = e.imp.buffer_type();
+        if size > bt.max_size() {
+            log_error!("{}: cannot allocate {} bytes (max {})", bt.name().to_string_lossy(), size, bt.max_size());
+            return null_mut();
+        }
+        match bt.alloc(size) {
+            Ok(b) => wrap_buffer(buft, b),
+            Err(err) => {
+                log_error!("{}: {} ({} bytes)", bt.name().to_string_lossy(), err, size);
+                null_mut()
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn buft_get_alignment(buft: ggml_backend_buffer_type_t) -> usize {
+    guard("buft_get_alignment", 64, || entry_of_buft(buft).map(|e| e.imp.buffer_type().alignment()).unwrap_or(64))
+}
+
+unsafe extern "C" fn buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
+    guard("buft_get_max_size", usize::MAX, || {
+        entry_of_buft(buft).map(|e| e.imp.buffer_type().max_size()).unwrap_or(usize::MAX)
+    })
+}
+
+unsafe extern "C" fn buft_get_alloc_size(buft: ggml_backend_buffer_type_t, t: *const ggml_tensor) -> usize {
+    guard("buft_get_alloc_size", 0, || match (entry_of_buft(buft), Tensor::from_ptr(t)) {
+        (Some(e), Some(t)) => e.imp.buffer_type().alloc_size(&t),
+        (None, Some(t)) => t.nbytes(),
+        _ => 0,
+    })
+}
+
+unsafe extern "C" fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
+    guard("buft_is_host", false, || entry_of_buft(buft).map(|e| e.imp.buffer_type().is_host()).unwrap_or(false))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffer
+// ---------------------------------------------------------------------------------------------
+
+const BUFFER_IFACE: ggml_backend_buffer_i = ggml_backend_buffer_i {
+    free_buffer: Some(buffer_free),
+    get_base: Some(buffer_get_base),
+    init_tensor: None,
+    memset_tensor: Some(buffer_memset_tensor),
+    set_tensor: Some(buffer_set_tensor),
+    get_tensor: Some(buffer_get_tensor),
+    set_tensor_2d: None,
+    get_tensor_2d: None,
+    cpy_tensor: Some(buffer_cpy_tensor),
+    clear: Some(buffer_clear),
+    reset: None,
+};
+
+/// Hands a buffer to ggml: ggml owns the `ggml_backend_buffer` (it `delete`s it), we own the
+/// context, which `buffer_free` drops.
+unsafe fn wrap_buffer(buft: ggml_backend_buffer_type_t, b: Box<dyn Buffer>) -> ggml_backend_buffer_t {
+    let Some(init) = GGML.buffer_init else {
+        log_error!("ggml_backend_buffer_init not found in this process: is libggml-base loaded?");
+        return null_mut();
+    };
+    let size = b.size();
+    let ctx = Box::into_raw(Box::new(b));
+    let buf = init(buft, BUFFER_IFACE, ctx as *mut c_void, size);
+    if buf.is_null() {
+        drop(Box::from_raw(ctx));
+    }
+    buf
+}
+
+unsafe fn buffer_of<'a>(buffer: ggml_backend_buffer_t) -> Option<&'a mut Box<dyn Buffer>> {
+    buffer.as_ref().and_then(|b| (b.context as *mut Box<dyn Buffer>).as_mut())
+}
+
+/// Byte offset of `t`'s data (plus `offset`) inside `buffer`, checked to lie in bounds.
+unsafe fn tensor_range(b: &dyn Buffer, t: *const ggml_tensor, offset: usize, size: usize) -> Option<usize> {
+    let t = t.as_ref()?;
+    let base = b.base() as usize;
+    let data = t.data as usize;
+    if data < base {
+        return None;
+    }
+    let start = (data - base).checked_add(offset)?;
+    if start.checked_add(size)? > b.size() {
+        return None;
+    }
+    Some(start)
+}
+
+unsafe extern "C" fn buffer_free(buffer: ggml_backend_buffer_t) {
+    guard("buffer_free", (), || {
+        if let Some(b) = buffer.as_mut() {
+            if !b.context.is_null() {
+                drop(Box::from_raw(b.context as *mut Box<dyn Buffer>));
+                b.context = null_mut();
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn buffer_get_base(buffer: ggml_backend_buffer_t) -> *mut c_void {
+    guard("buffer_get_base", null_mut(), || buffer_of(buffer).map(|b| b.base() as *mut c_void).unwrap_or(null_mut()))
+}
+
+unsafe extern "C" fn buffer_memset_tensor(
+    buffer: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    value: u8,
+    offset: usize,
+    size: usize,
+) {
+    guard("buffer_memset_tensor", (), || {
+        let Some(b) = buffer_of(buffer) else { return };
+        match tensor_range(b.as_ref(), t, offset, size) {
+            Some(at) => report(b.fill(at, size, value), "memset_tensor"),
+            None => log_error!("memset_tensor: range outside the buffer"),
+        }
+    })
+}
+
+unsafe extern "C" fn buffer_set_tensor(
+    buffer: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+    data: *const c_void,
+    offset: usize,
+    size: usize,
+) {
+    guard("buffer_set_tensor", (), || {
+        let Some(b) = buffer_of(buffer) else { return };
+        if size == 0 {
+            return;
+        }
+        if data.is_null() {
+            log_error!("set_tensor: NULL data");
+            return;
+        }
+        match tensor_range(b.as_ref(), t, offset, size) {
+            Some(at) => report(b.write(at, std::slice::from_raw_parts(data as *const u8, size)), "set_tensor"),
+            None => log_error!("set_tensor: range outside the buffer"),
+        }
+    })
+}
+
+unsafe extern "C" fn buffer_get_tensor(
+    buffer: ggml_backend_buffer_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
+    guard("buffer_get_tensor", (), || {
+        let Some(b) = buffer_of(buffer) else { return };
+        if size == 0 {
+            return;
+        }
+        if data.is_null() {
+            log_error!("get_tensor: NULL data");
+            return;
+        }
+        match tensor_range(b.as_ref(), t, offset, size) {
+            Some(at) => report(b.read(at, std::slice::from_raw_parts_mut(data as *mut u8, size)), "get_tensor"),
+            None => log_error!("get_tensor: range outside the buffer"),
+        }
+    })
+}
+
+/// Copies from any host-memory tensor into ours; other sources return false so ggml falls back.
+unsafe extern "C" fn buffer_cpy_tensor(
+    buffer: ggml_backend_buffer_t,
+    src: *const ggml_tensor,
+    dst: *mut ggml_tensor,
+) -> bool {
+    guard("buffer_cpy_tensor", false, || {
+        let (Some(b), Some(s)) = (buffer_of(buffer), Tensor::from_ptr(src)) else { return false };
+        let sbuf = s.raw().buffer;
+        if sbuf.is_null() || s.data().is_null() {
+            return false;
+        }
+        let sbuft = (*sbuf).buft;
+        let src_is_host = !sbuft.is_null() && (*sbuft).iface.is_host.map(|f| f(sbuft)).unwrap_or(false);
+        if !src_is_host {
+            return false;
+        }
+        let n = s.nbytes();
+        match tensor_range(b.as_ref(), dst, 0, n) {
+            Some(at) => b.write(at, std::slice::from_raw_parts(s.data(), n)).is_ok(),
+            None => false,
+        }
+    })
+}
+
+unsafe extern "C" fn buffer_clear(buffer: ggml_backend_buffer_t, value: u8) {
+    guard("buffer_clear", (), || {
+        if let Some(b) = buffer_of(buffer) {
+            let n = b.size();
+            report(b.fill(0, n, value), "clear");
+        }
+    })
+}
+
+fn report(r: crate::device::Result<()>, what: &str) {
+    if let Err(e) = r {
+        log_error!("{what}: {e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backend (stream)
+// ---------------------------------------------------------------------------------------------
+
+/// What a `ggml_backend_t` of ours points to; `c` comes first so the two addresses are equal.
+#[repr(C)]
+pub struct BackendBox {
+    pub c: ggml_backend,
+    pub entry: &'static DeviceEntry,
+    pub imp: Box<dyn Backend>,
+}
+
+const BACKEND_IFACE: ggml_backend_i = ggml_backend_i {
+    get_name: Some(backend_get_name),
+    free: Some(backend_free),
+    set_tensor_async: None,
+    get_tensor_async: None,
+    set_tensor_2d_async: None,
+    get_tensor_2d_async: None,
+    cpy_tensor_async: None,
+    synchronize: Some(backend_synchronize),
+    graph_plan_create: None,
+    graph_plan_free: None,
+    graph_plan_update: None,
+    graph_plan_compute: None,
+    graph_compute: Some(backend_graph_compute),
+    event_record: None,
+    event_wait: None,
+    graph_optimize: None,
+};
+
+pub fn new_backend(e: &'static DeviceEntry) -> ggml_backend_t {
+    match e.imp.new_backend() {
+        Ok(imp) => {
+            let b = Box::new(BackendBox {
+                c: ggml_backend {
+                    guid: e.guid as *const ggml_guid as *mut ggml_guid,
+                    iface: BACKEND_IFACE,
+                    device: e.dev_ptr(),
+                    context: null_mut(),
+                },
+                entry: e,
+                imp,
+            });
+            Box::into_raw(b) as ggml_backend_t
+        }
+        Err(err) => {
+            log_error!("{}: cannot create backend: {}", e.imp.name().to_string_lossy(), err);
+            null_mut()
+        }
+    }
+}
+
+/// Our backend behind `backend`, or None for a foreign or NULL handle.
+pub unsafe fn backend_of<'a>(backend: ggml_backend_t) -> Option<&'a mut BackendBox> {
+    if backend.is_null() || !super::registry::is_our_guid((*backend).guid) {
+        return None;
+    }
+    (backend as *mut BackendBox).as_mut()
+}
+
+unsafe extern "C" fn backend_get_name(backend: ggml_backend_t) -> *const c_char {
+    guard("backend_get_name", c"?".as_ptr(), || match backend_of(backend) {
+        Some(b) => b.imp.name().as_ptr(),
+        None => c"?".as_ptr(),
+    })
+}
+
+unsafe extern "C" fn backend_free(backend: ggml_backend_t) {
+    guard("backend_free", (), || {
+        if backend_of(backend).is_some() {
+            drop(Box::from_raw(backend as *mut BackendBox));
+        }
+    })
+}
+
+unsafe extern "C" fn backend_synchronize(backend: ggml_backend_t) {
+    guard("backend_synchronize", (), || {
+        if let Some(b) = backend_of(backend) {
+            report(b.imp.synchronize(), "synchronize");
+        }
+    })
+}
+
+unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut ggml_cgraph) -> ggml_status {
+    guard("graph_compute", GGML_STATUS_FAILED, || {
+        let Some(b) = backend_of(backend) else { return GGML_STATUS_FAILED };
+        let Some(g) = cgraph.as_ref() else {
+            log_error!("graph_compute: NULL graph");
+            return GGML_STATUS_FAILED;
+        };
+        let n = g.n_nodes.max(0) as usize;
+        if n > 0 && g.nodes.is_null() {
+            log_error!("graph_compute: graph has no node array");
+            return GGML_STATUS_FAILED;
+        }
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            let Some(t) = Tensor::from_ptr(*g.nodes.add(i)) else {
+                log_error!("graph_compute: node {i} is NULL");
+                return GGML_STATUS_FAILED;
+            };
+            if op::is_view(t.op()) || t.is_empty() || t.raw().flags & GGML_TENSOR_FLAG_COMPUTE == 0 {
+                continue;
+            }
+            if let Err(msg) = check_node(b.entry.imp.as_ref(), &t) {
+                log_error!("{}: cannot compute node {} '{}': {}", b.imp.name().to_string_lossy(), i, t.name(), msg);
+                return GGML_STATUS_FAILED;
+            }
+            nodes.push(t);
+        }
+        match b.imp.compute(&nodes) {
+            Ok(()) => GGML_STATUS_SUCCESS,
+            Err(e) => {
+                log_error!("{}: graph_compute failed: {}", b.imp.name().to_string_lossy(), e);
+                match e {
+                    crate::device::Error::Alloc(_) => GGML_STATUS_ALLOC_FAILED,
+                    _ => GGML_STATUS_FAILED,
+                }
+            }
+        }
+    })
+}
+
+/// A node runs only if the device claims it and it and its sources have memory.
+fn check_node(dev: &dyn Device, t: &Tensor) -> Result<(), String> {
+    if !dev.supports_op(t) {
+        return Err(format!("op {} on type {} is not supported", t.op(), t.raw().type_));
+    }
+    if t.data().is_null() {
+        return Err("output is not allocated".into());
+    }
+    for i in 0..GGML_MAX_SRC {
+        if let Some(s) = t.src(i) {
+            if s.data().is_null() && !s.is_empty() {
+                return Err(format!("source {i} '{}' is not allocated", s.name()));
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registry
+// ---------------------------------------------------------------------------------------------
+
+pub const REG_IFACE: ggml_backend_reg_i = ggml_backend_reg_i {
+    get_name: Some(reg_get_name),
+    get_device_count: Some(reg_get_device_count),
+    get_device: Some(reg_get_device),
+    get_proc_address: Some(reg_get_proc_address),
+};
+
+unsafe extern "C" fn reg_get_name(_reg: ggml_backend_reg_t) -> *const c_char {
+    c"rocmforge".as_ptr()
+}
+
+unsafe extern "C" fn reg_get_device_count(_reg: ggml_backend_reg_t) -> usize {
+    guard("reg_get_device_count", 0, || super::registry::devices().len())
+}
+
+unsafe extern "C" fn reg_get_device(_reg: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t {
+    guard("reg_get_device", null_mut(), || match super::registry::devices().get(index) {
+        Some(e) => e.dev_ptr(),
+        None => {
+            log_error!("get_device: no device {index}");
+            null_mut()
+        }
+    })
+}
+
+unsafe extern "C" fn reg_get_proc_address(_reg: ggml_backend_reg_t, name: *const c_char) -> *mut c_void {
+    guard("reg_get_proc_address", null_mut(), || {
+        if name.is_null() {
+            return null_mut();
+        }
+        match CStr::from_ptr(name).to_bytes() {
+            b"ggml_backend_set_n_threads" => super::exports::ggml_backend_rocmforge_set_n_threads as *mut c_void,
+            b"ggml_backend_get_features" => super::registry::get_features as *mut c_void,
+            _ => null_mut(),
+        }
+    })
+}
