@@ -1,0 +1,206 @@
+// llama_run: runs a GGUF model through libllama with exactly ONE ggml backend library loaded
+// (rocmforge, or ggml's own CPU backend for reference), the way an unmodified llama.cpp host
+// would after ggml_backend_load().
+//
+//   llama_run generate -b rocmforge|ggml-cpu -l LIB -m MODEL [-p PROMPT] [-n N] [-t THREADS] [--fa on|off]
+//       prompt in, text out, prompt and generation tokens/s printed
+//   llama_run logits   -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N] [--gen N]
+//       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
+//   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R]
+//       pp<N> and tg<N> tokens/s (best of R repetitions)
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "llama.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char * DEFAULT_PROMPT = "The three primary colors are";
+// Teacher-forced text: long enough for 64+ tokens with SmolLM2's tokenizer.
+static const char * FORCED_TEXT =
+    "The history of computing is a story of people building tools to think faster. Early mechanical "
+    "calculators gave way to electronic machines filling entire rooms, and those in turn shrank into the "
+    "chips that now sit in every phone. Along the way programmers invented languages, operating systems "
+    "and networks, and each step changed what ordinary people could do with a machine on their desk.";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct opts {
+    const char * mode, * backend, * lib, * model, * prompt, * out;
+    int n_predict, threads, fa, positions, gen, pp, tg, reps;
+};
+
+static void usage(void) {
+    fprintf(stderr, "usage: llama_run generate|logits|bench -b rocmforge|ggml-cpu -l LIB -m MODEL [options]\n");
+    exit(2);
+}
+
+static struct opts parse(int argc, char ** argv) {
+    struct opts o = {0};
+    if (argc < 2) usage();
+    o.mode = argv[1];
+    o.backend = "rocmforge";
+    o.prompt = DEFAULT_PROMPT;
+    o.n_predict = 32; o.threads = 2; o.fa = 1; o.positions = 64; o.gen = 16; o.pp = 512; o.tg = 128; o.reps = 2;
+    for (int i = 2; i < argc; i++) {
+        const char * a = argv[i];
+        const char * v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) usage();
+        if      (!strcmp(a, "-b")) o.backend = v;
+        else if (!strcmp(a, "-l")) o.lib = v;
+        else if (!strcmp(a, "-m")) o.model = v;
+        else if (!strcmp(a, "-p")) o.prompt = v;
+        else if (!strcmp(a, "-o")) o.out = v;
+        else if (!strcmp(a, "-n")) o.n_predict = atoi(v);
+        else if (!strcmp(a, "-t")) o.threads = atoi(v);
+        else if (!strcmp(a, "--fa")) o.fa = !strcmp(v, "on");
+        else if (!strcmp(a, "--positions")) o.positions = atoi(v);
+        else if (!strcmp(a, "--gen")) o.gen = atoi(v);
+        else if (!strcmp(a, "--pp")) o.pp = atoi(v);
+        else if (!strcmp(a, "--tg")) o.tg = atoi(v);
+        else if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else usage();
+        i++;
+    }
+    if (!o.lib || !o.model) usage();
+    return o;
+}
+
+static int quiet_log = 1;
+static void log_cb(enum ggml_log_level level, const char * text, void * ud) {
+    (void) ud;
+    if (!quiet_log || level >= GGML_LOG_LEVEL_WARN || strstr(text, "rocmforge")) fputs(text, stderr);
+}
+
+static struct llama_context * make_ctx(struct llama_model * model, const struct opts * o, int n_ctx, int n_batch) {
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    cp.n_ubatch = n_batch;
+    cp.n_threads = o->threads;
+    cp.n_threads_batch = o->threads;
+    cp.flash_attn_type = o->fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.no_perf = true;
+    return llama_init_from_model(model, cp);
+}
+
+static int argmax(const float * v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) if (v[i] > v[best]) best = i;
+    return best;
+}
+
+int main(int argc, char ** argv) {
+    struct opts o = parse(argc, argv);
+    if (getenv("LLAMA_RUN_VERBOSE")) quiet_log = 0;
+    llama_log_set(log_cb, NULL);
+    ggml_log_set(log_cb, NULL);
+
+    // Exactly one backend library: no ggml_backend_load_all(), so nothing else is registered.
+    ggml_backend_reg_t reg = ggml_backend_load(o.lib);
+    if (!reg) { fprintf(stderr, "llama_run: cannot load %s\n", o.lib); return 1; }
+    if (ggml_backend_reg_count() != 1) { fprintf(stderr, "llama_run: expected one backend registry\n"); return 1; }
+    fprintf(stderr, "llama_run: backend registry '%s', %zu device(s), first: %s\n", ggml_backend_reg_name(reg),
+            ggml_backend_reg_dev_count(reg), ggml_backend_dev_name(ggml_backend_reg_dev_get(reg, 0)));
+    llama_backend_init();
+
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    struct llama_model * model = llama_model_load_from_file(o.model, mp);
+    if (!model) { fprintf(stderr, "llama_run: cannot load model %s\n", o.model); return 1; }
+    const struct llama_vocab * vocab = llama_model_get_vocab(model);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+
+    int rc = 0;
+    if (!strcmp(o.mode, "generate")) {
+        llama_token toks[512];
+        int n_prompt = llama_tokenize(vocab, o.prompt, (int) strlen(o.prompt), toks, 512, true, true);
+        if (n_prompt <= 0) { fprintf(stderr, "llama_run: tokenize failed\n"); return 1; }
+        struct llama_context * ctx = make_ctx(model, &o, n_prompt + o.n_predict + 8, 512);
+        struct llama_sampler * smpl = llama_sampler_init_greedy();
+        printf("%s", o.prompt);
+        fflush(stdout);
+        double t0 = now_s();
+        if (llama_decode(ctx, llama_batch_get_one(toks, n_prompt))) { fprintf(stderr, "decode failed\n"); return 1; }
+        double t1 = now_s();
+        int n_gen = 0;
+        llama_token tok = llama_sampler_sample(smpl, ctx, -1);
+        while (n_gen < o.n_predict && !llama_vocab_is_eog(vocab, tok)) {
+            char piece[256];
+            int n = llama_token_to_piece(vocab, tok, piece, sizeof piece, 0, true);
+            if (n > 0) { fwrite(piece, 1, n, stdout); fflush(stdout); }
+            n_gen++;
+            if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+            tok = llama_sampler_sample(smpl, ctx, -1);
+        }
+        double t2 = now_s();
+        printf("\n\n[%s, %d threads] prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s\n",
+               o.backend, o.threads, n_prompt, n_prompt / (t1 - t0), n_gen, n_gen / (t2 - t1));
+        llama_sampler_free(smpl);
+        llama_free(ctx);
+    } else if (!strcmp(o.mode, "logits")) {
+        if (!o.out) usage();
+        llama_token toks[1024];
+        int n_tok = llama_tokenize(vocab, FORCED_TEXT, (int) strlen(FORCED_TEXT), toks, 1024, true, true);
+        if (n_tok < o.positions) { fprintf(stderr, "llama_run: text has only %d tokens\n", n_tok); return 1; }
+        struct llama_context * ctx = make_ctx(model, &o, o.positions + o.gen + 8, o.positions);
+        struct llama_batch batch = llama_batch_init(o.positions, 0, 1);
+        for (int i = 0; i < o.positions; i++) {
+            batch.token[i] = toks[i]; batch.pos[i] = i; batch.n_seq_id[i] = 1; batch.seq_id[i][0] = 0; batch.logits[i] = 1;
+        }
+        batch.n_tokens = o.positions;
+        if (llama_decode(ctx, batch)) { fprintf(stderr, "decode failed\n"); return 1; }
+        FILE * f = fopen(o.out, "wb");
+        if (!f) { perror(o.out); return 1; }
+        int32_t hdr[3] = { o.positions, n_vocab, o.gen };
+        fwrite(hdr, sizeof hdr, 1, f);
+        for (int i = 0; i < o.positions; i++) fwrite(llama_get_logits_ith(ctx, i), sizeof(float), n_vocab, f);
+        // Greedy continuation of the forced text.
+        int32_t tok = argmax(llama_get_logits_ith(ctx, o.positions - 1), n_vocab);
+        for (int g = 0; g < o.gen; g++) {
+            fwrite(&tok, sizeof tok, 1, f);
+            if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+            tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+        }
+        fclose(f);
+        llama_batch_free(batch);
+        llama_free(ctx);
+    } else if (!strcmp(o.mode, "bench")) {
+        llama_token * toks = malloc(sizeof(llama_token) * o.pp);
+        for (int i = 0; i < o.pp; i++) toks[i] = (llama_token) ((i * 7919 + 13) % n_vocab);
+        double best_pp = 0, best_tg = 0;
+        struct llama_context * ctx = make_ctx(model, &o, o.pp + o.tg + 16, o.pp);
+        for (int r = 0; r < o.reps; r++) {
+            llama_memory_clear(llama_get_memory(ctx), true);
+            double t0 = now_s();
+            if (llama_decode(ctx, llama_batch_get_one(toks, o.pp))) { fprintf(stderr, "decode failed\n"); return 1; }
+            double t1 = now_s();
+            if (o.pp / (t1 - t0) > best_pp) best_pp = o.pp / (t1 - t0);
+            // tg: generation after a 1-token prompt, as llama-bench measures it.
+            llama_memory_clear(llama_get_memory(ctx), true);
+            llama_token tok = toks[0];
+            double t2 = now_s();
+            for (int i = 0; i < o.tg; i++) {
+                if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
+                tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+            }
+            double t3 = now_s();
+            if (o.tg / (t3 - t2) > best_tg) best_tg = o.tg / (t3 - t2);
+        }
+        printf("backend=%s threads=%d pp%d=%.2f tg%d=%.2f\n", o.backend, o.threads, o.pp, best_pp, o.tg, best_tg);
+        free(toks);
+        llama_free(ctx);
+    } else {
+        usage();
+    }
+    llama_model_free(model);
+    return rc;
+}
