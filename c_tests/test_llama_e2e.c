@@ -1,0 +1,144 @@
+// End-to-end: a real model through libllama with only rocmforge loaded, against ggml's CPU backend.
+//
+//   test_llama_e2e LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N]
+//
+// For each flash-attention setting, llama_run (one backend per process) writes the teacher-forced
+// logits of 64 positions and a 16-token greedy continuation, for:
+//   ref  : ggml-cpu, N threads        rf : rocmforge, N threads
+//   ref1 : ggml-cpu, 1 thread         alt: ggml-cpu with flash attention toggled
+// Pass criteria:
+//   - argmax(rf) == argmax(ref) at >= 98% of positions;
+//   - the 16 greedy tokens are identical;
+//   - NMSE(rf, ref) <= max(NMSE_FLOOR, 4 x NMSE(alt, ref)): ggml-cpu's own disagreement with itself when
+//     it computes attention another way is the scale of rounding noise its results carry. NMSE(ref1, ref)
+//     (thread count) is printed too; ggml-cpu is usually bit-identical across thread counts, so it gives
+//     no usable scale on its own.
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define NMSE_FLOOR 1e-4
+
+struct logits {
+    int32_t n_pos, n_vocab, n_gen;
+    float * v;
+    int32_t * gen;
+};
+
+static int run(const char * cmd) {
+    fprintf(stderr, "+ %s\n", cmd);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int load(const char * path, struct logits * l) {
+    FILE * f = fopen(path, "rb");
+    if (!f) { perror(path); return 0; }
+    int32_t hdr[3];
+    if (fread(hdr, sizeof hdr, 1, f) != 1) { fclose(f); return 0; }
+    l->n_pos = hdr[0]; l->n_vocab = hdr[1]; l->n_gen = hdr[2];
+    size_t n = (size_t) l->n_pos * l->n_vocab;
+    l->v = malloc(n * sizeof(float));
+    l->gen = malloc(sizeof(int32_t) * (l->n_gen > 0 ? l->n_gen : 1));
+    int ok = fread(l->v, sizeof(float), n, f) == n && fread(l->gen, sizeof(int32_t), l->n_gen, f) == (size_t) l->n_gen;
+    fclose(f);
+    return ok;
+}
+
+static double nmse(const struct logits * a, const struct logits * ref) {
+    double num = 0, den = 0;
+    size_t n = (size_t) ref->n_pos * ref->n_vocab;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double) a->v[i] - ref->v[i];
+        if (!isfinite(a->v[i])) return INFINITY;
+        num += d * d;
+        den += (double) ref->v[i] * ref->v[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+static int argmax(const float * v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (v[i] > v[b]) b = i;
+    return b;
+}
+
+static double agreement(const struct logits * a, const struct logits * ref) {
+    int same = 0;
+    for (int p = 0; p < ref->n_pos; p++) {
+        same += argmax(a->v + (size_t) p * a->n_vocab, a->n_vocab) == argmax(ref->v + (size_t) p * ref->n_vocab, ref->n_vocab);
+    }
+    return (double) same / ref->n_pos;
+}
+
+static int produce(const char * exe, const char * backend, const char * lib, const char * model, const char * out,
+                   int threads, int fa) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' logits -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --positions 64 --gen 16",
+             exe, backend, lib, model, out, threads, fa ? "on" : "off");
+    return run(cmd) == 0;
+}
+
+int main(int argc, char ** argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N]\n", argv[0]);
+        return 2;
+    }
+    const char * exe = argv[1], * rf_so = argv[2], * cpu_so = argv[3], * model = argv[4], * dir = argv[5];
+    const char * fa_mode = "both";
+    int threads = 2;
+    for (int i = 6; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--fa")) fa_mode = argv[i + 1];
+        if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+    }
+    FILE * probe = fopen(model, "rb");
+    if (!probe) { fprintf(stderr, "model %s missing (scripts/fetch-model.sh fetches it)\n", model); return 1; }
+    fclose(probe);
+
+    int failures = 0;
+    for (int fa = 0; fa <= 1; fa++) {
+        if (!strcmp(fa_mode, "on") && !fa) continue;
+        if (!strcmp(fa_mode, "off") && fa) continue;
+        char ref[1024], ref1[1024], rf[1024], alt[1024];
+        snprintf(ref, sizeof ref, "%s/ref_fa%d.bin", dir, fa);
+        snprintf(ref1, sizeof ref1, "%s/ref1_fa%d.bin", dir, fa);
+        snprintf(rf, sizeof rf, "%s/rf_fa%d.bin", dir, fa);
+        snprintf(alt, sizeof alt, "%s/alt_fa%d.bin", dir, fa);
+        if (!produce(exe, "ggml-cpu", cpu_so, model, ref, threads, fa) ||
+            !produce(exe, "ggml-cpu", cpu_so, model, ref1, 1, fa) ||
+            !produce(exe, "ggml-cpu", cpu_so, model, alt, threads, !fa) ||
+            !produce(exe, "rocmforge", rf_so, model, rf, threads, fa)) {
+            fprintf(stderr, "FAIL fa=%d: a llama_run invocation failed\n", fa);
+            failures++;
+            continue;
+        }
+        struct logits L_ref, L_ref1, L_rf, L_alt;
+        if (!load(ref, &L_ref) || !load(ref1, &L_ref1) || !load(rf, &L_rf) || !load(alt, &L_alt)) {
+            fprintf(stderr, "FAIL fa=%d: cannot read logits\n", fa);
+            failures++;
+            continue;
+        }
+        double e_rf = nmse(&L_rf, &L_ref), e_thr = nmse(&L_ref1, &L_ref), e_alt = nmse(&L_alt, &L_ref);
+        double limit = fmax(NMSE_FLOOR, 4 * e_alt);
+        double agree = agreement(&L_rf, &L_ref);
+        int gen_same = memcmp(L_rf.gen, L_ref.gen, sizeof(int32_t) * L_ref.n_gen) == 0;
+        printf("fa=%s: positions=%d vocab=%d | argmax agreement %.1f%% | NMSE rocmforge-vs-ggml %.3g (limit %.3g) | "
+               "ggml 1-vs-%d threads %.3g | ggml fa-on-vs-off %.3g | greedy 16 tokens %s\n",
+               fa ? "on" : "off", L_ref.n_pos, L_ref.n_vocab, 100 * agree, e_rf, limit, threads, e_thr, e_alt,
+               gen_same ? "identical" : "DIFFER");
+        if (!gen_same) {
+            printf("  ggml-cpu :");
+            for (int i = 0; i < L_ref.n_gen; i++) printf(" %d", L_ref.gen[i]);
+            printf("\n  rocmforge:");
+            for (int i = 0; i < L_rf.n_gen; i++) printf(" %d", L_rf.gen[i]);
+            printf("\n");
+        }
+        if (agree < 0.98 || e_rf > limit || !gen_same) failures++;
+    }
+    printf("%s\n", failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+}
