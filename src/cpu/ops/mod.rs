@@ -3,6 +3,7 @@
 
 mod binary;
 mod cpy;
+mod flash_attn;
 mod glu;
 mod mul_mat;
 mod norm;
@@ -60,6 +61,7 @@ pub fn supports(node: &Tensor) -> bool {
         op::SET_ROWS => rows::supports_set(node),
         op::ROPE => rope::supports(node),
         op::GLU => glu::supports(node),
+        op::FLASH_ATTN_EXT => flash_attn::supports(node),
         op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::supports(node),
         _ => false,
     }
@@ -73,6 +75,7 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
         op::ADD | op::SUB | op::MUL | op::DIV => binary::work_size(node, nth),
         op::SET_ROWS => rows::work_size_set(node, nth),
         op::ROPE => rope::work_size(node, nth),
+        op::FLASH_ATTN_EXT => flash_attn::work_size(node, nth),
         _ => 0,
     }
 }
@@ -90,6 +93,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         op::SET_ROWS => rows::compute_set(node, ctx),
         op::ROPE => rope::compute(node, ctx),
         op::GLU => glu::compute(node, ctx),
+        op::FLASH_ATTN_EXT => flash_attn::compute(node, ctx),
         op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::compute(node, ctx),
         other => unreachable!("op {other} passed supports_op but has no kernel"),
     }
