@@ -6,7 +6,9 @@ mod cpy;
 mod flash_attn;
 mod glu;
 mod mul_mat;
+mod mul_mat_id;
 mod norm;
+mod reduce;
 mod rope;
 mod rows;
 mod scale;
@@ -62,6 +64,8 @@ pub fn supports(node: &Tensor) -> bool {
         op::ROPE => rope::supports(node),
         op::GLU => glu::supports(node),
         op::FLASH_ATTN_EXT => flash_attn::supports(node),
+        op::MUL_MAT_ID => mul_mat_id::supports(node),
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::supports(node),
         op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::supports(node),
         _ => false,
     }
@@ -76,6 +80,7 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
         op::SET_ROWS => rows::work_size_set(node, nth),
         op::ROPE => rope::work_size(node, nth),
         op::FLASH_ATTN_EXT => flash_attn::work_size(node, nth),
+        op::MUL_MAT_ID => mul_mat_id::work_size(node, nth),
         _ => 0,
     }
 }
@@ -94,6 +99,8 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         op::ROPE => rope::compute(node, ctx),
         op::GLU => glu::compute(node, ctx),
         op::FLASH_ATTN_EXT => flash_attn::compute(node, ctx),
+        op::MUL_MAT_ID => mul_mat_id::compute(node, ctx),
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::compute(node, ctx),
         op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::compute(node, ctx),
         other => unreachable!("op {other} passed supports_op but has no kernel"),
     }
