@@ -5,6 +5,7 @@ mod binary;
 mod cpy;
 mod flash_attn;
 mod glu;
+mod layout;
 mod mul_mat;
 mod mul_mat_id;
 mod norm;
@@ -65,6 +66,7 @@ pub fn supports(node: &Tensor) -> bool {
         op::GLU => glu::supports(node),
         op::FLASH_ATTN_EXT => flash_attn::supports(node),
         op::MUL_MAT_ID => mul_mat_id::supports(node),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => layout::supports(node),
         op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::supports(node),
         op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::supports(node),
         _ => false,
@@ -100,6 +102,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         op::GLU => glu::compute(node, ctx),
         op::FLASH_ATTN_EXT => flash_attn::compute(node, ctx),
         op::MUL_MAT_ID => mul_mat_id::compute(node, ctx),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => layout::compute(node, ctx),
         op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::compute(node, ctx),
         op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::compute(node, ctx),
         other => unreachable!("op {other} passed supports_op but has no kernel"),
