@@ -159,7 +159,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 vs = (s - m_max).exp();
             }
             let vp = unsafe { v.data().add(v.row_offset(ic, iv2, iq3)) };
-            if vt == GgmlType::F32 {
+            if vt == GgmlType::F16 {
+                mad_f16(acc, unsafe { std::slice::from_raw_parts(vp as *const u16, dv) }, vs);
+            } else if vt == GgmlType::F32 {
                 let vr = unsafe { std::slice::from_raw_parts(vp as *const f32, dv) };
                 acc.iter_mut().zip(vr).for_each(|(a, &x)| *a += x * vs);
             } else {
@@ -186,6 +188,34 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             std::slice::from_raw_parts_mut(node.data().add((iq3 * qne[1] * qne[2] + iq1 * qne[2] + iq2) * dnb1) as *mut f32, dv)
         };
         out.iter_mut().zip(acc.iter()).for_each(|(o, &a)| *o = a * inv);
+    }
+}
+
+/// acc += v * s for an f16 row v.
+fn mad_f16(acc: &mut [f32], v: &[u16], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::level() >= simd::Level::Avx2 {
+        return unsafe { mad_f16_avx2(acc, v, s) };
+    }
+    acc.iter_mut().zip(v).for_each(|(a, &x)| *a += half::f16::from_bits(x).to_f32() * s);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mad_f16_avx2(acc: &mut [f32], v: &[u16], s: f32) {
+    use std::arch::x86_64::*;
+    let n = acc.len().min(v.len());
+    let vs = _mm256_set1_ps(s);
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i) as *const __m128i));
+        let a = _mm256_loadu_ps(acc.as_ptr().add(i));
+        _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_fmadd_ps(x, vs, a));
+        i += 8;
+    }
+    while i < n {
+        acc[i] += half::f16::from_bits(v[i]).to_f32() * s;
+        i += 1;
     }
 }
 
@@ -273,6 +303,34 @@ mod tests {
                     assert_close(&d.get(), &want, 1e-5);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::super::testutil::*;
+    use crate::ggml_types::{op, GgmlType};
+
+    /// Timing probe (ignored by default): `cargo test --release fa_timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn fa_timing() {
+        let (d, nh, nhkv, nkv) = (64, 32, 8, 4096);
+        for nq in [1usize, 64] {
+            let mut q = TT::new(GgmlType::F32, [d, nq, nh, 1]);
+            q.set(&rand_vec(d * nq * nh, 1, -1.0, 1.0));
+            let mut k = TT::new(GgmlType::F16, [d, nkv, nhkv, 1]);
+            k.set(&rand_vec(d * nkv * nhkv, 2, -1.0, 1.0));
+            let mut v = TT::new(GgmlType::F16, [d, nkv, nhkv, 1]);
+            v.set(&rand_vec(d * nkv * nhkv, 3, -1.0, 1.0));
+            let mut o = TT::new(GgmlType::F32, [d, nh, nq, 1]);
+            o.op(op::FLASH_ATTN_EXT).src(0, &q).src(1, &k).src(2, &v).pf(0, 0.125);
+            let t = std::time::Instant::now();
+            run(&o, 2);
+            let s = t.elapsed().as_secs_f64();
+            let flops = 4.0 * (d * nq * nh * nkv) as f64;
+            println!("fa nq={nq} n_kv={nkv}: {:.2} ms, {:.2} GFLOP/s", s * 1e3, flops / s / 1e9);
         }
     }
 }
