@@ -3,9 +3,21 @@
 
 mod binary;
 mod cpy;
+mod flash_attn;
+mod glu;
+mod layout;
 mod mul_mat;
+mod mul_mat_id;
+mod norm;
+mod reduce;
+mod rope;
+mod rows;
 mod scale;
 mod softmax;
+mod unary;
+
+#[cfg(test)]
+mod testutil;
 
 use super::pool::Worker;
 use crate::ggml_types::op;
@@ -47,6 +59,16 @@ pub fn supports(node: &Tensor) -> bool {
         op::SCALE => scale::supports(node),
         op::SOFT_MAX => softmax::supports(node),
         op::MUL_MAT => mul_mat::supports(node),
+        op::RMS_NORM | op::NORM | op::L2_NORM => norm::supports(node),
+        op::GET_ROWS => rows::supports_get(node),
+        op::SET_ROWS => rows::supports_set(node),
+        op::ROPE => rope::supports(node),
+        op::GLU => glu::supports(node),
+        op::FLASH_ATTN_EXT => flash_attn::supports(node),
+        op::MUL_MAT_ID => mul_mat_id::supports(node),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => layout::supports(node),
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::supports(node),
+        op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::supports(node),
         _ => false,
     }
 }
@@ -57,6 +79,10 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
         op::MUL_MAT => mul_mat::work_size(node, nth),
         op::SOFT_MAX => softmax::work_size(node, nth),
         op::ADD | op::SUB | op::MUL | op::DIV => binary::work_size(node, nth),
+        op::SET_ROWS => rows::work_size_set(node, nth),
+        op::ROPE => rope::work_size(node, nth),
+        op::FLASH_ATTN_EXT => flash_attn::work_size(node, nth),
+        op::MUL_MAT_ID => mul_mat_id::work_size(node, nth),
         _ => 0,
     }
 }
@@ -69,6 +95,16 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         op::SCALE => scale::compute(node, ctx),
         op::SOFT_MAX => softmax::compute(node, ctx),
         op::MUL_MAT => mul_mat::compute(node, ctx),
+        op::RMS_NORM | op::NORM | op::L2_NORM => norm::compute(node, ctx),
+        op::GET_ROWS => rows::compute_get(node, ctx),
+        op::SET_ROWS => rows::compute_set(node, ctx),
+        op::ROPE => rope::compute(node, ctx),
+        op::GLU => glu::compute(node, ctx),
+        op::FLASH_ATTN_EXT => flash_attn::compute(node, ctx),
+        op::MUL_MAT_ID => mul_mat_id::compute(node, ctx),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => layout::compute(node, ctx),
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::compute(node, ctx),
+        op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::compute(node, ctx),
         other => unreachable!("op {other} passed supports_op but has no kernel"),
     }
 }

@@ -1,0 +1,145 @@
+//! MUL_MAT_ID (mixture of experts): for token t and slot e, expert x = ids[e, t] and
+//! dst[:, e, t] = src0[:, :, x] · src1[:, e % ne11, t]. src0 [K, M, n_expert] in any type with
+//! CPU kernels; src1 F32 [K, ne11 (n_used or 1), n_tokens]; ids I32 [n_used, n_tokens];
+//! dst F32 [M, n_used, n_tokens]. src1 is first converted to the weight type's dot type;
+//! work is spread as (expert, block of weight rows) tasks so each expert's rows stay hot.
+
+use super::Ctx;
+use crate::cpu::types::traits;
+use crate::ggml_types::GgmlType;
+use crate::tensor::{split_range, Tensor};
+
+const ROWS_PER_TASK: usize = 16;
+
+pub fn supports(node: &Tensor) -> bool {
+    let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let Some(tr) = traits(w.dtype()) else { return false };
+    if tr.vec_dot.is_none() || (tr.vec_dot_type != GgmlType::F32 && traits(tr.vec_dot_type).and_then(|t| t.from_f32).is_none()) {
+        return false;
+    }
+    let (wne, xne, ine, dne) = (w.ne(), x.ne(), ids.ne(), node.ne());
+    x.dtype() == GgmlType::F32
+        && node.dtype() == GgmlType::F32
+        && ids.dtype() == GgmlType::I32
+        && wne[3] == 1
+        && xne[3] == 1
+        && wne[0] == xne[0]
+        && wne[0] % w.dtype().block_size() == 0
+        && ine[2] == 1
+        && ine[1] == xne[2]
+        && xne[1] > 0
+        && ine[0] % xne[1] == 0
+        && dne == [wne[1], ine[0], ine[1], 1]
+        && w.has_dense_rows()
+        && x.has_dense_rows()
+        && node.has_dense_rows()
+}
+
+fn dot_row_size(node: &Tensor) -> usize {
+    let w = node.src(0).unwrap();
+    traits(w.dtype()).unwrap().vec_dot_type.row_size(w.ne()[0])
+}
+
+pub fn work_size(node: &Tensor, _nth: usize) -> usize {
+    let x = node.src(1).unwrap();
+    let xne = x.ne();
+    dot_row_size(node) * xne[1] * xne[2] + 64
+}
+
+pub fn compute(node: &Tensor, ctx: &Ctx) {
+    let (w, x, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let tr = traits(w.dtype()).unwrap();
+    let vec_dot = tr.vec_dot.unwrap();
+    let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
+    let k = wne[0];
+    let xrow = dot_row_size(node);
+
+    // src1 in the dot type, every column, laid out densely in the scratch.
+    let to_dot: Option<crate::cpu::types::FromF32> =
+        if tr.vec_dot_type == GgmlType::F32 { Some(|s: &[f32], d: *mut u8| unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d as *mut f32, s.len()) }) } else { traits(tr.vec_dot_type).unwrap().from_f32 };
+    let to_dot = to_dot.unwrap();
+    for r in split_range(xne[1] * xne[2], ctx.ith, ctx.nth) {
+        let (i1, i2) = (r % xne[1], r / xne[1]);
+        unsafe {
+            let src = std::slice::from_raw_parts(x.data().add(x.row_offset(i1, i2, 0)) as *const f32, k);
+            to_dot(src, ctx.wdata.add(r * xrow));
+        }
+    }
+    if !ctx.sync() {
+        return;
+    }
+
+    let n_expert = wne[2];
+    let row_blocks = wne[1].div_ceil(ROWS_PER_TASK);
+    let (n_used, n_tok) = (ine[0], ine[1]);
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    let mut last_expert = usize::MAX;
+    for task in split_range(n_expert * row_blocks, ctx.ith, ctx.nth) {
+        let (ex, rb) = (task / row_blocks, task % row_blocks);
+        if ex != last_expert {
+            // Slots routed to this expert (ids out of range are ignored).
+            pairs.clear();
+            for t in 0..n_tok {
+                for e in 0..n_used {
+                    let id = unsafe { *(ids.data().add(ids.offset(e, t, 0, 0)) as *const i32) };
+                    if id >= 0 && id as usize == ex {
+                        pairs.push((e, t));
+                    }
+                }
+            }
+            last_expert = ex;
+        }
+        let rows = rb * ROWS_PER_TASK..((rb + 1) * ROWS_PER_TASK).min(wne[1]);
+        for &(e, t) in &pairs {
+            let col = (e % xne[1]) + t * xne[1];
+            let xp = unsafe { ctx.wdata.add(col * xrow) };
+            for i in rows.clone() {
+                unsafe {
+                    let wp = w.data().add(w.row_offset(i, ex, 0));
+                    *(node.data().add(node.offset(i, e, t, 0)) as *mut f32) = vec_dot(k, wp, xp);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::ggml_types::{op, GgmlType};
+
+    #[test]
+    fn mul_mat_id_matches_reference() {
+        let (k, m, n_exp, n_used, n_tok) = (32, 5, 4, 2, 3);
+        for wt in [GgmlType::F32, GgmlType::F16] {
+            for x_shared in [false, true] {
+                for nth in [1, 3] {
+                    let mut w = TT::new(wt, [k, m, n_exp, 1]);
+                    w.set(&rand_vec(k * m * n_exp, 1, -1.0, 1.0));
+                    let ne11 = if x_shared { 1 } else { n_used };
+                    let mut x = TT::new(GgmlType::F32, [k, ne11, n_tok, 1]);
+                    x.set(&rand_vec(k * ne11 * n_tok, 2, -1.0, 1.0));
+                    let idv = [3.0, 0.0, 1.0, 3.0, 2.0, 2.0];
+                    let mut ids = TT::new(GgmlType::I32, [n_used, n_tok, 1, 1]);
+                    ids.set(&idv);
+                    let mut d = TT::new(GgmlType::F32, [m, n_used, n_tok, 1]);
+                    d.op(op::MUL_MAT_ID).src(0, &w).src(1, &x).src(2, &ids);
+                    run(&d, nth);
+                    let (wv, xv) = (w.get(), x.get());
+                    let mut want = vec![];
+                    for t in 0..n_tok {
+                        for e in 0..n_used {
+                            let ex = idv[t * n_used + e] as usize;
+                            let c = (e % ne11) + t * ne11;
+                            for i in 0..m {
+                                let s: f32 = (0..k).map(|j| wv[(ex * m + i) * k + j] * xv[c * k + j]).sum();
+                                want.push(s);
+                            }
+                        }
+                    }
+                    assert_close(&d.get(), &want, 1e-5);
+                }
+            }
+        }
+    }
+}
