@@ -297,3 +297,73 @@ pub mod testutil {
         }
     }
 }
+
+/// Cross-check against files written by a small C program over the reference ggml build
+/// (quantized rows, activations, dequantized rows and dots from ggml-cpu). Run with
+/// `ROCMFORGE_QCHECK=<dir> cargo test --release -- --ignored ggml_cross_check`.
+#[cfg(test)]
+mod cross_check {
+    use super::*;
+    use crate::cpu::types::traits as all_traits;
+
+    fn read(dir: &str, name: &str) -> Vec<u8> {
+        std::fs::read(format!("{dir}/{name}")).unwrap_or_else(|e| panic!("{dir}/{name}: {e}"))
+    }
+
+    fn floats(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    #[test]
+    #[ignore]
+    fn ggml_cross_check() {
+        let Ok(dir) = std::env::var("ROCMFORGE_QCHECK") else { return };
+        const N: usize = 4096;
+        let x = floats(&read(&dir, "x.f32"));
+        let y = floats(&read(&dir, "y.f32"));
+        let rows = x.len() / N;
+        use GgmlType::*;
+        // Formats whose quantizer must reproduce ggml-cpu's bytes exactly.
+        let exact = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0];
+        for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL] {
+            let tr = all_traits(t).unwrap();
+            let vt = tr.vec_dot_type;
+            let (xr, yr) = (t.row_size(N), vt.row_size(N));
+            let gq = read(&dir, &format!("{}.q", t.name()));
+            let gy = read(&dir, &format!("{}.y", t.name()));
+            let gdeq = floats(&read(&dir, &format!("{}.deq", t.name())));
+            let gdot = floats(&read(&dir, &format!("{}.dot", t.name())));
+            let mut mine_y = vec![0u8; yr * rows];
+            let mut mine_q = vec![0u8; xr * rows];
+            let mut deq = vec![0f32; N];
+            for r in 0..rows {
+                unsafe {
+                    (all_traits(vt).unwrap().from_f32.unwrap())(&y[r * N..(r + 1) * N], mine_y.as_mut_ptr().add(r * yr));
+                    (tr.from_f32.unwrap())(&x[r * N..(r + 1) * N], mine_q.as_mut_ptr().add(r * xr));
+                    (tr.to_f32.unwrap())(gq.as_ptr().add(r * xr), &mut deq);
+                }
+                assert_eq!(deq[..], gdeq[r * N..(r + 1) * N], "{t:?} dequantize row {r}");
+                let d = unsafe { (tr.vec_dot.unwrap())(N, gq.as_ptr().add(r * xr), gy.as_ptr().add(r * yr)) };
+                let mag: f32 = (0..N).map(|i| (gdeq[r * N + i] * y[r * N + i]).abs()).sum();
+                assert!((d - gdot[r]).abs() <= 1e-5 * mag, "{t:?} dot row {r}: {d} vs ggml {}", gdot[r]);
+            }
+            assert!(mine_y == gy, "{vt:?} activation bytes differ from ggml-cpu");
+            if exact.contains(&t) {
+                assert!(mine_q == gq, "{t:?} quantized bytes differ from ggml-cpu");
+            } else {
+                // Own quantizer: its error must be in the same range as ggml's.
+                let mut e_mine = 0f64;
+                let mut e_ggml = 0f64;
+                for r in 0..rows {
+                    unsafe { (tr.to_f32.unwrap())(mine_q.as_ptr().add(r * xr), &mut deq) };
+                    for i in 0..N {
+                        e_mine += ((deq[i] - x[r * N + i]) as f64).powi(2);
+                        e_ggml += ((gdeq[r * N + i] - x[r * N + i]) as f64).powi(2);
+                    }
+                }
+                eprintln!("{t:?}: squared error ours / ggml = {:.3}", e_mine / e_ggml);
+                assert!(e_mine <= 1.5 * e_ggml, "{t:?}: quantization error {e_mine} vs ggml {e_ggml}");
+            }
+        }
+    }
+}
