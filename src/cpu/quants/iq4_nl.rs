@@ -125,7 +125,7 @@ mod avx2 {
             // A byte shuffle looks the 4-bit indices up in the table.
             let q = _mm256_shuffle_epi8(table, nibbles(bx.qs.as_ptr()));
             let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(bx.d) * f16(by.d)), _mm256_cvtepi32_ps(p), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc);
         }
         hsum_f32(acc)
     }

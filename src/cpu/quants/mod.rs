@@ -164,10 +164,27 @@ pub fn scale_min(x: &[f32], nmax: i32) -> (f32, f32) {
 pub mod x86 {
     use std::arch::x86_64::*;
 
+    /// Converts a 32-bit pair of f16 to 4 lanes [a, b, 0, 0]. Going through a general register
+    /// matters: a 16-bit insert (what LLVM emits for one half) merges into whatever register it
+    /// picks, often a loop accumulator, which chains every iteration onto the previous one.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16_pair(bits: u32) -> __m128 {
+        _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
+    }
+
+    /// `f16(a) * f16(b)`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
+        let v = f16_pair(a as u32 | (b as u32) << 16);
+        _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn f16(h: u16) -> f32 {
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+        _mm_cvtss_f32(f16_pair(h as u32))
     }
 
     #[inline]
@@ -364,6 +381,44 @@ mod cross_check {
                 eprintln!("{t:?}: squared error ours / ggml = {:.3}", e_mine / e_ggml);
                 assert!(e_mine <= 1.5 * e_ggml, "{t:?}: quantization error {e_mine} vs ggml {e_ggml}");
             }
+        }
+    }
+}
+
+/// Micro benchmark of the dots: `cargo test --release -- --ignored bench_ --nocapture`.
+/// Prints GB/s of weight bytes streamed (rows sized like a small model's matrices, re-used
+/// so they stay in cache: this measures the kernel, not memory).
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use crate::cpu::types::traits as all_traits;
+
+    #[test]
+    #[ignore]
+    fn bench_vec_dot() {
+        const N: usize = 4096;
+        const ROWS: usize = 64;
+        use GgmlType::*;
+        for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL] {
+            let tr = all_traits(t).unwrap();
+            let x = testutil::data(N * ROWS, 1);
+            let y = testutil::data(N, 2);
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &x);
+            let qy = testutil::quantize(tr.vec_dot_type, all_traits(tr.vec_dot_type).unwrap().from_f32.unwrap(), &y);
+            let dot = tr.vec_dot.unwrap();
+            let row = t.row_size(N);
+            let mut sink = 0f32;
+            let reps = 200;
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in 0..ROWS {
+                    sink += unsafe { dot(N, qx.as_ptr().add(r * row), qy.as_ptr()) };
+                }
+            }
+            let secs = start.elapsed().as_secs_f64();
+            let gbs = (row * ROWS * reps) as f64 / secs / 1e9;
+            let gelems = (N * ROWS * reps) as f64 / secs / 1e9;
+            eprintln!("bench {t:?}: {gbs:6.2} GB/s weights, {gelems:6.2} G elements/s ({sink:.1})");
         }
     }
 }

@@ -85,7 +85,7 @@ mod avx2 {
     unsafe fn block(bx: &BlockQ4_0, by: &BlockQ8_0, acc: __m256) -> __m256 {
         let q = _mm256_sub_epi8(nibbles(bx.qs.as_ptr()), _mm256_set1_epi8(8));
         let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
-        _mm256_fmadd_ps(_mm256_set1_ps(f16(bx.d) * f16(by.d)), _mm256_cvtepi32_ps(p), acc)
+        _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

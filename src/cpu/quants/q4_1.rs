@@ -79,14 +79,20 @@ mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
-    /// Returns the block's d·d' scaled integer dot added to `acc`, and its min term.
+    /// Adds the block's scaled integer dot to `acc`; returns it and [d·d', m·s', ..] whose
+    /// lane 1 is the block's min term.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn block(bx: &BlockQ4_1, by: &BlockQ8_1, acc: __m256) -> (__m256, f32) {
+    unsafe fn block(bx: &BlockQ4_1, by: &BlockQ8_1, acc: __m256) -> (__m256, __m128) {
         // Codes are unsigned 0..15: maddubs takes them as they are.
         let p = dot_u8_i8(nibbles(bx.qs.as_ptr()), _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
-        let acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(bx.d) * f16(by.d)), _mm256_cvtepi32_ps(p), acc);
-        (acc, f16(bx.m) * f16(by.s))
+        // [dx, mx, dy, sy] in one conversion, then [dx·dy, mx·sy, ..].
+        let xdm = (bx as *const BlockQ4_1 as *const u32).read_unaligned();
+        let yds = (by as *const BlockQ8_1 as *const u32).read_unaligned();
+        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, yds as i32, xdm as i32));
+        let prod = _mm_mul_ps(v, _mm_movehl_ps(v, v));
+        let acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc);
+        (acc, prod)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -95,22 +101,24 @@ mod avx2 {
         let nb = n / QK;
         let mut acc0 = _mm256_setzero_ps();
         let mut acc1 = _mm256_setzero_ps();
-        let (mut m0, mut m1) = (0f32, 0f32);
+        let mut m0 = _mm_setzero_ps();
+        let mut m1 = _mm_setzero_ps();
         let mut i = 0;
         while i + 2 <= nb {
             let (a0, s0) = block(&*x.add(i), &*y.add(i), acc0);
             let (a1, s1) = block(&*x.add(i + 1), &*y.add(i + 1), acc1);
             (acc0, acc1) = (a0, a1);
-            m0 += s0;
-            m1 += s1;
+            m0 = _mm_add_ps(m0, s0);
+            m1 = _mm_add_ps(m1, s1);
             i += 2;
         }
         if i < nb {
             let (a0, s0) = block(&*x.add(i), &*y.add(i), acc0);
             acc0 = a0;
-            m0 += s0;
+            m0 = _mm_add_ps(m0, s0);
         }
-        hsum_f32(_mm256_add_ps(acc0, acc1)) + m0 + m1
+        let m = _mm_add_ps(m0, m1);
+        hsum_f32(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(m))
     }
 }
 

@@ -161,7 +161,9 @@ mod avx2 {
             for j in 0..8 {
                 summ += mn[j] as i32 * (by.bsums[2 * j] as i32 + by.bsums[2 * j + 1] as i32);
             }
-            mins += by.d * f16(bx.dmin) * summ as f32;
+            let dd = f16_pair((bx as *const BlockQ4K as *const u32).read_unaligned());
+            let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+            mins += by.d * dmin * summ as f32;
             let mut sumi = _mm256_setzero_si256();
             for c in 0..4 {
                 let q = _mm256_loadu_si256(bx.qs.as_ptr().add(32 * c) as *const __m256i);
@@ -173,7 +175,7 @@ mod avx2 {
                 let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * c + 1] as i16));
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(by.d * f16(bx.d)), _mm256_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(by.d * d), _mm256_cvtepi32_ps(sumi), acc);
         }
         hsum_f32(acc) - mins
     }

@@ -116,30 +116,40 @@ mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
-    /// Scale `a` for the first 16 values of a 32-byte vector, `b` for the last 16.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scale_pair(a: i8, b: i8) -> __m256i {
-        _mm256_set_m128i(_mm_set1_epi16(b as i16), _mm_set1_epi16(a as i16))
+    /// Byte shuffles that spread i16 scale 2k over the low 128 bits and 2k + 1 over the high.
+    const fn pair_shuffles() -> [[u8; 32]; 4] {
+        let mut t = [[0u8; 32]; 4];
+        let mut k = 0;
+        while k < 4 {
+            let mut i = 0;
+            while i < 16 {
+                t[k][i] = (4 * k + (i & 1)) as u8;
+                t[k][16 + i] = (4 * k + 2 + (i & 1)) as u8;
+                i += 1;
+            }
+            k += 1;
+        }
+        t
     }
+    static PAIRS: [[u8; 32]; 4] = pair_shuffles();
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ6K, y as *const BlockQ8K);
         let m4 = _mm256_set1_epi8(0x0f);
         let m30 = _mm256_set1_epi8(0x30);
+        let pairs = PAIRS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i));
         let mut acc = _mm256_setzero_ps();
-        let mut offset = 0f32;
+        let mut offset = _mm256_setzero_ps();
         for i in 0..n / QK_K {
             let (bx, by) = (&*x.add(i), &*y.add(i));
-            let d = by.d * f16(bx.d);
-            let sc = &bx.scales;
+            // d is the block's last two bytes: a 32-bit load ending there puts it in lane 1.
+            let dv = f16_pair((bx.scales.as_ptr().add(14) as *const u32).read_unaligned());
+            let d = _mm256_set1_ps(by.d * _mm_cvtss_f32(_mm_movehdup_ps(dv)));
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr() as *const __m128i));
             // Codes are used unsigned (0..63); the -32 comes back through the per-16 sums.
-            let mut off = 0i32;
-            for j in 0..16 {
-                off += sc[j] as i32 * by.bsums[j] as i32;
-            }
-            offset += d * (32 * off) as f32;
+            let bsums = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
+            offset = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(sc, bsums)), offset);
             let mut sumi = _mm256_setzero_si256();
             for h in 0..2 {
                 let ql0 = _mm256_loadu_si256(bx.ql.as_ptr().add(64 * h) as *const __m256i);
@@ -152,15 +162,17 @@ mod avx2 {
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
                 ];
-                for (k, &qk) in q.iter().enumerate() {
+                // The 8 scales of this half, as i16, in both 128-bit lanes.
+                let sh = if h == 0 { _mm256_permute2x128_si256(sc, sc, 0x00) } else { _mm256_permute2x128_si256(sc, sc, 0x11) };
+                for k in 0..4 {
                     let yk = _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
-                    let s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(qk, yk), s));
+                    let s = _mm256_shuffle_epi8(sh, pairs[k]);
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yk), s));
                 }
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
-        hsum_f32(acc) - offset
+        hsum_f32(acc) - 32.0 * hsum_f32(offset)
     }
 }
 

@@ -81,14 +81,14 @@ mod avx2 {
             let (c, e) = (&*x.add(i + 1), &*y.add(i + 1));
             let p0 = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
             let p1 = dot_i8_i8(_mm256_loadu_si256(c.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(e.qs.as_ptr() as *const __m256i));
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a.d) * f16(b.d)), _mm256_cvtepi32_ps(p0), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(c.d) * f16(e.d)), _mm256_cvtepi32_ps(p1), acc1);
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p0), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(c.d, e.d)), _mm256_cvtepi32_ps(p1), acc1);
             i += 2;
         }
         if i < nb {
             let (a, b) = (&*x.add(i), &*y.add(i));
             let p0 = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a.d) * f16(b.d)), _mm256_cvtepi32_ps(p0), acc0);
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p0), acc0);
         }
         hsum_f32(_mm256_add_ps(acc0, acc1))
     }
