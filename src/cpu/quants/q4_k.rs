@@ -147,23 +147,54 @@ mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
+    /// Byte shuffles that broadcast i16 element j of a 128-bit lane over the whole lane.
+    const fn broadcasts() -> [[u8; 32]; 8] {
+        let mut t = [[0u8; 32]; 8];
+        let mut j = 0;
+        while j < 8 {
+            let mut i = 0;
+            while i < 32 {
+                t[j][i] = (2 * j + (i & 1)) as u8;
+                i += 1;
+            }
+            j += 1;
+        }
+        t
+    }
+    static BCAST: [[u8; 32]; 8] = broadcasts();
+
+    /// The 8 scales and the 8 mins as bytes (the 12-byte packing undone with 32-bit masks).
+    #[inline]
+    fn unpack_scales_u64(s: &[u8; 12]) -> (u64, u64) {
+        let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
+        let (s0, s1, s2) = (w(0), w(1), w(2));
+        let sc_lo = s0 & 0x3f3f_3f3f;
+        let mn_lo = s1 & 0x3f3f_3f3f;
+        let sc_hi = (s2 & 0x0f0f_0f0f) | (((s0 >> 6) & 0x0303_0303) << 4);
+        let mn_hi = ((s2 >> 4) & 0x0f0f_0f0f) | (((s1 >> 6) & 0x0303_0303) << 4);
+        (sc_lo as u64 | (sc_hi as u64) << 32, mn_lo as u64 | (mn_hi as u64) << 32)
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ4K, y as *const BlockQ8K);
         let m4 = _mm256_set1_epi8(0x0f);
+        let bcast = BCAST.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i));
         let mut acc = _mm256_setzero_ps();
-        let mut mins = 0f32;
+        let mut acc_m = _mm_setzero_ps();
         for i in 0..n / QK_K {
             let (bx, by) = (&*x.add(i), &*y.add(i));
-            let (sc, mn) = unpack_scales(&bx.scales);
-            // Mins meet the activations only through their per-16 sums.
-            let mut summ = 0i32;
-            for j in 0..8 {
-                summ += mn[j] as i32 * (by.bsums[2 * j] as i32 + by.bsums[2 * j + 1] as i32);
-            }
             let dd = f16_pair((bx as *const BlockQ4K as *const u32).read_unaligned());
-            let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-            mins += by.d * dmin * summ as f32;
+            let d = _mm256_set1_ps(by.d * _mm_cvtss_f32(dd));
+            let dmin = _mm_set1_ps(by.d * _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+            let (sc, mn) = unpack_scales_u64(&bx.scales);
+            let sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64));
+            let mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
+            // Mins meet the activations only through their sums per 32 (pairs of bsums).
+            let bs = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
+            let bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            acc_m = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(_mm_madd_epi16(mn16, bs32)), acc_m);
+            let scv = _mm256_broadcastsi128_si256(sc16);
             let mut sumi = _mm256_setzero_si256();
             for c in 0..4 {
                 let q = _mm256_loadu_si256(bx.qs.as_ptr().add(32 * c) as *const __m256i);
@@ -171,13 +202,15 @@ mod avx2 {
                 let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 let y0 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c) as *const __m256i);
                 let y1 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c + 32) as *const __m256i);
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * c] as i16));
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * c + 1] as i16));
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_shuffle_epi8(scv, bcast[2 * c]));
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_shuffle_epi8(scv, bcast[2 * c + 1]));
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(by.d * d), _mm256_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
-        hsum_f32(acc) - mins
+        let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        hsum_f32(acc) - _mm_cvtss_f32(m)
     }
 }
 
