@@ -1,9 +1,424 @@
 //! Quantized block formats, one file per format (block layout, dequantize, quantize, dot).
+//!
+//! Every format exposes `to_f32`, `from_f32`, `vec_dot_ref` (plain scalar) and `vec_dot_fn()`,
+//! which picks the fastest dot product the machine runs (AVX2 where written) once, when the
+//! traits are looked up, so the hot loop pays no dispatch.
+
+pub mod iq4_nl;
+pub mod q2_k;
+pub mod q3_k;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
+pub mod q8_0;
+pub mod q8_1;
+pub mod q8_k;
 
 use super::types::TypeTraits;
 use crate::ggml_types::GgmlType;
 
+/// Elements per K-quant super-block.
+pub const QK_K: usize = 256;
+
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
-pub fn traits(_t: GgmlType) -> Option<TypeTraits> {
-    None
+pub fn traits(t: GgmlType) -> Option<TypeTraits> {
+    use GgmlType::*;
+    let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot) });
+    match t {
+        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()),
+        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()),
+        Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
+        Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
+        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()),
+        Q2_K => full(q2_k::to_f32, q2_k::from_f32, Q8_K, q2_k::vec_dot_fn()),
+        Q3_K => full(q3_k::to_f32, q3_k::from_f32, Q8_K, q3_k::vec_dot_fn()),
+        Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
+        Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
+        Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
+        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()),
+        // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
+        Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None }),
+        Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None }),
+        _ => None,
+    }
+}
+
+#[inline]
+pub fn f16_to_f32(h: u16) -> f32 {
+    half::f16::from_bits(h).to_f32()
+}
+
+/// Round-to-nearest-even, as ggml's F16C conversion does.
+#[inline]
+pub fn f32_to_f16(v: f32) -> u16 {
+    half::f16::from_f32(v).to_bits()
+}
+
+/// True when the AVX2 kernels may run.
+#[inline]
+pub fn use_avx2() -> bool {
+    super::simd::level() >= super::simd::Level::Avx2
+}
+
+/// Nearest integer, ties to even (ggml's `nearest_int`, used by the K-quants).
+#[inline]
+pub fn nearest(v: f32) -> i32 {
+    v.round_ties_even() as i32
+}
+
+/// Scale for symmetric quantization of `x` to integers in `[-nmax, nmax - 1]` (the value of
+/// largest magnitude maps onto `-nmax`, as ggml's K-quants do), refined by a small search:
+/// a few candidate scales, each refitted by least squares, the lowest squared error wins.
+pub fn symmetric_scale(x: &[f32], nmax: i32) -> f32 {
+    let mut amax = 0f32;
+    let mut max = 0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < 1e-30 {
+        return 0.0;
+    }
+    let quant = |id: f32, l: &mut [i32]| {
+        for (q, &v) in l.iter_mut().zip(x) {
+            *q = nearest(v * id).clamp(-nmax, nmax - 1);
+        }
+    };
+    let mut l = vec![0i32; x.len()];
+    let mut best = (f32::MAX, -max / nmax as f32);
+    for step in -8..=8 {
+        let id = -(nmax as f32 + 0.1 * step as f32) / max;
+        quant(id, &mut l);
+        let (mut sxl, mut sll) = (0f32, 0f32);
+        for (&q, &v) in l.iter().zip(x) {
+            sxl += v * q as f32;
+            sll += (q * q) as f32;
+        }
+        if sll == 0.0 {
+            continue;
+        }
+        let s = sxl / sll;
+        let err: f32 = l.iter().zip(x).map(|(&q, &v)| (v - s * q as f32).powi(2)).sum();
+        if err < best.0 {
+            best = (err, s);
+        }
+    }
+    best.1
+}
+
+/// Scale and (non-negative) min for asymmetric quantization `x ≈ scale * q - min`, q in
+/// `[0, nmax]`, the min clamped so that zero stays representable (as ggml's K-quants do).
+pub fn scale_min(x: &[f32], nmax: i32) -> (f32, f32) {
+    let lo = x.iter().cloned().fold(f32::MAX, f32::min).min(0.0);
+    let hi = x.iter().cloned().fold(f32::MIN, f32::max);
+    if hi - lo < 1e-30 {
+        return (0.0, -lo);
+    }
+    let mut best = (f32::MAX, (hi - lo) / nmax as f32, -lo);
+    let mut l = vec![0i32; x.len()];
+    for step in -6..=6 {
+        let id = (nmax as f32 + 0.1 * step as f32) / (hi - lo);
+        for (q, &v) in l.iter_mut().zip(x) {
+            *q = nearest((v - lo) * id).clamp(0, nmax);
+        }
+        // Least squares for x ≈ s*q + b.
+        let n = x.len() as f32;
+        let (mut sq, mut sqq, mut sx, mut sxq) = (0f32, 0f32, 0f32, 0f32);
+        for (&q, &v) in l.iter().zip(x) {
+            let q = q as f32;
+            sq += q;
+            sqq += q * q;
+            sx += v;
+            sxq += v * q;
+        }
+        let det = n * sqq - sq * sq;
+        if det <= 0.0 {
+            continue;
+        }
+        let mut s = (n * sxq - sq * sx) / det;
+        let mut b = (sx - s * sq) / n;
+        if b > 0.0 {
+            // A positive offset is not representable: refit the scale alone with b = 0.
+            b = 0.0;
+            s = if sqq > 0.0 { sxq / sqq } else { 0.0 };
+        }
+        if s <= 0.0 {
+            continue;
+        }
+        let err: f32 = l.iter().zip(x).map(|(&q, &v)| (v - s * q as f32 - b).powi(2)).sum();
+        if err < best.0 {
+            best = (err, s, -b);
+        }
+    }
+    (best.1, best.2)
+}
+
+/// AVX2 building blocks shared by the formats.
+#[cfg(target_arch = "x86_64")]
+pub mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Converts a 32-bit pair of f16 to 4 lanes [a, b, 0, 0]. Going through a general register
+    /// matters: a 16-bit insert (what LLVM emits for one half) merges into whatever register it
+    /// picks, often a loop accumulator, which chains every iteration onto the previous one.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16_pair(bits: u32) -> __m128 {
+        _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
+    }
+
+    /// `f16(a) * f16(b)`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
+        let v = f16_pair(a as u32 | (b as u32) << 16);
+        _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16(h: u16) -> f32 {
+        _mm_cvtss_f32(f16_pair(h as u32))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn hsum_f32(v: __m256) -> f32 {
+        crate::cpu::simd::x86::hsum(v)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn hsum_i32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// 16 packed bytes → 32 bytes: the low nibbles, then the high nibbles.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn nibbles(p: *const u8) -> __m256i {
+        let t = _mm_loadu_si128(p as *const __m128i);
+        let both = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+    }
+
+    /// Pairwise sums of u8 × i8 products, widened to 8 i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
+    }
+
+    /// Pairwise sums of i8 × i8 products (neither may be -128... x may; y only in [-127, 127]).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256i {
+        // maddubs needs one unsigned operand: move x's sign onto y.
+        dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+    }
+}
+
+/// Shared checks used by every format's unit tests.
+#[cfg(test)]
+pub mod testutil {
+    use crate::cpu::types::{FromF32, ToF32, VecDot};
+    use crate::ggml_types::GgmlType;
+
+    /// Deterministic data with a spread of magnitudes between blocks and a few outliers.
+    pub fn data(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345).max(1);
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        (0..n)
+            .map(|i| {
+                let scale = 0.05 + ((i / 32) % 7) as f32 * 0.4;
+                let v = (next() % 20001) as f32 / 10000.0 - 1.0;
+                if next() % 97 == 0 {
+                    v * scale * 4.0
+                } else {
+                    v * scale
+                }
+            })
+            .collect()
+    }
+
+    pub fn quantize(t: GgmlType, from: FromF32, x: &[f32]) -> Vec<u8> {
+        let mut q = vec![0u8; t.row_size(x.len())];
+        unsafe { from(x, q.as_mut_ptr()) };
+        q
+    }
+
+    pub fn dequantize(to: ToF32, q: &[u8], n: usize) -> Vec<f32> {
+        let mut y = vec![0f32; n];
+        unsafe { to(q.as_ptr(), &mut y) };
+        y
+    }
+
+    /// Round trip error, relative to the data's RMS, stays below `tol`.
+    pub fn check_round_trip(t: GgmlType, from: FromF32, to: ToF32, tol: f32) {
+        let bs = t.block_size();
+        for nb in [1, 2, 5, 16] {
+            let n = nb * bs;
+            let x = data(n, nb as u32 + 7);
+            let y = dequantize(to, &quantize(t, from, &x), n);
+            let err = (x.iter().zip(&y).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / n as f32).sqrt();
+            let rms = (x.iter().map(|a| a * a).sum::<f32>() / n as f32).sqrt();
+            assert!(err <= tol * rms, "{t:?} n={n}: rms error {err} vs data rms {rms}");
+        }
+        // All zeros survive exactly (no NaN from a zero scale).
+        let z = vec![0f32; bs];
+        assert!(dequantize(to, &quantize(t, from, &z), bs).iter().all(|&v| v == 0.0), "{t:?} zeros");
+    }
+
+    /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
+    /// dequantized values (loosely: the activation side is quantized too).
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_vec_dot(
+        t: GgmlType,
+        from: FromF32,
+        to: ToF32,
+        yt: GgmlType,
+        yfrom: FromF32,
+        yto: ToF32,
+        dot: VecDot,
+        dot_ref: VecDot,
+    ) {
+        let bs = t.block_size();
+        for nb in [1, 2, 3, 8, 17, 40] {
+            let n = nb * bs;
+            let x = data(n, nb as u32);
+            let yv = data(n, nb as u32 + 100);
+            let qx = quantize(t, from, &x);
+            let qy = quantize(yt, yfrom, &yv);
+            let fast = unsafe { dot(n, qx.as_ptr(), qy.as_ptr()) };
+            let slow = unsafe { dot_ref(n, qx.as_ptr(), qy.as_ptr()) };
+            let dx = dequantize(to, &qx, n);
+            let dy = dequantize(yto, &qy, n);
+            let exact: f64 = dx.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+            assert!(((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6, "{t:?} n={n}: simd {fast} vs scalar {slow}");
+            assert!((slow as f64 - exact).abs() <= 2e-3 * mag + 1e-5, "{t:?} n={n}: dot {slow} vs dequantized {exact}");
+        }
+    }
+}
+
+/// Cross-check against files written by a small C program over the reference ggml build
+/// (quantized rows, activations, dequantized rows and dots from ggml-cpu). Run with
+/// `ROCMFORGE_QCHECK=<dir> cargo test --release -- --ignored ggml_cross_check`.
+#[cfg(test)]
+mod cross_check {
+    use super::*;
+    use crate::cpu::types::traits as all_traits;
+
+    fn read(dir: &str, name: &str) -> Vec<u8> {
+        std::fs::read(format!("{dir}/{name}")).unwrap_or_else(|e| panic!("{dir}/{name}: {e}"))
+    }
+
+    fn floats(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    #[test]
+    #[ignore]
+    fn ggml_cross_check() {
+        let Ok(dir) = std::env::var("ROCMFORGE_QCHECK") else { return };
+        const N: usize = 4096;
+        let x = floats(&read(&dir, "x.f32"));
+        let y = floats(&read(&dir, "y.f32"));
+        let rows = x.len() / N;
+        use GgmlType::*;
+        // Formats whose quantizer must reproduce ggml-cpu's bytes exactly.
+        let exact = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0];
+        for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL] {
+            let tr = all_traits(t).unwrap();
+            let vt = tr.vec_dot_type;
+            let (xr, yr) = (t.row_size(N), vt.row_size(N));
+            let gq = read(&dir, &format!("{}.q", t.name()));
+            let gy = read(&dir, &format!("{}.y", t.name()));
+            let gdeq = floats(&read(&dir, &format!("{}.deq", t.name())));
+            let gdot = floats(&read(&dir, &format!("{}.dot", t.name())));
+            let mut mine_y = vec![0u8; yr * rows];
+            let mut mine_q = vec![0u8; xr * rows];
+            let mut deq = vec![0f32; N];
+            for r in 0..rows {
+                unsafe {
+                    (all_traits(vt).unwrap().from_f32.unwrap())(&y[r * N..(r + 1) * N], mine_y.as_mut_ptr().add(r * yr));
+                    (tr.from_f32.unwrap())(&x[r * N..(r + 1) * N], mine_q.as_mut_ptr().add(r * xr));
+                    (tr.to_f32.unwrap())(gq.as_ptr().add(r * xr), &mut deq);
+                }
+                assert_eq!(deq[..], gdeq[r * N..(r + 1) * N], "{t:?} dequantize row {r}");
+                let d = unsafe { (tr.vec_dot.unwrap())(N, gq.as_ptr().add(r * xr), gy.as_ptr().add(r * yr)) };
+                let mag: f32 = (0..N).map(|i| (gdeq[r * N + i] * y[r * N + i]).abs()).sum();
+                assert!((d - gdot[r]).abs() <= 1e-5 * mag, "{t:?} dot row {r}: {d} vs ggml {}", gdot[r]);
+            }
+            assert!(mine_y == gy, "{vt:?} activation bytes differ from ggml-cpu");
+            if exact.contains(&t) {
+                assert!(mine_q == gq, "{t:?} quantized bytes differ from ggml-cpu");
+            } else {
+                // Own quantizer: its error must be in the same range as ggml's.
+                let mut e_mine = 0f64;
+                let mut e_ggml = 0f64;
+                for r in 0..rows {
+                    unsafe { (tr.to_f32.unwrap())(mine_q.as_ptr().add(r * xr), &mut deq) };
+                    for i in 0..N {
+                        e_mine += ((deq[i] - x[r * N + i]) as f64).powi(2);
+                        e_ggml += ((gdeq[r * N + i] - x[r * N + i]) as f64).powi(2);
+                    }
+                }
+                eprintln!("{t:?}: squared error ours / ggml = {:.3}", e_mine / e_ggml);
+                assert!(e_mine <= 1.5 * e_ggml, "{t:?}: quantization error {e_mine} vs ggml {e_ggml}");
+            }
+        }
+    }
+}
+
+/// Micro benchmark of the dots: `cargo test --release -- --ignored bench_ --nocapture`.
+/// Prints GB/s of weight bytes streamed (rows sized like a small model's matrices, re-used
+/// so they stay in cache: this measures the kernel, not memory).
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use crate::cpu::types::traits as all_traits;
+
+    #[test]
+    #[ignore]
+    fn bench_vec_dot() {
+        const N: usize = 4096;
+        const ROWS: usize = 64;
+        use GgmlType::*;
+        for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL] {
+            let tr = all_traits(t).unwrap();
+            let x = testutil::data(N * ROWS, 1);
+            let y = testutil::data(N, 2);
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &x);
+            let qy = testutil::quantize(tr.vec_dot_type, all_traits(tr.vec_dot_type).unwrap().from_f32.unwrap(), &y);
+            let dot = tr.vec_dot.unwrap();
+            let row = t.row_size(N);
+            let mut sink = 0f32;
+            let reps = 200;
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in 0..ROWS {
+                    sink += unsafe { dot(N, qx.as_ptr().add(r * row), qy.as_ptr()) };
+                }
+            }
+            let secs = start.elapsed().as_secs_f64();
+            let gbs = (row * ROWS * reps) as f64 / secs / 1e9;
+            let gelems = (N * ROWS * reps) as f64 / secs / 1e9;
+            eprintln!("bench {t:?}: {gbs:6.2} GB/s weights, {gelems:6.2} G elements/s ({sink:.1})");
+        }
+    }
 }

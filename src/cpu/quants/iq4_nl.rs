@@ -1,0 +1,149 @@
+//! IQ4_NL: blocks of 32 values, f16 scale and 16 bytes of 4-bit indices into a fixed
+//! non-linear table; x = d * TABLE[q]. Nibble order as Q4_0. Multiplied with Q8_0.
+
+use super::q8_0::BlockQ8_0;
+use super::{f16_to_f32, f32_to_f16, use_avx2};
+use crate::cpu::types::VecDot;
+
+pub const QK: usize = 32;
+
+/// The format's 16 levels (part of the file format).
+pub const TABLE: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockIq4Nl {
+    pub d: u16,
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockIq4Nl>() == 18);
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockIq4Nl;
+    for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
+        let b = &*blocks.add(i);
+        let d = f16_to_f32(b.d);
+        for j in 0..QK / 2 {
+            out[j] = d * TABLE[(b.qs[j] & 0x0f) as usize] as f32;
+            out[j + QK / 2] = d * TABLE[(b.qs[j] >> 4) as usize] as f32;
+        }
+    }
+}
+
+/// Index of the table level nearest to `v` (in table units).
+#[inline]
+fn nearest_level(v: f32) -> usize {
+    // The table is sorted: the first level whose midpoint with the next lies above v.
+    let mut k = 0;
+    while k < 15 && v > (TABLE[k] as f32 + TABLE[k + 1] as f32) * 0.5 {
+        k += 1;
+    }
+    k
+}
+
+/// Not ggml's weighted search, but sound: candidate scales around max/-127 (largest magnitude
+/// onto the widest level), each refitted by least squares; the lowest squared error wins.
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockIq4Nl;
+    for (i, x) in src.chunks_exact(QK).enumerate() {
+        let b = &mut *blocks.add(i);
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in x {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax < 1e-30 {
+            b.d = 0;
+            b.qs = [0x88; QK / 2]; // level 1·0
+            continue;
+        }
+        let mut best = (f32::MAX, 0f32, [0usize; QK]);
+        for step in -7..=7 {
+            let id = (-127.0 + step as f32) / max;
+            let mut l = [0usize; QK];
+            let (mut sxl, mut sll) = (0f32, 0f32);
+            for (k, &v) in l.iter_mut().zip(x) {
+                *k = nearest_level(v * id);
+                let t = TABLE[*k] as f32;
+                sxl += v * t;
+                sll += t * t;
+            }
+            let d = sxl / sll;
+            let err: f32 = l.iter().zip(x).map(|(&k, &v)| (v - d * TABLE[k] as f32).powi(2)).sum();
+            if err < best.0 {
+                best = (err, d, l);
+            }
+        }
+        let (_, d, l) = best;
+        b.d = f32_to_f16(d);
+        for j in 0..QK / 2 {
+            b.qs[j] = l[j] as u8 | ((l[j + QK / 2] as u8) << 4);
+        }
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockIq4Nl, y as *const BlockQ8_0);
+    let mut sum = 0f32;
+    for i in 0..n / QK {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let mut sumi = 0i32;
+        for j in 0..QK / 2 {
+            sumi += TABLE[(bx.qs[j] & 0x0f) as usize] as i32 * by.qs[j] as i32;
+            sumi += TABLE[(bx.qs[j] >> 4) as usize] as i32 * by.qs[j + QK / 2] as i32;
+        }
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d));
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
+    vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockIq4Nl, y as *const BlockQ8_0);
+        let t = _mm_loadu_si128(TABLE.as_ptr() as *const __m128i);
+        let table = _mm256_set_m128i(t, t);
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / QK {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            // A byte shuffle looks the 4-bit indices up in the table.
+            let q = _mm256_shuffle_epi8(table, nibbles(bx.qs.as_ptr()));
+            let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc);
+        }
+        hsum_f32(acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_0, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::IQ4_NL, from_f32, to_f32, 0.12);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::IQ4_NL, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+}

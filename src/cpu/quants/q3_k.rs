@@ -1,0 +1,159 @@
+//! Q3_K: super-blocks of 256 values in 16 sub-blocks of 16, each with a 6-bit signed scale
+//! (stored + 32, packed into 12 bytes), under an f16 super-scale; x = d * (sc - 32) * (q - 4),
+//! q in 0..7. Value 128n + 32j + l has its low 2 bits at bit 2j of qs[32n + l] and bit 2 at
+//! bit 4n + j of hmask[l].
+
+use super::q8_k::BlockQ8K;
+use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, QK_K};
+use crate::cpu::types::VecDot;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ3K {
+    pub hmask: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 4],
+    pub scales: [u8; 12],
+    pub d: u16,
+}
+const _: () = assert!(size_of::<BlockQ3K>() == 110);
+
+/// The 16 scales (0..63, +32 biased): low 4 bits in bytes 0..7 (low nibbles first), top 2
+/// bits in bytes 8..11, two bits per group of four sub-blocks.
+#[inline]
+fn unpack_scales(s: &[u8; 12]) -> [i32; 16] {
+    let mut out = [0i32; 16];
+    for (j, o) in out.iter_mut().enumerate() {
+        let low = if j < 8 { s[j] & 0x0f } else { s[j - 8] >> 4 };
+        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *o = (low | (high << 4)) as i32 - 32;
+    }
+    out
+}
+
+fn pack_scales(v: &[u8; 16]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for (j, &x) in v.iter().enumerate() {
+        if j < 8 {
+            s[j] |= x & 0x0f;
+        } else {
+            s[j - 8] |= (x & 0x0f) << 4;
+        }
+        s[8 + j % 4] |= (x >> 4) << (2 * (j / 4));
+    }
+    s
+}
+
+/// The 256 codes (0..7) of a super-block.
+#[inline]
+fn codes(b: &BlockQ3K) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for n in 0..2 {
+        for j in 0..4 {
+            for l in 0..32 {
+                let lo = (b.qs[32 * n + l] >> (2 * j)) & 3;
+                let hi = (b.hmask[l] >> (4 * n + j)) & 1;
+                q[128 * n + 32 * j + l] = lo | (hi << 2);
+            }
+        }
+    }
+    q
+}
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ3K;
+    for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
+        let b = &*blocks.add(i);
+        let d = f16_to_f32(b.d);
+        let sc = unpack_scales(&b.scales);
+        let q = codes(b);
+        for j in 0..16 {
+            let s = d * sc[j] as f32;
+            for l in 0..16 {
+                out[16 * j + l] = s * (q[16 * j + l] as i32 - 4) as f32;
+            }
+        }
+    }
+}
+
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ3K;
+    for (i, x) in src.chunks_exact(QK_K).enumerate() {
+        let b = &mut *blocks.add(i);
+        let mut scales = [0f32; 16];
+        for j in 0..16 {
+            scales[j] = symmetric_scale(&x[16 * j..16 * j + 16], 4);
+        }
+        let amax = scales.iter().fold(0f32, |m, s| m.max(s.abs()));
+        b.d = f32_to_f16(amax / 31.0);
+        let d = f16_to_f32(b.d);
+        let mut q = [4u8; QK_K];
+        let mut biased = [32u8; 16];
+        for j in 0..16 {
+            let sc = if d > 0.0 { nearest(scales[j] / d).clamp(-32, 31) } else { 0 };
+            biased[j] = (sc + 32) as u8;
+            let s = d * sc as f32;
+            if s != 0.0 {
+                for l in 0..16 {
+                    q[16 * j + l] = (nearest(x[16 * j + l] / s).clamp(-4, 3) + 4) as u8;
+                }
+            }
+        }
+        b.scales = pack_scales(&biased);
+        b.qs = [0; QK_K / 4];
+        b.hmask = [0; QK_K / 8];
+        for n in 0..2 {
+            for j in 0..4 {
+                for l in 0..32 {
+                    let v = q[128 * n + 32 * j + l];
+                    b.qs[32 * n + l] |= (v & 3) << (2 * j);
+                    b.hmask[l] |= (v >> 2) << (4 * n + j);
+                }
+            }
+        }
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ3K, y as *const BlockQ8K);
+    let mut sum = 0f32;
+    for i in 0..n / QK_K {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let sc = unpack_scales(&bx.scales);
+        let q = codes(bx);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let s: i32 = (0..16).map(|l| (q[16 * j + l] as i32 - 4) * by.qs[16 * j + l] as i32).sum();
+            sumi += sc[j] * s;
+        }
+        sum += by.d * f16_to_f32(bx.d) * sumi as f32;
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    vec_dot_ref
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_k, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn scale_packing_round_trips() {
+        let v: [u8; 16] = [0, 63, 1, 62, 32, 31, 17, 48, 5, 6, 7, 60, 33, 20, 10, 44];
+        let got = unpack_scales(&pack_scales(&v));
+        assert_eq!(got.map(|s| (s + 32) as u8), v);
+    }
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q3_K, from_f32, to_f32, 0.3);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q3_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+}

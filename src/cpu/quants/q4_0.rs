@@ -1,0 +1,148 @@
+//! Q4_0: blocks of 32 values, one f16 scale and 16 bytes of 4-bit codes; x = d * (q - 8).
+//! Byte j holds element j in its low nibble and element j + 16 in its high nibble.
+
+use super::q8_0::BlockQ8_0;
+use super::{f16_to_f32, f32_to_f16, use_avx2};
+use crate::cpu::types::VecDot;
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ4_0 {
+    pub d: u16,
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ4_0>() == 18);
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ4_0;
+    for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
+        let b = &*blocks.add(i);
+        let d = f16_to_f32(b.d);
+        for j in 0..QK / 2 {
+            out[j] = ((b.qs[j] & 0x0f) as i32 - 8) as f32 * d;
+            out[j + QK / 2] = ((b.qs[j] >> 4) as i32 - 8) as f32 * d;
+        }
+    }
+}
+
+/// ggml's reference: the value of largest magnitude maps onto -8, codes are truncated after
+/// adding 8.5 (round half up), capped at 15.
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ4_0;
+    for (i, x) in src.chunks_exact(QK).enumerate() {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in x {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let d = max / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let code = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+        let b = &mut *blocks.add(i);
+        b.d = f32_to_f16(d);
+        for j in 0..QK / 2 {
+            b.qs[j] = code(x[j]) | (code(x[j + QK / 2]) << 4);
+        }
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ4_0, y as *const BlockQ8_0);
+    let mut sum = 0f32;
+    for i in 0..n / QK {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let mut sumi = 0i32;
+        for j in 0..QK / 2 {
+            sumi += ((bx.qs[j] & 0x0f) as i32 - 8) * by.qs[j] as i32;
+            sumi += ((bx.qs[j] >> 4) as i32 - 8) * by.qs[j + QK / 2] as i32;
+        }
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d));
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
+    vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn block(bx: &BlockQ4_0, by: &BlockQ8_0, acc: __m256) -> __m256 {
+        let q = _mm256_sub_epi8(nibbles(bx.qs.as_ptr()), _mm256_set1_epi8(8));
+        let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
+        _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ4_0, y as *const BlockQ8_0);
+        let nb = n / QK;
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 2 <= nb {
+            acc0 = block(&*x.add(i), &*y.add(i), acc0);
+            acc1 = block(&*x.add(i + 1), &*y.add(i + 1), acc1);
+            i += 2;
+        }
+        if i < nb {
+            acc0 = block(&*x.add(i), &*y.add(i), acc0);
+        }
+        hsum_f32(_mm256_add_ps(acc0, acc1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_0, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q4_0, from_f32, to_f32, 0.15);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q4_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn golden_block() {
+        // Largest magnitude -8 → d = 1.0 (f16 0x3c00), code = x + 8.
+        let mut x = [0f32; 32];
+        for j in 0..16 {
+            x[j] = j as f32 - 8.0;
+            x[j + 16] = 7.0 - j as f32;
+        }
+        x[17] = 6.49; // 14.99 → 14
+        x[18] = 5.5; // 14.0 → 14 (half rounds up: 13.5 + 0.5)
+        let q = quantize(GgmlType::Q4_0, from_f32, &x);
+        let mut want = vec![0x00u8, 0x3c];
+        for j in 0..16u8 {
+            want.push(j | ((15 - j) << 4));
+        }
+        want[2 + 1] = 1 | (14 << 4);
+        want[2 + 2] = 2 | (14 << 4);
+        assert_eq!(q, want);
+        let back = dequantize(to_f32, &q, 32);
+        assert_eq!(back[18], 6.0);
+        assert_eq!(back[0], -8.0);
+    }
+}

@@ -1,0 +1,161 @@
+//! Q4_1: blocks of 32 values, f16 scale and f16 min, 16 bytes of 4-bit codes; x = d * q + m.
+//! Nibble order as Q4_0. Multiplied with Q8_1, whose `s` carries the min's contribution.
+
+use super::q8_1::BlockQ8_1;
+use super::{f16_to_f32, f32_to_f16, use_avx2};
+use crate::cpu::types::VecDot;
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ4_1 {
+    pub d: u16,
+    pub m: u16,
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ4_1>() == 20);
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ4_1;
+    for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
+        let b = &*blocks.add(i);
+        let (d, m) = (f16_to_f32(b.d), f16_to_f32(b.m));
+        for j in 0..QK / 2 {
+            out[j] = (b.qs[j] & 0x0f) as f32 * d + m;
+            out[j + QK / 2] = (b.qs[j] >> 4) as f32 * d + m;
+        }
+    }
+}
+
+/// ggml's reference: d = (max - min) / 15, codes rounded half up and capped at 15.
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ4_1;
+    for (i, x) in src.chunks_exact(QK).enumerate() {
+        let (mut min, mut max) = (f32::MAX, f32::MIN);
+        for &v in x {
+            min = if v < min { v } else { min };
+            max = if v > max { v } else { max };
+        }
+        let d = (max - min) / 15.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let code = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 15) as u8;
+        let b = &mut *blocks.add(i);
+        b.d = f32_to_f16(d);
+        b.m = f32_to_f16(min);
+        for j in 0..QK / 2 {
+            b.qs[j] = code(x[j]) | (code(x[j + QK / 2]) << 4);
+        }
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ4_1, y as *const BlockQ8_1);
+    let mut sum = 0f32;
+    for i in 0..n / QK {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let mut sumi = 0i32;
+        for j in 0..QK / 2 {
+            sumi += (bx.qs[j] & 0x0f) as i32 * by.qs[j] as i32;
+            sumi += (bx.qs[j] >> 4) as i32 * by.qs[j + QK / 2] as i32;
+        }
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d)) + f16_to_f32(bx.m) * f16_to_f32(by.s);
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
+    vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    /// Adds the block's scaled integer dot to `acc`; returns it and [d·d', m·s', ..] whose
+    /// lane 1 is the block's min term.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn block(bx: &BlockQ4_1, by: &BlockQ8_1, acc: __m256) -> (__m256, __m128) {
+        // Codes are unsigned 0..15: maddubs takes them as they are.
+        let p = dot_u8_i8(nibbles(bx.qs.as_ptr()), _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
+        // [dx, mx, dy, sy] in one conversion, then [dx·dy, mx·sy, ..].
+        let xdm = (bx as *const BlockQ4_1 as *const u32).read_unaligned();
+        let yds = (by as *const BlockQ8_1 as *const u32).read_unaligned();
+        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, yds as i32, xdm as i32));
+        let prod = _mm_mul_ps(v, _mm_movehl_ps(v, v));
+        let acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc);
+        (acc, prod)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ4_1, y as *const BlockQ8_1);
+        let nb = n / QK;
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut m0 = _mm_setzero_ps();
+        let mut m1 = _mm_setzero_ps();
+        let mut i = 0;
+        while i + 2 <= nb {
+            let (a0, s0) = block(&*x.add(i), &*y.add(i), acc0);
+            let (a1, s1) = block(&*x.add(i + 1), &*y.add(i + 1), acc1);
+            (acc0, acc1) = (a0, a1);
+            m0 = _mm_add_ps(m0, s0);
+            m1 = _mm_add_ps(m1, s1);
+            i += 2;
+        }
+        if i < nb {
+            let (a0, s0) = block(&*x.add(i), &*y.add(i), acc0);
+            acc0 = a0;
+            m0 = _mm_add_ps(m0, s0);
+        }
+        let m = _mm_add_ps(m0, m1);
+        hsum_f32(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_1, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q4_1, from_f32, to_f32, 0.12);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q4_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn golden_block() {
+        // min -1, max 14 → d = 1.0 (0x3c00), m = -1.0 (0xbc00), code = x + 1.
+        let mut x = [0f32; 32];
+        for j in 0..16 {
+            x[j] = j as f32 - 1.0;
+            x[j + 16] = 14.0 - j as f32;
+        }
+        x[17] = 12.49; // 13.49 → 13
+        x[18] = 11.5; // 12.5 → 13 (half up)
+        let q = quantize(GgmlType::Q4_1, from_f32, &x);
+        let mut want = vec![0x00u8, 0x3c, 0x00, 0xbc];
+        for j in 0..16u8 {
+            want.push(j | ((15 - j) << 4));
+        }
+        want[4 + 1] = 1 | (13 << 4);
+        want[4 + 2] = 2 | (13 << 4);
+        assert_eq!(q, want);
+        assert_eq!(dequantize(to_f32, &q, 32)[18], 12.0);
+    }
+}

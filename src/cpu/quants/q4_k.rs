@@ -1,0 +1,239 @@
+//! Q4_K: super-blocks of 256 values in 8 sub-blocks of 32, each with a 6-bit scale and 6-bit
+//! min (packed into 12 bytes), under f16 super-scales d and dmin; x = d*sc*q - dmin*m.
+//! Codes: 4 chunks of 32 bytes; chunk c holds sub-block 2c in its low nibbles, 2c+1 in its high.
+
+use super::q8_k::BlockQ8K;
+use super::{f16_to_f32, f32_to_f16, nearest, scale_min, use_avx2, QK_K};
+use crate::cpu::types::VecDot;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ4K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(size_of::<BlockQ4K>() == 144);
+
+/// The 8 (scale, min) pairs of the shared Q4_K/Q5_K 12-byte packing: entries 0..3 use the low
+/// 6 bits of bytes 0..3 / 4..7; entries 4..7 take 4 bits from bytes 8..11 and their top 2 bits
+/// from the spare high bits of bytes 0..3 / 4..7.
+#[inline]
+pub fn unpack_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
+    for j in 0..4 {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+    (sc, mn)
+}
+
+/// Inverse of `unpack_scales` (values must be < 64).
+pub fn pack_scales(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for j in 0..4 {
+        s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+        s[j + 4] = mn[j] | ((mn[j + 4] >> 4) << 6);
+        s[j + 8] = (sc[j + 4] & 0x0f) | ((mn[j + 4] & 0x0f) << 4);
+    }
+    s
+}
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ4K;
+    for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
+        let b = &*blocks.add(i);
+        let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
+        let (sc, mn) = unpack_scales(&b.scales);
+        for c in 0..4 {
+            let (d1, m1) = (d * sc[2 * c] as f32, dmin * mn[2 * c] as f32);
+            let (d2, m2) = (d * sc[2 * c + 1] as f32, dmin * mn[2 * c + 1] as f32);
+            for l in 0..32 {
+                let q = b.qs[32 * c + l];
+                out[64 * c + l] = d1 * (q & 0x0f) as f32 - m1;
+                out[64 * c + 32 + l] = d2 * (q >> 4) as f32 - m2;
+            }
+        }
+    }
+}
+
+/// Quantizes one super-block to codes in `0..=nmax` with 6-bit sub-block scales and mins
+/// (shared by Q4_K and Q5_K). Returns (d, dmin, scales, codes).
+pub fn quantize_super_block(x: &[f32], nmax: i32) -> (u16, u16, [u8; 12], [u8; QK_K]) {
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    for j in 0..8 {
+        (scales[j], mins[j]) = scale_min(&x[32 * j..32 * j + 32], nmax);
+    }
+    let max_scale = scales.iter().cloned().fold(0f32, f32::max);
+    let max_min = mins.iter().cloned().fold(0f32, f32::max);
+    let d = f32_to_f16(max_scale / 63.0);
+    let dmin = f32_to_f16(max_min / 63.0);
+    let (df, dminf) = (f16_to_f32(d), f16_to_f32(dmin));
+    let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        sc[j] = if df > 0.0 { nearest(scales[j] / df).clamp(0, 63) as u8 } else { 0 };
+        mn[j] = if dminf > 0.0 { nearest(mins[j] / dminf).clamp(0, 63) as u8 } else { 0 };
+    }
+    let mut codes = [0u8; QK_K];
+    for j in 0..8 {
+        let (s, m) = (df * sc[j] as f32, dminf * mn[j] as f32);
+        if s == 0.0 {
+            continue;
+        }
+        for l in 0..32 {
+            codes[32 * j + l] = nearest((x[32 * j + l] + m) / s).clamp(0, nmax) as u8;
+        }
+    }
+    (d, dmin, pack_scales(&sc, &mn), codes)
+}
+
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ4K;
+    for (i, x) in src.chunks_exact(QK_K).enumerate() {
+        let b = &mut *blocks.add(i);
+        let (d, dmin, scales, codes) = quantize_super_block(x, 15);
+        b.d = d;
+        b.dmin = dmin;
+        b.scales = scales;
+        for c in 0..4 {
+            for l in 0..32 {
+                b.qs[32 * c + l] = codes[64 * c + l] | (codes[64 * c + 32 + l] << 4);
+            }
+        }
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ4K, y as *const BlockQ8K);
+    let mut sum = 0f32;
+    for i in 0..n / QK_K {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let (sc, mn) = unpack_scales(&bx.scales);
+        let mut sumi = 0i32;
+        let mut summ = 0i32;
+        for c in 0..4 {
+            let (mut lo, mut hi) = (0i32, 0i32);
+            for l in 0..32 {
+                let q = bx.qs[32 * c + l];
+                lo += (q & 0x0f) as i32 * by.qs[64 * c + l] as i32;
+                hi += (q >> 4) as i32 * by.qs[64 * c + 32 + l] as i32;
+            }
+            sumi += sc[2 * c] as i32 * lo + sc[2 * c + 1] as i32 * hi;
+        }
+        for j in 0..8 {
+            summ += mn[j] as i32 * (by.bsums[2 * j] as i32 + by.bsums[2 * j + 1] as i32);
+        }
+        sum += by.d * (f16_to_f32(bx.d) * sumi as f32 - f16_to_f32(bx.dmin) * summ as f32);
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
+    vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    /// Byte shuffles that broadcast i16 element j of a 128-bit lane over the whole lane.
+    const fn broadcasts() -> [[u8; 32]; 8] {
+        let mut t = [[0u8; 32]; 8];
+        let mut j = 0;
+        while j < 8 {
+            let mut i = 0;
+            while i < 32 {
+                t[j][i] = (2 * j + (i & 1)) as u8;
+                i += 1;
+            }
+            j += 1;
+        }
+        t
+    }
+    static BCAST: [[u8; 32]; 8] = broadcasts();
+
+    /// The 8 scales and the 8 mins as bytes (the 12-byte packing undone with 32-bit masks).
+    #[inline]
+    fn unpack_scales_u64(s: &[u8; 12]) -> (u64, u64) {
+        let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
+        let (s0, s1, s2) = (w(0), w(1), w(2));
+        let sc_lo = s0 & 0x3f3f_3f3f;
+        let mn_lo = s1 & 0x3f3f_3f3f;
+        let sc_hi = (s2 & 0x0f0f_0f0f) | (((s0 >> 6) & 0x0303_0303) << 4);
+        let mn_hi = ((s2 >> 4) & 0x0f0f_0f0f) | (((s1 >> 6) & 0x0303_0303) << 4);
+        (sc_lo as u64 | (sc_hi as u64) << 32, mn_lo as u64 | (mn_hi as u64) << 32)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ4K, y as *const BlockQ8K);
+        let m4 = _mm256_set1_epi8(0x0f);
+        let bcast = BCAST.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i));
+        let mut acc = _mm256_setzero_ps();
+        let mut acc_m = _mm_setzero_ps();
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            let dd = f16_pair((bx as *const BlockQ4K as *const u32).read_unaligned());
+            let d = _mm256_set1_ps(by.d * _mm_cvtss_f32(dd));
+            let dmin = _mm_set1_ps(by.d * _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+            let (sc, mn) = unpack_scales_u64(&bx.scales);
+            let sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64));
+            let mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
+            // Mins meet the activations only through their sums per 32 (pairs of bsums).
+            let bs = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
+            let bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            acc_m = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(_mm_madd_epi16(mn16, bs32)), acc_m);
+            let scv = _mm256_broadcastsi128_si256(sc16);
+            let mut sumi = _mm256_setzero_si256();
+            for c in 0..4 {
+                let q = _mm256_loadu_si256(bx.qs.as_ptr().add(32 * c) as *const __m256i);
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                let y0 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c) as *const __m256i);
+                let y1 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c + 32) as *const __m256i);
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_shuffle_epi8(scv, bcast[2 * c]));
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_shuffle_epi8(scv, bcast[2 * c + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            }
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        }
+        let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        hsum_f32(acc) - _mm_cvtss_f32(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_k, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn scale_packing_round_trips() {
+        let sc = [0, 1, 63, 17, 32, 63, 5, 48];
+        let mn = [63, 2, 0, 33, 15, 16, 62, 1];
+        assert_eq!(unpack_scales(&pack_scales(&sc, &mn)), (sc, mn));
+    }
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q4_K, from_f32, to_f32, 0.12);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q4_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+}

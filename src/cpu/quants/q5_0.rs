@@ -1,0 +1,114 @@
+//! Q5_0: blocks of 32 values, f16 scale, 32 high bits, 16 bytes of low nibbles; x = d * (q - 16).
+//! Element j (< 16) has its low 4 bits in byte j's low nibble, element j + 16 in its high
+//! nibble; bit 4 of element j is bit j of `qh`.
+
+use super::q8_0::BlockQ8_0;
+use super::{f16_to_f32, f32_to_f16};
+use crate::cpu::types::VecDot;
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ5_0 {
+    pub d: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ5_0>() == 22);
+
+/// The 32 codes (0..31) of a block.
+#[inline]
+fn codes(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
+    let h = u32::from_le_bytes(qh);
+    let mut q = [0u8; QK];
+    for j in 0..QK / 2 {
+        q[j] = (qs[j] & 0x0f) | (((h >> j) & 1) << 4) as u8;
+        q[j + QK / 2] = (qs[j] >> 4) | (((h >> (j + 16)) & 1) << 4) as u8;
+    }
+    q
+}
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ5_0;
+    for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
+        let b = &*blocks.add(i);
+        let d = f16_to_f32(b.d);
+        for (o, &q) in out.iter_mut().zip(&codes(b.qh, &b.qs)) {
+            *o = (q as i32 - 16) as f32 * d;
+        }
+    }
+}
+
+/// ggml's reference: largest magnitude maps onto -16, codes = x/d + 16.5 truncated, capped at 31.
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ5_0;
+    for (i, x) in src.chunks_exact(QK).enumerate() {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in x {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let d = max / -16.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let code = |v: f32| ((v * id + 16.5) as i32).clamp(0, 31) as u32;
+        let b = &mut *blocks.add(i);
+        b.d = f32_to_f16(d);
+        let mut h = 0u32;
+        for j in 0..QK / 2 {
+            let (lo, hi) = (code(x[j]), code(x[j + QK / 2]));
+            b.qs[j] = ((lo & 0x0f) | ((hi & 0x0f) << 4)) as u8;
+            h |= ((lo >> 4) << j) | ((hi >> 4) << (j + 16));
+        }
+        b.qh = h.to_le_bytes();
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ5_0, y as *const BlockQ8_0);
+    let mut sum = 0f32;
+    for i in 0..n / QK {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let q = codes(bx.qh, &bx.qs);
+        let sumi: i32 = q.iter().zip(&by.qs).map(|(&a, &b)| (a as i32 - 16) * b as i32).sum();
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d));
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    vec_dot_ref
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_0, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q5_0, from_f32, to_f32, 0.07);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q5_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn high_bits_land_in_qh() {
+        // Largest magnitude -16 → d = 1, code = x + 16; element 20 = 15 → code 31 (bit 4 set).
+        let mut x = [0f32; 32];
+        x[0] = -16.0;
+        x[20] = 15.0;
+        let q = quantize(GgmlType::Q5_0, from_f32, &x);
+        let h = u32::from_le_bytes([q[2], q[3], q[4], q[5]]);
+        // Every element other than x[0] has code 16 (bit 4 set); x[0] has code 0.
+        assert_eq!(h, !1u32);
+        assert_eq!(q[6 + 4] >> 4, 15);
+        assert_eq!(dequantize(to_f32, &q, 32)[..], x[..]);
+    }
+}

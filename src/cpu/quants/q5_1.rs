@@ -1,0 +1,99 @@
+//! Q5_1: blocks of 32 values, f16 scale and min, 32 high bits, 16 bytes of low nibbles;
+//! x = d * q + m. Bit layout as Q5_0. Multiplied with Q8_1.
+
+use super::q8_1::BlockQ8_1;
+use super::{f16_to_f32, f32_to_f16};
+use crate::cpu::types::VecDot;
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ5_1 {
+    pub d: u16,
+    pub m: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ5_1>() == 24);
+
+#[inline]
+fn codes(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
+    let h = u32::from_le_bytes(qh);
+    let mut q = [0u8; QK];
+    for j in 0..QK / 2 {
+        q[j] = (qs[j] & 0x0f) | (((h >> j) & 1) << 4) as u8;
+        q[j + QK / 2] = (qs[j] >> 4) | (((h >> (j + 16)) & 1) << 4) as u8;
+    }
+    q
+}
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ5_1;
+    for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
+        let b = &*blocks.add(i);
+        let (d, m) = (f16_to_f32(b.d), f16_to_f32(b.m));
+        for (o, &q) in out.iter_mut().zip(&codes(b.qh, &b.qs)) {
+            *o = q as f32 * d + m;
+        }
+    }
+}
+
+/// ggml's reference: d = (max - min) / 31, codes rounded half up. (ggml lets a code of 32,
+/// possible only through float rounding, wrap; it is capped at 31 here.)
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ5_1;
+    for (i, x) in src.chunks_exact(QK).enumerate() {
+        let (mut min, mut max) = (f32::MAX, f32::MIN);
+        for &v in x {
+            min = if v < min { v } else { min };
+            max = if v > max { v } else { max };
+        }
+        let d = (max - min) / 31.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let code = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 31) as u32;
+        let b = &mut *blocks.add(i);
+        b.d = f32_to_f16(d);
+        b.m = f32_to_f16(min);
+        let mut h = 0u32;
+        for j in 0..QK / 2 {
+            let (lo, hi) = (code(x[j]), code(x[j + QK / 2]));
+            b.qs[j] = ((lo & 0x0f) | ((hi & 0x0f) << 4)) as u8;
+            h |= ((lo >> 4) << j) | ((hi >> 4) << (j + 16));
+        }
+        b.qh = h.to_le_bytes();
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ5_1, y as *const BlockQ8_1);
+    let mut sum = 0f32;
+    for i in 0..n / QK {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let q = codes(bx.qh, &bx.qs);
+        let sumi: i32 = q.iter().zip(&by.qs).map(|(&a, &b)| a as i32 * b as i32).sum();
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d)) + f16_to_f32(bx.m) * f16_to_f32(by.s);
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    vec_dot_ref
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_1, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q5_1, from_f32, to_f32, 0.06);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q5_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+}

@@ -1,0 +1,194 @@
+//! Q6_K: super-blocks of 256 values in 16 sub-blocks of 16, each with a signed 8-bit scale,
+//! under an f16 super-scale; x = d * sc * (q - 32), q in 0..63. Per half (128 values) n:
+//! value 128n + 32k + l (k < 4, l < 32) has its low 4 bits in ql[64n + 32(k & 1) + l]
+//! (low nibble for k < 2, high for k >= 2) and its top 2 bits at bit 2k of qh[32n + l].
+
+use super::q8_k::BlockQ8K;
+use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, use_avx2, QK_K};
+use crate::cpu::types::VecDot;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ6K {
+    pub ql: [u8; QK_K / 2],
+    pub qh: [u8; QK_K / 4],
+    pub scales: [i8; QK_K / 16],
+    pub d: u16,
+}
+const _: () = assert!(size_of::<BlockQ6K>() == 210);
+
+/// The 256 codes (0..63) of a super-block.
+#[inline]
+fn codes(b: &BlockQ6K) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for n in 0..2 {
+        for l in 0..32 {
+            let (a, c, h) = (b.ql[64 * n + l], b.ql[64 * n + 32 + l], b.qh[32 * n + l]);
+            q[128 * n + l] = (a & 0x0f) | ((h & 3) << 4);
+            q[128 * n + 32 + l] = (c & 0x0f) | (((h >> 2) & 3) << 4);
+            q[128 * n + 64 + l] = (a >> 4) | (((h >> 4) & 3) << 4);
+            q[128 * n + 96 + l] = (c >> 4) | (((h >> 6) & 3) << 4);
+        }
+    }
+    q
+}
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ6K;
+    for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
+        let b = &*blocks.add(i);
+        let d = f16_to_f32(b.d);
+        let q = codes(b);
+        for j in 0..16 {
+            let s = d * b.scales[j] as f32;
+            for l in 0..16 {
+                out[16 * j + l] = s * (q[16 * j + l] as i32 - 32) as f32;
+            }
+        }
+    }
+}
+
+/// Per sub-block a searched symmetric scale; the scales themselves are quantized to 8 bits
+/// against the largest one.
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ6K;
+    for (i, x) in src.chunks_exact(QK_K).enumerate() {
+        let b = &mut *blocks.add(i);
+        let mut scales = [0f32; 16];
+        for j in 0..16 {
+            scales[j] = symmetric_scale(&x[16 * j..16 * j + 16], 32);
+        }
+        let amax = scales.iter().fold(0f32, |m, s| m.max(s.abs()));
+        b.d = f32_to_f16(amax / 127.0);
+        let d = f16_to_f32(b.d);
+        let mut q = [32u8; QK_K];
+        for j in 0..16 {
+            let sc = if d > 0.0 { nearest(scales[j] / d).clamp(-127, 127) } else { 0 };
+            b.scales[j] = sc as i8;
+            let s = d * sc as f32;
+            if s != 0.0 {
+                for l in 0..16 {
+                    q[16 * j + l] = (nearest(x[16 * j + l] / s).clamp(-32, 31) + 32) as u8;
+                }
+            }
+        }
+        b.ql = [0; QK_K / 2];
+        b.qh = [0; QK_K / 4];
+        for n in 0..2 {
+            for l in 0..32 {
+                let [q1, q2, q3, q4] = [0, 32, 64, 96].map(|o| q[128 * n + o + l]);
+                b.ql[64 * n + l] = (q1 & 0x0f) | ((q3 & 0x0f) << 4);
+                b.ql[64 * n + 32 + l] = (q2 & 0x0f) | ((q4 & 0x0f) << 4);
+                b.qh[32 * n + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+            }
+        }
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ6K, y as *const BlockQ8K);
+    let mut sum = 0f32;
+    for i in 0..n / QK_K {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let q = codes(bx);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let s: i32 = (0..16).map(|l| (q[16 * j + l] as i32 - 32) * by.qs[16 * j + l] as i32).sum();
+            sumi += bx.scales[j] as i32 * s;
+        }
+        sum += by.d * f16_to_f32(bx.d) * sumi as f32;
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
+    vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    /// Byte shuffles that spread i16 scale 2k over the low 128 bits and 2k + 1 over the high.
+    const fn pair_shuffles() -> [[u8; 32]; 4] {
+        let mut t = [[0u8; 32]; 4];
+        let mut k = 0;
+        while k < 4 {
+            let mut i = 0;
+            while i < 16 {
+                t[k][i] = (4 * k + (i & 1)) as u8;
+                t[k][16 + i] = (4 * k + 2 + (i & 1)) as u8;
+                i += 1;
+            }
+            k += 1;
+        }
+        t
+    }
+    static PAIRS: [[u8; 32]; 4] = pair_shuffles();
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ6K, y as *const BlockQ8K);
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m30 = _mm256_set1_epi8(0x30);
+        let pairs = PAIRS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i));
+        let mut acc = _mm256_setzero_ps();
+        let mut offset = _mm256_setzero_ps();
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            // d is the block's last two bytes: a 32-bit load ending there puts it in lane 1.
+            let dv = f16_pair((bx.scales.as_ptr().add(14) as *const u32).read_unaligned());
+            let d = _mm256_set1_ps(by.d * _mm_cvtss_f32(_mm_movehdup_ps(dv)));
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr() as *const __m128i));
+            // Codes are used unsigned (0..63); the -32 comes back through the per-16 sums.
+            let bsums = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
+            offset = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(sc, bsums)), offset);
+            let mut sumi = _mm256_setzero_si256();
+            for h in 0..2 {
+                let ql0 = _mm256_loadu_si256(bx.ql.as_ptr().add(64 * h) as *const __m256i);
+                let ql1 = _mm256_loadu_si256(bx.ql.as_ptr().add(64 * h + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(bx.qh.as_ptr().add(32 * h) as *const __m256i);
+                // 16-bit shifts leak bits across bytes; the 0x30 mask drops exactly those.
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+                ];
+                // The 8 scales of this half, as i16, in both 128-bit lanes.
+                let sh = if h == 0 { _mm256_permute2x128_si256(sc, sc, 0x00) } else { _mm256_permute2x128_si256(sc, sc, 0x11) };
+                for k in 0..4 {
+                    let yk = _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                    let s = _mm256_shuffle_epi8(sh, pairs[k]);
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yk), s));
+                }
+            }
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        }
+        hsum_f32(acc) - 32.0 * hsum_f32(offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::{q8_k, testutil::*};
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q6_K, from_f32, to_f32, 0.04);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q6_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+}

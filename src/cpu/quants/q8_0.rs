@@ -1,0 +1,133 @@
+//! Q8_0: blocks of 32 values, one f16 scale and 32 signed bytes; x = d * q.
+//! Also the activation type that Q4_0, Q5_0, Q8_0 and IQ4_NL weights are multiplied with.
+
+use super::{f16_to_f32, f32_to_f16, use_avx2};
+use crate::cpu::types::VecDot;
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BlockQ8_0 {
+    pub d: u16,
+    pub qs: [i8; QK],
+}
+const _: () = assert!(size_of::<BlockQ8_0>() == 34);
+
+pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const BlockQ8_0;
+    for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
+        let b = &*blocks.add(i);
+        let d = f16_to_f32(b.d);
+        for (o, &q) in out.iter_mut().zip(&b.qs) {
+            *o = q as f32 * d;
+        }
+    }
+}
+
+/// Quantizes like ggml-cpu's x86 `quantize_row_q8_0`: scale amax/127, multiplier 127/amax,
+/// round half to even. (ggml's portable reference rounds half away from zero instead; the two
+/// differ only on exact ties, and the x86 path is what the CPU backend actually runs.)
+pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    let blocks = dst as *mut BlockQ8_0;
+    for (i, x) in src.chunks_exact(QK).enumerate() {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let b = &mut *blocks.add(i);
+        b.d = f32_to_f16(d);
+        for (q, &v) in b.qs.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
+        }
+    }
+}
+
+pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const BlockQ8_0, y as *const BlockQ8_0);
+    let mut sum = 0f32;
+    for i in 0..n / QK {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let sumi: i32 = bx.qs.iter().zip(&by.qs).map(|(&a, &b)| a as i32 * b as i32).sum();
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d));
+    }
+    sum
+}
+
+pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
+    vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ8_0, y as *const BlockQ8_0);
+        let nb = n / QK;
+        // Two independent accumulators hide the FMA latency.
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 2 <= nb {
+            let (a, b) = (&*x.add(i), &*y.add(i));
+            let (c, e) = (&*x.add(i + 1), &*y.add(i + 1));
+            let p0 = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
+            let p1 = dot_i8_i8(_mm256_loadu_si256(c.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(e.qs.as_ptr() as *const __m256i));
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p0), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(c.d, e.d)), _mm256_cvtepi32_ps(p1), acc1);
+            i += 2;
+        }
+        if i < nb {
+            let (a, b) = (&*x.add(i), &*y.add(i));
+            let p0 = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p0), acc0);
+        }
+        hsum_f32(_mm256_add_ps(acc0, acc1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::quants::testutil::*;
+    use crate::ggml_types::GgmlType;
+
+    #[test]
+    fn round_trip() {
+        check_round_trip(GgmlType::Q8_0, from_f32, to_f32, 0.01);
+    }
+
+    #[test]
+    fn vec_dot_matches() {
+        check_vec_dot(GgmlType::Q8_0, from_f32, to_f32, GgmlType::Q8_0, from_f32, to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn golden_block() {
+        // amax 127 gives d = 1.0 (f16 0x3c00) and multiplier 1: q = x rounded half to even.
+        let mut x = [0f32; 32];
+        x[0] = -127.0;
+        x[1] = -1.5; // tie → -2
+        x[2] = -0.5; // tie → 0
+        x[3] = 0.5; // tie → 0
+        x[4] = 2.5; // tie → 2
+        x[5] = 100.49;
+        x[6] = 3.51;
+        x[31] = 126.9;
+        let q = quantize(GgmlType::Q8_0, from_f32, &x);
+        let mut want = vec![0x00u8, 0x3c];
+        let mut qs = [0i8; 32];
+        qs[..7].copy_from_slice(&[-127, -2, 0, 0, 2, 100, 4]);
+        qs[31] = 127;
+        want.extend(qs.iter().map(|&v| v as u8));
+        assert_eq!(q, want);
+    }
+}
