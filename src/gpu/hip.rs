@@ -121,6 +121,26 @@ pub fn find_gcn_arch_name(props: &[u8]) -> Option<String> {
     None
 }
 
+/// hiprtc is its own library since ROCm 5.3; before, libamdhip64 (`hip`) exports it.
+fn load_hiprtc(hip: &libloading::Library, dirs: &[String]) -> ApiResult<(Hiprtc, Option<libloading::Library>)> {
+    let rtc_lib = open_library(&["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"], dirs).map(|(l, _)| l);
+    let l = rtc_lib.as_ref().unwrap_or(hip);
+    let rtc = unsafe {
+        Hiprtc {
+            version: sym(l, "hiprtcVersion")?,
+            get_error_string: sym(l, "hiprtcGetErrorString")?,
+            create_program: sym(l, "hiprtcCreateProgram")?,
+            compile_program: sym(l, "hiprtcCompileProgram")?,
+            get_program_log_size: sym(l, "hiprtcGetProgramLogSize")?,
+            get_program_log: sym(l, "hiprtcGetProgramLog")?,
+            get_code_size: sym(l, "hiprtcGetCodeSize")?,
+            get_code: sym(l, "hiprtcGetCode")?,
+            destroy_program: sym(l, "hiprtcDestroyProgram")?,
+        }
+    };
+    Ok((rtc, rtc_lib))
+}
+
 impl HipApi {
     pub fn open() -> ApiResult<HipApi> {
         let dirs = rocm_dirs();
@@ -157,24 +177,7 @@ impl HipApi {
         if n <= 0 {
             return Err("the HIP runtime reports no device".into());
         }
-        // hiprtc is its own library since ROCm 5.3; before, libamdhip64 exports it.
-        let rtc_lib = open_library(&["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"], &dirs).map(|(l, _)| l);
-        let rtc = {
-            let l = rtc_lib.as_ref().unwrap_or(&lib);
-            unsafe {
-                Hiprtc {
-                    version: sym(l, "hiprtcVersion")?,
-                    get_error_string: sym(l, "hiprtcGetErrorString")?,
-                    create_program: sym(l, "hiprtcCreateProgram")?,
-                    compile_program: sym(l, "hiprtcCompileProgram")?,
-                    get_program_log_size: sym(l, "hiprtcGetProgramLogSize")?,
-                    get_program_log: sym(l, "hiprtcGetProgramLog")?,
-                    get_code_size: sym(l, "hiprtcGetCodeSize")?,
-                    get_code: sym(l, "hiprtcGetCode")?,
-                    destroy_program: sym(l, "hiprtcDestroyProgram")?,
-                }
-            }
-        };
+        let (rtc, rtc_lib) = load_hiprtc(&lib, &dirs)?;
         Ok(HipApi { rt, rtc, count: n as usize, _libs: (lib, rtc_lib) })
     }
 
@@ -192,12 +195,52 @@ impl HipApi {
     fn sync_null(&self) -> ApiResult<()> {
         self.check(unsafe { (self.rt.stream_synchronize)(std::ptr::null_mut()) }, "hipStreamSynchronize")
     }
+}
 
-    fn rtc_err(&self, r: c_int, what: &str) -> String {
-        let s = unsafe { (self.rtc.get_error_string)(r) };
-        let msg = if s.is_null() { "?".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
-        format!("{what}: {msg} ({r})")
+fn hiprtc_compile(rtc: &Hiprtc, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
+    let src = CString::new(source).map_err(|_| "kernel source contains NUL")?;
+    let cname = CString::new(name).map_err(|_| "bad program name")?;
+    let mut opts: Vec<CString> = vec![CString::new(format!("--offload-arch={arch}")).unwrap()];
+    opts.extend(options.iter().filter_map(|o| CString::new(o.as_str()).ok()));
+    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: HiprtcProgram = std::ptr::null_mut();
+    let r = unsafe {
+        (rtc.create_program)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+    };
+    if r != 0 {
+        return Err(rtc_err(rtc, r, "hiprtcCreateProgram"));
     }
+    let r = unsafe { (rtc.compile_program)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+    let mut log_size = 0usize;
+    unsafe { (rtc.get_program_log_size)(prog, &mut log_size) };
+    let mut log = vec![0u8; log_size.max(1)];
+    unsafe { (rtc.get_program_log)(prog, log.as_mut_ptr() as *mut c_char) };
+    let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_string();
+    let out = if r != 0 {
+        Err(format!("{}\n{log}", rtc_err(rtc, r, "hiprtcCompileProgram")))
+    } else {
+        let mut size = 0usize;
+        let r = unsafe { (rtc.get_code_size)(prog, &mut size) };
+        if r != 0 || size == 0 {
+            Err(rtc_err(rtc, r, "hiprtcGetCodeSize"))
+        } else {
+            let mut bin = vec![0u8; size];
+            let r = unsafe { (rtc.get_code)(prog, bin.as_mut_ptr() as *mut c_char) };
+            if r != 0 {
+                Err(rtc_err(rtc, r, "hiprtcGetCode"))
+            } else {
+                Ok(bin)
+            }
+        }
+    };
+    unsafe { (rtc.destroy_program)(&mut prog) };
+    out
+}
+
+fn rtc_err(rtc: &Hiprtc, r: c_int, what: &str) -> String {
+    let s = unsafe { (rtc.get_error_string)(r) };
+    let msg = if s.is_null() { "?".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+    format!("{what}: {msg} ({r})")
 }
 
 fn hip_check(rt: &Runtime, r: HipError, what: &str) -> ApiResult<()> {
@@ -313,43 +356,7 @@ impl GpuApi for HipApi {
     }
 
     fn compile(&self, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
-        let src = CString::new(source).map_err(|_| "kernel source contains NUL")?;
-        let cname = CString::new(name).map_err(|_| "bad program name")?;
-        let mut opts: Vec<CString> = vec![CString::new(format!("--offload-arch={arch}")).unwrap()];
-        opts.extend(options.iter().filter_map(|o| CString::new(o.as_str()).ok()));
-        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-        let mut prog: HiprtcProgram = std::ptr::null_mut();
-        let r = unsafe {
-            (self.rtc.create_program)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
-        };
-        if r != 0 {
-            return Err(self.rtc_err(r, "hiprtcCreateProgram"));
-        }
-        let r = unsafe { (self.rtc.compile_program)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
-        let mut log_size = 0usize;
-        unsafe { (self.rtc.get_program_log_size)(prog, &mut log_size) };
-        let mut log = vec![0u8; log_size.max(1)];
-        unsafe { (self.rtc.get_program_log)(prog, log.as_mut_ptr() as *mut c_char) };
-        let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_string();
-        let out = if r != 0 {
-            Err(format!("{}\n{log}", self.rtc_err(r, "hiprtcCompileProgram")))
-        } else {
-            let mut size = 0usize;
-            let r = unsafe { (self.rtc.get_code_size)(prog, &mut size) };
-            if r != 0 || size == 0 {
-                Err(self.rtc_err(r, "hiprtcGetCodeSize"))
-            } else {
-                let mut bin = vec![0u8; size];
-                let r = unsafe { (self.rtc.get_code)(prog, bin.as_mut_ptr() as *mut c_char) };
-                if r != 0 {
-                    Err(self.rtc_err(r, "hiprtcGetCode"))
-                } else {
-                    Ok(bin)
-                }
-            }
-        };
-        unsafe { (self.rtc.destroy_program)(&mut prog) };
-        out
+        hiprtc_compile(&self.rtc, source, name, arch, options)
     }
 
     fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module> {
@@ -413,6 +420,26 @@ mod tests {
         props[600..622].copy_from_slice(b"gfx90a:sramecc+:xnack-");
         assert_eq!(find_gcn_arch_name(&props).as_deref(), Some("gfx90a:sramecc+:xnack-"));
         assert_eq!(find_gcn_arch_name(&[0u8; 64]), None);
+    }
+
+    /// Compiles the real kernels with hiprtc where the HIP runtime is installed (no GPU is
+    /// needed to compile); skipped elsewhere.
+    #[test]
+    fn hiprtc_compiles_the_kernels_when_installed() {
+        let Some((lib, _)) = open_library(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"], &rocm_dirs()) else {
+            eprintln!("skipped: no HIP runtime");
+            return;
+        };
+        let Ok((rtc, _l)) = load_hiprtc(&lib, &rocm_dirs()) else {
+            eprintln!("skipped: no hiprtc");
+            return;
+        };
+        let src = crate::gpu::kernels::program_source();
+        for (arch, wave) in [("gfx90a", 64), ("gfx1030", 32)] {
+            let opts = vec![format!("-DRF_WARP_SIZE={wave}")];
+            let r = hiprtc_compile(&rtc, &src, "rocmforge.hip", arch, &opts);
+            assert!(r.as_ref().is_ok_and(|b| !b.is_empty()), "hiprtc for {arch}: {:?}", r.err());
+        }
     }
 
     #[test]
