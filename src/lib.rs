@@ -3,12 +3,15 @@
 //!
 //! - `ffi/`: the ggml ABI mirror and the exported C functions (a thin, guarded layer);
 //! - `device`: the small trait model every device implements;
-//! - `cpu/`: the RFCPU device (Rust kernels, run-time SIMD choice, thread pool).
+//! - `cpu/`: the RFCPU device (Rust kernels, run-time SIMD choice, thread pool);
+//! - `gpu/`: the RFGPU devices (HIP C++ kernels compiled at run time, AMD HIP or NVIDIA CUDA
+//!   runtimes opened with libloading).
 
 pub mod cpu;
 pub mod device;
 pub mod ffi;
 pub mod ggml_types;
+pub mod gpu;
 pub mod tensor;
 
 #[cfg(test)]

@@ -35,6 +35,15 @@ static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
     }));
     let reg_ptr: ggml_backend_reg_t = &mut reg.reg;
     reg.devices.push(DeviceEntry::leak(Box::new(crate::cpu::CpuDevice::new()), reg_ptr, &GUID_CPU));
+    // GPU discovery loads vendor libraries; whatever goes wrong there must cost only the GPUs.
+    match std::panic::catch_unwind(crate::gpu::discover) {
+        Ok(gpus) => {
+            for g in gpus {
+                reg.devices.push(DeviceEntry::leak(g, reg_ptr, &GUID_GPU));
+            }
+        }
+        Err(_) => crate::log_error!("GPU discovery failed; continuing without GPU devices"),
+    }
     crate::log_debug!("registry ready with {} device(s)", reg.devices.len());
     reg
 });

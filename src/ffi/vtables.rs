@@ -399,7 +399,8 @@ unsafe extern "C" fn buffer_get_tensor(
     })
 }
 
-/// Copies from any host-memory tensor into ours; other sources return false so ggml falls back.
+/// Copies from any host-memory tensor, or from a buffer of the same device memory, into ours;
+/// other sources return false so ggml falls back to a copy through the host.
 unsafe extern "C" fn buffer_cpy_tensor(
     buffer: ggml_backend_buffer_t,
     src: *const ggml_tensor,
@@ -412,11 +413,21 @@ unsafe extern "C" fn buffer_cpy_tensor(
             return false;
         }
         let sbuft = (*sbuf).buft;
+        let n = s.nbytes();
+        // Same buffer type (one of our devices' memory): a copy on the device.
+        if !sbuft.is_null() && std::ptr::eq(sbuft, (*buffer).buft) && !b.is_host() {
+            return match tensor_range(b.as_ref(), dst, 0, n) {
+                Some(at) => b.copy_from_same_type(at, s.data(), n).unwrap_or_else(|e| {
+                    log_error!("cpy_tensor: {e}");
+                    false
+                }),
+                None => false,
+            };
+        }
         let src_is_host = !sbuft.is_null() && (*sbuft).iface.is_host.map(|f| f(sbuft)).unwrap_or(false);
         if !src_is_host {
             return false;
         }
-        let n = s.nbytes();
         match tensor_range(b.as_ref(), dst, 0, n) {
             Some(at) => b.write(at, std::slice::from_raw_parts(s.data(), n)).is_ok(),
             None => false,

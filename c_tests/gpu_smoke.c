@@ -1,0 +1,359 @@
+// GPU smoke test: loads libggml-rocmforge.so through ggml's loader, and for every RFGPU
+// device compares each GPU op with ggml-cpu on random data (ggml's NMSE measure), then times
+// a few matrix products. Without a GPU it prints "skipped: no GPU" and exits 0 (CI).
+//
+// usage: gpu_smoke path/to/libggml-rocmforge.so path/to/libggml-cpu.so
+// build: cc -O2 -I$GGML/include c_tests/gpu_smoke.c -L$GGML_BUILD/bin -lggml -lggml-base -lm -o gpu_smoke
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t rng_state;
+static float rnd(void) {  // uniform in [-1, 1)
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng_state >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct ggml_tensor* (*build_fn)(struct ggml_context*);
+
+// ---- cases -------------------------------------------------------------------------------
+
+// Products per graph: 1 for checks; timing chains several square products in one graph so
+// the per-graph overhead (launch queue, final synchronize) is spread over them.
+static int g_repeat = 1;
+
+static struct ggml_tensor* mm(struct ggml_context* c, enum ggml_type wt, int K, int M, int N, int w2, int w3, int x2,
+                              int x3) {
+    struct ggml_tensor* w = ggml_new_tensor_4d(c, wt, K, M, w2, w3);
+    struct ggml_tensor* x = ggml_new_tensor_4d(c, GGML_TYPE_F32, K, N, x2, x3);
+    struct ggml_tensor* y = ggml_mul_mat(c, w, x);
+    for (int r = 1; r < g_repeat && K == M; r++) y = ggml_mul_mat(c, w, y);
+    return y;
+}
+static struct ggml_tensor* mm_f32_vec(struct ggml_context* c) { return mm(c, GGML_TYPE_F32, 67, 33, 3, 2, 1, 4, 3); }
+static struct ggml_tensor* mm_f32_tiled(struct ggml_context* c) { return mm(c, GGML_TYPE_F32, 67, 70, 77, 2, 1, 4, 3); }
+static struct ggml_tensor* mm_f16_vec(struct ggml_context* c) { return mm(c, GGML_TYPE_F16, 256, 129, 1, 1, 1, 1, 1); }
+static struct ggml_tensor* mm_f16_tiled(struct ggml_context* c) { return mm(c, GGML_TYPE_F16, 200, 130, 65, 3, 2, 3, 2); }
+static struct ggml_tensor* mm_f32_permuted_x(struct ggml_context* c) {
+    struct ggml_tensor* w = ggml_new_tensor_4d(c, GGML_TYPE_F32, 64, 48, 5, 1);
+    struct ggml_tensor* x = ggml_new_tensor_4d(c, GGML_TYPE_F32, 64, 5, 20, 1);
+    return ggml_mul_mat(c, w, ggml_permute(c, x, 0, 2, 1, 3));  // x: [64, 20, 5]
+}
+static struct ggml_tensor* mm_big_f16_1(struct ggml_context* c) { return mm(c, GGML_TYPE_F16, 4096, 4096, 1, 1, 1, 1, 1); }
+static struct ggml_tensor* mm_big_f16_512(struct ggml_context* c) { return mm(c, GGML_TYPE_F16, 4096, 4096, 512, 1, 1, 1, 1); }
+static struct ggml_tensor* mm_big_f32_512(struct ggml_context* c) { return mm(c, GGML_TYPE_F32, 4096, 4096, 512, 1, 1, 1, 1); }
+
+static struct ggml_tensor* bin(struct ggml_context* c, int op, int b0, int b1, int b2, int b3) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 37, 9, 4, 2);
+    struct ggml_tensor* b = ggml_new_tensor_4d(c, GGML_TYPE_F32, b0, b1, b2, b3);
+    switch (op) {
+        case 0: return ggml_add(c, a, b);
+        case 1: return ggml_sub(c, a, b);
+        case 2: return ggml_mul(c, a, b);
+        default: return ggml_div(c, a, b);
+    }
+}
+static struct ggml_tensor* add_bcast(struct ggml_context* c) { return bin(c, 0, 37, 1, 4, 1); }
+static struct ggml_tensor* add_same(struct ggml_context* c) { return bin(c, 0, 37, 9, 4, 2); }
+static struct ggml_tensor* sub_bcast(struct ggml_context* c) { return bin(c, 1, 37, 9, 1, 2); }
+static struct ggml_tensor* mul_bcast(struct ggml_context* c) { return bin(c, 2, 37, 1, 1, 1); }
+static struct ggml_tensor* mul_bcast0(struct ggml_context* c) { return bin(c, 2, 1, 9, 4, 1); }
+static struct ggml_tensor* div_bcast(struct ggml_context* c) { return bin(c, 3, 37, 3, 2, 2); }
+static struct ggml_tensor* add_permuted(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 16, 6, 5, 1);
+    struct ggml_tensor* b = ggml_new_tensor_4d(c, GGML_TYPE_F32, 16, 1, 6, 1);
+    return ggml_add(c, ggml_permute(c, a, 0, 2, 1, 3), b);
+}
+static struct ggml_tensor* scale(struct ggml_context* c) {
+    return ggml_scale(c, ggml_new_tensor_4d(c, GGML_TYPE_F32, 129, 7, 3, 1), 0.7f);
+}
+static struct ggml_tensor* scale_bias(struct ggml_context* c) {
+    return ggml_scale_bias(c, ggml_new_tensor_4d(c, GGML_TYPE_F32, 1000, 3, 1, 1), -1.5f, 0.25f);
+}
+static struct ggml_tensor* soft_max_plain(struct ggml_context* c) {
+    return ggml_soft_max(c, ggml_new_tensor_4d(c, GGML_TYPE_F32, 1000, 5, 3, 1));
+}
+static struct ggml_tensor* soft_max_mask(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 77, 6, 4, 2);
+    struct ggml_tensor* m = ggml_new_tensor_4d(c, GGML_TYPE_F32, 77, 8, 1, 1);
+    return ggml_soft_max_ext(c, a, m, 0.125f, 0.0f);
+}
+static struct ggml_tensor* soft_max_alibi_f16(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 300, 4, 6, 1);
+    struct ggml_tensor* m = ggml_new_tensor_4d(c, GGML_TYPE_F16, 300, 4, 1, 1);
+    return ggml_soft_max_ext(c, a, m, 0.5f, 8.0f);
+}
+static struct ggml_tensor* soft_max_sinks(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 64, 4, 5, 1);
+    struct ggml_tensor* m = ggml_new_tensor_4d(c, GGML_TYPE_F32, 64, 4, 1, 1);
+    struct ggml_tensor* s = ggml_new_tensor_1d(c, GGML_TYPE_F32, 5);
+    struct ggml_tensor* r = ggml_soft_max_ext(c, a, m, 1.0f, 0.0f);
+    ggml_soft_max_add_sinks(r, s);
+    return r;
+}
+static struct ggml_tensor* rms_norm(struct ggml_context* c) {
+    return ggml_rms_norm(c, ggml_new_tensor_4d(c, GGML_TYPE_F32, 4096, 5, 3, 1), 1e-6f);
+}
+static struct ggml_tensor* rms_norm_permuted(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 33, 4, 7, 1);
+    return ggml_rms_norm(c, ggml_permute(c, a, 0, 2, 1, 3), 1e-5f);
+}
+static struct ggml_tensor* cpy_f32_f16_transposed(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 31, 17, 3, 1);
+    struct ggml_tensor* d = ggml_new_tensor_4d(c, GGML_TYPE_F16, 17, 31, 3, 1);
+    return ggml_cpy(c, ggml_transpose(c, a), d);
+}
+static struct ggml_tensor* cpy_f16_f32(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F16, 40, 6, 2, 2);
+    struct ggml_tensor* d = ggml_new_tensor_4d(c, GGML_TYPE_F32, 240, 2, 2, 1);
+    return ggml_cpy(c, a, d);
+}
+static struct ggml_tensor* cont_permuted(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_4d(c, GGML_TYPE_F32, 8, 5, 6, 3);
+    return ggml_cont(c, ggml_permute(c, a, 2, 0, 3, 1));
+}
+static struct ggml_tensor* chain(struct ggml_context* c) {  // a tiny transformer-ish chain
+    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, 128, 9);
+    struct ggml_tensor* g = ggml_new_tensor_1d(c, GGML_TYPE_F32, 128);
+    struct ggml_tensor* w = ggml_new_tensor_2d(c, GGML_TYPE_F16, 128, 64);
+    struct ggml_tensor* h = ggml_mul(c, ggml_rms_norm(c, x, 1e-5f), g);
+    struct ggml_tensor* y = ggml_mul_mat(c, w, h);
+    return ggml_soft_max_ext(c, ggml_scale(c, y, 0.3f), NULL, 1.0f, 0.0f);
+}
+
+struct tcase {
+    const char* name;
+    build_fn build;
+    double max_nmse;
+    int timed;        // time on the GPU
+    double flops;     // per run, for timed cases
+    double bytes;     // per run, for timed cases
+};
+
+static const struct tcase CASES[] = {
+    {"mul_mat f32 vec bcast", mm_f32_vec, 5e-4, 0, 0, 0},
+    {"mul_mat f32 tiled bcast", mm_f32_tiled, 5e-4, 0, 0, 0},
+    {"mul_mat f16 vec", mm_f16_vec, 5e-4, 0, 0, 0},
+    {"mul_mat f16 tiled bcast", mm_f16_tiled, 5e-4, 0, 0, 0},
+    {"mul_mat f32 permuted src1", mm_f32_permuted_x, 5e-4, 0, 0, 0},
+    {"add bcast", add_bcast, 1e-7, 0, 0, 0},
+    {"add same", add_same, 1e-7, 0, 0, 0},
+    {"sub bcast", sub_bcast, 1e-7, 0, 0, 0},
+    {"mul bcast", mul_bcast, 1e-7, 0, 0, 0},
+    {"mul bcast dim0", mul_bcast0, 1e-7, 0, 0, 0},
+    {"div bcast", div_bcast, 1e-7, 0, 0, 0},
+    {"add permuted src0", add_permuted, 1e-7, 0, 0, 0},
+    {"scale", scale, 1e-7, 0, 0, 0},
+    {"scale_bias", scale_bias, 1e-7, 0, 0, 0},
+    {"soft_max", soft_max_plain, 1e-7, 0, 0, 0},
+    {"soft_max mask f32", soft_max_mask, 1e-7, 0, 0, 0},
+    {"soft_max alibi mask f16", soft_max_alibi_f16, 1e-7, 0, 0, 0},
+    {"soft_max sinks", soft_max_sinks, 1e-7, 0, 0, 0},
+    {"rms_norm", rms_norm, 1e-7, 0, 0, 0},
+    {"rms_norm permuted", rms_norm_permuted, 1e-7, 0, 0, 0},
+    {"cpy f32->f16 transposed", cpy_f32_f16_transposed, 1e-7, 0, 0, 0},
+    {"cpy f16->f32", cpy_f16_f32, 1e-7, 0, 0, 0},
+    {"cont permuted", cont_permuted, 1e-7, 0, 0, 0},
+    {"chain rms_norm*g -> mul_mat f16 -> scale -> soft_max", chain, 5e-4, 0, 0, 0},
+    {"mul_mat f16 4096x4096 x 1", mm_big_f16_1, 5e-4, 1, 2.0 * 4096 * 4096, 4096.0 * 4096 * 2},
+    {"mul_mat f16 4096x4096 x 512", mm_big_f16_512, 5e-4, 1, 2.0 * 4096 * 4096 * 512, 4096.0 * 4096 * 2},
+    {"mul_mat f32 4096x4096 x 512", mm_big_f32_512, 5e-4, 1, 2.0 * 4096 * 4096 * 512, 4096.0 * 4096 * 4},
+};
+
+// ---- running -----------------------------------------------------------------------------
+
+struct run {
+    struct ggml_context* ctx;
+    struct ggml_cgraph* graph;
+    struct ggml_tensor* out;
+    ggml_backend_buffer_t buf;
+};
+
+static int setup(struct run* r, const struct tcase* tc, ggml_backend_t be, ggml_backend_dev_t dev, int seed) {
+    struct ggml_init_params p = {256 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true};
+    r->ctx = ggml_init(p);
+    r->out = tc->build(r->ctx);
+    r->graph = ggml_new_graph(r->ctx);
+    ggml_build_forward_expand(r->graph, r->out);
+    for (int i = 0; i < ggml_graph_n_nodes(r->graph); i++) {
+        struct ggml_tensor* n = ggml_graph_node(r->graph, i);
+        if (!ggml_backend_dev_supports_op(dev, n)) {
+            printf("  %s: node %d (%s) not supported by %s\n", tc->name, i, ggml_op_desc(n), ggml_backend_dev_name(dev));
+            return 0;
+        }
+    }
+    r->buf = ggml_backend_alloc_ctx_tensors(r->ctx, be);
+    if (!r->buf) return 0;
+    rng_state = 0x9e3779b97f4a7c15ULL ^ (uint64_t)seed;
+    for (struct ggml_tensor* t = ggml_get_first_tensor(r->ctx); t; t = ggml_get_next_tensor(r->ctx, t)) {
+        if (t->op != GGML_OP_NONE || t->view_src) continue;
+        int64_t n = ggml_nelements(t);
+        float* v = malloc(n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) v[i] = rnd();
+        if (t->type == GGML_TYPE_F16) {
+            ggml_fp16_t* h = malloc(n * sizeof(ggml_fp16_t));
+            ggml_fp32_to_fp16_row(v, h, n);
+            ggml_backend_tensor_set(t, h, 0, n * sizeof(ggml_fp16_t));
+            free(h);
+        } else {
+            ggml_backend_tensor_set(t, v, 0, n * sizeof(float));
+        }
+        free(v);
+    }
+    return 1;
+}
+
+static float* result(struct run* r) {
+    int64_t n = ggml_nelements(r->out);
+    float* v = malloc(n * sizeof(float));
+    if (r->out->type == GGML_TYPE_F16) {
+        ggml_fp16_t* h = malloc(n * sizeof(ggml_fp16_t));
+        ggml_backend_tensor_get(r->out, h, 0, n * sizeof(ggml_fp16_t));
+        ggml_fp16_to_fp32_row(h, v, n);
+        free(h);
+    } else {
+        ggml_backend_tensor_get(r->out, v, 0, n * sizeof(float));
+    }
+    return v;
+}
+
+static void teardown(struct run* r) {
+    if (r->buf) ggml_backend_buffer_free(r->buf);
+    ggml_free(r->ctx);
+}
+
+// Buffer round trip, clear and device-to-device tensor copy.
+static int buffer_checks(ggml_backend_t gpu) {
+    struct ggml_init_params p = {8 * ggml_tensor_overhead(), NULL, true};
+    struct ggml_context* c = ggml_init(p);
+    struct ggml_tensor* a = ggml_new_tensor_1d(c, GGML_TYPE_F32, 1000);
+    struct ggml_tensor* b = ggml_new_tensor_1d(c, GGML_TYPE_F32, 1000);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(c, gpu);
+    float x[1000], y[1000];
+    for (int i = 0; i < 1000; i++) x[i] = (float)i * 0.5f;
+    ggml_backend_tensor_set(a, x, 0, sizeof x);
+    ggml_backend_tensor_copy(a, b);
+    memset(y, 0, sizeof y);
+    ggml_backend_tensor_get(b, y, 0, sizeof y);
+    int ok = memcmp(x, y, sizeof x) == 0;
+    ggml_backend_tensor_get(a, y, 400, 40);  // partial read at an offset
+    ok = ok && memcmp(y, x + 100, 40) == 0;
+    ggml_backend_buffer_clear(buf, 0);
+    ggml_backend_tensor_get(a, y, 0, sizeof y);
+    for (int i = 0; i < 1000; i++) ok = ok && y[i] == 0.0f;
+    ggml_backend_buffer_free(buf);
+    ggml_free(c);
+    printf("  %-55s %s\n", "buffers: set/get/copy/clear", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s libggml-rocmforge.so libggml-cpu.so\n", argv[0]);
+        return 2;
+    }
+    ggml_backend_reg_t rf = ggml_backend_load(argv[1]);
+    ggml_backend_reg_t cpu_reg = ggml_backend_load(argv[2]);
+    if (!rf || !cpu_reg) {
+        fprintf(stderr, "cannot load %s or %s\n", argv[1], argv[2]);
+        return 1;
+    }
+    ggml_backend_dev_t cpu_dev = ggml_backend_reg_dev_get(cpu_reg, 0);
+    ggml_backend_t cpu = ggml_backend_dev_init(cpu_dev, NULL);
+    int n_gpu = 0, failures = 0;
+    for (size_t d = 0; d < ggml_backend_reg_dev_count(rf); d++) {
+        ggml_backend_dev_t dev = ggml_backend_reg_dev_get(rf, d);
+        size_t free_mem, total_mem;
+        ggml_backend_dev_memory(dev, &free_mem, &total_mem);
+        printf("device %zu: %s (%s), %zu/%zu MiB free\n", d, ggml_backend_dev_name(dev), ggml_backend_dev_description(dev),
+               free_mem >> 20, total_mem >> 20);
+        if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
+        n_gpu++;
+        ggml_backend_t gpu = ggml_backend_dev_init(dev, NULL);
+        if (!gpu) {
+            printf("  cannot init backend\n");
+            failures++;
+            continue;
+        }
+        if (!buffer_checks(gpu)) failures++;
+        for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+            const struct tcase* tc = &CASES[i];
+            if (tc->timed && getenv("SMOKE_SMALL")) continue;  // e.g. under compute-sanitizer
+            struct run g = {0}, c = {0};
+            double t0 = now_s();
+            int ok = setup(&g, tc, gpu, dev, (int)i) && setup(&c, tc, cpu, cpu_dev, (int)i);
+            if (!ok) {
+                printf("  %-55s FAIL (setup)\n", tc->name);
+                failures++;
+                teardown(&g);
+                teardown(&c);
+                continue;
+            }
+            enum ggml_status sg = ggml_backend_graph_compute(gpu, g.graph);
+            double t_first = now_s() - t0;
+            enum ggml_status sc = ggml_backend_graph_compute(cpu, c.graph);
+            float *vg = result(&g), *vc = result(&c);
+            int64_t n = ggml_nelements(g.out);
+            double err = 0, ref = 0;
+            int bad = sg != GGML_STATUS_SUCCESS || sc != GGML_STATUS_SUCCESS;
+            for (int64_t k = 0; k < n; k++) {
+                if (isnan(vg[k]) != isnan(vc[k])) bad = 1;
+                double e = (double)vg[k] - vc[k];
+                err += e * e;
+                ref += (double)vc[k] * vc[k];
+            }
+            double nmse = ref > 0 ? err / ref : err;
+            if (nmse > tc->max_nmse || isnan(nmse)) bad = 1;
+            printf("  %-55s %s  nmse=%.2e", tc->name, bad ? "FAIL" : "ok  ", nmse);
+            if (i == 0) printf("  (first graph incl. kernel load: %.2f s)", t_first);
+            if (tc->timed && !bad) {
+                for (int w = 0; w < 3; w++) ggml_backend_graph_compute(gpu, g.graph);
+                int reps = 20;
+                double t1 = now_s();
+                for (int w = 0; w < reps; w++) ggml_backend_graph_compute(gpu, g.graph);
+                double dt = (now_s() - t1) / reps;
+                printf("  %.3f ms  %.1f GFLOP/s  %.1f GB/s (weights)", dt * 1e3, tc->flops / dt * 1e-9, tc->bytes / dt * 1e-9);
+                // The same product 10 times in one graph: closer to the kernel's own time.
+                struct run h = {0};
+                g_repeat = 10;
+                if (setup(&h, tc, gpu, dev, (int)i)) {
+                    ggml_backend_graph_compute(gpu, h.graph);
+                    double t2 = now_s();
+                    for (int w = 0; w < reps; w++) ggml_backend_graph_compute(gpu, h.graph);
+                    double dt2 = (now_s() - t2) / reps / g_repeat;
+                    printf(" | x10 in one graph: %.3f ms each  %.1f GFLOP/s  %.1f GB/s", dt2 * 1e3, tc->flops / dt2 * 1e-9,
+                           tc->bytes / dt2 * 1e-9);
+                }
+                g_repeat = 1;
+                teardown(&h);
+            }
+            printf("\n");
+            failures += bad;
+            free(vg);
+            free(vc);
+            teardown(&g);
+            teardown(&c);
+        }
+        ggml_backend_free(gpu);
+    }
+    ggml_backend_free(cpu);
+    if (n_gpu == 0) {
+        printf("skipped: no GPU\n");
+        return 0;
+    }
+    printf("%d GPU device(s), %d failure(s)\n", n_gpu, failures);
+    return failures ? 1 : 0;
+}

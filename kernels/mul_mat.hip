@@ -1,0 +1,107 @@
+// MUL_MAT: dst[i, j] = dot(src0 row i, src1 row j) per batch, src0 broadcast over dims 2, 3.
+// src0 (weights) F32 or F16 with dense rows, src1 F32 with dense rows, dst F32.
+// Byte strides throughout, as ggml stores them.
+#include "prelude.h"
+
+template <typename W> RF_DEVICE float load_w(const char* row, i64 k);
+template <> RF_DEVICE_SPEC float load_w<float>(const char* row, i64 k) { return ((const float*)row)[k]; }
+template <> RF_DEVICE_SPEC float load_w<f16_bits>(const char* row, i64 k) { return rf_f16_to_f32(((const f16_bits*)row)[k]); }
+
+// Matrix-vector form for few src1 columns (token generation): a block per output row and
+// up to MV_COLS columns, so each weight row is read once for all of them.
+#define MV_COLS 4
+
+template <typename W>
+RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 N, i64 ne12, i64 r2, i64 r3,
+                           i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3) {
+    __shared__ float scratch[RF_MAX_WARPS];
+    const i64 row = blockIdx.x;
+    const i64 col0 = (i64)blockIdx.y * MV_COLS;
+    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
+    const char* wr = w + row * nb01 + (i2 / r2) * nb02 + (i3 / r3) * nb03;
+    const char* xb = x + i2 * nb12 + i3 * nb13;
+    const int ncols = (int)(N - col0 < MV_COLS ? N - col0 : MV_COLS);
+    const float* xr[MV_COLS];
+#pragma unroll
+    for (int c = 0; c < MV_COLS; c++) xr[c] = (const float*)(xb + (col0 + (c < ncols ? c : 0)) * nb11);
+    float acc[MV_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (i64 k = threadIdx.x; k < K; k += blockDim.x) {
+        const float wv = load_w<W>(wr, k);
+#pragma unroll
+        for (int c = 0; c < MV_COLS; c++) acc[c] += wv * xr[c][k];
+    }
+    char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
+    for (int c = 0; c < ncols; c++) {
+        const float s = rf_block_sum(acc[c], scratch);
+        if (threadIdx.x == 0) *(float*)(db + (col0 + c) * nb1) = s;
+    }
+}
+
+// Tiled form: 64x64 output tiles, 16-deep slices of K staged in shared memory,
+// 256 threads each computing a 4x4 patch (rows tx + 16*i, columns ty + 16*j).
+#define MM_BM 64
+#define MM_BN 64
+#define MM_BK 16
+
+template <typename W>
+RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3,
+                             i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3) {
+    __shared__ float As[MM_BK][MM_BM + 1];
+    __shared__ float Bs[MM_BK][MM_BN + 1];
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const i64 row0 = (i64)blockIdx.x * MM_BM, col0 = (i64)blockIdx.y * MM_BN;
+    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
+    const char* wb = w + (i2 / r2) * nb02 + (i3 / r3) * nb03;
+    const char* xb = x + i2 * nb12 + i3 * nb13;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+
+    for (i64 k0 = 0; k0 < K; k0 += MM_BK) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int e = tid + q * 256, r = e / MM_BK, kk = e % MM_BK;
+            const i64 gk = k0 + kk, gr = row0 + r, gc = col0 + r;
+            As[kk][r] = (gr < M && gk < K) ? load_w<W>(wb + gr * nb01, gk) : 0.0f;
+            Bs[kk][r] = (gc < N && gk < K) ? ((const float*)(xb + gc * nb11))[gk] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < MM_BK; kk++) {
+            float a[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][tx + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = Bs[kk][ty + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * bv[j];
+        }
+        __syncthreads();
+    }
+    char* db = d + i2 * nb2 + i3 * nb3;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const i64 c = col0 + ty + 16 * j;
+        if (c >= N) continue;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const i64 r = row0 + tx + 16 * i;
+            if (r < M) *(float*)(db + c * nb1 + r * 4) = acc[i][j];
+        }
+    }
+}
+
+#define MUL_MAT_ARGS                                                                                          \
+    const char *w, const char *x, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, \
+        i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3
+#define MUL_MAT_VEC_PASS w, x, d, K, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3
+#define MUL_MAT_TILED_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3
+
+RF_KERNEL void mul_mat_vec_f32(MUL_MAT_ARGS) { mul_mat_vec<float>(MUL_MAT_VEC_PASS); }
+RF_KERNEL void mul_mat_vec_f16(MUL_MAT_ARGS) { mul_mat_vec<f16_bits>(MUL_MAT_VEC_PASS); }
+RF_KERNEL void mul_mat_tiled_f32(MUL_MAT_ARGS) { mul_mat_tiled<float>(MUL_MAT_TILED_PASS); }
+RF_KERNEL void mul_mat_tiled_f16(MUL_MAT_ARGS) { mul_mat_tiled<f16_bits>(MUL_MAT_TILED_PASS); }

@@ -1,0 +1,101 @@
+// rocmforge kernel prelude: the few things that differ between the three ways these kernels
+// are compiled. Kernels are written once in HIP's dialect and include only this file.
+//   - hiprtc  (AMD, at run time):  __HIPCC_RTC__ defined, HIP builtins need no header;
+//   - hipcc   (AMD, offline check): needs <hip/hip_runtime.h>;
+//   - nvrtc   (NVIDIA, at run time): __CUDACC_RTC__ defined, CUDA spellings.
+// No vendor header beyond hip_runtime.h is used: fp16 conversions are done with the
+// compiler's own instructions, so nvrtc needs no include path at all.
+#ifndef ROCMFORGE_PRELUDE_H
+#define ROCMFORGE_PRELUDE_H
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define RF_NVIDIA 1
+#else
+#define RF_AMD 1
+#if !defined(__HIPCC_RTC__)
+#include <hip/hip_runtime.h>
+#endif
+#endif
+
+// Threads of a warp (NVIDIA) or wavefront (AMD). The run-time compiler passes the device's
+// value with -DRF_WARP_SIZE=N; the offline check falls back to the compiler's own.
+#ifndef RF_WARP_SIZE
+#if defined(RF_NVIDIA)
+#define RF_WARP_SIZE 32
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
+#define RF_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#else
+#define RF_WARP_SIZE 64
+#endif
+#endif
+
+#define RF_KERNEL extern "C" __global__
+#define RF_DEVICE static __device__ __forceinline__
+// Explicit template specializations may not repeat the storage class.
+#define RF_DEVICE_SPEC __device__ __forceinline__
+
+typedef long long i64;
+typedef unsigned short f16_bits;
+
+#if defined(RF_NVIDIA)
+RF_DEVICE float rf_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+// IEEE half <-> float through the hardware conversion (round to nearest even).
+RF_DEVICE float rf_f16_to_f32(f16_bits h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+RF_DEVICE f16_bits rf_f32_to_f16(float f) {
+    f16_bits h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+RF_DEVICE float rf_neg_inf() { return __int_as_float(0xff800000); }
+#else
+RF_DEVICE float rf_shfl_xor(float v, int mask) { return __shfl_xor(v, mask); }
+RF_DEVICE float rf_f16_to_f32(f16_bits h) { return (float)__builtin_bit_cast(_Float16, h); }
+RF_DEVICE f16_bits rf_f32_to_f16(float f) { return __builtin_bit_cast(f16_bits, (_Float16)f); }
+RF_DEVICE float rf_neg_inf() { return -__builtin_huge_valf(); }
+#endif
+
+// Sum over the threads of one warp; every lane gets the total.
+RF_DEVICE float rf_warp_sum(float v) {
+#pragma unroll
+    for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) v += rf_shfl_xor(v, m);
+    return v;
+}
+
+RF_DEVICE float rf_warp_max(float v) {
+#pragma unroll
+    for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) v = fmaxf(v, rf_shfl_xor(v, m));
+    return v;
+}
+
+// Block-wide reductions for blocks of up to 1024 threads (a multiple of the warp size).
+// `scratch` holds one float per warp; every thread gets the result.
+RF_DEVICE float rf_block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int nwarps = blockDim.x / RF_WARP_SIZE;
+    v = rf_warp_sum(v);
+    __syncthreads();  // scratch may still be read by a previous reduction
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0f;
+    return rf_warp_sum(v);
+}
+
+RF_DEVICE float rf_block_max(float v, float* scratch) {
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int nwarps = blockDim.x / RF_WARP_SIZE;
+    v = rf_warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : rf_neg_inf();
+    return rf_warp_max(v);
+}
+
+// Most warps a block can hold (1024 threads / 32).
+#define RF_MAX_WARPS 32
+
+#endif

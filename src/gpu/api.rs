@@ -1,0 +1,117 @@
+//! What the GPU device needs from a vendor runtime, as one small trait with two
+//! implementations: NVIDIA's driver API + nvrtc (`cuda.rs`) and AMD's HIP + hiprtc (`hip.rs`).
+//! Both libraries are opened at run time with `libloading`, never linked, so the crate builds
+//! without any GPU SDK and a machine without a GPU simply has no GPU devices.
+
+use std::ffi::c_void;
+
+/// A device address (CUdeviceptr / hipDeviceptr_t).
+pub type DevPtr = u64;
+
+/// Opaque runtime handles, stored as integers so they are `Send`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream(pub usize);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Module(pub usize);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Function(pub usize);
+
+pub type ApiResult<T> = std::result::Result<T, String>;
+
+/// Static facts about one device, read once at discovery.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub total_mem: usize,
+    /// Compiler target: "sm_90" (NVIDIA) or "gfx90a:sramecc+:xnack-" (AMD).
+    pub arch: String,
+    pub warp_size: u32,
+    pub compute_units: u32,
+}
+
+/// A vendor runtime. Every call that touches a device names its ordinal; implementations
+/// make that device current on the calling thread first (ggml calls from any thread).
+pub trait GpuApi: Send + Sync {
+    /// "CUDA" or "HIP".
+    fn vendor(&self) -> &'static str;
+    fn device_count(&self) -> usize;
+    fn device_info(&self, ord: usize) -> ApiResult<DeviceInfo>;
+    /// (free, total) bytes.
+    fn mem_info(&self, ord: usize) -> ApiResult<(usize, usize)>;
+
+    fn alloc(&self, ord: usize, size: usize) -> ApiResult<DevPtr>;
+    fn free(&self, ord: usize, ptr: DevPtr);
+    /// Synchronous copies and fill (ordered after work already queued on our streams).
+    fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()>;
+    fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()>;
+    fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()>;
+    fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()>;
+
+    fn stream_create(&self, ord: usize) -> ApiResult<Stream>;
+    fn stream_sync(&self, ord: usize, s: Stream) -> ApiResult<()>;
+    fn stream_destroy(&self, ord: usize, s: Stream);
+
+    /// Version of the run-time compiler (part of the kernel cache key).
+    fn compiler_version(&self) -> String;
+    /// Compiles one translation unit for `arch`; returns a loadable image (cubin / code object).
+    fn compile(&self, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>>;
+    fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module>;
+    fn module_function(&self, ord: usize, m: Module, name: &str) -> ApiResult<Function>;
+    /// Queues `f` on `s`; `args` holds one pointer per kernel parameter.
+    fn launch(
+        &self,
+        ord: usize,
+        f: Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        s: Stream,
+        args: &mut [*mut c_void],
+    ) -> ApiResult<()>;
+}
+
+/// Opens the first library of `names` that loads; also tries each under `dirs`.
+pub fn open_library(names: &[&str], dirs: &[String]) -> Option<(libloading::Library, String)> {
+    for n in names {
+        // SAFETY: loading a vendor runtime runs its initializers; that is what using it means.
+        if let Ok(lib) = unsafe { libloading::Library::new(n) } {
+            return Some((lib, n.to_string()));
+        }
+    }
+    for d in dirs {
+        for n in names {
+            let p = format!("{d}/{n}");
+            if std::path::Path::new(&p).exists() {
+                if let Ok(lib) = unsafe { libloading::Library::new(&p) } {
+                    return Some((lib, p));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Directories matching `prefix*suffix` under `parent` (e.g. /usr/local/cuda*/lib64), newest name first.
+pub fn glob_dirs(parent: &str, prefix: &str, suffix: &str) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(parent)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with(prefix))
+                .map(|n| format!("{parent}/{n}{suffix}"))
+                .filter(|p| std::path::Path::new(p).is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.reverse();
+    out
+}
+
+/// Resolves symbol `name` of `lib` as a function pointer of type `T`.
+///
+/// # Safety
+/// `T` must be the symbol's true C signature.
+pub unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> ApiResult<T> {
+    lib.get::<T>(name.as_bytes()).map(|s| *s).map_err(|e| format!("missing symbol {name}: {e}"))
+}

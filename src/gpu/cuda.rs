@@ -1,0 +1,400 @@
+//! NVIDIA: the CUDA driver API (`libcuda.so.1`, installed with the driver) and nvrtc
+//! (`libnvrtc.so*`, from the CUDA toolkit or a pip wheel), both opened at run time.
+
+use super::api::*;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+
+type CuResult = c_int;
+type CuDevice = c_int;
+type CuContext = *mut c_void;
+type CuStream = *mut c_void;
+type CuModule = *mut c_void;
+type CuFunction = *mut c_void;
+
+const CU_DEVICE_ATTRIBUTE_WARP_SIZE: c_int = 10;
+const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+
+#[derive(Clone, Copy)]
+struct Driver {
+    init: unsafe extern "C" fn(c_uint) -> CuResult,
+    get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    device_get: unsafe extern "C" fn(*mut CuDevice, c_int) -> CuResult,
+    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult,
+    device_total_mem: unsafe extern "C" fn(*mut usize, CuDevice) -> CuResult,
+    device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, CuDevice) -> CuResult,
+    primary_ctx_retain: unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult,
+    ctx_set_current: unsafe extern "C" fn(CuContext) -> CuResult,
+    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
+    mem_free: unsafe extern "C" fn(u64) -> CuResult,
+    memcpy_htod: unsafe extern "C" fn(u64, *const c_void, usize) -> CuResult,
+    memcpy_dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult,
+    memcpy_dtod: unsafe extern "C" fn(u64, u64, usize) -> CuResult,
+    memset_d8: unsafe extern "C" fn(u64, u8, usize) -> CuResult,
+    stream_create: unsafe extern "C" fn(*mut CuStream, c_uint) -> CuResult,
+    stream_synchronize: unsafe extern "C" fn(CuStream) -> CuResult,
+    stream_destroy: unsafe extern "C" fn(CuStream) -> CuResult,
+    module_load_data: unsafe extern "C" fn(*mut CuModule, *const c_void) -> CuResult,
+    module_get_function: unsafe extern "C" fn(*mut CuFunction, CuModule, *const c_char) -> CuResult,
+    #[allow(clippy::type_complexity)]
+    launch_kernel: unsafe extern "C" fn(
+        CuFunction,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        CuStream,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CuResult,
+}
+
+type NvrtcProgram = *mut c_void;
+
+#[derive(Clone, Copy)]
+struct Nvrtc {
+    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
+    get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    create_program: unsafe extern "C" fn(
+        *mut NvrtcProgram,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int,
+    compile_program: unsafe extern "C" fn(NvrtcProgram, c_int, *const *const c_char) -> c_int,
+    get_program_log_size: unsafe extern "C" fn(NvrtcProgram, *mut usize) -> c_int,
+    get_program_log: unsafe extern "C" fn(NvrtcProgram, *mut c_char) -> c_int,
+    get_cubin_size: unsafe extern "C" fn(NvrtcProgram, *mut usize) -> c_int,
+    get_cubin: unsafe extern "C" fn(NvrtcProgram, *mut c_char) -> c_int,
+    destroy_program: unsafe extern "C" fn(*mut NvrtcProgram) -> c_int,
+}
+
+pub struct CudaApi {
+    drv: Driver,
+    rtc: Nvrtc,
+    /// (device handle, retained primary context) per ordinal.
+    devices: Vec<(CuDevice, usize)>,
+    _libs: (libloading::Library, libloading::Library),
+}
+
+// The driver API is thread-safe; contexts are made current per call.
+unsafe impl Send for CudaApi {}
+unsafe impl Sync for CudaApi {}
+
+fn nvrtc_names() -> Vec<String> {
+    let mut v = vec!["libnvrtc.so".to_string()];
+    for major in (11..=14).rev() {
+        v.push(format!("libnvrtc.so.{major}"));
+    }
+    v
+}
+
+fn nvrtc_dirs() -> Vec<String> {
+    let mut dirs = Vec::new();
+    if let Some(p) = std::env::var_os("CUDA_PATH").or_else(|| std::env::var_os("CUDA_HOME")) {
+        dirs.push(format!("{}/lib64", p.to_string_lossy()));
+    }
+    dirs.push("/usr/local/cuda/lib64".into());
+    dirs.extend(glob_dirs("/usr/local", "cuda", "/lib64"));
+    dirs.extend(glob_dirs("/usr/local", "cuda", "/targets/x86_64-linux/lib"));
+    dirs.push("/usr/lib/x86_64-linux-gnu".into());
+    dirs.push("/usr/lib64".into());
+    dirs
+}
+
+impl CudaApi {
+    /// Opens the driver and nvrtc and retains every device's primary context.
+    /// Err = no usable NVIDIA GPU here (with the reason, for the log).
+    pub fn open() -> ApiResult<CudaApi> {
+        let (lib, _) = open_library(&["libcuda.so.1", "libcuda.so"], &[]).ok_or("libcuda.so.1 not found")?;
+        let drv = unsafe {
+            Driver {
+                init: sym(&lib, "cuInit")?,
+                get_error_string: sym(&lib, "cuGetErrorString")?,
+                device_get_count: sym(&lib, "cuDeviceGetCount")?,
+                device_get: sym(&lib, "cuDeviceGet")?,
+                device_get_name: sym(&lib, "cuDeviceGetName")?,
+                device_total_mem: sym(&lib, "cuDeviceTotalMem_v2")?,
+                device_get_attribute: sym(&lib, "cuDeviceGetAttribute")?,
+                primary_ctx_retain: sym(&lib, "cuDevicePrimaryCtxRetain")?,
+                ctx_set_current: sym(&lib, "cuCtxSetCurrent")?,
+                mem_get_info: sym(&lib, "cuMemGetInfo_v2")?,
+                mem_alloc: sym(&lib, "cuMemAlloc_v2")?,
+                mem_free: sym(&lib, "cuMemFree_v2")?,
+                memcpy_htod: sym(&lib, "cuMemcpyHtoD_v2")?,
+                memcpy_dtoh: sym(&lib, "cuMemcpyDtoH_v2")?,
+                memcpy_dtod: sym(&lib, "cuMemcpyDtoD_v2")?,
+                memset_d8: sym(&lib, "cuMemsetD8_v2")?,
+                stream_create: sym(&lib, "cuStreamCreate")?,
+                stream_synchronize: sym(&lib, "cuStreamSynchronize")?,
+                stream_destroy: sym(&lib, "cuStreamDestroy_v2")?,
+                module_load_data: sym(&lib, "cuModuleLoadData")?,
+                module_get_function: sym(&lib, "cuModuleGetFunction")?,
+                launch_kernel: sym(&lib, "cuLaunchKernel")?,
+            }
+        };
+        let check = |r: CuResult, what: &str| -> ApiResult<()> { cu_check(&drv, r, what) };
+        check(unsafe { (drv.init)(0) }, "cuInit")?;
+        let mut n: c_int = 0;
+        check(unsafe { (drv.device_get_count)(&mut n) }, "cuDeviceGetCount")?;
+        if n <= 0 {
+            return Err("the CUDA driver reports no device".into());
+        }
+        let (rlib, rpath) = open_library(&nvrtc_names().iter().map(|s| s.as_str()).collect::<Vec<_>>(), &nvrtc_dirs())
+            .ok_or("nvrtc (libnvrtc.so) not found: install the CUDA toolkit's nvrtc to use NVIDIA GPUs")?;
+        crate::log_debug!("CUDA: nvrtc from {rpath}");
+        let rtc = unsafe {
+            Nvrtc {
+                version: sym(&rlib, "nvrtcVersion")?,
+                get_error_string: sym(&rlib, "nvrtcGetErrorString")?,
+                create_program: sym(&rlib, "nvrtcCreateProgram")?,
+                compile_program: sym(&rlib, "nvrtcCompileProgram")?,
+                get_program_log_size: sym(&rlib, "nvrtcGetProgramLogSize")?,
+                get_program_log: sym(&rlib, "nvrtcGetProgramLog")?,
+                get_cubin_size: sym(&rlib, "nvrtcGetCUBINSize")?,
+                get_cubin: sym(&rlib, "nvrtcGetCUBIN")?,
+                destroy_program: sym(&rlib, "nvrtcDestroyProgram")?,
+            }
+        };
+        let mut devices = Vec::new();
+        for i in 0..n {
+            let mut d: CuDevice = 0;
+            let mut ctx: CuContext = std::ptr::null_mut();
+            let r = check(unsafe { (drv.device_get)(&mut d, i) }, "cuDeviceGet")
+                .and_then(|_| check(unsafe { (drv.primary_ctx_retain)(&mut ctx, d) }, "cuDevicePrimaryCtxRetain"));
+            match r {
+                Ok(()) => devices.push((d, ctx as usize)),
+                Err(e) => crate::log_warn!("CUDA device {i} skipped: {e}"),
+            }
+        }
+        Ok(CudaApi { drv, rtc, devices, _libs: (lib, rlib) })
+    }
+
+    fn check(&self, r: CuResult, what: &str) -> ApiResult<()> {
+        cu_check(&self.drv, r, what)
+    }
+
+    fn current(&self, ord: usize) -> ApiResult<()> {
+        let (_, ctx) = *self.devices.get(ord).ok_or("no such CUDA device")?;
+        self.check(unsafe { (self.drv.ctx_set_current)(ctx as CuContext) }, "cuCtxSetCurrent")
+    }
+
+    fn attr(&self, ord: usize, a: c_int) -> ApiResult<c_int> {
+        let mut v: c_int = 0;
+        self.check(unsafe { (self.drv.device_get_attribute)(&mut v, a, self.devices[ord].0) }, "cuDeviceGetAttribute")?;
+        Ok(v)
+    }
+
+    fn rtc_err(&self, r: c_int, what: &str) -> String {
+        let s = unsafe { (self.rtc.get_error_string)(r) };
+        let msg = if s.is_null() { "?".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+        format!("{what}: {msg} ({r})")
+    }
+}
+
+fn cu_check(drv: &Driver, r: CuResult, what: &str) -> ApiResult<()> {
+    if r == 0 {
+        return Ok(());
+    }
+    let mut s: *const c_char = std::ptr::null();
+    unsafe { (drv.get_error_string)(r, &mut s) };
+    let msg = if s.is_null() { "unknown error".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+    Err(format!("{what}: {msg} ({r})"))
+}
+
+impl GpuApi for CudaApi {
+    fn vendor(&self) -> &'static str {
+        "CUDA"
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device_info(&self, ord: usize) -> ApiResult<DeviceInfo> {
+        let d = self.devices.get(ord).ok_or("no such CUDA device")?.0;
+        let mut name = [0 as c_char; 256];
+        self.check(unsafe { (self.drv.device_get_name)(name.as_mut_ptr(), 255, d) }, "cuDeviceGetName")?;
+        let mut total = 0usize;
+        self.check(unsafe { (self.drv.device_total_mem)(&mut total, d) }, "cuDeviceTotalMem")?;
+        let major = self.attr(ord, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = self.attr(ord, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        Ok(DeviceInfo {
+            name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
+            total_mem: total,
+            arch: format!("sm_{major}{minor}"),
+            warp_size: self.attr(ord, CU_DEVICE_ATTRIBUTE_WARP_SIZE)? as u32,
+            compute_units: self.attr(ord, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        })
+    }
+
+    fn mem_info(&self, ord: usize) -> ApiResult<(usize, usize)> {
+        self.current(ord)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        self.check(unsafe { (self.drv.mem_get_info)(&mut free, &mut total) }, "cuMemGetInfo")?;
+        Ok((free, total))
+    }
+
+    fn alloc(&self, ord: usize, size: usize) -> ApiResult<DevPtr> {
+        self.current(ord)?;
+        let mut p = 0u64;
+        self.check(unsafe { (self.drv.mem_alloc)(&mut p, size.max(1)) }, "cuMemAlloc")?;
+        Ok(p)
+    }
+
+    fn free(&self, ord: usize, ptr: DevPtr) {
+        if self.current(ord).is_ok() {
+            if let Err(e) = self.check(unsafe { (self.drv.mem_free)(ptr) }, "cuMemFree") {
+                crate::log_warn!("{e}");
+            }
+        }
+    }
+
+    fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.memcpy_htod)(dst, src.as_ptr() as *const c_void, src.len()) }, "cuMemcpyHtoD")
+    }
+
+    fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.memcpy_dtoh)(dst.as_mut_ptr() as *mut c_void, src, dst.len()) }, "cuMemcpyDtoH")
+    }
+
+    fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.memcpy_dtod)(dst, src, size) }, "cuMemcpyDtoD")?;
+        // cuMemcpyDtoD may return before the copy is done; callers expect it finished.
+        self.check(unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) }, "cuStreamSynchronize")
+    }
+
+    fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.memset_d8)(dst, value, size) }, "cuMemsetD8")?;
+        self.check(unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) }, "cuStreamSynchronize")
+    }
+
+    fn stream_create(&self, ord: usize) -> ApiResult<Stream> {
+        self.current(ord)?;
+        let mut s: CuStream = std::ptr::null_mut();
+        // Flags 0: a blocking stream, ordered with the synchronous copies on the null stream.
+        self.check(unsafe { (self.drv.stream_create)(&mut s, 0) }, "cuStreamCreate")?;
+        Ok(Stream(s as usize))
+    }
+
+    fn stream_sync(&self, ord: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.stream_synchronize)(s.0 as CuStream) }, "cuStreamSynchronize")
+    }
+
+    fn stream_destroy(&self, ord: usize, s: Stream) {
+        if self.current(ord).is_ok() {
+            unsafe { (self.drv.stream_destroy)(s.0 as CuStream) };
+        }
+    }
+
+    fn compiler_version(&self) -> String {
+        let (mut major, mut minor) = (0, 0);
+        unsafe { (self.rtc.version)(&mut major, &mut minor) };
+        format!("nvrtc {major}.{minor}")
+    }
+
+    fn compile(&self, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
+        let src = CString::new(source).map_err(|_| "kernel source contains NUL")?;
+        let cname = CString::new(name).map_err(|_| "bad program name")?;
+        let mut opts: Vec<CString> = vec![CString::new(format!("--gpu-architecture={arch}")).unwrap()];
+        opts.extend(options.iter().filter_map(|o| CString::new(o.as_str()).ok()));
+        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+        let mut prog: NvrtcProgram = std::ptr::null_mut();
+        let r = unsafe {
+            (self.rtc.create_program)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+        };
+        if r != 0 {
+            return Err(self.rtc_err(r, "nvrtcCreateProgram"));
+        }
+        let r = unsafe { (self.rtc.compile_program)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+        let mut log_size = 0usize;
+        unsafe { (self.rtc.get_program_log_size)(prog, &mut log_size) };
+        let mut log = vec![0u8; log_size.max(1)];
+        unsafe { (self.rtc.get_program_log)(prog, log.as_mut_ptr() as *mut c_char) };
+        let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_string();
+        let out = if r != 0 {
+            Err(format!("{}\n{log}", self.rtc_err(r, "nvrtcCompileProgram")))
+        } else {
+            if !log.is_empty() {
+                crate::log_debug!("nvrtc: {log}");
+            }
+            let mut size = 0usize;
+            let r = unsafe { (self.rtc.get_cubin_size)(prog, &mut size) };
+            if r != 0 || size == 0 {
+                Err(self.rtc_err(r, "nvrtcGetCUBINSize"))
+            } else {
+                let mut bin = vec![0u8; size];
+                let r = unsafe { (self.rtc.get_cubin)(prog, bin.as_mut_ptr() as *mut c_char) };
+                if r != 0 {
+                    Err(self.rtc_err(r, "nvrtcGetCUBIN"))
+                } else {
+                    Ok(bin)
+                }
+            }
+        };
+        unsafe { (self.rtc.destroy_program)(&mut prog) };
+        out
+    }
+
+    fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module> {
+        self.current(ord)?;
+        let mut m: CuModule = std::ptr::null_mut();
+        self.check(unsafe { (self.drv.module_load_data)(&mut m, image.as_ptr() as *const c_void) }, "cuModuleLoadData")?;
+        Ok(Module(m as usize))
+    }
+
+    fn module_function(&self, ord: usize, m: Module, name: &str) -> ApiResult<Function> {
+        self.current(ord)?;
+        let cname = CString::new(name).map_err(|_| "bad kernel name")?;
+        let mut f: CuFunction = std::ptr::null_mut();
+        self.check(
+            unsafe { (self.drv.module_get_function)(&mut f, m.0 as CuModule, cname.as_ptr()) },
+            &format!("cuModuleGetFunction({name})"),
+        )?;
+        Ok(Function(f as usize))
+    }
+
+    fn launch(
+        &self,
+        ord: usize,
+        f: Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        s: Stream,
+        args: &mut [*mut c_void],
+    ) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(
+            unsafe {
+                (self.drv.launch_kernel)(
+                    f.0 as CuFunction,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_mem,
+                    s.0 as CuStream,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        )
+    }
+}

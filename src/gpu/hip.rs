@@ -1,0 +1,453 @@
+//! AMD: the HIP runtime (`libamdhip64.so`) and hiprtc (`libhiprtc.so`, part of libamdhip64
+//! before ROCm 5.3), both opened at run time from the usual ROCm locations.
+
+use super::api::*;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+
+type HipError = c_int;
+type HipStream = *mut c_void;
+type HipModule = *mut c_void;
+type HipFunction = *mut c_void;
+
+const HIP_MEMCPY_HOST_TO_DEVICE: c_int = 1;
+const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const HIP_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
+
+#[derive(Clone, Copy)]
+struct Runtime {
+    init: unsafe extern "C" fn(c_uint) -> HipError,
+    get_error_string: unsafe extern "C" fn(HipError) -> *const c_char,
+    get_device_count: unsafe extern "C" fn(*mut c_int) -> HipError,
+    set_device: unsafe extern "C" fn(c_int) -> HipError,
+    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> HipError,
+    device_total_mem: unsafe extern "C" fn(*mut usize, c_int) -> HipError,
+    get_device_properties: unsafe extern "C" fn(*mut u8, c_int) -> HipError,
+    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> HipError,
+    malloc: unsafe extern "C" fn(*mut u64, usize) -> HipError,
+    free: unsafe extern "C" fn(u64) -> HipError,
+    memcpy: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> HipError,
+    memset: unsafe extern "C" fn(u64, c_int, usize) -> HipError,
+    stream_create: unsafe extern "C" fn(*mut HipStream) -> HipError,
+    stream_synchronize: unsafe extern "C" fn(HipStream) -> HipError,
+    stream_destroy: unsafe extern "C" fn(HipStream) -> HipError,
+    module_load_data: unsafe extern "C" fn(*mut HipModule, *const c_void) -> HipError,
+    module_get_function: unsafe extern "C" fn(*mut HipFunction, HipModule, *const c_char) -> HipError,
+    #[allow(clippy::type_complexity)]
+    module_launch_kernel: unsafe extern "C" fn(
+        HipFunction,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        HipStream,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> HipError,
+}
+
+type HiprtcProgram = *mut c_void;
+
+#[derive(Clone, Copy)]
+struct Hiprtc {
+    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
+    get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    create_program: unsafe extern "C" fn(
+        *mut HiprtcProgram,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int,
+    compile_program: unsafe extern "C" fn(HiprtcProgram, c_int, *const *const c_char) -> c_int,
+    get_program_log_size: unsafe extern "C" fn(HiprtcProgram, *mut usize) -> c_int,
+    get_program_log: unsafe extern "C" fn(HiprtcProgram, *mut c_char) -> c_int,
+    get_code_size: unsafe extern "C" fn(HiprtcProgram, *mut usize) -> c_int,
+    get_code: unsafe extern "C" fn(HiprtcProgram, *mut c_char) -> c_int,
+    destroy_program: unsafe extern "C" fn(*mut HiprtcProgram) -> c_int,
+}
+
+pub struct HipApi {
+    rt: Runtime,
+    rtc: Hiprtc,
+    count: usize,
+    _libs: (libloading::Library, Option<libloading::Library>),
+}
+
+unsafe impl Send for HipApi {}
+unsafe impl Sync for HipApi {}
+
+fn rocm_dirs() -> Vec<String> {
+    let mut dirs = Vec::new();
+    if let Some(p) = std::env::var_os("ROCM_PATH") {
+        dirs.push(format!("{}/lib", p.to_string_lossy()));
+    }
+    dirs.push("/opt/rocm/lib".into());
+    dirs.extend(glob_dirs("/opt", "rocm", "/lib"));
+    dirs.push("/usr/lib/x86_64-linux-gnu".into());
+    dirs.push("/usr/lib64".into());
+    dirs
+}
+
+/// Wavefront size the compiler uses by default for a target: 64 on GCN/CDNA (gfx9xx and
+/// older), 32 on RDNA (gfx10xx and newer).
+pub fn warp_size_of_arch(arch: &str) -> u32 {
+    let digits: String = arch.trim_start_matches("gfx").chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+    if digits.len() >= 4 && (digits.starts_with("10") || digits.starts_with("11") || digits.starts_with("12")) {
+        32
+    } else {
+        64
+    }
+}
+
+/// The target id ("gfx90a:sramecc+:xnack-") inside a hipDeviceProp_t. The struct's layout
+/// differs between ROCm releases, so we look for the one field that starts with "gfx"
+/// rather than trusting an offset.
+pub fn find_gcn_arch_name(props: &[u8]) -> Option<String> {
+    let mut i = 0;
+    while i + 3 < props.len() {
+        if &props[i..i + 3] == b"gfx" && (i == 0 || props[i - 1] == 0) {
+            let end = props[i..].iter().position(|&b| b == 0).map(|p| i + p)?;
+            let s = std::str::from_utf8(&props[i..end]).ok()?;
+            if s.len() > 3 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == ':' || c == '+' || c == '-') {
+                return Some(s.to_string());
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+/// hiprtc is its own library since ROCm 5.3; before, libamdhip64 (`hip`) exports it.
+fn load_hiprtc(hip: &libloading::Library, dirs: &[String]) -> ApiResult<(Hiprtc, Option<libloading::Library>)> {
+    let rtc_lib = open_library(&["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"], dirs).map(|(l, _)| l);
+    let l = rtc_lib.as_ref().unwrap_or(hip);
+    let rtc = unsafe {
+        Hiprtc {
+            version: sym(l, "hiprtcVersion")?,
+            get_error_string: sym(l, "hiprtcGetErrorString")?,
+            create_program: sym(l, "hiprtcCreateProgram")?,
+            compile_program: sym(l, "hiprtcCompileProgram")?,
+            get_program_log_size: sym(l, "hiprtcGetProgramLogSize")?,
+            get_program_log: sym(l, "hiprtcGetProgramLog")?,
+            get_code_size: sym(l, "hiprtcGetCodeSize")?,
+            get_code: sym(l, "hiprtcGetCode")?,
+            destroy_program: sym(l, "hiprtcDestroyProgram")?,
+        }
+    };
+    Ok((rtc, rtc_lib))
+}
+
+impl HipApi {
+    pub fn open() -> ApiResult<HipApi> {
+        let dirs = rocm_dirs();
+        let (lib, path) = open_library(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"], &dirs)
+            .ok_or("libamdhip64.so not found")?;
+        crate::log_debug!("HIP: runtime from {path}");
+        let rt = unsafe {
+            Runtime {
+                init: sym(&lib, "hipInit")?,
+                get_error_string: sym(&lib, "hipGetErrorString")?,
+                get_device_count: sym(&lib, "hipGetDeviceCount")?,
+                set_device: sym(&lib, "hipSetDevice")?,
+                device_get_name: sym(&lib, "hipDeviceGetName")?,
+                device_total_mem: sym(&lib, "hipDeviceTotalMem")?,
+                get_device_properties: sym(&lib, "hipGetDevicePropertiesR0600")
+                    .or_else(|_| sym(&lib, "hipGetDeviceProperties"))?,
+                mem_get_info: sym(&lib, "hipMemGetInfo")?,
+                malloc: sym(&lib, "hipMalloc")?,
+                free: sym(&lib, "hipFree")?,
+                memcpy: sym(&lib, "hipMemcpy")?,
+                memset: sym(&lib, "hipMemset")?,
+                stream_create: sym(&lib, "hipStreamCreate")?,
+                stream_synchronize: sym(&lib, "hipStreamSynchronize")?,
+                stream_destroy: sym(&lib, "hipStreamDestroy")?,
+                module_load_data: sym(&lib, "hipModuleLoadData")?,
+                module_get_function: sym(&lib, "hipModuleGetFunction")?,
+                module_launch_kernel: sym(&lib, "hipModuleLaunchKernel")?,
+            }
+        };
+        let r = unsafe { (rt.init)(0) };
+        hip_check(&rt, r, "hipInit")?;
+        let mut n: c_int = 0;
+        hip_check(&rt, unsafe { (rt.get_device_count)(&mut n) }, "hipGetDeviceCount")?;
+        if n <= 0 {
+            return Err("the HIP runtime reports no device".into());
+        }
+        let (rtc, rtc_lib) = load_hiprtc(&lib, &dirs)?;
+        Ok(HipApi { rt, rtc, count: n as usize, _libs: (lib, rtc_lib) })
+    }
+
+    fn check(&self, r: HipError, what: &str) -> ApiResult<()> {
+        hip_check(&self.rt, r, what)
+    }
+
+    fn current(&self, ord: usize) -> ApiResult<()> {
+        if ord >= self.count {
+            return Err("no such HIP device".into());
+        }
+        self.check(unsafe { (self.rt.set_device)(ord as c_int) }, "hipSetDevice")
+    }
+
+    fn sync_null(&self) -> ApiResult<()> {
+        self.check(unsafe { (self.rt.stream_synchronize)(std::ptr::null_mut()) }, "hipStreamSynchronize")
+    }
+}
+
+fn hiprtc_compile(rtc: &Hiprtc, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
+    let src = CString::new(source).map_err(|_| "kernel source contains NUL")?;
+    let cname = CString::new(name).map_err(|_| "bad program name")?;
+    let mut opts: Vec<CString> = vec![CString::new(format!("--offload-arch={arch}")).unwrap()];
+    opts.extend(options.iter().filter_map(|o| CString::new(o.as_str()).ok()));
+    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: HiprtcProgram = std::ptr::null_mut();
+    let r = unsafe {
+        (rtc.create_program)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+    };
+    if r != 0 {
+        return Err(rtc_err(rtc, r, "hiprtcCreateProgram"));
+    }
+    let r = unsafe { (rtc.compile_program)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+    let mut log_size = 0usize;
+    unsafe { (rtc.get_program_log_size)(prog, &mut log_size) };
+    let mut log = vec![0u8; log_size.max(1)];
+    unsafe { (rtc.get_program_log)(prog, log.as_mut_ptr() as *mut c_char) };
+    let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_string();
+    let out = if r != 0 {
+        Err(format!("{}\n{log}", rtc_err(rtc, r, "hiprtcCompileProgram")))
+    } else {
+        let mut size = 0usize;
+        let r = unsafe { (rtc.get_code_size)(prog, &mut size) };
+        if r != 0 || size == 0 {
+            Err(rtc_err(rtc, r, "hiprtcGetCodeSize"))
+        } else {
+            let mut bin = vec![0u8; size];
+            let r = unsafe { (rtc.get_code)(prog, bin.as_mut_ptr() as *mut c_char) };
+            if r != 0 {
+                Err(rtc_err(rtc, r, "hiprtcGetCode"))
+            } else {
+                Ok(bin)
+            }
+        }
+    };
+    unsafe { (rtc.destroy_program)(&mut prog) };
+    out
+}
+
+fn rtc_err(rtc: &Hiprtc, r: c_int, what: &str) -> String {
+    let s = unsafe { (rtc.get_error_string)(r) };
+    let msg = if s.is_null() { "?".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+    format!("{what}: {msg} ({r})")
+}
+
+fn hip_check(rt: &Runtime, r: HipError, what: &str) -> ApiResult<()> {
+    if r == 0 {
+        return Ok(());
+    }
+    let s = unsafe { (rt.get_error_string)(r) };
+    let msg = if s.is_null() { "unknown error".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+    Err(format!("{what}: {msg} ({r})"))
+}
+
+impl GpuApi for HipApi {
+    fn vendor(&self) -> &'static str {
+        "HIP"
+    }
+
+    fn device_count(&self) -> usize {
+        self.count
+    }
+
+    fn device_info(&self, ord: usize) -> ApiResult<DeviceInfo> {
+        self.current(ord)?;
+        let mut name = [0 as c_char; 256];
+        self.check(unsafe { (self.rt.device_get_name)(name.as_mut_ptr(), 255, ord as c_int) }, "hipDeviceGetName")?;
+        let mut total = 0usize;
+        self.check(unsafe { (self.rt.device_total_mem)(&mut total, ord as c_int) }, "hipDeviceTotalMem")?;
+        // Generously sized: hipDeviceProp_t is about 1.5 KiB and grows between releases.
+        let mut props = vec![0u8; 16 * 1024];
+        self.check(unsafe { (self.rt.get_device_properties)(props.as_mut_ptr(), ord as c_int) }, "hipGetDeviceProperties")?;
+        let arch = find_gcn_arch_name(&props).ok_or("no gfx target name in hipDeviceProp_t")?;
+        Ok(DeviceInfo {
+            name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
+            total_mem: total,
+            warp_size: warp_size_of_arch(&arch),
+            arch,
+            compute_units: 0,
+        })
+    }
+
+    fn mem_info(&self, ord: usize) -> ApiResult<(usize, usize)> {
+        self.current(ord)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        self.check(unsafe { (self.rt.mem_get_info)(&mut free, &mut total) }, "hipMemGetInfo")?;
+        Ok((free, total))
+    }
+
+    fn alloc(&self, ord: usize, size: usize) -> ApiResult<DevPtr> {
+        self.current(ord)?;
+        let mut p = 0u64;
+        self.check(unsafe { (self.rt.malloc)(&mut p, size.max(1)) }, "hipMalloc")?;
+        Ok(p)
+    }
+
+    fn free(&self, ord: usize, ptr: DevPtr) {
+        if self.current(ord).is_ok() {
+            if let Err(e) = self.check(unsafe { (self.rt.free)(ptr) }, "hipFree") {
+                crate::log_warn!("{e}");
+            }
+        }
+    }
+
+    fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()> {
+        self.current(ord)?;
+        let r = unsafe {
+            (self.rt.memcpy)(dst as *mut c_void, src.as_ptr() as *const c_void, src.len(), HIP_MEMCPY_HOST_TO_DEVICE)
+        };
+        self.check(r, "hipMemcpy(HtoD)")
+    }
+
+    fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()> {
+        self.current(ord)?;
+        let r = unsafe {
+            (self.rt.memcpy)(dst.as_mut_ptr() as *mut c_void, src as *const c_void, dst.len(), HIP_MEMCPY_DEVICE_TO_HOST)
+        };
+        self.check(r, "hipMemcpy(DtoH)")
+    }
+
+    fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()> {
+        self.current(ord)?;
+        let r = unsafe { (self.rt.memcpy)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_DEVICE_TO_DEVICE) };
+        self.check(r, "hipMemcpy(DtoD)")?;
+        self.sync_null()
+    }
+
+    fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.rt.memset)(dst, value as c_int, size) }, "hipMemset")?;
+        self.sync_null()
+    }
+
+    fn stream_create(&self, ord: usize) -> ApiResult<Stream> {
+        self.current(ord)?;
+        let mut s: HipStream = std::ptr::null_mut();
+        self.check(unsafe { (self.rt.stream_create)(&mut s) }, "hipStreamCreate")?;
+        Ok(Stream(s as usize))
+    }
+
+    fn stream_sync(&self, ord: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.rt.stream_synchronize)(s.0 as HipStream) }, "hipStreamSynchronize")
+    }
+
+    fn stream_destroy(&self, ord: usize, s: Stream) {
+        if self.current(ord).is_ok() {
+            unsafe { (self.rt.stream_destroy)(s.0 as HipStream) };
+        }
+    }
+
+    fn compiler_version(&self) -> String {
+        let (mut major, mut minor) = (0, 0);
+        unsafe { (self.rtc.version)(&mut major, &mut minor) };
+        format!("hiprtc {major}.{minor}")
+    }
+
+    fn compile(&self, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
+        hiprtc_compile(&self.rtc, source, name, arch, options)
+    }
+
+    fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module> {
+        self.current(ord)?;
+        let mut m: HipModule = std::ptr::null_mut();
+        self.check(unsafe { (self.rt.module_load_data)(&mut m, image.as_ptr() as *const c_void) }, "hipModuleLoadData")?;
+        Ok(Module(m as usize))
+    }
+
+    fn module_function(&self, ord: usize, m: Module, name: &str) -> ApiResult<Function> {
+        self.current(ord)?;
+        let cname = CString::new(name).map_err(|_| "bad kernel name")?;
+        let mut f: HipFunction = std::ptr::null_mut();
+        self.check(
+            unsafe { (self.rt.module_get_function)(&mut f, m.0 as HipModule, cname.as_ptr()) },
+            &format!("hipModuleGetFunction({name})"),
+        )?;
+        Ok(Function(f as usize))
+    }
+
+    fn launch(
+        &self,
+        ord: usize,
+        f: Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        s: Stream,
+        args: &mut [*mut c_void],
+    ) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(
+            unsafe {
+                (self.rt.module_launch_kernel)(
+                    f.0 as HipFunction,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_mem,
+                    s.0 as HipStream,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "hipModuleLaunchKernel",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_name_is_found_in_props() {
+        let mut props = vec![0u8; 1024];
+        props[..18].copy_from_slice(b"AMD Instinct MI210");
+        props[600..622].copy_from_slice(b"gfx90a:sramecc+:xnack-");
+        assert_eq!(find_gcn_arch_name(&props).as_deref(), Some("gfx90a:sramecc+:xnack-"));
+        assert_eq!(find_gcn_arch_name(&[0u8; 64]), None);
+    }
+
+    /// Compiles the real kernels with hiprtc where the HIP runtime is installed (no GPU is
+    /// needed to compile); skipped elsewhere.
+    #[test]
+    fn hiprtc_compiles_the_kernels_when_installed() {
+        let Some((lib, _)) = open_library(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"], &rocm_dirs()) else {
+            eprintln!("skipped: no HIP runtime");
+            return;
+        };
+        let Ok((rtc, _l)) = load_hiprtc(&lib, &rocm_dirs()) else {
+            eprintln!("skipped: no hiprtc");
+            return;
+        };
+        let src = crate::gpu::kernels::program_source();
+        for (arch, wave) in [("gfx90a", 64), ("gfx1030", 32)] {
+            let opts = vec![format!("-DRF_WARP_SIZE={wave}")];
+            let r = hiprtc_compile(&rtc, &src, "rocmforge.hip", arch, &opts);
+            assert!(r.as_ref().is_ok_and(|b| !b.is_empty()), "hiprtc for {arch}: {:?}", r.err());
+        }
+    }
+
+    #[test]
+    fn wave_size_by_target() {
+        assert_eq!(warp_size_of_arch("gfx90a:sramecc+:xnack-"), 64);
+        assert_eq!(warp_size_of_arch("gfx942"), 64);
+        assert_eq!(warp_size_of_arch("gfx906"), 64);
+        assert_eq!(warp_size_of_arch("gfx1030"), 32);
+        assert_eq!(warp_size_of_arch("gfx1100"), 32);
+    }
+}

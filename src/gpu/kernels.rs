@@ -1,0 +1,186 @@
+//! The GPU kernels: HIP C++ sources embedded in the library, compiled on first use for the
+//! device's architecture by the vendor's run-time compiler, and cached on disk keyed by a
+//! hash of (vendor, arch, compiler version, options, source).
+
+use super::api::{DeviceInfo, Function, GpuApi, Module};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+const PRELUDE: &str = include_str!("../../kernels/prelude.h");
+
+/// Every kernel file, compiled together as one program (one module per device).
+const SOURCES: &[(&str, &str)] = &[
+    ("mul_mat.hip", include_str!("../../kernels/mul_mat.hip")),
+    ("elementwise.hip", include_str!("../../kernels/elementwise.hip")),
+    ("cpy.hip", include_str!("../../kernels/cpy.hip")),
+    ("rows.hip", include_str!("../../kernels/rows.hip")),
+];
+
+/// The `extern "C"` entry points the backend launches.
+pub const KERNEL_NAMES: &[&str] = &[
+    "mul_mat_vec_f32",
+    "mul_mat_vec_f16",
+    "mul_mat_tiled_f32",
+    "mul_mat_tiled_f16",
+    "binary_f32",
+    "scale_f32",
+    "cpy_f32_f32",
+    "cpy_f32_f16",
+    "cpy_f16_f32",
+    "cpy_f16_f16",
+    "soft_max_f32",
+    "rms_norm_f32",
+];
+
+/// One translation unit: the prelude, then each file with its `#include "prelude.h"` removed
+/// (the run-time compilers get no include path) and a `#line` so errors name the file.
+pub fn program_source() -> String {
+    let mut s = String::with_capacity(64 * 1024);
+    s.push_str("#line 1 \"prelude.h\"\n");
+    s.push_str(PRELUDE);
+    for (name, text) in SOURCES {
+        s.push_str(&format!("\n#line 1 \"{name}\"\n"));
+        for line in text.lines() {
+            if line.trim_start().starts_with("#include \"prelude.h\"") {
+                s.push('\n'); // keep line numbers
+            } else {
+                s.push_str(line);
+                s.push('\n');
+            }
+        }
+    }
+    s
+}
+
+/// FNV-1a, 64 bits: a stable hash (std's hasher may change between Rust releases).
+pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p.iter() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff; // separator, so ("ab","c") and ("a","bc") differ
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// `$ROCMFORGE_CACHE_DIR`, else `$XDG_CACHE_HOME/rocmforge`, else `~/.cache/rocmforge`.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("ROCMFORGE_CACHE_DIR").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(d).join("rocmforge"));
+    }
+    std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache").join("rocmforge"))
+}
+
+/// Options every compile gets besides the target.
+pub fn compile_options(info: &DeviceInfo) -> Vec<String> {
+    vec![format!("-DRF_WARP_SIZE={}", info.warp_size)]
+}
+
+/// Name of the cached binary for this program on this target.
+pub fn cache_file_name(vendor: &str, arch: &str, compiler: &str, options: &[String], source: &str) -> String {
+    let opts = options.join(" ");
+    let key = fnv1a64(&[vendor.as_bytes(), arch.as_bytes(), compiler.as_bytes(), opts.as_bytes(), source.as_bytes()]);
+    let arch_safe: String = arch.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    format!("kernels-{}-{}-{:016x}.bin", vendor.to_ascii_lowercase(), arch_safe, key)
+}
+
+/// The loaded module of one device and its entry points.
+pub struct Kernels {
+    _module: Module,
+    funcs: HashMap<&'static str, Function>,
+}
+
+impl Kernels {
+    pub fn get(&self, name: &str) -> Function {
+        // Names come from KERNEL_NAMES, all resolved at load.
+        self.funcs[name]
+    }
+
+    /// Compiles (or finds in the cache) and loads the kernels on device `ord`.
+    pub fn load(api: &dyn GpuApi, ord: usize, info: &DeviceInfo) -> Result<Kernels, String> {
+        let source = program_source();
+        let options = compile_options(info);
+        let compiler = api.compiler_version();
+        let file = cache_dir()
+            .map(|d| d.join(cache_file_name(api.vendor(), &info.arch, &compiler, &options, &source)));
+
+        let mut module = None;
+        if let Some(path) = &file {
+            if let Ok(image) = std::fs::read(path) {
+                match api.module_load(ord, &image) {
+                    Ok(m) => {
+                        crate::log_debug!("GPU kernels for {} from cache {}", info.arch, path.display());
+                        module = Some(m);
+                    }
+                    Err(e) => crate::log_warn!("cached kernels {} unusable ({e}); recompiling", path.display()),
+                }
+            }
+        }
+        let module = match module {
+            Some(m) => m,
+            None => {
+                crate::log_info!("compiling GPU kernels for {} ({}) with {} ...", info.name, info.arch, compiler);
+                let t0 = std::time::Instant::now();
+                let image = api.compile(&source, "rocmforge.hip", &info.arch, &options)?;
+                crate::log_info!(
+                    "compiled GPU kernels for {} in {:.2} s ({} bytes)",
+                    info.arch,
+                    t0.elapsed().as_secs_f64(),
+                    image.len()
+                );
+                if let Some(path) = &file {
+                    store(path, &image);
+                }
+                api.module_load(ord, &image)?
+            }
+        };
+        let mut funcs = HashMap::new();
+        for &name in KERNEL_NAMES {
+            funcs.insert(name, api.module_function(ord, module, name)?);
+        }
+        Ok(Kernels { _module: module, funcs })
+    }
+}
+
+/// Writes the binary atomically (temp file + rename); failure only costs a recompile later.
+fn store(path: &std::path::Path, image: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let r = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&tmp, image)).and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        crate::log_warn!("cannot cache GPU kernels in {}: {e}", dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_has_every_kernel_and_no_includes() {
+        let s = program_source();
+        for name in KERNEL_NAMES {
+            assert!(s.contains(&format!("void {name}(")), "kernel {name} missing from the sources");
+        }
+        assert!(!s.contains("#include \"prelude.h\""));
+    }
+
+    #[test]
+    fn cache_key_changes_with_every_input() {
+        let o = vec!["-DRF_WARP_SIZE=32".to_string()];
+        let a = cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &o, "src");
+        assert_eq!(a, cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &o, "src"));
+        assert_ne!(a, cache_file_name("CUDA", "sm_80", "nvrtc 13.0", &o, "src"));
+        assert_ne!(a, cache_file_name("CUDA", "sm_90", "nvrtc 12.4", &o, "src"));
+        assert_ne!(a, cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &o, "src2"));
+        assert_ne!(a, cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &[], "src"));
+        assert!(cache_file_name("HIP", "gfx90a:sramecc+:xnack-", "hiprtc 6.2", &o, "s").starts_with("kernels-hip-gfx90a_sramecc__xnack_-"));
+    }
+}
