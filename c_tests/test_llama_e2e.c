@@ -124,11 +124,11 @@ int main(int argc, char ** argv) {
         }
         double e_rf = nmse(&L_rf, &L_ref), e_thr = nmse(&L_ref1, &L_ref), e_alt = nmse(&L_alt, &L_ref);
         double limit = fmax(NMSE_FLOOR, 4 * e_alt);
-        double agree = agreement(&L_rf, &L_ref);
+        double agree = agreement(&L_rf, &L_ref), agree_alt = agreement(&L_alt, &L_ref);
         int gen_same = memcmp(L_rf.gen, L_ref.gen, sizeof(int32_t) * L_ref.n_gen) == 0;
         printf("fa=%s: positions=%d vocab=%d | argmax agreement %.1f%% | NMSE rocmforge-vs-ggml %.3g (limit %.3g) | "
-               "ggml 1-vs-%d threads %.3g | ggml fa-on-vs-off %.3g | greedy 16 tokens %s\n",
-               fa ? "on" : "off", L_ref.n_pos, L_ref.n_vocab, 100 * agree, e_rf, limit, threads, e_thr, e_alt,
+               "ggml 1-vs-%d threads %.3g | ggml fa-on-vs-off %.3g (argmax %.1f%%) | greedy 16 tokens %s\n",
+               fa ? "on" : "off", L_ref.n_pos, L_ref.n_vocab, 100 * agree, e_rf, limit, threads, e_thr, e_alt, 100 * agree_alt,
                gen_same ? "identical" : "DIFFER");
         if (!gen_same) {
             printf("  ggml-cpu :");

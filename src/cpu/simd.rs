@@ -121,6 +121,32 @@ pub fn dot_bf16_f32_ref(a: &[u16], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(&x, &y)| f32::from_bits((x as u32) << 16) * y).sum()
 }
 
+pub fn dot_f16_f16_ref(a: &[u16], b: &[u16]) -> f32 {
+    a.iter().zip(b).map(|(&x, &y)| half::f16::from_bits(x).to_f32() * half::f16::from_bits(y).to_f32()).sum()
+}
+
+pub fn dot_bf16_bf16_ref(a: &[u16], b: &[u16]) -> f32 {
+    a.iter().zip(b).map(|(&x, &y)| f32::from_bits((x as u32) << 16) * f32::from_bits((y as u32) << 16)).sum()
+}
+
+pub fn dot_f16_f16(a: &[u16], b: &[u16]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx2 {
+        return unsafe { x86::dot_f16_f16_avx2(a, b) };
+    }
+    dot_f16_f16_ref(a, b)
+}
+
+pub fn dot_bf16_bf16(a: &[u16], b: &[u16]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx2 {
+        return unsafe { x86::dot_bf16_bf16_avx2(a, b) };
+    }
+    dot_bf16_bf16_ref(a, b)
+}
+
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
@@ -213,6 +239,58 @@ pub mod x86 {
         s
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_f16_f16_avx2(a: &[u16], b: &[u16]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for k in 0..4 {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i));
+                let y = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(i + 8 * k) as *const __m128i));
+                acc[k] = _mm256_fmadd_ps(x, y, acc[k]);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i) as *const __m128i));
+            let y = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(i) as *const __m128i));
+            acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        while i < n {
+            s += half::f16::from_bits(a[i]).to_f32() * half::f16::from_bits(b[i]).to_f32();
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_bf16_bf16_avx2(a: &[u16], b: &[u16]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 16 <= n {
+            for k in 0..2 {
+                let h = _mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i);
+                let x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                let g = _mm_loadu_si128(pb.add(i + 8 * k) as *const __m128i);
+                let y = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(g), 16));
+                acc[k] = _mm256_fmadd_ps(x, y, acc[k]);
+            }
+            i += 16;
+        }
+        let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
+        while i < n {
+            s += f32::from_bits((a[i] as u32) << 16) * f32::from_bits((b[i] as u32) << 16);
+            i += 1;
+        }
+        s
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_bf16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
         let n = a.len();
@@ -262,6 +340,10 @@ mod tests {
             assert!((dot_f32(&a, &b) - dot_f32_ref(&a, &b)).abs() < 1e-3);
             assert!((dot_f16_f32(&a16, &b) - dot_f16_f32_ref(&a16, &b)).abs() < 1e-3);
             assert!((dot_bf16_f32(&ab, &b) - dot_bf16_f32_ref(&ab, &b)).abs() < 1e-3);
+            let b16: Vec<u16> = b.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            let bb: Vec<u16> = b.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+            assert!((dot_f16_f16(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3);
+            assert!((dot_bf16_bf16(&ab, &bb) - dot_bf16_bf16_ref(&ab, &bb)).abs() < 1e-3);
         }
     }
 }

@@ -28,16 +28,18 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
             vec_dot_type: GgmlType::F32,
             vec_dot: Some(vec_dot_f32),
         }),
+        // Activations are rounded to the weight's own type before the dot, as ggml-cpu does:
+        // results then agree with ggml's to the last bits, not only within tolerance.
         GgmlType::F16 => Some(TypeTraits {
             to_f32: Some(f16_to_f32),
             from_f32: Some(f16_from_f32),
-            vec_dot_type: GgmlType::F32,
+            vec_dot_type: GgmlType::F16,
             vec_dot: Some(vec_dot_f16),
         }),
         GgmlType::BF16 => Some(TypeTraits {
             to_f32: Some(bf16_to_f32),
             from_f32: Some(bf16_from_f32),
-            vec_dot_type: GgmlType::F32,
+            vec_dot_type: GgmlType::BF16,
             vec_dot: Some(vec_dot_bf16),
         }),
         _ => super::quants::traits(t),
@@ -92,11 +94,11 @@ unsafe fn vec_dot_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 unsafe fn vec_dot_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    simd::dot_f16_f32(std::slice::from_raw_parts(x as *const u16, n), std::slice::from_raw_parts(y as *const f32, n))
+    simd::dot_f16_f16(std::slice::from_raw_parts(x as *const u16, n), std::slice::from_raw_parts(y as *const u16, n))
 }
 
 unsafe fn vec_dot_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    simd::dot_bf16_f32(std::slice::from_raw_parts(x as *const u16, n), std::slice::from_raw_parts(y as *const f32, n))
+    simd::dot_bf16_bf16(std::slice::from_raw_parts(x as *const u16, n), std::slice::from_raw_parts(y as *const u16, n))
 }
 
 /// Reads element `i` of a row of a plain float type as f32.

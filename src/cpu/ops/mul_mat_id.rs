@@ -125,7 +125,11 @@ mod tests {
                     let mut d = TT::new(GgmlType::F32, [m, n_used, n_tok, 1]);
                     d.op(op::MUL_MAT_ID).src(0, &w).src(1, &x).src(2, &ids);
                     run(&d, nth);
-                    let (wv, xv) = (w.get(), x.get());
+                    let (wv, mut xv) = (w.get(), x.get());
+                    if wt == GgmlType::F16 {
+                        // F16 weights take f16-rounded activations (their vec_dot_type), as in ggml.
+                        xv.iter_mut().for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+                    }
                     let mut want = vec![];
                     for t in 0..n_tok {
                         for e in 0..n_used {
