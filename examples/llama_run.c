@@ -80,6 +80,25 @@ static void log_cb(enum ggml_log_level level, const char * text, void * ud) {
     if (!quiet_log || level >= GGML_LOG_LEVEL_WARN || strstr(text, "rocmforge")) fputs(text, stderr);
 }
 
+// LLAMA_RUN_DUMP=DIR: every F32 node computed is written to DIR/<seq>_<name>.bin, to find the first
+// node where two backends part ways.
+static int dump_seq = 0;
+static bool dump_cb(struct ggml_tensor * t, bool ask, void * ud) {
+    const char * dir = (const char *) ud;
+    if (ask) return t->type == GGML_TYPE_F32;
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) return true;
+    size_t n = ggml_nbytes(t);
+    float * buf = malloc(n);
+    ggml_backend_tensor_get(t, buf, 0, n);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%05d_%s_%s.bin", dir, dump_seq++, ggml_op_desc(t), t->name);
+    for (char * c = path + strlen(dir) + 1; *c; c++) if (*c == ' ' || *c == '/') *c = '_';
+    FILE * f = fopen(path, "wb");
+    if (f) { fwrite(buf, 1, n, f); fclose(f); }
+    free(buf);
+    return true;
+}
+
 static struct llama_context * make_ctx(struct llama_model * model, const struct opts * o, int n_ctx, int n_batch) {
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_ctx;
@@ -89,6 +108,10 @@ static struct llama_context * make_ctx(struct llama_model * model, const struct 
     cp.n_threads_batch = o->threads;
     cp.flash_attn_type = o->fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.no_perf = true;
+    if (getenv("LLAMA_RUN_DUMP")) {
+        cp.cb_eval = dump_cb;
+        cp.cb_eval_user_data = getenv("LLAMA_RUN_DUMP");
+    }
     return llama_init_from_model(model, cp);
 }
 

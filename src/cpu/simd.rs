@@ -239,27 +239,22 @@ pub mod x86 {
         s
     }
 
+    /// One accumulator over chunks of 8, then a horizontal sum: the order of ggml-cpu's
+    /// tinyBLAS F16 kernel (used for every F16 MUL_MAT whose length is a multiple of 8), so
+    /// attention scores agree with ggml's to the bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_f16_f16_avx2(a: &[u16], b: &[u16]) -> f32 {
         let n = a.len();
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut acc = _mm256_setzero_ps();
         let mut i = 0;
-        while i + 32 <= n {
-            for k in 0..4 {
-                let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i));
-                let y = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(i + 8 * k) as *const __m128i));
-                acc[k] = _mm256_fmadd_ps(x, y, acc[k]);
-            }
-            i += 32;
-        }
         while i + 8 <= n {
             let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i) as *const __m128i));
             let y = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(i) as *const __m128i));
-            acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+            acc = _mm256_fmadd_ps(x, y, acc);
             i += 8;
         }
-        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        let mut s = hsum(acc);
         while i < n {
             s += half::f16::from_bits(a[i]).to_f32() * half::f16::from_bits(b[i]).to_f32();
             i += 1;

@@ -68,29 +68,18 @@ mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
+    /// One accumulator over the blocks, then a horizontal sum: the arithmetic order of
+    /// ggml-cpu (its vec_dot and its tinyBLAS kernel alike), so results agree to the bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ8_0, y as *const BlockQ8_0);
-        let nb = n / QK;
-        // Two independent accumulators hide the FMA latency.
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 2 <= nb {
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / QK {
             let (a, b) = (&*x.add(i), &*y.add(i));
-            let (c, e) = (&*x.add(i + 1), &*y.add(i + 1));
-            let p0 = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
-            let p1 = dot_i8_i8(_mm256_loadu_si256(c.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(e.qs.as_ptr() as *const __m256i));
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p0), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(c.d, e.d)), _mm256_cvtepi32_ps(p1), acc1);
-            i += 2;
+            let p = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p), acc);
         }
-        if i < nb {
-            let (a, b) = (&*x.add(i), &*y.add(i));
-            let p0 = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p0), acc0);
-        }
-        hsum_f32(_mm256_add_ps(acc0, acc1))
+        hsum_f32(acc)
     }
 }
 
