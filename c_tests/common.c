@@ -21,16 +21,18 @@ static ggml_backend_reg_t g_cpu_reg = NULL;
 static ggml_backend_reg_t g_rf_reg  = NULL;
 
 ggml_backend_dev_t rf_ggml_cpu_device(void) {
-    if (!g_cpu_reg) {
+    static bool loaded = false;
+    if (!loaded) {
+        loaded = true;
         g_cpu_reg = ggml_backend_load(ROCMFORGE_BIN_DIR "/libggml-cpu.so");
         if (!g_cpu_reg) {
-            fprintf(stderr, "cannot load ggml's CPU backend from %s\n", ROCMFORGE_BIN_DIR "/libggml-cpu.so");
-            exit(2);
+            // GGML_CPU_ALL_VARIANTS builds name them libggml-cpu-<variant>.so: let ggml pick.
+            ggml_backend_load_all_from_path(ROCMFORGE_BIN_DIR);
         }
     }
     ggml_backend_dev_t dev = ggml_backend_dev_by_name("CPU");
     if (!dev) {
-        fprintf(stderr, "ggml's CPU device not found after loading libggml-cpu.so\n");
+        fprintf(stderr, "ggml's CPU backend not found in %s\n", ROCMFORGE_BIN_DIR);
         exit(2);
     }
     return dev;

@@ -352,6 +352,7 @@ static int n_stats = 0;
 static int n_cases = 0;
 static int view_nodes_run[GGML_OP_COUNT];
 static const char * filter = NULL;
+static double compute_ms[2];  // time spent in graph_compute: [0] RFCPU, [1] ggml-cpu
 
 static struct stat * stat_for(const char * op, const char * key) {
     for (int i = 0; i < n_stats; i++) {
@@ -525,7 +526,9 @@ static void run_case(const char * label, build_fn fn, const struct params * p, d
         // writes cannot match by chance.
         ggml_backend_buffer_clear(buf[k], k == 0 ? 0xFF : 0x00);
         fill_inputs(bk[k].ctx, case_seed);
+        const double tc = rf_now_ms();
         enum ggml_status s = ggml_backend_graph_compute(be[k], bk[k].gf);
+        compute_ms[k] += rf_now_ms() - tc;
         if (s != GGML_STATUS_SUCCESS) {
             printf("  FAIL %s: compute on %s returned %s\n", label, ggml_backend_name(be[k]), ggml_status_to_string(s));
             ok = false;
@@ -1095,6 +1098,7 @@ int main(int argc, char ** argv) {
     }
     printf("\n\ncases: %d, claimed %d, run %d, passed %d, failed %d, not claimed %d; %.1f s with %d thread(s)\n",
            n_cases, tot_claimed, tot_run, tot_passed, tot_failed, tot_not, elapsed / 1000.0, n_threads);
+    printf("graph_compute time over the cases run: RFCPU %.1f ms, ggml-cpu %.1f ms\n", compute_ms[0], compute_ms[1]);
     if (uncovered) {
         printf("%d claimed (op, types) combination(s) never ran (ggml-cpu refused every case)\n", uncovered);
         rf_failures += uncovered;

@@ -103,10 +103,12 @@ int main(int argc, char ** argv) {
     const int n_threads = argc > 2 ? atoi(argv[2]) : 2;
     const int runs = argc > 3 ? atoi(argv[3]) : 20;
 
-    ggml_backend_reg_t cpu_reg = ggml_backend_load(ROCMFORGE_BIN_DIR "/libggml-cpu.so");
-    ggml_backend_reg_t rf_reg = ggml_backend_load(lib);
-    if (!cpu_reg || !rf_reg) {
-        fprintf(stderr, "cannot load %s\n", !cpu_reg ? ROCMFORGE_BIN_DIR "/libggml-cpu.so" : lib);
+    // ggml's CPU backend is a dynamically loaded module too (libggml-cpu*.so next to us).
+    if (!ggml_backend_load(ROCMFORGE_BIN_DIR "/libggml-cpu.so")) {
+        ggml_backend_load_all_from_path(ROCMFORGE_BIN_DIR);
+    }
+    if (!ggml_backend_load(lib)) {
+        fprintf(stderr, "cannot load %s\n", lib);
         return 1;
     }
     ggml_backend_t rf = ggml_backend_init_by_name("RFCPU", NULL);
