@@ -279,11 +279,13 @@ macro_rules! layout {
 
 layout! {
     ggml_tensor { type_, buffer, ne, nb, op, op_params, flags, src, view_src, view_offs, data, name, extra },
+    ggml_hash_set { size, used, keys },
     ggml_cgraph { size, n_nodes, n_leafs, nodes, grads, grad_accs, leafs, use_counts, visited_hash_set, order, uid },
     ggml_backend_buffer_type_i { get_name, alloc_buffer, alloc_buffer_n, get_alignment, get_max_size, get_alloc_size, get_alloc_size_n, is_host },
     ggml_backend_buffer_type { iface, device, context },
     ggml_backend_buffer_i { free_buffer, get_base, init_tensor, memset_tensor, set_tensor, get_tensor, set_tensor_2d, get_tensor_2d, cpy_tensor, clear, reset },
     ggml_backend_buffer { iface, buft, context, size, usage },
+    ggml_backend_graph_optimize_params { add_alloc_dep, user_data },
     ggml_backend_i { get_name, free, set_tensor_async, get_tensor_async, set_tensor_2d_async, get_tensor_2d_async, cpy_tensor_async, synchronize, graph_plan_create, graph_plan_free, graph_plan_update, graph_plan_compute, graph_compute, event_record, event_wait, graph_optimize },
     ggml_backend { guid, iface, device, context },
     ggml_backend_event { device, context },

@@ -1,0 +1,194 @@
+// Helpers shared by the C tests (see common.h).
+#include "common.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int rf_failures = 0;
+
+int rf_finish(const char * test_name) {
+    if (rf_failures == 0) {
+        printf("%s: PASS\n", test_name);
+        return 0;
+    }
+    printf("%s: FAIL (%d check(s) failed)\n", test_name, rf_failures);
+    return 1;
+}
+
+static ggml_backend_reg_t g_cpu_reg = NULL;
+static ggml_backend_reg_t g_rf_reg  = NULL;
+
+ggml_backend_dev_t rf_ggml_cpu_device(void) {
+    static bool loaded = false;
+    if (!loaded) {
+        loaded = true;
+        g_cpu_reg = ggml_backend_load(ROCMFORGE_BIN_DIR "/libggml-cpu.so");
+        if (!g_cpu_reg) {
+            // GGML_CPU_ALL_VARIANTS builds name them libggml-cpu-<variant>.so: let ggml pick.
+            ggml_backend_load_all_from_path(ROCMFORGE_BIN_DIR);
+        }
+    }
+    ggml_backend_dev_t dev = ggml_backend_dev_by_name("CPU");
+    if (!dev) {
+        fprintf(stderr, "ggml's CPU backend not found in %s\n", ROCMFORGE_BIN_DIR);
+        exit(2);
+    }
+    return dev;
+}
+
+ggml_backend_reg_t rf_rocmforge_reg(void) {
+    if (!g_rf_reg) {
+        g_rf_reg = ggml_backend_load(ROCMFORGE_LIB_PATH);
+        if (!g_rf_reg) {
+            fprintf(stderr, "ggml_backend_load(%s) failed\n", ROCMFORGE_LIB_PATH);
+            exit(2);
+        }
+    }
+    return g_rf_reg;
+}
+
+ggml_backend_dev_t rf_rfcpu_device(void) {
+    ggml_backend_reg_t reg = rf_rocmforge_reg();
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
+        ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, i);
+        if (dev && strcmp(ggml_backend_dev_name(dev), "RFCPU") == 0) {
+            return dev;
+        }
+    }
+    fprintf(stderr, "device RFCPU not found in the rocmforge registry\n");
+    exit(2);
+}
+
+void rf_set_n_threads(ggml_backend_t backend, int n_threads) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : NULL;
+    if (!reg) {
+        return;
+    }
+    ggml_backend_set_n_threads_t fn =
+        (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
+    if (fn) {
+        fn(backend, n_threads);
+    }
+}
+
+uint64_t rf_rand_u64(uint64_t * s) {
+    uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+float rf_rand_uniform(uint64_t * s, float lo, float hi) {
+    double u = (double) (rf_rand_u64(s) >> 11) / (double) (1ull << 53);
+    return (float) (lo + (hi - lo) * u);
+}
+
+void rf_fill_tensor(struct ggml_tensor * t, uint64_t seed, float lo, float hi) {
+    const int64_t n = ggml_nelements(t);
+    const size_t nbytes = ggml_nbytes(t);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 12345;
+    float * f = malloc(sizeof(float) * (size_t) (n > 0 ? n : 1));
+    void * buf = malloc(nbytes > 0 ? nbytes : 1);
+    for (int64_t i = 0; i < n; i++) {
+        f[i] = rf_rand_uniform(&s, lo, hi);
+    }
+    switch (t->type) {
+        case GGML_TYPE_F32: memcpy(buf, f, nbytes); break;
+        case GGML_TYPE_F16: ggml_fp32_to_fp16_row(f, buf, n); break;
+        case GGML_TYPE_BF16: ggml_fp32_to_bf16_row(f, buf, n); break;
+        case GGML_TYPE_I32:
+            for (int64_t i = 0; i < n; i++) ((int32_t *) buf)[i] = (int32_t) floorf(f[i]);
+            break;
+        case GGML_TYPE_I64:
+            for (int64_t i = 0; i < n; i++) ((int64_t *) buf)[i] = (int64_t) floorf(f[i]);
+            break;
+        default:
+            ggml_quantize_chunk(t->type, f, buf, 0, ggml_nrows(t), t->ne[0], NULL);
+            break;
+    }
+    ggml_backend_tensor_set(t, buf, 0, nbytes);
+    free(buf);
+    free(f);
+}
+
+static void row_to_float(enum ggml_type type, const void * src, float * dst, int64_t n) {
+    switch (type) {
+        case GGML_TYPE_F32: memcpy(dst, src, sizeof(float) * (size_t) n); break;
+        case GGML_TYPE_F16: ggml_fp16_to_fp32_row(src, dst, n); break;
+        case GGML_TYPE_BF16: ggml_bf16_to_fp32_row(src, dst, n); break;
+        case GGML_TYPE_I32:
+            for (int64_t i = 0; i < n; i++) dst[i] = (float) ((const int32_t *) src)[i];
+            break;
+        case GGML_TYPE_I64:
+            for (int64_t i = 0; i < n; i++) dst[i] = (float) ((const int64_t *) src)[i];
+            break;
+        default: ggml_get_type_traits(type)->to_float(src, dst, n); break;
+    }
+}
+
+float * rf_tensor_to_float(const struct ggml_tensor * t) {
+    const size_t nbytes = ggml_nbytes(t);
+    uint8_t * raw = malloc(nbytes > 0 ? nbytes : 1);
+    ggml_backend_tensor_get(t, raw, 0, nbytes);
+    const int64_t n = ggml_nelements(t);
+    float * out = malloc(sizeof(float) * (size_t) (n > 0 ? n : 1));
+    const int64_t ne0 = t->ne[0];
+    const bool dense_rows = t->nb[0] == ggml_type_size(t->type) || ggml_blck_size(t->type) > 1;
+    float * tmp = malloc(sizeof(float) * (size_t) (ne0 > 0 ? ne0 : 1));
+    int64_t k = 0;
+    for (int64_t i3 = 0; i3 < t->ne[3]; i3++) {
+        for (int64_t i2 = 0; i2 < t->ne[2]; i2++) {
+            for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
+                const uint8_t * row = raw + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+                if (dense_rows) {
+                    row_to_float(t->type, row, out + k, ne0);
+                } else {
+                    for (int64_t i0 = 0; i0 < ne0; i0++) {
+                        row_to_float(t->type, row + i0 * t->nb[0], tmp + i0, 1);
+                        out[k + i0] = tmp[i0];
+                    }
+                }
+                k += ne0;
+            }
+        }
+    }
+    free(tmp);
+    free(raw);
+    return out;
+}
+
+double rf_nmse(const float * a, const float * b, size_t n) {
+    double err = 0.0, ref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const bool fa = isfinite(a[i]), fb = isfinite(b[i]);
+        if (!fa || !fb) {
+            // Both infinite with the same sign is agreement; any NaN or a lone Inf is not.
+            if (isinf(a[i]) && isinf(b[i]) && (a[i] > 0) == (b[i] > 0)) {
+                continue;
+            }
+            return INFINITY;
+        }
+        const double d = (double) a[i] - (double) b[i];
+        err += d * d;
+        ref += (double) b[i] * (double) b[i];
+    }
+    if (ref == 0.0) {
+        return err == 0.0 ? 0.0 : err;
+    }
+    return err / ref;
+}
+
+enum ggml_status rf_compute(ggml_backend_t backend, struct ggml_cgraph * graph) {
+    return ggml_backend_graph_compute(backend, graph);
+}
+
+double rf_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}

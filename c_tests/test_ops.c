@@ -1,0 +1,1109 @@
+// test_ops: every op/type RFCPU claims is computed on RFCPU and on ggml's own CPU backend and
+// the results are compared.
+//
+// A catalog of constructors builds cases (graphs in a no_alloc context) for every op and type
+// that the CPU device may claim now or later. For each case:
+//   - if RFCPU does not claim every node of the graph: "not claimed", skipped;
+//   - if RFCPU claims it but ggml-cpu does not: noted and skipped (and reported, see below);
+//   - otherwise the case is built twice identically, allocated on each backend, filled with the
+//     same deterministic data, computed, and the outputs compared with the normalized mean
+//     squared error sum((a-b)^2)/sum(b^2) against the case's threshold (integer outputs exactly,
+//     TOP_K as sets; NaN/Inf disagreements fail).
+// The test fails when a claimed case fails, or when RFCPU claims an (op, types) combination for
+// which no case could run. Cases are kept inside what ggml-cpu accepts (it aborts otherwise:
+// e.g. it asserts dense rows for binary ops and mul_mat operands).
+//
+// Usage: test_ops [--selfcheck] [substring]
+//   substring    runs only cases whose label contains it;
+//   --selfcheck  runs every case of the catalog on ggml-cpu against ggml-cpu (RFCPU unused):
+//                proves that no constructor builds a case ggml-cpu aborts on, before RFCPU
+//                claims it (registered as the ctest test_ops_selfcheck).
+#include "common.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// Case parameters: one generic record, each builder reads the fields it needs.
+// ---------------------------------------------------------------------------------------------
+struct params {
+    enum ggml_type t0, t1, t2;  // types of the operands (meaning per builder)
+    int64_t a[4];               // main shape
+    int64_t b[4];               // second shape
+    int i[8];                   // integer parameters
+    float f[8];                 // float parameters
+};
+
+typedef struct ggml_tensor * (*build_fn)(struct ggml_context * ctx, const struct params * p);
+
+enum cmp_mode { CMP_NMSE, CMP_EXACT, CMP_SETS };
+
+// Input tensors are named after the data they need (see fill_inputs).
+static struct ggml_tensor * in_t(struct ggml_context * ctx, enum ggml_type t, const int64_t ne[4]) {
+    struct ggml_tensor * x = ggml_new_tensor_4d(ctx, t, ne[0], ne[1], ne[2], ne[3]);
+    ggml_set_name(x, "in");
+    return x;
+}
+static struct ggml_tensor * in4(struct ggml_context * ctx, enum ggml_type t, int64_t n0, int64_t n1, int64_t n2,
+                                int64_t n3) {
+    const int64_t ne[4] = { n0, n1, n2, n3 };
+    return in_t(ctx, t, ne);
+}
+// Values in [lo, hi] given by the name: "range:lo:hi".
+static struct ggml_tensor * in_range(struct ggml_context * ctx, enum ggml_type t, const int64_t ne[4], float lo,
+                                     float hi) {
+    struct ggml_tensor * x = in_t(ctx, t, ne);
+    ggml_format_name(x, "range:%g:%g", lo, hi);
+    return x;
+}
+// Integer indices in [0, max): "idx:max". Distinct along dim 0 with "perm:max".
+static struct ggml_tensor * in_idx(struct ggml_context * ctx, enum ggml_type t, int64_t n0, int64_t n1, int64_t n2,
+                                   int max, bool distinct) {
+    struct ggml_tensor * x = ggml_new_tensor_4d(ctx, t, n0, n1, n2, 1);
+    ggml_format_name(x, "%s:%d", distinct ? "perm" : "idx", max);
+    return x;
+}
+// Distinct values (for sorting): "distinct".
+static struct ggml_tensor * in_distinct(struct ggml_context * ctx, const int64_t ne[4]) {
+    struct ggml_tensor * x = in_t(ctx, GGML_TYPE_F32, ne);
+    ggml_set_name(x, "distinct");
+    return x;
+}
+// Attention-style mask: values in [-1, 1] with some -INF, never a whole row: "mask".
+static struct ggml_tensor * in_mask(struct ggml_context * ctx, enum ggml_type t, int64_t n0, int64_t n1, int64_t n2,
+                                    int64_t n3) {
+    struct ggml_tensor * x = in4(ctx, t, n0, n1, n2, n3);
+    ggml_set_name(x, "mask");
+    return x;
+}
+
+// Gives an op result another output type (for the mixed-type binary ops ggml-cpu computes,
+// e.g. F16 + F32 -> F32, which ggml's constructors cannot express).
+static struct ggml_tensor * retype(struct ggml_tensor * t, enum ggml_type type) {
+    t->type = type;
+    t->nb[0] = ggml_type_size(type);
+    t->nb[1] = t->nb[0] * (size_t) (t->ne[0] / ggml_blck_size(type));
+    t->nb[2] = t->nb[1] * (size_t) t->ne[1];
+    t->nb[3] = t->nb[2] * (size_t) t->ne[2];
+    return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Builders
+// ---------------------------------------------------------------------------------------------
+
+// i[0]: input layout: 0 contiguous, 1 permuted dims 1<->2, 2 transposed (2D), 3 strided view,
+//       4 reshaped; i[1]: 0 ggml_cpy into a new t1 tensor, 1 ggml_cont, 2 ggml_dup,
+//       3 ggml_cpy into a row-strided view of a larger t1 tensor.
+static struct ggml_tensor * b_cpy(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * src;
+    if (p->i[0] == 3) {
+        struct ggml_tensor * big = in4(ctx, p->t0, p->a[0] + 8, p->a[1], p->a[2], p->a[3]);
+        src = ggml_view_4d(ctx, big, p->a[0], p->a[1], p->a[2], p->a[3], big->nb[1], big->nb[2], big->nb[3], 0);
+    } else {
+        src = in_t(ctx, p->t0, p->a);
+        if (p->i[0] == 1) src = ggml_permute(ctx, src, 0, 2, 1, 3);
+        if (p->i[0] == 2) src = ggml_transpose(ctx, src);
+        if (p->i[0] == 4) src = ggml_reshape_2d(ctx, src, p->a[0] * p->a[1], p->a[2] * p->a[3]);
+    }
+    switch (p->i[1]) {
+        case 1: return ggml_cont(ctx, src);
+        case 2: return ggml_dup(ctx, src);
+        case 3: {
+            struct ggml_tensor * dst = in4(ctx, p->t1, src->ne[0] + 32, src->ne[1], src->ne[2], src->ne[3]);
+            struct ggml_tensor * v = ggml_view_4d(ctx, dst, src->ne[0], src->ne[1], src->ne[2], src->ne[3], dst->nb[1],
+                                                  dst->nb[2], dst->nb[3], 0);
+            return ggml_cpy(ctx, src, v);
+        }
+        default: {
+            struct ggml_tensor * dst = in4(ctx, p->t1, src->ne[0], src->ne[1], src->ne[2], src->ne[3]);
+            return ggml_cpy(ctx, src, dst);
+        }
+    }
+}
+
+// i[0]: op (0 add, 1 sub, 2 mul, 3 div); t0/t1 operand types, t2 output type;
+// a: src0 shape, b: src1 shape (broadcast); i[1]: layout 0 contiguous, 1 src0 and src1
+// permuted (dims 1<->2), 2 src0 a row-strided view.
+static struct ggml_tensor * b_binary(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor *x, *y;
+    // DIV gets divisors in [0.5, 2], away from zero.
+    const bool div = p->i[0] == 3;
+    if (p->i[1] == 1) {
+        x = ggml_permute(ctx, in4(ctx, p->t0, p->a[0], p->a[2], p->a[1], p->a[3]), 0, 2, 1, 3);
+        const int64_t ne[4] = { p->b[0], p->b[2], p->b[1], p->b[3] };
+        y = div ? in_range(ctx, p->t1, ne, 0.5f, 2.0f) : in_t(ctx, p->t1, ne);
+        y = ggml_permute(ctx, y, 0, 2, 1, 3);
+    } else {
+        if (p->i[1] == 2) {
+            struct ggml_tensor * big = in4(ctx, p->t0, p->a[0] + 3, p->a[1], p->a[2], p->a[3]);
+            x = ggml_view_4d(ctx, big, p->a[0], p->a[1], p->a[2], p->a[3], big->nb[1], big->nb[2], big->nb[3], 0);
+        } else {
+            x = in_t(ctx, p->t0, p->a);
+        }
+        y = div ? in_range(ctx, p->t1, p->b, 0.5f, 2.0f) : in_t(ctx, p->t1, p->b);
+    }
+    struct ggml_tensor * r;
+    switch (p->i[0]) {
+        case 0: r = ggml_add(ctx, x, y); break;
+        case 1: r = ggml_sub(ctx, x, y); break;
+        case 2: r = ggml_mul(ctx, x, y); break;
+        default: r = ggml_div(ctx, x, y); break;
+    }
+    if (p->t2 != r->type) retype(r, p->t2);
+    return r;
+}
+
+// f[0] scale, f[1] bias (i[0] = 1: ggml_scale_bias).
+static struct ggml_tensor * b_scale(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * x = in_t(ctx, GGML_TYPE_F32, p->a);
+    return p->i[0] ? ggml_scale_bias(ctx, x, p->f[0], p->f[1]) : ggml_scale(ctx, x, p->f[0]);
+}
+
+// a: input shape; t1 mask type (GGML_TYPE_COUNT: none); b: mask shape; f[0] scale,
+// f[1] max_bias; i[0] sinks.
+static struct ggml_tensor * b_soft_max(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * x = in_range(ctx, GGML_TYPE_F32, p->a, -3, 3);
+    struct ggml_tensor * mask = NULL;
+    if (p->t1 != GGML_TYPE_COUNT) {
+        mask = in_mask(ctx, p->t1, p->b[0], p->b[1], p->b[2], p->b[3]);
+    }
+    struct ggml_tensor * r = ggml_soft_max_ext(ctx, x, mask, p->f[0], p->f[1]);
+    if (p->i[0]) {
+        ggml_soft_max_add_sinks(r, in4(ctx, GGML_TYPE_F32, p->a[2], 1, 1, 1));
+    }
+    return r;
+}
+
+// Weight t0 [K, M, b2, b3] (a), activations t1 [K, N, B2, B3] (b).
+// i[0]: 1 = activations given permuted (dims 1<->2, dense rows), 2 = weight a row-strided view.
+static struct ggml_tensor * b_mul_mat(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * w;
+    if (p->i[0] == 2) {
+        const int64_t pad = ggml_blck_size(p->t0);
+        struct ggml_tensor * big = in4(ctx, p->t0, p->a[0] + pad, p->a[1], p->a[2], p->a[3]);
+        w = ggml_view_4d(ctx, big, p->a[0], p->a[1], p->a[2], p->a[3], big->nb[1], big->nb[2], big->nb[3], 0);
+    } else {
+        w = in_t(ctx, p->t0, p->a);
+    }
+    struct ggml_tensor * x;
+    if (p->i[0] == 1) {
+        x = ggml_permute(ctx, in4(ctx, p->t1, p->b[0], p->b[2], p->b[1], p->b[3]), 0, 2, 1, 3);
+    } else {
+        x = in_t(ctx, p->t1, p->b);
+    }
+    return ggml_mul_mat(ctx, w, x);
+}
+
+// Experts t0 [K, M, n_as] ; activations F32 [K, b1, n_tok] ; ids [n_used, n_tok].
+// i[0] n_as, i[1] n_used, i[2] n_tok, i[3] b1 (1 or n_used).
+static struct ggml_tensor * b_mul_mat_id(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * as = in4(ctx, p->t0, p->a[0], p->a[1], p->i[0], 1);
+    struct ggml_tensor * x = in4(ctx, GGML_TYPE_F32, p->a[0], p->i[3], p->i[2], 1);
+    struct ggml_tensor * ids = in_idx(ctx, GGML_TYPE_I32, p->i[1], p->i[2], 1, p->i[0], true);
+    return ggml_mul_mat_id(ctx, as, x, ids);
+}
+
+// i[0]: 0 rms_norm, 1 norm, 2 l2_norm; f[0] eps; i[1] permuted input.
+static struct ggml_tensor * b_norm(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * x = in_t(ctx, GGML_TYPE_F32, p->a);
+    if (p->i[1]) x = ggml_permute(ctx, in4(ctx, GGML_TYPE_F32, p->a[0], p->a[2], p->a[1], p->a[3]), 0, 2, 1, 3);
+    switch (p->i[0]) {
+        case 0: return ggml_rms_norm(ctx, x, p->f[0]);
+        case 1: return ggml_norm(ctx, x, p->f[0]);
+        default: return ggml_l2_norm(ctx, x, p->f[0]);
+    }
+}
+
+// x t0 [head_dim, n_head, n_tok, 1]; i[0] mode, i[1] n_dims, i[2] freq factors,
+// f[0] freq_base, f[1] freq_scale, f[2] ext_factor, f[3] attn_factor, f[4] beta_fast, f[5] beta_slow.
+static struct ggml_tensor * b_rope(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * x = in_t(ctx, p->t0, p->a);
+    const int mode = p->i[0];
+    const bool multi = (mode & GGML_ROPE_TYPE_MROPE) != 0;
+    struct ggml_tensor * pos = in_idx(ctx, GGML_TYPE_I32, p->a[2] * (multi ? 4 : 1), 1, 1, 1000, false);
+    struct ggml_tensor * ff = p->i[2] ? in_range(ctx, GGML_TYPE_F32, (int64_t[4]) { p->i[1] / 2, 1, 1, 1 }, 0.5f, 2.0f)
+                                      : NULL;
+    if (multi) {
+        int sections[GGML_MROPE_SECTIONS] = { p->i[1] / 2 - 2 * (p->i[1] / 8), p->i[1] / 8, p->i[1] / 8, 0 };
+        return ggml_rope_multi(ctx, x, pos, ff, p->i[1], sections, mode, 4096, p->f[0], p->f[1], p->f[2], p->f[3],
+                               p->f[4], p->f[5]);
+    }
+    return ggml_rope_ext(ctx, x, pos, ff, p->i[1], mode, 4096, p->f[0], p->f[1], p->f[2], p->f[3], p->f[4], p->f[5]);
+}
+
+// i[0] glu op, i[1]: 0 fused, 1 fused swapped, 2 split; t0 type; a: shape of one half.
+static struct ggml_tensor * b_glu(struct ggml_context * ctx, const struct params * p) {
+    if (p->i[1] == 2) {
+        struct ggml_tensor * x = in_t(ctx, p->t0, p->a);
+        struct ggml_tensor * g = in_t(ctx, p->t0, p->a);
+        return ggml_glu_split(ctx, x, g, (enum ggml_glu_op) p->i[0]);
+    }
+    struct ggml_tensor * x = in4(ctx, p->t0, 2 * p->a[0], p->a[1], p->a[2], p->a[3]);
+    return ggml_glu(ctx, x, (enum ggml_glu_op) p->i[0], p->i[1] == 1);
+}
+
+// i[0] unary op; t0 type; f[0]/f[1] input range.
+static struct ggml_tensor * b_unary(struct ggml_context * ctx, const struct params * p) {
+    return ggml_unary(ctx, in_range(ctx, p->t0, p->a, p->f[0], p->f[1]), (enum ggml_unary_op) p->i[0]);
+}
+
+// Simple one-input ops. i[0]: which; f[...] parameters.
+enum { S_SQR, S_SQRT, S_LOG, S_SIN, S_COS, S_CLAMP, S_LEAKY, S_SUM_ROWS, S_SUM, S_MEAN, S_CUMSUM, S_FILL,
+       S_DIAG_MASK_INF, S_PAD, S_PAD_EXT, S_ARGSORT_ASC, S_ARGSORT_DESC, S_TOP_K };
+static struct ggml_tensor * b_simple(struct ggml_context * ctx, const struct params * p) {
+    const int which = p->i[0];
+    struct ggml_tensor * x;
+    if (which == S_SQRT || which == S_LOG) {
+        x = in_range(ctx, p->t0, p->a, 0.1f, 3.0f);
+    } else if (which == S_ARGSORT_ASC || which == S_ARGSORT_DESC || which == S_TOP_K) {
+        x = in_distinct(ctx, p->a);
+    } else {
+        x = in_range(ctx, p->t0, p->a, -2.0f, 2.0f);
+    }
+    switch (which) {
+        case S_SQR: return ggml_sqr(ctx, x);
+        case S_SQRT: return ggml_sqrt(ctx, x);
+        case S_LOG: return ggml_log(ctx, x);
+        case S_SIN: return ggml_sin(ctx, x);
+        case S_COS: return ggml_cos(ctx, x);
+        case S_CLAMP: return ggml_clamp(ctx, x, p->f[0], p->f[1]);
+        case S_LEAKY: return ggml_leaky_relu(ctx, x, p->f[0], false);
+        case S_SUM_ROWS: return ggml_sum_rows(ctx, x);
+        case S_SUM: return ggml_sum(ctx, x);
+        case S_MEAN: return ggml_mean(ctx, x);
+        case S_CUMSUM: return ggml_cumsum(ctx, x);
+        case S_FILL: return ggml_fill(ctx, x, p->f[0]);
+        case S_DIAG_MASK_INF: return ggml_diag_mask_inf(ctx, x, p->i[1]);
+        case S_PAD: return ggml_pad(ctx, x, p->i[1], p->i[2], p->i[3], p->i[4]);
+        case S_PAD_EXT:
+            return ggml_pad_ext(ctx, x, p->i[1], p->i[2], p->i[3], p->i[4], p->i[5], p->i[6], 0, p->i[7]);
+        case S_ARGSORT_ASC: return ggml_argsort(ctx, x, GGML_SORT_ORDER_ASC);
+        case S_ARGSORT_DESC: return ggml_argsort(ctx, x, GGML_SORT_ORDER_DESC);
+        default: return ggml_top_k(ctx, x, p->i[1]);
+    }
+}
+
+// Data t0 [ne0, n_rows, ne2, ne3] (a); i[0] number of indices; indices I32 [n_idx, ne2, ne3].
+static struct ggml_tensor * b_get_rows(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * d = in_t(ctx, p->t0, p->a);
+    struct ggml_tensor * idx = in_idx(ctx, GGML_TYPE_I32, p->i[0], p->a[2], p->a[3], (int) p->a[1], false);
+    return ggml_get_rows(ctx, d, idx);
+}
+
+// Destination t0 [ne0, n_rows, ne2, ne3] (a); source F32 [ne0, i[0], ne2, ne3];
+// indices t1 (I64/I32) [i[0], ne2 / i[1], ne3], distinct per row.
+static struct ggml_tensor * b_set_rows(struct ggml_context * ctx, const struct params * p) {
+    struct ggml_tensor * dst = in_t(ctx, p->t0, p->a);
+    struct ggml_tensor * src = in4(ctx, GGML_TYPE_F32, p->a[0], p->i[0], p->a[2], p->a[3]);
+    struct ggml_tensor * idx = in_idx(ctx, p->t1, p->i[0], p->a[2] / p->i[1], p->a[3], (int) p->a[1], true);
+    return ggml_set_rows(ctx, dst, src, idx);
+}
+
+// q F32 [D, n_q, n_head, 1]; k/v t0 [D, n_kv, n_head_kv, 1]; i[0] D, i[1] n_q, i[2] n_head,
+// i[3] n_head_kv, i[4] n_kv, i[5] mask, i[6] sinks; f[0] scale, f[1] max_bias, f[2] softcap.
+static struct ggml_tensor * b_flash_attn(struct ggml_context * ctx, const struct params * p) {
+    const int D = p->i[0], nq = p->i[1], nh = p->i[2], nhkv = p->i[3], nkv = p->i[4];
+    struct ggml_tensor * q = in4(ctx, GGML_TYPE_F32, D, nq, nh, 1);
+    struct ggml_tensor * k = in4(ctx, p->t0, D, nkv, nhkv, 1);
+    struct ggml_tensor * v = in4(ctx, p->t0, D, nkv, nhkv, 1);
+    struct ggml_tensor * m = p->i[5] ? in_mask(ctx, GGML_TYPE_F16, nkv, nq, 1, 1) : NULL;
+    struct ggml_tensor * r = ggml_flash_attn_ext(ctx, q, k, v, m, p->f[0], p->f[1], p->f[2]);
+    if (p->i[6]) ggml_flash_attn_ext_add_sinks(r, in4(ctx, GGML_TYPE_F32, nh, 1, 1, 1));
+    return r;
+}
+
+// Two-input shape ops. i[0]: 0 concat (dim i[1]), 1 repeat (a -> b), 2 add_id.
+static struct ggml_tensor * b_shape2(struct ggml_context * ctx, const struct params * p) {
+    switch (p->i[0]) {
+        case 0: {
+            struct ggml_tensor * x = in_t(ctx, p->t0, p->a);
+            int64_t ne[4] = { p->a[0], p->a[1], p->a[2], p->a[3] };
+            ne[p->i[1]] += 3;
+            return ggml_concat(ctx, x, in_t(ctx, p->t0, ne), p->i[1]);
+        }
+        case 1: return ggml_repeat(ctx, in_t(ctx, p->t0, p->a), in_t(ctx, p->t0, p->b));
+        default: {
+            // a: [ne0, n_used, n_tok]; b rows: n_as
+            struct ggml_tensor * x = in4(ctx, GGML_TYPE_F32, p->a[0], p->a[1], p->a[2], 1);
+            struct ggml_tensor * bias = in4(ctx, GGML_TYPE_F32, p->a[0], p->i[1], 1, 1);
+            struct ggml_tensor * ids = in_idx(ctx, GGML_TYPE_I32, p->a[1], p->a[2], 1, p->i[1], false);
+            return ggml_add_id(ctx, x, bias, ids);
+        }
+    }
+}
+
+static struct ggml_tensor * b_arange(struct ggml_context * ctx, const struct params * p) {
+    return ggml_arange(ctx, p->f[0], p->f[1], p->f[2]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping: per (op, types) key and per op.
+// ---------------------------------------------------------------------------------------------
+struct stat {
+    char key[96];
+    char op[32];
+    int claimed, run, passed, failed, cpu_refused, not_claimed;
+};
+#define MAX_STATS 1024
+static struct stat stats[MAX_STATS];
+static int n_stats = 0;
+static int n_cases = 0;
+static int view_nodes_run[GGML_OP_COUNT];
+static const char * filter = NULL;
+static double compute_ms[2];  // time spent in graph_compute: [0] RFCPU, [1] ggml-cpu
+
+static struct stat * stat_for(const char * op, const char * key) {
+    for (int i = 0; i < n_stats; i++) {
+        if (strcmp(stats[i].key, key) == 0) return &stats[i];
+    }
+    if (n_stats == MAX_STATS) {
+        fprintf(stderr, "too many stat keys\n");
+        exit(2);
+    }
+    struct stat * s = &stats[n_stats++];
+    memset(s, 0, sizeof(*s));
+    snprintf(s->key, sizeof(s->key), "%s", key);
+    snprintf(s->op, sizeof(s->op), "%s", op);
+    return s;
+}
+
+// "OP(src0,src1,...->dst)" from the output node.
+static void key_of(const struct ggml_tensor * out, char * op, size_t nop, char * key, size_t nkey) {
+    snprintf(op, nop, "%s", ggml_op_desc(out));
+    int len = snprintf(key, nkey, "%s(", op);
+    for (int i = 0; i < GGML_MAX_SRC && out->src[i]; i++) {
+        len += snprintf(key + len, nkey - (size_t) len, "%s%s", i ? "," : "", ggml_type_name(out->src[i]->type));
+    }
+    snprintf(key + len, nkey - (size_t) len, "->%s)", ggml_type_name(out->type));
+}
+
+static ggml_backend_dev_t g_rf_dev, g_cpu_dev;
+static ggml_backend_t g_rf, g_cpu;
+
+struct built {
+    struct ggml_context * ctx;
+    struct ggml_cgraph * gf;
+    struct ggml_tensor * out;
+};
+
+static struct built build_case(build_fn fn, const struct params * p) {
+    struct built b;
+    struct ggml_init_params ip = { ggml_tensor_overhead() * 64 + ggml_graph_overhead_custom(64, false), NULL, true };
+    b.ctx = ggml_init(ip);
+    b.out = fn(b.ctx, p);
+    b.gf = ggml_new_graph_custom(b.ctx, 64, false);
+    ggml_build_forward_expand(b.gf, b.out);
+    return b;
+}
+
+static bool dev_claims_graph(ggml_backend_dev_t dev, struct ggml_cgraph * gf) {
+    for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+        if (!ggml_backend_dev_supports_op(dev, ggml_graph_node(gf, i))) return false;
+    }
+    return true;
+}
+
+static void fill_inputs(struct ggml_context * ctx, uint64_t case_seed) {
+    uint64_t k = 0;
+    for (struct ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t), k++) {
+        if (t->op != GGML_OP_NONE || t->view_src != NULL || t->data == NULL) continue;
+        const uint64_t seed = case_seed * 131 + k;
+        const char * name = ggml_get_name(t);
+        const int64_t n = ggml_nelements(t);
+        if (strncmp(name, "idx:", 4) == 0 || strncmp(name, "perm:", 5) == 0) {
+            const int max = atoi(strchr(name, ':') + 1);
+            const bool perm = name[0] == 'p';
+            const int64_t n0 = t->ne[0];
+            int64_t * v = malloc(sizeof(int64_t) * (size_t) n);
+            uint64_t s = seed + 77;
+            for (int64_t r = 0; r < n / n0; r++) {
+                if (perm) {
+                    // distinct values in [0, max): a partial Fisher-Yates shuffle of 0..max-1
+                    int64_t * pool = malloc(sizeof(int64_t) * (size_t) max);
+                    for (int i = 0; i < max; i++) pool[i] = i;
+                    for (int64_t i = 0; i < n0; i++) {
+                        int64_t j = i + (int64_t) (rf_rand_u64(&s) % (uint64_t) (max - i));
+                        int64_t tmp = pool[i];
+                        pool[i] = pool[j];
+                        pool[j] = tmp;
+                        v[r * n0 + i] = pool[i];
+                    }
+                    free(pool);
+                } else {
+                    for (int64_t i = 0; i < n0; i++) v[r * n0 + i] = (int64_t) (rf_rand_u64(&s) % (uint64_t) max);
+                }
+            }
+            if (t->type == GGML_TYPE_I64) {
+                ggml_backend_tensor_set(t, v, 0, ggml_nbytes(t));
+            } else {
+                int32_t * v32 = malloc(sizeof(int32_t) * (size_t) n);
+                for (int64_t i = 0; i < n; i++) v32[i] = (int32_t) v[i];
+                ggml_backend_tensor_set(t, v32, 0, ggml_nbytes(t));
+                free(v32);
+            }
+            free(v);
+        } else if (strcmp(name, "distinct") == 0) {
+            float * v = malloc(sizeof(float) * (size_t) n);
+            uint64_t s = seed + 99;
+            for (int64_t i = 0; i < n; i++) v[i] = (float) i * 0.25f - (float) n * 0.125f;
+            for (int64_t i = n - 1; i > 0; i--) {
+                int64_t j = (int64_t) (rf_rand_u64(&s) % (uint64_t) (i + 1));
+                float tmp = v[i];
+                v[i] = v[j];
+                v[j] = tmp;
+            }
+            ggml_backend_tensor_set(t, v, 0, ggml_nbytes(t));
+            free(v);
+        } else if (strcmp(name, "mask") == 0) {
+            float * v = malloc(sizeof(float) * (size_t) n);
+            uint64_t s = seed + 5;
+            for (int64_t i = 0; i < n; i++) {
+                v[i] = rf_rand_uniform(&s, -1, 1);
+                if (i % t->ne[0] != 0 && rf_rand_u64(&s) % 5 == 0) v[i] = -INFINITY;
+            }
+            if (t->type == GGML_TYPE_F16) {
+                ggml_fp16_t * h = malloc(sizeof(ggml_fp16_t) * (size_t) n);
+                ggml_fp32_to_fp16_row(v, h, n);
+                ggml_backend_tensor_set(t, h, 0, ggml_nbytes(t));
+                free(h);
+            } else {
+                ggml_backend_tensor_set(t, v, 0, ggml_nbytes(t));
+            }
+            free(v);
+        } else if (strncmp(name, "range:", 6) == 0) {
+            float lo = -1, hi = 1;
+            sscanf(name, "range:%f:%f", &lo, &hi);
+            rf_fill_tensor(t, seed, lo, hi);
+        } else {
+            rf_fill_tensor(t, seed, -1, 1);
+        }
+    }
+}
+
+static int cmp_i32(const void * a, const void * b) {
+    const float x = *(const float *) a, y = *(const float *) b;
+    return (x > y) - (x < y);
+}
+
+// Runs one case; returns false on failure.
+static void run_case(const char * label, build_fn fn, const struct params * p, double thr, enum cmp_mode cmp) {
+    if (filter && !strstr(label, filter)) return;
+    n_cases++;
+    struct built probe = build_case(fn, p);
+    char op[32], key[96];
+    key_of(probe.out, op, sizeof(op), key, sizeof(key));
+    struct stat * st = stat_for(op, key);
+    const bool rf_claims = dev_claims_graph(g_rf_dev, probe.gf);
+    const bool cpu_claims = dev_claims_graph(g_cpu_dev, probe.gf);
+    ggml_free(probe.ctx);
+    if (!rf_claims) {
+        st->not_claimed++;
+        return;
+    }
+    st->claimed++;
+    if (!cpu_claims) {
+        st->cpu_refused++;
+        printf("  note: RFCPU claims %s but ggml-cpu does not: %s (skipped)\n", key, label);
+        return;
+    }
+
+    struct built bk[2] = { build_case(fn, p), build_case(fn, p) };
+    ggml_backend_t be[2] = { g_rf, g_cpu };
+    ggml_backend_buffer_t buf[2] = { NULL, NULL };
+    float * res[2] = { NULL, NULL };
+    bool ok = true;
+    const uint64_t case_seed = (uint64_t) n_cases;
+    for (int k = 0; k < 2; k++) {
+        buf[k] = ggml_backend_alloc_ctx_tensors(bk[k].ctx, be[k]);
+        if (!buf[k]) {
+            printf("  FAIL %s: allocation on %s failed\n", label, ggml_backend_name(be[k]));
+            ok = false;
+            break;
+        }
+        // Different garbage on each side (NaN bytes on RFCPU's): an output element RFCPU never
+        // writes cannot match by chance.
+        ggml_backend_buffer_clear(buf[k], k == 0 ? 0xFF : 0x00);
+        fill_inputs(bk[k].ctx, case_seed);
+        const double tc = rf_now_ms();
+        enum ggml_status s = ggml_backend_graph_compute(be[k], bk[k].gf);
+        compute_ms[k] += rf_now_ms() - tc;
+        if (s != GGML_STATUS_SUCCESS) {
+            printf("  FAIL %s: compute on %s returned %s\n", label, ggml_backend_name(be[k]), ggml_status_to_string(s));
+            ok = false;
+            break;
+        }
+        res[k] = rf_tensor_to_float(bk[k].out);
+    }
+    if (ok) {
+        for (int i = 0; i < ggml_graph_n_nodes(bk[0].gf); i++) {
+            const enum ggml_op o = ggml_graph_node(bk[0].gf, i)->op;
+            if (o == GGML_OP_VIEW || o == GGML_OP_RESHAPE || o == GGML_OP_PERMUTE || o == GGML_OP_TRANSPOSE) {
+                view_nodes_run[o]++;
+            }
+        }
+        const struct ggml_tensor * out = bk[0].out;
+        const int64_t n = ggml_nelements(out);
+        if (cmp == CMP_NMSE) {
+            const double e = rf_nmse(res[0], res[1], (size_t) n);
+            if (!(e <= thr)) {
+                printf("  FAIL %s [%s]: nmse %.3g > %.1g (RFCPU[0]=%g ggml-cpu[0]=%g)\n", label, key, e, thr,
+                       res[0][0], res[1][0]);
+                ok = false;
+            }
+        } else {
+            const int64_t row = out->ne[0];
+            if (cmp == CMP_SETS) {
+                for (int64_t r = 0; r < n / row; r++) {
+                    qsort(res[0] + r * row, (size_t) row, sizeof(float), cmp_i32);
+                    qsort(res[1] + r * row, (size_t) row, sizeof(float), cmp_i32);
+                }
+            }
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += res[0][i] != res[1][i];
+            if (bad) {
+                printf("  FAIL %s [%s]: %lld of %lld integer outputs differ\n", label, key, (long long) bad,
+                       (long long) n);
+                ok = false;
+            }
+        }
+        st->run++;
+    }
+    if (ok) {
+        st->passed++;
+    } else {
+        st->failed++;
+        rf_failures++;
+    }
+    for (int k = 0; k < 2; k++) {
+        free(res[k]);
+        if (buf[k]) ggml_backend_buffer_free(buf[k]);
+        ggml_free(bk[k].ctx);
+    }
+}
+
+#define LABEL(...) (snprintf(label, sizeof(label), __VA_ARGS__), label)
+#define SHAPE(x0, x1, x2, x3) { x0, x1, x2, x3 }
+
+static const enum ggml_type float_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+static const enum ggml_type weight_types[] = {
+    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+    GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
+};
+#define N_FLOAT (sizeof(float_types) / sizeof(float_types[0]))
+#define N_WEIGHT (sizeof(weight_types) / sizeof(weight_types[0]))
+
+static bool is_quant(enum ggml_type t) {
+    return ggml_is_quantized(t);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Catalog
+// ---------------------------------------------------------------------------------------------
+
+static void cases_cpy(void) {
+    char label[160];
+    static const char * layouts[] = { "contig", "permuted", "transposed", "strided", "reshaped" };
+    static const char * kinds[] = { "cpy", "cont", "dup", "cpy-into-view" };
+    for (size_t a = 0; a < N_FLOAT; a++) {
+        for (size_t b = 0; b < N_FLOAT; b++) {
+            for (int layout = 0; layout < 5; layout++) {
+                struct params p = { .t0 = float_types[a], .t1 = float_types[b], .a = SHAPE(33, 7, 3, 2) };
+                if (layout == 2) { p.a[2] = 1; p.a[3] = 1; }
+                p.i[0] = layout;
+                p.i[1] = 0;
+                run_case(LABEL("CPY %s->%s %s", ggml_type_name(p.t0), ggml_type_name(p.t1), layouts[layout]), b_cpy,
+                         &p, 1e-7, CMP_NMSE);
+            }
+            struct params p = { .t0 = float_types[a], .t1 = float_types[b], .a = SHAPE(40, 6, 2, 1), .i = { 1, 3 } };
+            run_case(LABEL("CPY %s->%s permuted into strided view", ggml_type_name(p.t0), ggml_type_name(p.t1)), b_cpy,
+                     &p, 1e-7, CMP_NMSE);
+        }
+        for (int layout = 0; layout < 5; layout++) {
+            for (int kind = 1; kind <= 2; kind++) {
+                struct params p = { .t0 = float_types[a], .t1 = float_types[a], .a = SHAPE(17, 5, 4, 3) };
+                if (layout == 2) { p.a[2] = 1; p.a[3] = 1; }
+                p.i[0] = layout;
+                p.i[1] = kind;
+                run_case(LABEL("%s %s %s", kinds[kind], ggml_type_name(p.t0), layouts[layout]), b_cpy, &p, 1e-7,
+                         CMP_NMSE);
+            }
+        }
+    }
+    // F32 -> quantized, and same-type quantized copies.
+    static const enum ggml_type qt[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+    for (size_t q = 0; q < 2; q++) {
+        struct params p = { .t0 = GGML_TYPE_F32, .t1 = qt[q], .a = SHAPE(64, 5, 3, 1) };
+        run_case(LABEL("CPY f32->%s", ggml_type_name(qt[q])), b_cpy, &p, 1e-6, CMP_NMSE);
+        struct params p2 = { .t0 = qt[q], .t1 = qt[q], .a = SHAPE(64, 5, 3, 1) };
+        run_case(LABEL("CPY %s->%s", ggml_type_name(qt[q]), ggml_type_name(qt[q])), b_cpy, &p2, 1e-7, CMP_NMSE);
+    }
+}
+
+static void cases_binary(void) {
+    char label[160];
+    static const char * names[] = { "ADD", "SUB", "MUL", "DIV" };
+    static const enum ggml_type combos[][3] = {
+        { GGML_TYPE_F32, GGML_TYPE_F32, GGML_TYPE_F32 },    { GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F16 },
+        { GGML_TYPE_BF16, GGML_TYPE_BF16, GGML_TYPE_BF16 }, { GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_F16 },
+        { GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_F32 },    { GGML_TYPE_BF16, GGML_TYPE_F32, GGML_TYPE_BF16 },
+        { GGML_TYPE_BF16, GGML_TYPE_F32, GGML_TYPE_F32 },
+    };
+    // src1 shapes broadcast over src0 [10, 5, 4, 3] in every dim.
+    static const int64_t bshapes[][4] = {
+        { 10, 5, 4, 3 }, { 10, 1, 1, 1 }, { 10, 5, 1, 1 }, { 10, 1, 4, 1 }, { 10, 5, 4, 1 },
+        { 10, 1, 1, 3 }, { 1, 1, 1, 1 },  { 1, 5, 4, 3 },  { 5, 5, 2, 3 },
+    };
+    for (int op = 0; op < 4; op++) {
+        for (size_t c = 0; c < sizeof(combos) / sizeof(combos[0]); c++) {
+            for (size_t s = 0; s < sizeof(bshapes) / sizeof(bshapes[0]); s++) {
+                struct params p = { .t0 = combos[c][0], .t1 = combos[c][1], .t2 = combos[c][2],
+                                    .a = SHAPE(10, 5, 4, 3) };
+                memcpy(p.b, bshapes[s], sizeof(p.b));
+                p.i[0] = op;
+                p.i[1] = 0;
+                // full broadcast matrix for F32, a representative subset for the other combos
+                if (c != 0 && s != 0 && s != 1 && s != 3 && s != 8) continue;
+                run_case(LABEL("%s %s,%s->%s b=[%lld,%lld,%lld,%lld]", names[op], ggml_type_name(p.t0),
+                               ggml_type_name(p.t1), ggml_type_name(p.t2), (long long) p.b[0], (long long) p.b[1],
+                               (long long) p.b[2], (long long) p.b[3]),
+                         b_binary, &p, 1e-7, CMP_NMSE);
+            }
+            for (int layout = 1; layout <= 2; layout++) {
+                struct params p = { .t0 = combos[c][0], .t1 = combos[c][1], .t2 = combos[c][2],
+                                    .a = SHAPE(16, 6, 3, 2), .b = SHAPE(16, 6, 3, 2) };
+                if (layout == 2) { p.b[1] = 1; }
+                p.i[0] = op;
+                p.i[1] = layout;
+                run_case(LABEL("%s %s,%s->%s %s", names[op], ggml_type_name(p.t0), ggml_type_name(p.t1),
+                               ggml_type_name(p.t2), layout == 1 ? "permuted" : "strided src0"),
+                         b_binary, &p, 1e-7, CMP_NMSE);
+            }
+        }
+    }
+    // A large one, so threads split work.
+    struct params p = { .t0 = GGML_TYPE_F32, .t1 = GGML_TYPE_F32, .t2 = GGML_TYPE_F32, .a = SHAPE(4096, 33, 1, 1),
+                        .b = SHAPE(4096, 1, 1, 1) };
+    run_case("ADD f32 large", b_binary, &p, 1e-7, CMP_NMSE);
+}
+
+static void cases_scale(void) {
+    char label[160];
+    static const int64_t shapes[][4] = { { 10, 5, 4, 3 }, { 1, 1, 1, 1 }, { 4096, 7, 1, 1 } };
+    for (size_t s = 0; s < 3; s++) {
+        for (int bias = 0; bias < 2; bias++) {
+            struct params p = { .i = { bias }, .f = { 0.37f, bias ? -1.5f : 0.0f } };
+            memcpy(p.a, shapes[s], sizeof(p.a));
+            run_case(LABEL("SCALE%s [%lld,%lld]", bias ? "+bias" : "", (long long) p.a[0], (long long) p.a[1]),
+                     b_scale, &p, 1e-7, CMP_NMSE);
+        }
+    }
+}
+
+static void cases_soft_max(void) {
+    char label[160];
+    struct {
+        int64_t a[4];
+        enum ggml_type mt;
+        int64_t m[4];
+        float scale, max_bias;
+        int sinks;
+    } cs[] = {
+        { { 16, 4, 1, 1 }, GGML_TYPE_COUNT, { 0 }, 1.0f, 0.0f, 0 },
+        { { 1000, 3, 2, 1 }, GGML_TYPE_COUNT, { 0 }, 0.5f, 0.0f, 0 },
+        { { 32, 7, 4, 2 }, GGML_TYPE_F32, { 32, 7, 1, 1 }, 0.125f, 0.0f, 0 },
+        { { 32, 7, 4, 2 }, GGML_TYPE_F16, { 32, 7, 1, 1 }, 0.125f, 0.0f, 0 },
+        { { 32, 7, 4, 2 }, GGML_TYPE_F16, { 32, 8, 4, 1 }, 1.0f, 0.0f, 0 },
+        { { 32, 7, 4, 2 }, GGML_TYPE_F32, { 32, 7, 4, 2 }, 1.0f, 0.0f, 0 },
+        { { 32, 7, 4, 2 }, GGML_TYPE_F32, { 32, 7, 1, 2 }, 1.0f, 0.0f, 0 },
+        { { 64, 5, 8, 1 }, GGML_TYPE_F16, { 64, 5, 1, 1 }, 0.2f, 8.0f, 0 },
+        { { 64, 5, 6, 1 }, GGML_TYPE_F32, { 64, 5, 1, 1 }, 1.0f, 8.0f, 0 },
+        { { 32, 7, 4, 1 }, GGML_TYPE_F16, { 32, 7, 1, 1 }, 0.125f, 0.0f, 1 },
+        { { 32, 7, 4, 1 }, GGML_TYPE_COUNT, { 0 }, 1.0f, 0.0f, 1 },
+        { { 48, 3, 4, 1 }, GGML_TYPE_F32, { 48, 3, 1, 1 }, 1.0f, 4.0f, 1 },
+    };
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+        struct params p = { .t1 = cs[i].mt, .f = { cs[i].scale, cs[i].max_bias }, .i = { cs[i].sinks } };
+        memcpy(p.a, cs[i].a, sizeof(p.a));
+        memcpy(p.b, cs[i].m, sizeof(p.b));
+        run_case(LABEL("SOFT_MAX [%lld,%lld,%lld,%lld] mask=%s [%lld,%lld,%lld,%lld] scale=%g max_bias=%g sinks=%d",
+                       (long long) p.a[0], (long long) p.a[1], (long long) p.a[2], (long long) p.a[3],
+                       cs[i].mt == GGML_TYPE_COUNT ? "none" : ggml_type_name(cs[i].mt), (long long) p.b[0],
+                       (long long) p.b[1], (long long) p.b[2], (long long) p.b[3], cs[i].scale, cs[i].max_bias,
+                       cs[i].sinks),
+                 b_soft_max, &p, 1e-6, CMP_NMSE);
+    }
+}
+
+static void cases_mul_mat(void) {
+    char label[160];
+    for (size_t w = 0; w < N_WEIGHT; w++) {
+        const enum ggml_type t = weight_types[w];
+        const int64_t blk = ggml_blck_size(t);
+        const int64_t K = blk == 256 ? 256 : 64;
+        struct {
+            int64_t a[4], b[4];
+            int layout;
+        } cs[] = {
+            { { K, 17, 1, 1 }, { K, 1, 1, 1 }, 0 },
+            { { K, 17, 1, 1 }, { K, 7, 1, 1 }, 0 },
+            { { 4 * K, 33, 1, 1 }, { 4 * K, 9, 1, 1 }, 0 },
+            { { K, 16, 2, 1 }, { K, 5, 4, 1 }, 0 },   // broadcast over dim 2
+            { { K, 9, 2, 1 }, { K, 3, 2, 3 }, 0 },    // broadcast over dim 3
+            { { K, 9, 1, 2 }, { K, 3, 2, 4 }, 0 },    // broadcast over dims 2 and 3
+            { { K, 12, 3, 1 }, { K, 5, 3, 1 }, 1 },   // permuted activations
+            { { K, 11, 1, 1 }, { K, 4, 1, 1 }, 2 },   // row-strided weight view
+        };
+        for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+            struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .i = { cs[i].layout } };
+            memcpy(p.a, cs[i].a, sizeof(p.a));
+            memcpy(p.b, cs[i].b, sizeof(p.b));
+            run_case(LABEL("MUL_MAT %s w=[%lld,%lld,%lld,%lld] x=[%lld,%lld,%lld,%lld]%s", ggml_type_name(t),
+                           (long long) p.a[0], (long long) p.a[1], (long long) p.a[2], (long long) p.a[3],
+                           (long long) p.b[0], (long long) p.b[1], (long long) p.b[2], (long long) p.b[3],
+                           cs[i].layout == 1 ? " x permuted" : cs[i].layout == 2 ? " w strided" : ""),
+                     b_mul_mat, &p, 5e-4, CMP_NMSE);
+        }
+    }
+    // F16 activations with F16 weights (ggml-cpu computes them too).
+    struct params p = { .t0 = GGML_TYPE_F16, .t1 = GGML_TYPE_F16, .a = SHAPE(64, 13, 1, 1), .b = SHAPE(64, 5, 1, 1) };
+    run_case("MUL_MAT f16 x f16", b_mul_mat, &p, 5e-4, CMP_NMSE);
+}
+
+static void cases_mul_mat_id(void) {
+    char label[160];
+    for (size_t w = 0; w < N_WEIGHT; w++) {
+        const enum ggml_type t = weight_types[w];
+        const int64_t K = ggml_blck_size(t) == 256 ? 256 : 64;
+        const int cs[][4] = { { 4, 2, 3, 2 }, { 4, 2, 5, 1 }, { 8, 3, 1, 3 } };  // n_as, n_used, n_tok, b1
+        for (size_t i = 0; i < 3; i++) {
+            struct params p = { .t0 = t, .a = SHAPE(K, 17, 1, 1), .i = { cs[i][0], cs[i][1], cs[i][2], cs[i][3] } };
+            run_case(LABEL("MUL_MAT_ID %s n_as=%d n_used=%d n_tok=%d b1=%d", ggml_type_name(t), cs[i][0], cs[i][1],
+                           cs[i][2], cs[i][3]),
+                     b_mul_mat_id, &p, 5e-4, CMP_NMSE);
+        }
+    }
+}
+
+static void cases_norm(void) {
+    char label[160];
+    static const char * names[] = { "RMS_NORM", "NORM", "L2_NORM" };
+    static const int64_t shapes[][4] = { { 64, 5, 3, 2 }, { 4096, 3, 1, 1 }, { 7, 1, 1, 1 } };
+    for (int op = 0; op < 3; op++) {
+        for (size_t s = 0; s < 3; s++) {
+            for (int perm = 0; perm < 2; perm++) {
+                struct params p = { .i = { op, perm }, .f = { 1e-6f } };
+                memcpy(p.a, shapes[s], sizeof(p.a));
+                run_case(LABEL("%s [%lld,%lld,%lld,%lld]%s", names[op], (long long) p.a[0], (long long) p.a[1],
+                               (long long) p.a[2], (long long) p.a[3], perm ? " permuted" : ""),
+                         b_norm, &p, 1e-6, CMP_NMSE);
+            }
+        }
+    }
+}
+
+static void cases_rope(void) {
+    char label[160];
+    static const int modes[] = { GGML_ROPE_TYPE_NORMAL, GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_MROPE,
+                                 GGML_ROPE_TYPE_IMROPE };
+    static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16 };
+    for (size_t m = 0; m < 4; m++) {
+        for (size_t t = 0; t < 2; t++) {
+            for (int ff = 0; ff < 2; ff++) {
+                for (int ext = 0; ext < 2; ext++) {
+                    for (int partial = 0; partial < 2; partial++) {
+                        const int hd = 64;
+                        struct params p = { .t0 = types[t], .a = SHAPE(hd, 4, 5, 1) };
+                        p.i[0] = modes[m];
+                        p.i[1] = partial ? hd / 2 : hd;
+                        p.i[2] = ff;
+                        p.f[0] = 10000.0f;
+                        p.f[1] = ext ? 0.25f : 1.0f;
+                        p.f[2] = ext ? 1.0f : 0.0f;
+                        p.f[3] = 1.0f;
+                        p.f[4] = 32.0f;
+                        p.f[5] = 1.0f;
+                        run_case(LABEL("ROPE mode=%d %s n_dims=%d ff=%d ext=%d", modes[m], ggml_type_name(types[t]),
+                                       p.i[1], ff, ext),
+                                 b_rope, &p, 1e-6, CMP_NMSE);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void cases_glu(void) {
+    char label[160];
+    static const enum ggml_glu_op ops[] = { GGML_GLU_OP_REGLU, GGML_GLU_OP_GEGLU, GGML_GLU_OP_SWIGLU,
+                                            GGML_GLU_OP_GEGLU_ERF, GGML_GLU_OP_GEGLU_QUICK };
+    static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16 };
+    static const char * forms[] = { "fused", "fused-swapped", "split" };
+    for (size_t o = 0; o < 5; o++) {
+        for (size_t t = 0; t < 2; t++) {
+            for (int form = 0; form < 3; form++) {
+                struct params p = { .t0 = types[t], .a = SHAPE(128, 7, 2, 1), .i = { (int) ops[o], form } };
+                run_case(LABEL("GLU %s %s %s", ggml_glu_op_name(ops[o]), ggml_type_name(types[t]), forms[form]), b_glu,
+                         &p, 1e-5, CMP_NMSE);
+            }
+        }
+    }
+}
+
+static void cases_unary(void) {
+    char label[160];
+    static const struct { enum ggml_unary_op op; float lo, hi; } ops[] = {
+        { GGML_UNARY_OP_SILU, -4, 4 },      { GGML_UNARY_OP_GELU, -4, 4 },   { GGML_UNARY_OP_GELU_ERF, -4, 4 },
+        { GGML_UNARY_OP_GELU_QUICK, -4, 4 }, { GGML_UNARY_OP_RELU, -2, 2 },   { GGML_UNARY_OP_TANH, -3, 3 },
+        { GGML_UNARY_OP_SIGMOID, -4, 4 },   { GGML_UNARY_OP_EXP, -3, 3 },    { GGML_UNARY_OP_NEG, -2, 2 },
+        { GGML_UNARY_OP_ABS, -2, 2 },       { GGML_UNARY_OP_SGN, -2, 2 },    { GGML_UNARY_OP_STEP, -2, 2 },
+        { GGML_UNARY_OP_HARDSWISH, -5, 5 }, { GGML_UNARY_OP_HARDSIGMOID, -5, 5 }, { GGML_UNARY_OP_ELU, -3, 3 },
+    };
+    static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16 };
+    static const int64_t shapes[][4] = { { 128, 5, 3, 1 }, { 4099, 2, 1, 1 } };
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+        for (size_t t = 0; t < 2; t++) {
+            for (size_t s = 0; s < 2; s++) {
+                struct params p = { .t0 = types[t], .i = { (int) ops[o].op }, .f = { ops[o].lo, ops[o].hi } };
+                memcpy(p.a, shapes[s], sizeof(p.a));
+                run_case(LABEL("UNARY %s %s [%lld,%lld]", ggml_unary_op_name(ops[o].op), ggml_type_name(types[t]),
+                               (long long) p.a[0], (long long) p.a[1]),
+                         b_unary, &p, 1e-5, CMP_NMSE);
+            }
+        }
+    }
+}
+
+static void cases_simple(void) {
+    char label[160];
+    static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16 };
+    struct { int which; const char * name; int n_types; double thr; } ops[] = {
+        { S_SQR, "SQR", 2, 1e-7 },     { S_SQRT, "SQRT", 2, 1e-7 },  { S_LOG, "LOG", 2, 1e-6 },
+        { S_SIN, "SIN", 2, 1e-6 },     { S_COS, "COS", 2, 1e-6 },    { S_CLAMP, "CLAMP", 2, 1e-7 },
+        { S_LEAKY, "LEAKY_RELU", 2, 1e-7 }, { S_SUM_ROWS, "SUM_ROWS", 1, 1e-7 }, { S_SUM, "SUM", 1, 1e-7 },
+        { S_MEAN, "MEAN", 1, 1e-7 },   { S_CUMSUM, "CUMSUM", 1, 1e-7 }, { S_FILL, "FILL", 2, 1e-7 },
+    };
+    static const int64_t shapes[][4] = { { 33, 5, 3, 2 }, { 1024, 4, 1, 1 } };
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+        for (int t = 0; t < ops[o].n_types; t++) {
+            for (size_t s = 0; s < 2; s++) {
+                struct params p = { .t0 = types[t], .i = { ops[o].which }, .f = { -0.5f, 0.75f } };
+                if (ops[o].which == S_LEAKY) p.f[0] = 0.1f;
+                if (ops[o].which == S_FILL) p.f[0] = 2.5f;
+                memcpy(p.a, shapes[s], sizeof(p.a));
+                run_case(LABEL("%s %s [%lld,%lld,%lld,%lld]", ops[o].name, ggml_type_name(types[t]), (long long) p.a[0],
+                               (long long) p.a[1], (long long) p.a[2], (long long) p.a[3]),
+                         b_simple, &p, ops[o].thr, CMP_NMSE);
+            }
+        }
+    }
+    // DIAG_MASK_INF
+    for (int n_past = 0; n_past <= 2; n_past += 2) {
+        struct params p = { .t0 = GGML_TYPE_F32, .a = SHAPE(9, 7, 3, 1), .i = { S_DIAG_MASK_INF, n_past } };
+        run_case(LABEL("DIAG_MASK_INF n_past=%d", n_past), b_simple, &p, 1e-7, CMP_NMSE);
+    }
+    // PAD
+    {
+        struct params p = { .t0 = GGML_TYPE_F32, .a = SHAPE(10, 5, 3, 2), .i = { S_PAD, 3, 2, 1, 1 } };
+        run_case("PAD f32 right", b_simple, &p, 1e-7, CMP_NMSE);
+        struct params q = { .t0 = GGML_TYPE_F32, .a = SHAPE(10, 5, 3, 2), .i = { S_PAD_EXT, 2, 3, 1, 2, 1, 0, 1 } };
+        run_case("PAD f32 left+right", b_simple, &q, 1e-7, CMP_NMSE);
+    }
+    // ARGSORT / TOP_K
+    static const int64_t sshapes[][4] = { { 16, 10, 1, 1 }, { 1000, 3, 2, 1 }, { 7, 1, 1, 1 } };
+    for (size_t s = 0; s < 3; s++) {
+        for (int desc = 0; desc < 2; desc++) {
+            struct params p = { .t0 = GGML_TYPE_F32, .i = { desc ? S_ARGSORT_DESC : S_ARGSORT_ASC } };
+            memcpy(p.a, sshapes[s], sizeof(p.a));
+            run_case(LABEL("ARGSORT %s [%lld,%lld]", desc ? "desc" : "asc", (long long) p.a[0], (long long) p.a[1]),
+                     b_simple, &p, 0, CMP_EXACT);
+        }
+        struct params p = { .t0 = GGML_TYPE_F32, .i = { S_TOP_K, (int) (sshapes[s][0] < 5 ? sshapes[s][0] : 5) } };
+        memcpy(p.a, sshapes[s], sizeof(p.a));
+        run_case(LABEL("TOP_K k=%d [%lld,%lld]", p.i[1], (long long) p.a[0], (long long) p.a[1]), b_simple, &p, 0,
+                 CMP_SETS);
+    }
+}
+
+static void cases_rows(void) {
+    char label[160];
+    for (size_t w = 0; w < N_WEIGHT; w++) {
+        const enum ggml_type t = weight_types[w];
+        static const int64_t shapes[][4] = { { 256, 10, 1, 1 }, { 256, 6, 3, 1 }, { 256, 5, 2, 2 } };
+        for (size_t s = 0; s < 3; s++) {
+            struct params p = { .t0 = t, .i = { 4 } };
+            memcpy(p.a, shapes[s], sizeof(p.a));
+            run_case(LABEL("GET_ROWS %s [%lld,%lld,%lld,%lld]", ggml_type_name(t), (long long) p.a[0],
+                           (long long) p.a[1], (long long) p.a[2], (long long) p.a[3]),
+                     b_get_rows, &p, 1e-7, CMP_NMSE);
+        }
+    }
+    {
+        struct params p = { .t0 = GGML_TYPE_I32, .a = SHAPE(8, 10, 1, 1), .i = { 5 } };
+        run_case("GET_ROWS i32", b_get_rows, &p, 1e-7, CMP_NMSE);
+    }
+    static const enum ggml_type dst_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                                GGML_TYPE_Q4_0 };
+    static const enum ggml_type idx_types[] = { GGML_TYPE_I64, GGML_TYPE_I32 };
+    for (size_t d = 0; d < 5; d++) {
+        for (size_t x = 0; x < 2; x++) {
+            for (int bc = 1; bc <= 2; bc++) {
+                struct params p = { .t0 = dst_types[d], .t1 = idx_types[x], .a = SHAPE(64, 12, 2, 1), .i = { 5, bc } };
+                run_case(LABEL("SET_ROWS f32->%s idx=%s%s", ggml_type_name(p.t0), ggml_type_name(p.t1),
+                               bc == 2 ? " idx broadcast" : ""),
+                         b_set_rows, &p, is_quant(p.t0) ? 1e-6 : 1e-7, CMP_NMSE);
+            }
+        }
+    }
+}
+
+static void cases_flash_attn(void) {
+    char label[160];
+    static const enum ggml_type kv_types[] = { GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_F32 };
+    struct { int D, nq, nh, nhkv, nkv, mask, sinks; float scale, max_bias, softcap; } cs[] = {
+        { 64, 1, 4, 4, 32, 1, 0, 0.125f, 0.0f, 0.0f },
+        { 64, 7, 4, 2, 64, 1, 0, 0.125f, 0.0f, 0.0f },   // GQA
+        { 128, 3, 4, 1, 48, 1, 0, 0.09f, 0.0f, 0.0f },   // MQA
+        { 64, 5, 4, 4, 32, 0, 0, 0.125f, 0.0f, 0.0f },   // no mask
+        { 64, 4, 8, 8, 32, 1, 0, 0.125f, 8.0f, 0.0f },   // ALiBi
+        { 64, 4, 4, 2, 32, 1, 0, 0.02f, 0.0f, 30.0f },   // logit softcap
+        { 64, 4, 4, 2, 32, 1, 1, 0.125f, 0.0f, 0.0f },   // sinks
+    };
+    for (size_t k = 0; k < 3; k++) {
+        for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+            struct params p = { .t0 = kv_types[k],
+                                .i = { cs[i].D, cs[i].nq, cs[i].nh, cs[i].nhkv, cs[i].nkv, cs[i].mask, cs[i].sinks },
+                                .f = { cs[i].scale, cs[i].max_bias, cs[i].softcap } };
+            run_case(LABEL("FLASH_ATTN_EXT kv=%s D=%d nq=%d heads=%d/%d nkv=%d mask=%d sinks=%d max_bias=%g softcap=%g",
+                           ggml_type_name(kv_types[k]), cs[i].D, cs[i].nq, cs[i].nh, cs[i].nhkv, cs[i].nkv, cs[i].mask,
+                           cs[i].sinks, cs[i].max_bias, cs[i].softcap),
+                     b_flash_attn, &p, 5e-4, CMP_NMSE);
+        }
+    }
+}
+
+static void cases_shape2(void) {
+    char label[160];
+    static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16 };
+    for (size_t t = 0; t < 2; t++) {
+        for (int dim = 0; dim < 4; dim++) {
+            struct params p = { .t0 = types[t], .a = SHAPE(10, 5, 3, 2), .i = { 0, dim } };
+            run_case(LABEL("CONCAT %s dim=%d", ggml_type_name(types[t]), dim), b_shape2, &p, 1e-7, CMP_NMSE);
+        }
+        static const int64_t reps[][2][4] = {
+            { { 10, 1, 1, 1 }, { 10, 5, 3, 2 } },
+            { { 5, 2, 1, 1 }, { 10, 4, 3, 1 } },
+            { { 1, 1, 1, 1 }, { 7, 3, 1, 1 } },
+        };
+        for (size_t r = 0; r < 3; r++) {
+            struct params p = { .t0 = types[t], .i = { 1 } };
+            memcpy(p.a, reps[r][0], sizeof(p.a));
+            memcpy(p.b, reps[r][1], sizeof(p.b));
+            run_case(LABEL("REPEAT %s [%lld,%lld,%lld,%lld]->[%lld,%lld,%lld,%lld]", ggml_type_name(types[t]),
+                           (long long) p.a[0], (long long) p.a[1], (long long) p.a[2], (long long) p.a[3],
+                           (long long) p.b[0], (long long) p.b[1], (long long) p.b[2], (long long) p.b[3]),
+                     b_shape2, &p, 1e-7, CMP_NMSE);
+        }
+    }
+    struct params p = { .a = SHAPE(64, 2, 5, 1), .i = { 2, 4 } };
+    run_case("ADD_ID f32 n_as=4", b_shape2, &p, 1e-7, CMP_NMSE);
+    struct params q = { .f = { 0.0f, 10.0f, 1.0f } };
+    run_case("ARANGE 0..10", b_arange, &q, 1e-7, CMP_NMSE);
+    struct params r = { .f = { -3.0f, 500.0f, 0.5f } };
+    run_case("ARANGE -3..500 step 0.5", b_arange, &r, 1e-7, CMP_NMSE);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+int main(int argc, char ** argv) {
+    bool selfcheck = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--selfcheck") == 0) {
+            selfcheck = true;
+        } else {
+            filter = argv[i];
+        }
+    }
+    g_cpu_dev = rf_ggml_cpu_device();
+    g_rf_dev = selfcheck ? g_cpu_dev : rf_rfcpu_device();
+    g_rf = ggml_backend_dev_init(g_rf_dev, NULL);
+    if (selfcheck) printf("self-check: the catalog on ggml-cpu vs ggml-cpu (\"RFCPU\" below is ggml-cpu)\n");
+    g_cpu = ggml_backend_dev_init(g_cpu_dev, NULL);
+    if (!g_rf || !g_cpu) {
+        fprintf(stderr, "backend init failed\n");
+        return 2;
+    }
+    const int n_threads = getenv("RF_TEST_THREADS") ? atoi(getenv("RF_TEST_THREADS")) : 2;
+    rf_set_n_threads(g_rf, n_threads);
+    rf_set_n_threads(g_cpu, n_threads);
+
+    const double t0 = rf_now_ms();
+    cases_cpy();
+    cases_binary();
+    cases_scale();
+    cases_soft_max();
+    cases_mul_mat();
+    cases_mul_mat_id();
+    cases_norm();
+    cases_rope();
+    cases_glu();
+    cases_unary();
+    cases_simple();
+    cases_rows();
+    cases_flash_attn();
+    cases_shape2();
+    const double elapsed = rf_now_ms() - t0;
+
+    // Per (op, types): claimed ones in full; the rest summed per op.
+    printf("\n%-44s %8s %6s %7s %7s %10s %12s\n", "op(types) claimed by RFCPU", "claimed", "run", "passed", "failed",
+           "cpu-refused", "not-claimed");
+    int uncovered = 0;
+    int tot_claimed = 0, tot_run = 0, tot_passed = 0, tot_failed = 0, tot_not = 0;
+    for (int i = 0; i < n_stats; i++) {
+        struct stat * s = &stats[i];
+        tot_claimed += s->claimed;
+        tot_run += s->run;
+        tot_passed += s->passed;
+        tot_failed += s->failed;
+        tot_not += s->not_claimed;
+        if (s->claimed == 0) continue;
+        const bool bad = s->run == 0;
+        uncovered += bad;
+        printf("%-44s %8d %6d %7d %7d %10d %12d%s\n", s->key, s->claimed, s->run, s->passed, s->failed, s->cpu_refused,
+               s->not_claimed, bad ? "   <-- claimed but never run" : s->failed ? "   <-- FAILED" : "");
+    }
+    for (int op = 0; op < GGML_OP_COUNT; op++) {
+        if (view_nodes_run[op]) {
+            printf("%-44s %8s %6d %7s (as inputs of the cases above)\n", ggml_op_name((enum ggml_op) op), "-",
+                   view_nodes_run[op], "-");
+        }
+    }
+    printf("\nnot claimed by RFCPU (cases per op):");
+    int col = 0;
+    for (int i = 0; i < n_stats; i++) {
+        if (stats[i].not_claimed == 0) continue;
+        // print each op once, with the total over its keys
+        bool first = true;
+        for (int j = 0; j < i; j++) {
+            if (strcmp(stats[j].op, stats[i].op) == 0 && stats[j].not_claimed) first = false;
+        }
+        if (!first) continue;
+        int sum = 0;
+        for (int j = i; j < n_stats; j++) {
+            if (strcmp(stats[j].op, stats[i].op) == 0) sum += stats[j].not_claimed;
+        }
+        printf("%s%s %d", col % 6 == 0 ? "\n  " : ", ", stats[i].op, sum);
+        col++;
+    }
+    printf("\n\ncases: %d, claimed %d, run %d, passed %d, failed %d, not claimed %d; %.1f s with %d thread(s)\n",
+           n_cases, tot_claimed, tot_run, tot_passed, tot_failed, tot_not, elapsed / 1000.0, n_threads);
+    printf("graph_compute time over the cases run: RFCPU %.1f ms, ggml-cpu %.1f ms\n", compute_ms[0], compute_ms[1]);
+    if (uncovered) {
+        printf("%d claimed (op, types) combination(s) never ran (ggml-cpu refused every case)\n", uncovered);
+        rf_failures += uncovered;
+    }
+    ggml_backend_free(g_rf);
+    ggml_backend_free(g_cpu);
+    return rf_finish(selfcheck ? "test_ops --selfcheck" : "test_ops");
+}
