@@ -49,16 +49,20 @@ ggml_backend_reg_t rf_rocmforge_reg(void) {
     return g_rf_reg;
 }
 
-ggml_backend_dev_t rf_rfcpu_device(void) {
+ggml_backend_dev_t rf_device_by_name(const char * name) {
     ggml_backend_reg_t reg = rf_rocmforge_reg();
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
         ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, i);
-        if (dev && strcmp(ggml_backend_dev_name(dev), "RFCPU") == 0) {
+        if (dev && strcmp(ggml_backend_dev_name(dev), name) == 0) {
             return dev;
         }
     }
-    fprintf(stderr, "device RFCPU not found in the rocmforge registry\n");
+    fprintf(stderr, "device %s not found in the rocmforge registry\n", name);
     exit(2);
+}
+
+ggml_backend_dev_t rf_rfcpu_device(void) {
+    return rf_device_by_name("RFCPU");
 }
 
 void rf_set_n_threads(ggml_backend_t backend, int n_threads) {

@@ -42,6 +42,8 @@ ggml_backend_dev_t rf_ggml_cpu_device(void);
 ggml_backend_reg_t rf_rocmforge_reg(void);
 // RFCPU, from that registry. Exits when missing.
 ggml_backend_dev_t rf_rfcpu_device(void);
+// The rocmforge device called `name` (exits when absent).
+ggml_backend_dev_t rf_device_by_name(const char * name);
 
 // Sets the thread count through the registry's "ggml_backend_set_n_threads" proc address.
 void rf_set_n_threads(ggml_backend_t backend, int n_threads);

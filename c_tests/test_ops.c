@@ -1016,17 +1016,46 @@ static void cases_shape2(void) {
 
 // ---------------------------------------------------------------------------------------------
 
+// --gpus: the whole catalog once per rocmforge GPU device (RFGPU0..N), each in its own process;
+// with no GPU present this prints "skipped: no GPU" and succeeds, which is what CI sees.
+static int run_on_every_gpu(const char * self) {
+    ggml_backend_reg_t reg = rf_rocmforge_reg();
+    int n_gpu = 0, failed = 0;
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
+        const char * name = ggml_backend_dev_name(ggml_backend_reg_dev_get(reg, i));
+        if (strncmp(name, "RFGPU", 5) != 0) continue;
+        n_gpu++;
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "'%s' --device %s", self, name);
+        printf("=== test_ops on %s\n", name);
+        fflush(stdout);
+        if (system(cmd) != 0) failed++;
+    }
+    if (n_gpu == 0) {
+        printf("skipped: no GPU (no RFGPU device in the rocmforge registry)\n");
+        return 0;
+    }
+    printf("test_ops on %d GPU device(s): %d failed\n", n_gpu, failed);
+    return failed ? 1 : 0;
+}
+
 int main(int argc, char ** argv) {
     bool selfcheck = false;
+    const char * device = "RFCPU";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--selfcheck") == 0) {
             selfcheck = true;
+        } else if (strcmp(argv[i], "--gpus") == 0) {
+            return run_on_every_gpu(argv[0]);
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
         } else {
             filter = argv[i];
         }
     }
     g_cpu_dev = rf_ggml_cpu_device();
-    g_rf_dev = selfcheck ? g_cpu_dev : rf_rfcpu_device();
+    g_rf_dev = selfcheck ? g_cpu_dev : rf_device_by_name(device);
+    if (!selfcheck) printf("device under test: %s (%s)\n", device, ggml_backend_dev_description(g_rf_dev));
     g_rf = ggml_backend_dev_init(g_rf_dev, NULL);
     if (selfcheck) printf("self-check: the catalog on ggml-cpu vs ggml-cpu (\"RFCPU\" below is ggml-cpu)\n");
     g_cpu = ggml_backend_dev_init(g_cpu_dev, NULL);

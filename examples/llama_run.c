@@ -27,6 +27,10 @@ static const char * FORCED_TEXT =
     "chips that now sit in every phone. Along the way programmers invented languages, operating systems "
     "and networks, and each step changed what ordinary people could do with a machine on their desk.";
 
+// Greedy continuation prompt of the logits mode: a strongly determined continuation, so the test of
+// identical tokens is not decided by a near-tie between two candidates.
+static const char * GREEDY_PROMPT = "Counting in words: one, two, three, four,";
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -186,8 +190,12 @@ int main(int argc, char ** argv) {
         int32_t hdr[3] = { o.positions, n_vocab, o.gen };
         fwrite(hdr, sizeof hdr, 1, f);
         for (int i = 0; i < o.positions; i++) fwrite(llama_get_logits_ith(ctx, i), sizeof(float), n_vocab, f);
-        // Greedy continuation of the forced text.
-        int32_t tok = argmax(llama_get_logits_ith(ctx, o.positions - 1), n_vocab);
+        // Greedy continuation of a fixed prompt, in a fresh context.
+        llama_memory_clear(llama_get_memory(ctx), true);
+        llama_token gp[128];
+        int n_gp = llama_tokenize(vocab, GREEDY_PROMPT, (int) strlen(GREEDY_PROMPT), gp, 128, true, true);
+        if (n_gp <= 0 || llama_decode(ctx, llama_batch_get_one(gp, n_gp))) { fprintf(stderr, "decode failed\n"); return 1; }
+        int32_t tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
         for (int g = 0; g < o.gen; g++) {
             fwrite(&tok, sizeof tok, 1, f);
             if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) { fprintf(stderr, "decode failed\n"); return 1; }

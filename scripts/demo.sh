@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds rocmforge with the real ggml and runs examples/simple_graph: a small MLP on RFCPU
-# (loaded like any ggml backend) and on ggml's own CPU backend, with results and timings.
+# Builds everything and runs the main job: text generated from SmolLM2 through rocmforge
+# (libllama with only libggml-rocmforge.so loaded), tokens/s printed.
 #   BUILD_DIR (default build), JOBS (default: all cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/fetch-model.sh
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release

@@ -138,6 +138,17 @@ pub fn dot_f16_f16(a: &[u16], b: &[u16]) -> f32 {
     dot_f16_f16_ref(a, b)
 }
 
+/// f16·f16 in the order of ggml-cpu's row-by-vector kernel (four accumulators over steps of 32,
+/// pairwise reduction, remainder in f64): what ggml uses when the activation has one column.
+pub fn dot_f16_f16_single_column(a: &[u16], b: &[u16]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx2 {
+        return unsafe { x86::dot_f16_f16_4acc_avx2(a, b) };
+    }
+    dot_f16_f16_ref(a, b)
+}
+
 pub fn dot_bf16_bf16(a: &[u16], b: &[u16]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
@@ -262,6 +273,33 @@ pub mod x86 {
         s
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_f16_f16_4acc_avx2(a: &[u16], b: &[u16]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for k in 0..4 {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i));
+                let y = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(i + 8 * k) as *const __m128i));
+                acc[k] = _mm256_fmadd_ps(x, y, acc[k]);
+            }
+            i += 32;
+        }
+        let a02 = _mm256_add_ps(acc[0], acc[2]);
+        let a13 = _mm256_add_ps(acc[1], acc[3]);
+        let v = _mm256_add_ps(a02, a13);
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let t1 = _mm_hadd_ps(t0, t0);
+        let mut s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1)) as f64;
+        while i < n {
+            s += (half::f16::from_bits(a[i]).to_f32() * half::f16::from_bits(b[i]).to_f32()) as f64;
+            i += 1;
+        }
+        s as f32
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_bf16_bf16_avx2(a: &[u16], b: &[u16]) -> f32 {
         let n = a.len();
@@ -338,6 +376,7 @@ mod tests {
             let b16: Vec<u16> = b.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
             let bb: Vec<u16> = b.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
             assert!((dot_f16_f16(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3);
+            assert!((dot_f16_f16_single_column(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3);
             assert!((dot_bf16_bf16(&ab, &bb) - dot_bf16_bf16_ref(&ab, &bb)).abs() < 1e-3);
         }
     }

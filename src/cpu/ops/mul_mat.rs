@@ -36,6 +36,13 @@ pub fn supports(node: &Tensor) -> bool {
         && dnb[2] <= dnb[3]
 }
 
+unsafe fn f16_single_column(n: usize, x: *const u8, y: *const u8) -> f32 {
+    crate::cpu::simd::dot_f16_f16_single_column(
+        std::slice::from_raw_parts(x as *const u16, n),
+        std::slice::from_raw_parts(y as *const u16, n),
+    )
+}
+
 fn needs_conversion(w: &Tensor) -> bool {
     traits(w.dtype()).unwrap().vec_dot_type != GgmlType::F32
 }
@@ -53,7 +60,9 @@ pub fn work_size(node: &Tensor, _nth: usize) -> usize {
 pub fn compute(node: &Tensor, ctx: &Ctx) {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let tr = traits(w.dtype()).unwrap();
-    let vec_dot = tr.vec_dot.unwrap();
+    // ggml-cpu takes a different F16 kernel (another summation order) for a single column;
+    // follow it so attention scores during generation agree with ggml's to the bit.
+    let vec_dot = if w.dtype() == GgmlType::F16 && x.ne()[1] == 1 { f16_single_column } else { tr.vec_dot.unwrap() };
     let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
     let k = wne[0];
 

@@ -227,8 +227,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let ic = base + i0 / 2 * first_step;
             let (c, s) = (cache[i0], cache[i0 + 1]);
             let (x0, x1) = (ld(sp, ic), ld(sp, ic + dist));
-            st(dp, ic, x0 * c - x1 * s);
-            st(dp, ic + dist, x0 * s + x1 * c);
+            // Fused as ggml-cpu's compiled C++ is (GCC contracts a*b - c*d to fma(a, b, -(c*d))),
+            // so rotated values agree to the bit.
+            st(dp, ic, x0.mul_add(c, -(x1 * s)));
+            st(dp, ic + dist, x0.mul_add(s, x1 * c));
         }
         if p.mode != VISION {
             // Channels outside the rotated span are copied unchanged.
