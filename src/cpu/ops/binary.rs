@@ -107,3 +107,98 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::ggml_types::{op, GgmlType};
+
+    fn reference(o: i32, a: &TT, b: &TT) -> Vec<f32> {
+        let (ne, bne) = (a.ne(), b.ne());
+        let (av, bv) = (a.get(), b.get());
+        let mut out = Vec::with_capacity(av.len());
+        for i3 in 0..ne[3] {
+            for i2 in 0..ne[2] {
+                for i1 in 0..ne[1] {
+                    for i0 in 0..ne[0] {
+                        let x = av[((i3 * ne[2] + i2) * ne[1] + i1) * ne[0] + i0];
+                        let (j0, j1, j2, j3) = (i0 % bne[0], i1 % bne[1], i2 % bne[2], i3 % bne[3]);
+                        let y = bv[((j3 * bne[2] + j2) * bne[1] + j1) * bne[0] + j0];
+                        out.push(match o {
+                            op::ADD => x + y,
+                            op::SUB => x - y,
+                            op::MUL => x * y,
+                            _ => x / y,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn rounded(ty: GgmlType, v: &[f32]) -> Vec<f32> {
+        let mut t = TT::new(ty, [v.len(), 1, 1, 1]);
+        t.set(v);
+        t.get()
+    }
+
+    #[test]
+    fn binary_broadcasts_in_every_dim() {
+        use GgmlType::*;
+        let ne = [8, 3, 2, 2];
+        let shapes = [[8, 3, 2, 2], [1, 3, 2, 2], [4, 3, 2, 2], [8, 1, 2, 2], [8, 3, 1, 2], [8, 3, 2, 1], [1, 1, 1, 1], [2, 1, 2, 1]];
+        let types = [(F32, F32, F32), (F16, F16, F16), (BF16, BF16, BF16), (F16, F32, F16), (F16, F32, F32), (BF16, F32, BF16), (BF16, F32, F32)];
+        for (ta, tb, td) in types {
+            for bne in shapes {
+                for o in [op::ADD, op::SUB, op::MUL, op::DIV] {
+                    for nth in [1, 3] {
+                        let mut a = TT::new(ta, ne);
+                        a.set(&rand_vec(ne.iter().product(), 7, -2.0, 2.0));
+                        let mut b = TT::new(tb, bne);
+                        b.set(&rand_vec(bne.iter().product(), 8, 0.5, 2.0));
+                        let mut d = TT::new(td, ne);
+                        d.op(o).src(0, &a).src(1, &b);
+                        run(&d, nth);
+                        assert_close(&d.get(), &rounded(td, &reference(o, &a, &b)), 1e-6);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_with_strided_src1() {
+        use GgmlType::*;
+        let ne = [6, 4, 3, 1];
+        for (ta, tb, td) in [(F32, F32, F32), (F16, F32, F16), (BF16, BF16, BF16)] {
+            for nth in [1, 3] {
+                let mut a = TT::new(ta, ne);
+                a.set(&rand_vec(72, 11, -2.0, 2.0));
+                // src1: every other element of a wider buffer, rows further apart than dense.
+                let ts = tb.type_size();
+                let nb = [2 * ts, 2 * ts * 6 + 4 * ts, (2 * ts * 6 + 4 * ts) * 4, (2 * ts * 6 + 4 * ts) * 12];
+                let mut b = TT::strided(tb, ne, nb, nb[3]);
+                b.set(&rand_vec(72, 12, 0.5, 2.0));
+                for o in [op::ADD, op::MUL, op::DIV] {
+                    let mut d = TT::new(td, ne);
+                    d.op(o).src(0, &a).src(1, &b);
+                    run(&d, nth);
+                    assert_close(&d.get(), &rounded(td, &reference(o, &a, &b)), 1e-6);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_rejects_mixed_types_ggml_cpu_lacks() {
+        use GgmlType::*;
+        for (ta, tb, td) in [(F32, F16, F32), (F32, F32, F16), (F16, BF16, F16)] {
+            let a = TT::new(ta, [4, 2, 1, 1]);
+            let b = TT::new(tb, [4, 2, 1, 1]);
+            let mut d = TT::new(td, [4, 2, 1, 1]);
+            d.op(op::ADD).src(0, &a).src(1, &b);
+            assert!(!super::super::supports(&d.tensor()));
+        }
+    }
+}

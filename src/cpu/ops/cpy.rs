@@ -91,3 +91,100 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
 pub fn unflatten3(r: usize, n1: usize, n2: usize) -> (usize, usize, usize) {
     (r % n1, (r / n1) % n2, r / (n1 * n2))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::ggml_types::{op, GgmlType};
+
+    const FLOATS: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+
+    /// `v` rounded to `ty` and read back as f32.
+    fn rounded(ty: GgmlType, v: &[f32]) -> Vec<f32> {
+        let mut t = TT::new(ty, [v.len(), 1, 1, 1]);
+        t.set(v);
+        t.get()
+    }
+
+    /// A [ne0, ne1, ne2, 1] tensor whose dims 0 and 1 are swapped in memory (a transposed view).
+    fn transposed(ty: GgmlType, ne: [usize; 4]) -> TT {
+        let ts = ty.type_size();
+        let nb = [ts * ne[1], ts, ts * ne[0] * ne[1], ts * ne[0] * ne[1] * ne[2]];
+        TT::strided(ty, ne, nb, nb[3] * ne[3])
+    }
+
+    #[test]
+    fn cpy_converts_between_float_types() {
+        let ne = [13, 4, 3, 2];
+        let v = rand_vec(ne.iter().product(), 3, -100.0, 100.0);
+        for st in FLOATS {
+            for dt in FLOATS {
+                for nth in [1, 3] {
+                    for o in [op::CPY, op::DUP, op::CONT] {
+                        let mut s = TT::new(st, ne);
+                        s.set(&v);
+                        let mut d = TT::new(dt, ne);
+                        d.op(o).src(0, &s);
+                        run(&d, nth);
+                        assert_close(&d.get(), &rounded(dt, &s.get()), 0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cont_of_transposed_src() {
+        let ne = [5, 7, 3, 1];
+        let v = rand_vec(5 * 7 * 3, 4, -2.0, 2.0);
+        for st in FLOATS {
+            for dt in FLOATS {
+                for nth in [1, 3] {
+                    let mut s = transposed(st, ne);
+                    s.set(&v);
+                    let mut d = TT::new(dt, ne);
+                    d.op(op::CONT).src(0, &s);
+                    run(&d, nth);
+                    assert_close(&d.get(), &rounded(dt, &s.get()), 0.0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cpy_into_reshaped_and_padded_dst() {
+        let ne = [6, 4, 3, 1];
+        let v = rand_vec(72, 5, -2.0, 2.0);
+        for st in FLOATS {
+            for dt in FLOATS {
+                for nth in [1, 3] {
+                    // Non-contiguous src into a dst of another shape: flat element order is kept.
+                    let mut s = transposed(st, ne);
+                    s.set(&v);
+                    let mut d = TT::new(dt, [8, 9, 1, 1]);
+                    d.op(op::DUP).src(0, &s);
+                    run(&d, nth);
+                    assert_close(&d.get(), &rounded(dt, &s.get()), 0.0);
+
+                    // Same row length, dst rows padded (row stride larger than the row).
+                    let mut s = TT::new(st, ne);
+                    s.set(&v);
+                    let ts = dt.type_size();
+                    let nb = [ts, ts * 10, ts * 10 * 4, ts * 10 * 4 * 3];
+                    let mut d = TT::strided(dt, ne, nb, nb[3]);
+                    d.op(op::CPY).src(0, &s);
+                    run(&d, nth);
+                    assert_close(&d.get(), &rounded(dt, &s.get()), 0.0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cpy_rejects_element_count_mismatch() {
+        let s = TT::new(GgmlType::F32, [4, 4, 1, 1]);
+        let mut d = TT::new(GgmlType::F32, [5, 3, 1, 1]);
+        d.op(op::CPY).src(0, &s);
+        assert!(!super::super::supports(&d.tensor()));
+    }
+}

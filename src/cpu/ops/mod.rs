@@ -1,6 +1,7 @@
 //! CPU ops: what the device accepts (`supports`), the scratch each node needs (`work_size`)
 //! and the kernel dispatch (`compute`), each a plain `match` on the op, one file per op family.
 
+mod add_id;
 mod binary;
 mod cpy;
 mod flash_attn;
@@ -56,6 +57,7 @@ pub fn supports(node: &Tensor) -> bool {
         op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE => true,
         op::DUP | op::CPY | op::CONT => cpy::supports(node),
         op::ADD | op::SUB | op::MUL | op::DIV => binary::supports(node),
+        op::ADD_ID => add_id::supports(node),
         op::SCALE => scale::supports(node),
         op::SOFT_MAX => softmax::supports(node),
         op::MUL_MAT => mul_mat::supports(node),
@@ -92,6 +94,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     match node.op() {
         op::DUP | op::CPY | op::CONT => cpy::compute(node, ctx),
         op::ADD | op::SUB | op::MUL | op::DIV => binary::compute(node, ctx),
+        op::ADD_ID => add_id::compute(node, ctx),
         op::SCALE => scale::compute(node, ctx),
         op::SOFT_MAX => softmax::compute(node, ctx),
         op::MUL_MAT => mul_mat::compute(node, ctx),

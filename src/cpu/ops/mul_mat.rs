@@ -114,3 +114,95 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::cpu::types::traits;
+    use crate::ggml_types::{op, GgmlType};
+
+    /// A tensor of logical shape `ne` whose dims 1 and 2 are swapped in memory (rows stay dense).
+    fn permuted12(ty: GgmlType, ne: [usize; 4]) -> TT {
+        let row = ty.row_size(ne[0]);
+        let nb = [ty.type_size(), row * ne[2], row, row * ne[1] * ne[2]];
+        TT::strided(ty, ne, nb, nb[3] * ne[3])
+    }
+
+    /// dst[i, j, i2, i3] = sum_k w[k, i, i2 / r2, i3 / r3] * x[k, j, i2, i3], x rounded to the dot type.
+    fn reference(w: &TT, x: &TT) -> Vec<f32> {
+        let (wne, xne) = (w.ne(), x.ne());
+        let (wv, mut xv) = (w.get(), x.get());
+        let vdt = traits(w.ty()).unwrap().vec_dot_type;
+        if vdt != GgmlType::F32 {
+            let mut t = TT::new(vdt, [xv.len(), 1, 1, 1]);
+            t.set(&xv);
+            xv = t.get();
+        }
+        let (r2, r3) = (xne[2] / wne[2], xne[3] / wne[3]);
+        let k = wne[0];
+        let mut out = vec![];
+        for i3 in 0..xne[3] {
+            for i2 in 0..xne[2] {
+                for j in 0..xne[1] {
+                    for i in 0..wne[1] {
+                        let wb = (((i3 / r3) * wne[2] + i2 / r2) * wne[1] + i) * k;
+                        let xb = ((i3 * xne[2] + i2) * xne[1] + j) * k;
+                        let s: f64 = (0..k).map(|t| wv[wb + t] as f64 * xv[xb + t] as f64).sum();
+                        out.push(s as f32);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn mul_mat_float_weights_batched_broadcast() {
+        for wt in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            for (wne, xne) in [
+                ([64, 19, 1, 1], [64, 5, 1, 1]),
+                ([40, 7, 2, 3], [40, 6, 4, 3]),
+                ([40, 7, 1, 1], [40, 3, 2, 3]),
+                ([33, 17, 1, 1], [33, 1, 1, 1]),
+            ] {
+                for nth in [1, 3] {
+                    let mut w = TT::new(wt, wne);
+                    w.set(&rand_vec(wne.iter().product(), 41, -1.0, 1.0));
+                    let mut x = TT::new(GgmlType::F32, xne);
+                    x.set(&rand_vec(xne.iter().product(), 42, -1.0, 1.0));
+                    let mut d = TT::new(GgmlType::F32, [wne[1], xne[1], xne[2], xne[3]]);
+                    d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+                    run(&d, nth);
+                    assert_close(&d.get(), &reference(&w, &x), 1e-5);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mul_mat_permuted_operands() {
+        for wt in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            for nth in [1, 3] {
+                // Both operands permuted (dims 1 and 2 swapped in memory), as attention's K and Q are.
+                let (wne, xne) = ([32, 9, 2, 1], [32, 5, 4, 1]);
+                let mut w = permuted12(wt, wne);
+                w.set(&rand_vec(wne.iter().product(), 43, -1.0, 1.0));
+                let mut x = permuted12(GgmlType::F32, xne);
+                x.set(&rand_vec(xne.iter().product(), 44, -1.0, 1.0));
+                let mut d = TT::new(GgmlType::F32, [9, 5, 4, 1]);
+                d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+                run(&d, nth);
+                assert_close(&d.get(), &reference(&w, &x), 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn mul_mat_rejects_bad_shapes() {
+        let w = TT::new(GgmlType::F32, [16, 4, 3, 1]);
+        let x = TT::new(GgmlType::F32, [16, 2, 4, 1]); // 4 % 3 != 0
+        let mut d = TT::new(GgmlType::F32, [4, 2, 4, 1]);
+        d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+        assert!(!super::super::supports(&d.tensor()));
+    }
+}

@@ -29,3 +29,38 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::ggml_types::{op, GgmlType};
+
+    #[test]
+    fn scale_with_and_without_bias() {
+        let ne = [17, 5, 3, 2];
+        let v = rand_vec(ne.iter().product(), 21, -3.0, 3.0);
+        for (s, b) in [(0.125f32, 0.0f32), (-2.5, 0.75)] {
+            for nth in [1, 3] {
+                let mut a = TT::new(GgmlType::F32, ne);
+                a.set(&v);
+                let mut d = TT::new(GgmlType::F32, ne);
+                d.op(op::SCALE).src(0, &a).pf(0, s).pf(1, b);
+                run(&d, nth);
+                let want: Vec<f32> = v.iter().map(|&x| x * s + b).collect();
+                assert_close(&d.get(), &want, 1e-7);
+            }
+        }
+    }
+
+    #[test]
+    fn scale_rejects_non_contiguous_and_f16() {
+        let a = TT::strided(GgmlType::F32, [4, 3, 1, 1], [4, 32, 96, 96], 96);
+        let mut d = TT::new(GgmlType::F32, [4, 3, 1, 1]);
+        d.op(op::SCALE).src(0, &a).pf(0, 2.0);
+        assert!(!super::super::supports(&d.tensor()));
+        let a = TT::new(GgmlType::F16, [4, 3, 1, 1]);
+        let mut d = TT::new(GgmlType::F16, [4, 3, 1, 1]);
+        d.op(op::SCALE).src(0, &a).pf(0, 2.0);
+        assert!(!super::super::supports(&d.tensor()));
+    }
+}

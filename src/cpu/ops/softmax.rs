@@ -110,3 +110,106 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::ggml_types::{op, GgmlType};
+
+    /// ALiBi slope written out from its definition, in f64.
+    fn slope_ref(max_bias: f32, n_head: usize, h: usize) -> f64 {
+        if max_bias <= 0.0 {
+            return 1.0;
+        }
+        let mut p = 1usize;
+        while p * 2 <= n_head {
+            p *= 2;
+        }
+        let mb = max_bias as f64;
+        if h < p {
+            2f64.powf(-mb / p as f64).powi(h as i32 + 1)
+        } else {
+            2f64.powf(-mb / 2.0 / p as f64).powi(2 * (h - p) as i32 + 1)
+        }
+    }
+
+    #[test]
+    fn softmax_mask_alibi_sinks() {
+        let ne = [10, 5, 6, 2];
+        let x = rand_vec(ne.iter().product(), 31, -4.0, 4.0);
+        for mty in [None, Some(GgmlType::F32), Some(GgmlType::F16)] {
+            // mask rows: 7 >= ne1; broadcast over heads (3 divides 6) and dim 3 (1 divides 2)
+            let mne = [10, 7, 3, 1];
+            let mut mv = rand_vec(mne.iter().product(), 32, -1.0, 1.0);
+            for (k, v) in mv.iter_mut().enumerate() {
+                // causal-style -inf entries, never a whole row
+                if k % 10 > (k / 10) % 7 + 3 {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            for max_bias in [0.0f32, 8.0] {
+                for with_sinks in [false, true] {
+                    for nth in [1, 3] {
+                        let mut a = TT::new(GgmlType::F32, ne);
+                        a.set(&x);
+                        let mut m = mty.map(|t| TT::new(t, mne));
+                        if let Some(m) = m.as_mut() {
+                            m.set(&mv);
+                        }
+                        let mut s = TT::new(GgmlType::F32, [ne[2], 1, 1, 1]);
+                        s.set(&rand_vec(ne[2], 33, -1.0, 2.0));
+                        let mut d = TT::new(GgmlType::F32, ne);
+                        d.op(op::SOFT_MAX).src(0, &a).pf(0, 0.7).pf(1, max_bias);
+                        if let Some(m) = m.as_ref() {
+                            d.src(1, m);
+                        }
+                        if with_sinks {
+                            d.src(2, &s);
+                        }
+                        run(&d, nth);
+
+                        let mvals = m.as_ref().map(|m| m.get());
+                        let sv = s.get();
+                        let mut want = vec![0f32; x.len()];
+                        for i3 in 0..ne[3] {
+                            for i2 in 0..ne[2] {
+                                let slope = slope_ref(max_bias, ne[2], i2);
+                                for i1 in 0..ne[1] {
+                                    let base = ((i3 * ne[2] + i2) * ne[1] + i1) * ne[0];
+                                    let mut l: Vec<f64> = (0..ne[0]).map(|i| x[base + i] as f64 * 0.7).collect();
+                                    if let Some(mv) = mvals.as_ref() {
+                                        let mb = (((i3 % mne[3]) * mne[2] + i2 % mne[2]) * mne[1] + i1) * mne[0];
+                                        for i in 0..ne[0] {
+                                            l[i] += slope * mv[mb + i] as f64;
+                                        }
+                                    }
+                                    let mut mx = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                                    if with_sinks {
+                                        mx = mx.max(sv[i2] as f64);
+                                    }
+                                    let mut sum: f64 = l.iter().map(|v| (v - mx).exp()).sum();
+                                    if with_sinks {
+                                        sum += (sv[i2] as f64 - mx).exp();
+                                    }
+                                    for i in 0..ne[0] {
+                                        want[base + i] = ((l[i] - mx).exp() / sum) as f32;
+                                    }
+                                }
+                            }
+                        }
+                        assert_close(&d.get(), &want, 1e-5);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_rejects_short_mask() {
+        let a = TT::new(GgmlType::F32, [8, 4, 2, 1]);
+        let m = TT::new(GgmlType::F32, [8, 3, 1, 1]);
+        let mut d = TT::new(GgmlType::F32, [8, 4, 2, 1]);
+        d.op(op::SOFT_MAX).src(0, &a).src(1, &m).pf(0, 1.0);
+        assert!(!super::super::supports(&d.tensor()));
+    }
+}

@@ -1,0 +1,301 @@
+// make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
+// metadata keys, random weights) that libllama loads and runs like a downloaded one.
+//
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
+//              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
+//   make_model --preset 8b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
+//       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB).
+//
+// The tokenizer (every `tokenizer.*` key) is copied from SRC.gguf, so the vocabulary size is that of SRC
+// (49152 for SmolLM2). Weights are uniform random with a small standard deviation (0.02; 0.1 for the
+// attention Q/K projections so that attention is not uniform); norm weights are 1 and biases small.
+// 2-D weights take --type; 1-D tensors and the MoE router stay F32, as in converted models.
+// Tensor data is generated and written one chunk of rows at a time, so the 8B preset needs little memory.
+
+#include "ggml.h"
+#include "gguf.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct shape {
+    const char * arch;
+    int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    int n_expert, n_expert_used, n_ff_exp;
+    float rope_base, rms_eps;
+};
+
+static uint64_t rng_state;
+static float rnd(void) {
+    // xorshift64*: deterministic across platforms.
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545F4914F6CDD1DULL;
+    return (float) ((r >> 40) / (double) (1ULL << 24)) * 2.0f - 1.0f; // [-1, 1)
+}
+
+static void die(const char * msg) {
+    fprintf(stderr, "make_model: %s\n", msg);
+    exit(1);
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
+            "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
+            "       make_model --preset 8b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n");
+    exit(2);
+}
+
+static enum ggml_type parse_type(const char * s) {
+    static const struct { const char * name; enum ggml_type t; } types[] = {
+        {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
+        {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q4_k", GGML_TYPE_Q4_K}, {"q6_k", GGML_TYPE_Q6_K},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (!strcmp(s, types[i].name)) return types[i].t;
+    }
+    usage();
+    return GGML_TYPE_F32;
+}
+
+// One tensor to write: its metadata lives in a no_alloc ggml context, its values come from `std` (random
+// uniform with that standard deviation) or `constant` (when std == 0).
+struct spec {
+    struct ggml_tensor * t;
+    float std, constant;
+};
+
+struct model {
+    struct ggml_context * meta;
+    struct spec specs[1024];
+    int n;
+};
+
+static void add(struct model * m, const char * name, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2,
+                float std, float constant) {
+    if (m->n == (int) (sizeof m->specs / sizeof m->specs[0])) die("too many tensors");
+    struct ggml_tensor * t;
+    if (ne2 > 1) t = ggml_new_tensor_3d(m->meta, type, ne0, ne1, ne2);
+    else if (ne1 > 1) t = ggml_new_tensor_2d(m->meta, type, ne0, ne1);
+    else t = ggml_new_tensor_1d(m->meta, type, ne0);
+    ggml_set_name(t, name);
+    m->specs[m->n].t = t;
+    m->specs[m->n].std = std;
+    m->specs[m->n].constant = constant;
+    m->n++;
+}
+
+// Matrix weights: `wtype` unless its block size does not divide the row.
+static enum ggml_type matrix_type(enum ggml_type wtype, int64_t ne0) {
+    return ne0 % ggml_blck_size(wtype) == 0 ? wtype : GGML_TYPE_F16;
+}
+
+static void add_w(struct model * m, enum ggml_type wtype, const char * name, int64_t ne0, int64_t ne1, int64_t ne2, float std) {
+    add(m, name, matrix_type(wtype, ne0), ne0, ne1, ne2, std, 0.0f);
+}
+
+static void add_norm(struct model * m, const char * name, int64_t n) {
+    add(m, name, GGML_TYPE_F32, n, 1, 1, 0.0f, 1.0f);
+}
+
+static void build(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
+    const char * a = s->arch;
+    const int64_t E = s->n_embd, D = s->head_dim, Q = (int64_t) s->head_dim * s->n_head;
+    const int64_t KV = (int64_t) s->head_dim * s->n_head_kv, F = s->n_ff;
+    const float w = 0.02f, wqk = 0.1f;
+    char name[128];
+    const int tied = !strcmp(a, "qwen2") || !strcmp(a, "gemma3");
+
+    add_w(m, wtype, "token_embd.weight", E, n_vocab, 1, w);
+    add_norm(m, "output_norm.weight", E);
+    if (!tied) add_w(m, wtype, "output.weight", E, n_vocab, 1, w);
+
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
+        add_norm(m, NAME("attn_norm.weight"), E);
+        add_w(m, wtype, NAME("attn_q.weight"), E, Q, 1, wqk);
+        add_w(m, wtype, NAME("attn_k.weight"), E, KV, 1, wqk);
+        add_w(m, wtype, NAME("attn_v.weight"), E, KV, 1, w);
+        add_w(m, wtype, NAME("attn_output.weight"), Q, E, 1, w);
+        if (!strcmp(a, "qwen2")) {
+            add(m, NAME("attn_q.bias"), GGML_TYPE_F32, Q, 1, 1, 0.05f, 0.0f);
+            add(m, NAME("attn_k.bias"), GGML_TYPE_F32, KV, 1, 1, 0.05f, 0.0f);
+            add(m, NAME("attn_v.bias"), GGML_TYPE_F32, KV, 1, 1, 0.05f, 0.0f);
+        }
+        if (!strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "gemma3")) {
+            add_norm(m, NAME("attn_q_norm.weight"), D);
+            add_norm(m, NAME("attn_k_norm.weight"), D);
+        }
+        if (!strcmp(a, "gemma3")) add_norm(m, NAME("post_attention_norm.weight"), E);
+        add_norm(m, NAME("ffn_norm.weight"), E);
+        if (s->n_expert > 0) {
+            const int64_t FE = s->n_ff_exp, X = s->n_expert;
+            add(m, NAME("ffn_gate_inp.weight"), GGML_TYPE_F32, E, X, 1, 0.1f, 0.0f);
+            add_w(m, wtype, NAME("ffn_gate_exps.weight"), E, FE, X, w);
+            add_w(m, wtype, NAME("ffn_up_exps.weight"), E, FE, X, w);
+            add_w(m, wtype, NAME("ffn_down_exps.weight"), FE, E, X, w);
+        } else {
+            add_w(m, wtype, NAME("ffn_gate.weight"), E, F, 1, w);
+            add_w(m, wtype, NAME("ffn_up.weight"), E, F, 1, w);
+            add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
+        }
+        if (!strcmp(a, "gemma3")) add_norm(m, NAME("post_ffw_norm.weight"), E);
+#undef NAME
+    }
+}
+
+static void set_hparams(struct gguf_context * g, const struct shape * s, int n_vocab) {
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, s->arch), key)
+    gguf_set_val_str(g, "general.architecture", s->arch);
+    gguf_set_val_str(g, "general.name", "rocmforge synthetic");
+    gguf_set_val_u32(g, KEY("vocab_size"), (uint32_t) n_vocab);
+    gguf_set_val_u32(g, KEY("context_length"), (uint32_t) s->n_ctx_train);
+    gguf_set_val_u32(g, KEY("embedding_length"), (uint32_t) s->n_embd);
+    gguf_set_val_u32(g, KEY("block_count"), (uint32_t) s->n_layer);
+    gguf_set_val_u32(g, KEY("feed_forward_length"), (uint32_t) s->n_ff);
+    gguf_set_val_u32(g, KEY("attention.head_count"), (uint32_t) s->n_head);
+    gguf_set_val_u32(g, KEY("attention.head_count_kv"), (uint32_t) s->n_head_kv);
+    gguf_set_val_u32(g, KEY("attention.key_length"), (uint32_t) s->head_dim);
+    gguf_set_val_u32(g, KEY("attention.value_length"), (uint32_t) s->head_dim);
+    gguf_set_val_u32(g, KEY("rope.dimension_count"), (uint32_t) s->head_dim);
+    gguf_set_val_f32(g, KEY("rope.freq_base"), s->rope_base);
+    gguf_set_val_f32(g, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
+    if (s->n_expert > 0) {
+        gguf_set_val_u32(g, KEY("expert_count"), (uint32_t) s->n_expert);
+        gguf_set_val_u32(g, KEY("expert_used_count"), (uint32_t) s->n_expert_used);
+        gguf_set_val_u32(g, KEY("expert_feed_forward_length"), (uint32_t) s->n_ff_exp);
+    }
+    if (!strcmp(s->arch, "gemma3")) {
+        // Every other layer uses a 16-token sliding window, so 64 positions exercise the SWA mask.
+        gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
+        gguf_set_val_u32(g, KEY("attention.sliding_window_pattern"), 2);
+        gguf_set_val_f32(g, KEY("rope.freq_base_swa"), 10000.0f);
+    }
+#undef KEY
+}
+
+// Copies every tokenizer.* key of `src`; returns the vocabulary size.
+static int copy_tokenizer(struct gguf_context * dst, const char * src_path) {
+    struct gguf_init_params p = { /*no_alloc*/ true, /*ctx*/ NULL };
+    struct gguf_context * src = gguf_init_from_file(src_path, p);
+    if (!src) die("cannot read the tokenizer source GGUF");
+    const int64_t id = gguf_find_key(src, "tokenizer.ggml.tokens");
+    if (id < 0) die("tokenizer source has no tokenizer.ggml.tokens");
+    const int n_vocab = (int) gguf_get_arr_n(src, id);
+    // gguf_set_kv copies all keys; drop the ones that are not the tokenizer's.
+    struct gguf_context * tmp = gguf_init_empty();
+    gguf_set_kv(tmp, src);
+    for (int64_t i = gguf_get_n_kv(tmp) - 1; i >= 0; i--) {
+        const char * k = gguf_get_key(tmp, i);
+        if (strncmp(k, "tokenizer.", 10) != 0) gguf_remove_key(tmp, k);
+    }
+    gguf_set_kv(dst, tmp);
+    gguf_free(tmp);
+    gguf_free(src);
+    return n_vocab;
+}
+
+// Writes the values of `sp` at `off` in `f`, a chunk of rows at a time.
+static void write_data(FILE * f, size_t off, const struct spec * sp) {
+    const struct ggml_tensor * t = sp->t;
+    const int64_t n_per_row = t->ne[0];
+    const int64_t n_rows = ggml_nrows(t);
+    const int64_t chunk = n_rows < 256 ? n_rows : 256;
+    float * src = malloc(sizeof(float) * n_per_row * chunk);
+    void * dst = malloc(ggml_row_size(t->type, n_per_row) * chunk);
+    if (!src || !dst) die("out of memory");
+    if (fseek(f, (long) off, SEEK_SET) != 0) die("seek failed");
+    const float amp = sp->std * sqrtf(3.0f); // uniform in [-amp, amp) has standard deviation std
+    for (int64_t r0 = 0; r0 < n_rows; r0 += chunk) {
+        const int64_t nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+        const int64_t n = nr * n_per_row;
+        for (int64_t i = 0; i < n; i++) src[i] = sp->std > 0 ? amp * rnd() : sp->constant;
+        size_t bytes;
+        switch (t->type) {
+            case GGML_TYPE_F32: memcpy(dst, src, n * sizeof(float)); bytes = n * sizeof(float); break;
+            case GGML_TYPE_F16: ggml_fp32_to_fp16_row(src, dst, n); bytes = n * sizeof(ggml_fp16_t); break;
+            case GGML_TYPE_BF16: ggml_fp32_to_bf16_row(src, dst, n); bytes = n * sizeof(ggml_bf16_t); break;
+            default: bytes = ggml_quantize_chunk(t->type, src, dst, 0, nr, n_per_row, NULL); break;
+        }
+        if (fwrite(dst, 1, bytes, f) != bytes) die("write failed");
+    }
+    free(src);
+    free(dst);
+}
+
+int main(int argc, char ** argv) {
+    const char * arch = NULL, * preset = NULL, * type_s = NULL, * out = NULL, * tok = NULL;
+    int layers = 0;
+    uint64_t seed = 42;
+    for (int i = 1; i < argc; i++) {
+        const char * v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) usage();
+        if (!strcmp(argv[i], "--arch")) arch = v;
+        else if (!strcmp(argv[i], "--preset")) preset = v;
+        else if (!strcmp(argv[i], "--type")) type_s = v;
+        else if (!strcmp(argv[i], "-o")) out = v;
+        else if (!strcmp(argv[i], "--tokenizer")) tok = v;
+        else if (!strcmp(argv[i], "--layers")) layers = atoi(v);
+        else if (!strcmp(argv[i], "--seed")) seed = strtoull(v, NULL, 10);
+        else usage();
+        i++;
+    }
+    if (!out || !tok || (!arch && !preset)) usage();
+    rng_state = seed * 0x9E3779B97F4A7C15ULL + 1;
+
+    struct shape s;
+    enum ggml_type wtype;
+    if (preset) {
+        if (strcmp(preset, "8b") != 0) usage();
+        s = (struct shape) { "llama", 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 500000.0f, 1e-5f };
+        wtype = parse_type(type_s ? type_s : "q4_0");
+    } else {
+        wtype = parse_type(type_s ? type_s : "f16");
+        // K-quants need rows of 256 values: double the widths for them.
+        const int k = (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K) ? 2 : 1;
+        s = (struct shape) { arch, 128 * k, 2, 4, 2, 32 * k, 256 * k, 2048, 0, 0, 0, 10000.0f, 1e-6f };
+        if (!strcmp(arch, "llama")) { s.rope_base = 500000.0f; s.rms_eps = 1e-5f; }
+        else if (!strcmp(arch, "qwen2") || !strcmp(arch, "qwen3")) { s.rope_base = 1000000.0f; }
+        else if (!strcmp(arch, "gemma3")) { s.n_layer = 4; s.rope_base = 1000000.0f; }
+        else if (!strcmp(arch, "qwen3moe")) {
+            s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 1000000.0f;
+        } else usage();
+    }
+    if (layers > 0) s.n_layer = layers;
+
+    struct gguf_context * g = gguf_init_empty();
+    const int n_vocab = copy_tokenizer(g, tok);
+    set_hparams(g, &s, n_vocab);
+
+    struct ggml_init_params ip = { /*mem_size*/ 1024 * ggml_tensor_overhead(), /*mem_buffer*/ NULL, /*no_alloc*/ true };
+    struct model m = { ggml_init(ip), {{0}}, 0 };
+    build(&m, &s, wtype, n_vocab);
+    for (int i = 0; i < m.n; i++) gguf_add_tensor(g, m.specs[i].t);
+
+    // Header first (tensor infos included), then each tensor's data at its offset in the data section.
+    if (!gguf_write_to_file(g, out, /*only_meta*/ true)) die("cannot write the header");
+    FILE * f = fopen(out, "r+b");
+    if (!f) die("cannot reopen the output");
+    const size_t data0 = gguf_get_meta_size(g);
+    size_t end = data0;
+    for (int i = 0; i < m.n; i++) {
+        const size_t off = data0 + gguf_get_tensor_offset(g, i);
+        write_data(f, off, &m.specs[i]);
+        end = off + ggml_nbytes(m.specs[i].t);
+    }
+    // Pad the file to the alignment, as gguf writers do.
+    const size_t align = gguf_get_alignment(g);
+    for (; end % align; end++) fputc(0, f);
+    if (fclose(f) != 0) die("close failed");
+    fprintf(stderr, "make_model: wrote %s (%s, %d layers, %d tensors, vocab %d, %s)\n", out, s.arch, s.n_layer, m.n,
+            n_vocab, ggml_type_name(wtype));
+    ggml_free(m.meta);
+    gguf_free(g);
+    return 0;
+}
