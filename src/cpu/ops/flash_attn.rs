@@ -125,6 +125,12 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 qbuf.as_ptr() as *const u8
             }
         };
+        // q as f16 bits for the single-column K dot (once per query row).
+        let mut qh = [0u16; 1024];
+        let f16_k_single = f16_k_single && dk <= qh.len();
+        if f16_k_single {
+            qh[..dk].iter_mut().zip(qp).for_each(|(h, &x)| *h = half::f16::from_f32(x).to_bits());
+        }
         let mp = mask.map(|m| {
             let mne = m.ne();
             unsafe { m.data().add(m.row_offset(iq1, iq2 % mne[2], iq3 % mne[3])) as *const u16 }
@@ -145,7 +151,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let kp = unsafe { k.data().add(k.row_offset(ic, ik2, iq3)) };
             let mut s = unsafe {
                 match kt {
-                    GgmlType::F16 if f16_k_single => dot_f16_rounded(kp, qdot, dk),
+                    GgmlType::F16 if f16_k_single => {
+                        simd::dot_f16_f16_single_column(std::slice::from_raw_parts(kp as *const u16, dk), &qh[..dk])
+                    }
                     GgmlType::F32 => simd::dot_f32(std::slice::from_raw_parts(kp as *const f32, dk), std::slice::from_raw_parts(qdot as *const f32, dk)),
                     GgmlType::F16 => simd::dot_f16_f32(std::slice::from_raw_parts(kp as *const u16, dk), std::slice::from_raw_parts(qdot as *const f32, dk)),
                     GgmlType::BF16 => simd::dot_bf16_f32(std::slice::from_raw_parts(kp as *const u16, dk), std::slice::from_raw_parts(qdot as *const f32, dk)),
@@ -165,7 +173,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 m_max = s;
                 if ms != 1.0 {
                     if f16_acc {
-                        acc.iter_mut().for_each(|a| *a = round_f16(*a * ms));
+                        scale_f16_rounded(acc, ms);
                     } else {
                         acc.iter_mut().for_each(|a| *a *= ms);
                     }
@@ -175,8 +183,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             }
             let vp = unsafe { v.data().add(v.row_offset(ic, iv2, iq3)) };
             if f16_acc {
-                let vr = unsafe { std::slice::from_raw_parts(vp as *const u16, dv) };
-                acc.iter_mut().zip(vr).for_each(|(a, &x)| *a = round_f16(half::f16::from_bits(x).to_f32().mul_add(vs, *a)));
+                mad_f16_rounded(acc, unsafe { std::slice::from_raw_parts(vp as *const u16, dv) }, vs);
             } else if vt == GgmlType::F16 {
                 mad_f16(acc, unsafe { std::slice::from_raw_parts(vp as *const u16, dv) }, vs);
             } else if vt == GgmlType::F32 {
@@ -214,13 +221,49 @@ fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
-/// F16 K row · q (already rounded to f16, held as f32) in ggml's single-column order.
-unsafe fn dot_f16_rounded(kp: *const u8, q: *const u8, n: usize) -> f32 {
-    let q = std::slice::from_raw_parts(q as *const f32, n);
-    let mut qh = [0u16; 1024];
-    let qh = if n <= 1024 { &mut qh[..n] } else { return simd::dot_f16_f32(std::slice::from_raw_parts(kp as *const u16, n), q) };
-    qh.iter_mut().zip(q).for_each(|(h, &x)| *h = half::f16::from_f32(x).to_bits());
-    simd::dot_f16_f16_single_column(std::slice::from_raw_parts(kp as *const u16, n), qh)
+/// acc = f16(acc * s): ggml's f16 accumulator being rescaled (values kept as f32).
+fn scale_f16_rounded(acc: &mut [f32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::level() >= simd::Level::Avx2 {
+        return unsafe { f16_rounded_avx2(acc, None, s) };
+    }
+    acc.iter_mut().for_each(|a| *a = round_f16(*a * s));
+}
+
+/// acc = f16(fma(v, s, acc)): ggml's f16 accumulator taking one V row.
+fn mad_f16_rounded(acc: &mut [f32], v: &[u16], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::level() >= simd::Level::Avx2 {
+        return unsafe { f16_rounded_avx2(acc, Some(v), s) };
+    }
+    acc.iter_mut().zip(v).for_each(|(a, &x)| *a = round_f16(half::f16::from_bits(x).to_f32().mul_add(s, *a)));
+}
+
+/// Both updates above with F16C conversions (round to nearest even, as the scalar path).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_rounded_avx2(acc: &mut [f32], v: Option<&[u16]>, s: f32) {
+    use std::arch::x86_64::*;
+    let n = acc.len();
+    let vs = _mm256_set1_ps(s);
+    let mut i = 0;
+    while i + 8 <= n {
+        let a = _mm256_loadu_ps(acc.as_ptr().add(i));
+        let r = match v {
+            Some(v) => _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i) as *const __m128i)), vs, a),
+            None => _mm256_mul_ps(a, vs),
+        };
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r);
+        _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        i += 8;
+    }
+    while i < n {
+        acc[i] = match v {
+            Some(v) => round_f16(half::f16::from_bits(v[i]).to_f32().mul_add(s, acc[i])),
+            None => round_f16(acc[i] * s),
+        };
+        i += 1;
+    }
 }
 
 /// acc += v * s for an f16 row v.
