@@ -95,4 +95,15 @@ template <> RF_DEVICE_SPEC float load_w<w_q6_k>(const char* row, i64 k) {
     return rf_ld_f16(b + 208) * scale * (float)((lo | (hi << 4)) - 32);
 }
 
+// The min `m` of the block holding element k, for types whose blocks have one (Q4_1, Q5_1),
+// else 0: ggml-cpu adds m times an f16-rounded sum of the activations' block (Q8_1's `s`),
+// which the mat-mul kernels reproduce with a per-block correction.
+template <typename W> RF_DEVICE float load_w_min(const char* row, i64 blk) { return 0.0f; }
+template <> RF_DEVICE_SPEC float load_w_min<w_q4_1>(const char* row, i64 blk) {
+    return rf_ld_f16((const unsigned char*)row + blk * 20 + 2);
+}
+template <> RF_DEVICE_SPEC float load_w_min<w_q5_1>(const char* row, i64 blk) {
+    return rf_ld_f16((const unsigned char*)row + blk * 24 + 2);
+}
+
 #endif

@@ -147,7 +147,8 @@ pub struct LaunchCtx<'a> {
 /// round_src1), or None where it uses src1 as it is (F32 weights).
 fn src1_rounding(t: GgmlType) -> Option<i32> {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
+        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
         GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
         GgmlType::F16 => Some(2),
         _ => None,
@@ -160,7 +161,8 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
         return 0;
     }
     match (node.src(0), node.src(1)) {
-        (Some(w), Some(x)) if src1_rounding(w.dtype()).is_some() => x.nelements() * 4,
+        // Rounded values, then (mode 3) one correction per block of 32.
+        (Some(w), Some(x)) if src1_rounding(w.dtype()).is_some() => x.nelements() * 4 + x.nelements().div_ceil(32) * 4 + 256,
         _ => 0,
     }
 }
@@ -341,11 +343,18 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let batches = xne[2] * xne[3];
     let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
     // src1 as ggml-cpu sees it: rounded into the scratch (dense) or used in place.
+    let mut corr: *const u8 = std::ptr::null();
     let (xp, xnb) = match src1_rounding(w.dtype()) {
         Some(mode) if lc.scratch != 0 => {
+            // Corrections after the values, 256-byte aligned.
+            let corr_at = (lc.scratch as usize + x.nelements() * 4).next_multiple_of(256);
+            if mode == 3 {
+                corr = corr_at as *const u8;
+            }
             let args = Args::default()
                 .ptr(x.data())
                 .ptr(lc.scratch as usize as *const u8)
+                .ptr(corr_at as *const u8)
                 .i32(mode)
                 .i64(k)
                 .i64(n)
@@ -368,7 +377,8 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64(xne[3] / wne[3])
         .i64s(&wnb[1..])
         .i64s(&xnb[1..])
-        .i64s(&dnb[1..]);
+        .i64s(&dnb[1..])
+        .ptr(corr);
     if n < MUL_MAT_VEC_MAX_COLS {
         lc.run(&format!("mul_mat_vec_{suffix}"), [m, n.div_ceil(4), batches], 256, args)
     } else {
