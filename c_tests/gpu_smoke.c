@@ -54,6 +54,8 @@ static struct ggml_tensor* mm_f32_permuted_x(struct ggml_context* c) {
 }
 static struct ggml_tensor* mm_big_f16_1(struct ggml_context* c) { return mm(c, GGML_TYPE_F16, 4096, 4096, 1, 1, 1, 1, 1); }
 static struct ggml_tensor* mm_big_f16_512(struct ggml_context* c) { return mm(c, GGML_TYPE_F16, 4096, 4096, 512, 1, 1, 1, 1); }
+static struct ggml_tensor* mm_big_q4_1_1(struct ggml_context* c) { return mm(c, GGML_TYPE_Q4_1, 4096, 4096, 1, 1, 1, 1, 1); }
+static struct ggml_tensor* mm_big_q4_1_512(struct ggml_context* c) { return mm(c, GGML_TYPE_Q4_1, 4096, 4096, 512, 1, 1, 1, 1); }
 static struct ggml_tensor* mm_big_f32_512(struct ggml_context* c) { return mm(c, GGML_TYPE_F32, 4096, 4096, 512, 1, 1, 1, 1); }
 
 static struct ggml_tensor* bin(struct ggml_context* c, int op, int b0, int b1, int b2, int b3) {
@@ -134,6 +136,96 @@ static struct ggml_tensor* chain(struct ggml_context* c) {  // a tiny transforme
     return ggml_soft_max_ext(c, ggml_scale(c, y, 0.3f), NULL, 1.0f, 0.0f);
 }
 
+// ---- quantized weights and the other ops of llama graphs -------------------------------
+// Leaf tensors named "ids:N" get random ids in [0, N), "perm:N" distinct ids (i*7+3) % N,
+// "causal" an F16 causal mask (0 / -inf); quantized leaves get quantized random values.
+
+static struct ggml_tensor* ids(struct ggml_context* c, enum ggml_type t, const char* name, int n0, int n1, int n2) {
+    struct ggml_tensor* r = ggml_new_tensor_3d(c, t, n0, n1, n2);
+    ggml_set_name(r, name);
+    return r;
+}
+static struct ggml_tensor* mm_q(struct ggml_context* c, enum ggml_type t, int N) { return mm(c, t, 512, 67, N, 2, 1, 2, 1); }
+#define MMQ(NAME, T)                                                                             \
+    static struct ggml_tensor* mm_##NAME##_1(struct ggml_context* c) { return mm_q(c, T, 1); }   \
+    static struct ggml_tensor* mm_##NAME##_3(struct ggml_context* c) { return mm_q(c, T, 3); }   \
+    static struct ggml_tensor* mm_##NAME##_70(struct ggml_context* c) { return mm_q(c, T, 70); }
+MMQ(q4_0, GGML_TYPE_Q4_0)
+MMQ(q4_1, GGML_TYPE_Q4_1)
+MMQ(q5_0, GGML_TYPE_Q5_0)
+MMQ(q5_1, GGML_TYPE_Q5_1)
+MMQ(q8_0, GGML_TYPE_Q8_0)
+MMQ(iq4_nl, GGML_TYPE_IQ4_NL)
+MMQ(q4_k, GGML_TYPE_Q4_K)
+MMQ(q6_k, GGML_TYPE_Q6_K)
+
+static struct ggml_tensor* get_rows_t(struct ggml_context* c, enum ggml_type t) {
+    struct ggml_tensor* a = ggml_new_tensor_3d(c, t, 256, 20, 2);
+    return ggml_get_rows(c, a, ids(c, GGML_TYPE_I32, "ids:20", 7, 2, 1));
+}
+static struct ggml_tensor* get_rows_f32(struct ggml_context* c) { return get_rows_t(c, GGML_TYPE_F32); }
+static struct ggml_tensor* get_rows_f16(struct ggml_context* c) { return get_rows_t(c, GGML_TYPE_F16); }
+static struct ggml_tensor* get_rows_q4_1(struct ggml_context* c) { return get_rows_t(c, GGML_TYPE_Q4_1); }
+static struct ggml_tensor* get_rows_q8_0(struct ggml_context* c) { return get_rows_t(c, GGML_TYPE_Q8_0); }
+static struct ggml_tensor* get_rows_q6_k(struct ggml_context* c) { return get_rows_t(c, GGML_TYPE_Q6_K); }
+static struct ggml_tensor* get_rows_q4_k(struct ggml_context* c) { return get_rows_t(c, GGML_TYPE_Q4_K); }
+
+static struct ggml_tensor* set_rows_t(struct ggml_context* c, enum ggml_type dt, enum ggml_type it) {
+    struct ggml_tensor* d = ggml_new_tensor_3d(c, dt, 96, 30, 2);
+    struct ggml_tensor* src = ggml_new_tensor_3d(c, GGML_TYPE_F32, 96, 9, 2);
+    return ggml_set_rows(c, d, src, ids(c, it, "perm:30", 9, 1, 1));
+}
+static struct ggml_tensor* set_rows_f16_i64(struct ggml_context* c) { return set_rows_t(c, GGML_TYPE_F16, GGML_TYPE_I64); }
+static struct ggml_tensor* set_rows_f32_i32(struct ggml_context* c) { return set_rows_t(c, GGML_TYPE_F32, GGML_TYPE_I32); }
+
+static struct ggml_tensor* rope_t(struct ggml_context* c, enum ggml_type t, int mode, int n_dims, int with_ff, float ext) {
+    struct ggml_tensor* a = ggml_new_tensor_3d(c, t, 64, 5, 11);  // [head_dim, n_head, n_tokens]
+    struct ggml_tensor* pos = ids(c, GGML_TYPE_I32, "ids:4000", 11, 1, 1);
+    struct ggml_tensor* ff = with_ff ? ggml_new_tensor_1d(c, GGML_TYPE_F32, n_dims / 2) : NULL;
+    if (ff) ggml_set_name(ff, "positive");
+    return ggml_rope_ext(c, a, pos, ff, n_dims, mode, 4096, 10000.0f, 0.5f, ext, 1.0f, 32.0f, 1.0f);
+}
+static struct ggml_tensor* rope_normal(struct ggml_context* c) { return rope_t(c, GGML_TYPE_F32, 0, 64, 0, 0.0f); }
+static struct ggml_tensor* rope_neox(struct ggml_context* c) { return rope_t(c, GGML_TYPE_F32, 2, 64, 0, 0.0f); }
+static struct ggml_tensor* rope_neox_partial_ff(struct ggml_context* c) { return rope_t(c, GGML_TYPE_F32, 2, 32, 1, 0.0f); }
+static struct ggml_tensor* rope_normal_yarn(struct ggml_context* c) { return rope_t(c, GGML_TYPE_F32, 0, 48, 0, 1.0f); }
+static struct ggml_tensor* rope_f16(struct ggml_context* c) { return rope_t(c, GGML_TYPE_F16, 0, 64, 0, 0.0f); }
+
+static struct ggml_tensor* un(struct ggml_context* c, enum ggml_unary_op op) {
+    return ggml_unary(c, ggml_scale(c, ggml_new_tensor_3d(c, GGML_TYPE_F32, 300, 7, 2), 4.0f), op);
+}
+static struct ggml_tensor* silu(struct ggml_context* c) { return un(c, GGML_UNARY_OP_SILU); }
+static struct ggml_tensor* gelu(struct ggml_context* c) { return un(c, GGML_UNARY_OP_GELU); }
+static struct ggml_tensor* relu(struct ggml_context* c) { return un(c, GGML_UNARY_OP_RELU); }
+static struct ggml_tensor* swiglu_fused(struct ggml_context* c) {
+    return ggml_swiglu(c, ggml_new_tensor_3d(c, GGML_TYPE_F32, 256, 9, 2));
+}
+static struct ggml_tensor* swiglu_split(struct ggml_context* c) {
+    struct ggml_tensor* a = ggml_new_tensor_2d(c, GGML_TYPE_F32, 1536, 9);
+    struct ggml_tensor* b = ggml_new_tensor_2d(c, GGML_TYPE_F32, 1536, 9);
+    return ggml_swiglu_split(c, a, b);
+}
+static struct ggml_tensor* geglu_swapped(struct ggml_context* c) {
+    return ggml_geglu_swapped(c, ggml_new_tensor_2d(c, GGML_TYPE_F32, 200, 5));
+}
+
+// Attention like llama's: q [D, n_q, n_head] permuted from [D, n_head, n_q], K/V F16 with
+// GQA, an F16 causal mask, scale; optionally softcap and sinks.
+static struct ggml_tensor* fa(struct ggml_context* c, int D, int n_q, int n_kv, int nh, int nh_kv, float softcap,
+                              int sinks) {
+    struct ggml_tensor* q = ggml_new_tensor_3d(c, GGML_TYPE_F32, D, nh, n_q);
+    struct ggml_tensor* k = ggml_new_tensor_3d(c, GGML_TYPE_F16, D, n_kv, nh_kv);
+    struct ggml_tensor* v = ggml_new_tensor_3d(c, GGML_TYPE_F16, D, n_kv, nh_kv);
+    struct ggml_tensor* m = ggml_new_tensor_2d(c, GGML_TYPE_F16, n_kv, n_q);
+    ggml_set_name(m, "causal");
+    struct ggml_tensor* r = ggml_flash_attn_ext(c, ggml_permute(c, q, 0, 2, 1, 3), k, v, m, 1.0f / sqrtf((float)D), 0.0f, softcap);
+    if (sinks) ggml_flash_attn_ext_add_sinks(r, ggml_new_tensor_1d(c, GGML_TYPE_F32, nh));
+    return r;
+}
+static struct ggml_tensor* fa_prompt(struct ggml_context* c) { return fa(c, 64, 13, 40, 9, 3, 0.0f, 0); }
+static struct ggml_tensor* fa_decode(struct ggml_context* c) { return fa(c, 64, 1, 300, 9, 3, 0.0f, 0); }
+static struct ggml_tensor* fa_softcap_sinks(struct ggml_context* c) { return fa(c, 128, 5, 37, 4, 4, 20.0f, 1); }
+
 struct tcase {
     const char* name;
     build_fn build;
@@ -168,9 +260,57 @@ static const struct tcase CASES[] = {
     {"cpy f16->f32", cpy_f16_f32, 1e-7, 0, 0, 0},
     {"cont permuted", cont_permuted, 1e-7, 0, 0, 0},
     {"chain rms_norm*g -> mul_mat f16 -> scale -> soft_max", chain, 5e-4, 0, 0, 0},
+    {"mul_mat q4_0 x1", mm_q4_0_1, 5e-4, 0, 0, 0},
+    {"mul_mat q4_0 x3", mm_q4_0_3, 5e-4, 0, 0, 0},
+    {"mul_mat q4_0 x70 (tiled)", mm_q4_0_70, 5e-4, 0, 0, 0},
+    {"mul_mat q4_1 x1", mm_q4_1_1, 5e-4, 0, 0, 0},
+    {"mul_mat q4_1 x3", mm_q4_1_3, 5e-4, 0, 0, 0},
+    {"mul_mat q4_1 x70 (tiled)", mm_q4_1_70, 5e-4, 0, 0, 0},
+    {"mul_mat q5_0 x1", mm_q5_0_1, 5e-4, 0, 0, 0},
+    {"mul_mat q5_0 x3", mm_q5_0_3, 5e-4, 0, 0, 0},
+    {"mul_mat q5_0 x70 (tiled)", mm_q5_0_70, 5e-4, 0, 0, 0},
+    {"mul_mat q5_1 x1", mm_q5_1_1, 5e-4, 0, 0, 0},
+    {"mul_mat q5_1 x3", mm_q5_1_3, 5e-4, 0, 0, 0},
+    {"mul_mat q5_1 x70 (tiled)", mm_q5_1_70, 5e-4, 0, 0, 0},
+    {"mul_mat q8_0 x1", mm_q8_0_1, 5e-4, 0, 0, 0},
+    {"mul_mat q8_0 x3", mm_q8_0_3, 5e-4, 0, 0, 0},
+    {"mul_mat q8_0 x70 (tiled)", mm_q8_0_70, 5e-4, 0, 0, 0},
+    {"mul_mat iq4_nl x1", mm_iq4_nl_1, 5e-4, 0, 0, 0},
+    {"mul_mat iq4_nl x3", mm_iq4_nl_3, 5e-4, 0, 0, 0},
+    {"mul_mat iq4_nl x70 (tiled)", mm_iq4_nl_70, 5e-4, 0, 0, 0},
+    {"mul_mat q4_k x1", mm_q4_k_1, 5e-4, 0, 0, 0},
+    {"mul_mat q4_k x3", mm_q4_k_3, 5e-4, 0, 0, 0},
+    {"mul_mat q4_k x70 (tiled)", mm_q4_k_70, 5e-4, 0, 0, 0},
+    {"mul_mat q6_k x1", mm_q6_k_1, 5e-4, 0, 0, 0},
+    {"mul_mat q6_k x3", mm_q6_k_3, 5e-4, 0, 0, 0},
+    {"mul_mat q6_k x70 (tiled)", mm_q6_k_70, 5e-4, 0, 0, 0},
+    {"get_rows f32", get_rows_f32, 1e-7, 0, 0, 0},
+    {"get_rows f16", get_rows_f16, 1e-7, 0, 0, 0},
+    {"get_rows q4_1", get_rows_q4_1, 1e-7, 0, 0, 0},
+    {"get_rows q8_0", get_rows_q8_0, 1e-7, 0, 0, 0},
+    {"get_rows q4_k", get_rows_q4_k, 1e-7, 0, 0, 0},
+    {"get_rows q6_k", get_rows_q6_k, 1e-7, 0, 0, 0},
+    {"set_rows f32->f16 i64", set_rows_f16_i64, 1e-7, 0, 0, 0},
+    {"set_rows f32->f32 i32", set_rows_f32_i32, 1e-7, 0, 0, 0},
+    {"rope normal", rope_normal, 1e-6, 0, 0, 0},
+    {"rope neox", rope_neox, 1e-6, 0, 0, 0},
+    {"rope neox partial + freq factors", rope_neox_partial_ff, 1e-6, 0, 0, 0},
+    {"rope normal yarn", rope_normal_yarn, 1e-6, 0, 0, 0},
+    {"rope f16", rope_f16, 1e-6, 0, 0, 0},
+    {"unary silu", silu, 1e-7, 0, 0, 0},
+    {"unary gelu", gelu, 1e-6, 0, 0, 0},
+    {"unary relu", relu, 1e-7, 0, 0, 0},
+    {"glu swiglu fused", swiglu_fused, 1e-7, 0, 0, 0},
+    {"glu swiglu split", swiglu_split, 1e-7, 0, 0, 0},
+    {"glu geglu swapped", geglu_swapped, 1e-6, 0, 0, 0},
+    {"flash_attn_ext prompt gqa causal", fa_prompt, 5e-4, 0, 0, 0},
+    {"flash_attn_ext decode gqa", fa_decode, 5e-4, 0, 0, 0},
+    {"flash_attn_ext softcap sinks d128", fa_softcap_sinks, 5e-4, 0, 0, 0},
     {"mul_mat f16 4096x4096 x 1", mm_big_f16_1, 5e-4, 1, 2.0 * 4096 * 4096, 4096.0 * 4096 * 2},
     {"mul_mat f16 4096x4096 x 512", mm_big_f16_512, 5e-4, 1, 2.0 * 4096 * 4096 * 512, 4096.0 * 4096 * 2},
     {"mul_mat f32 4096x4096 x 512", mm_big_f32_512, 5e-4, 1, 2.0 * 4096 * 4096 * 512, 4096.0 * 4096 * 4},
+    {"mul_mat q4_1 4096x4096 x 1", mm_big_q4_1_1, 5e-4, 1, 2.0 * 4096 * 4096, 4096.0 * 4096 * 20 / 32},
+    {"mul_mat q4_1 4096x4096 x 512", mm_big_q4_1_512, 5e-4, 1, 2.0 * 4096 * 4096 * 512, 4096.0 * 4096 * 20 / 32},
 };
 
 // ---- running -----------------------------------------------------------------------------
@@ -183,7 +323,7 @@ struct run {
 };
 
 static int setup(struct run* r, const struct tcase* tc, ggml_backend_t be, ggml_backend_dev_t dev, int seed) {
-    struct ggml_init_params p = {256 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true};
+    struct ggml_init_params p = {512 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true};
     r->ctx = ggml_init(p);
     r->out = tc->build(r->ctx);
     r->graph = ggml_new_graph(r->ctx);
@@ -203,7 +343,42 @@ static int setup(struct run* r, const struct tcase* tc, ggml_backend_t be, ggml_
         int64_t n = ggml_nelements(t);
         float* v = malloc(n * sizeof(float));
         for (int64_t i = 0; i < n; i++) v[i] = rnd();
-        if (t->type == GGML_TYPE_F16) {
+        int lim = 0;
+        if (sscanf(t->name, "ids:%d", &lim) == 1 || sscanf(t->name, "perm:%d", &lim) == 1) {
+            int perm = t->name[0] == 'p';
+            for (int64_t i = 0; i < n; i++) {
+                int64_t id = perm ? (i * 7 + 3) % lim : (int64_t)((v[i] + 1.0f) * 0.5f * lim) % lim;
+                v[i] = (float)id;
+            }
+            if (t->type == GGML_TYPE_I64) {
+                int64_t* w = malloc(n * sizeof(int64_t));
+                for (int64_t i = 0; i < n; i++) w[i] = (int64_t)v[i];
+                ggml_backend_tensor_set(t, w, 0, n * sizeof(int64_t));
+                free(w);
+            } else {
+                int32_t* w = malloc(n * sizeof(int32_t));
+                for (int64_t i = 0; i < n; i++) w[i] = (int32_t)v[i];
+                ggml_backend_tensor_set(t, w, 0, n * sizeof(int32_t));
+                free(w);
+            }
+            free(v);
+            continue;
+        }
+        if (!strcmp(t->name, "positive")) {
+            for (int64_t i = 0; i < n; i++) v[i] = 1.5f + v[i];
+        }
+        if (!strcmp(t->name, "causal")) {  // [n_kv, n_q]: query j sees keys up to n_kv - n_q + j
+            int64_t nkv = t->ne[0], nq = t->ne[1];
+            for (int64_t j = 0; j < nq; j++)
+                for (int64_t i = 0; i < nkv; i++) v[j * nkv + i] = i <= nkv - nq + j ? 0.0f : -INFINITY;
+        }
+        if (ggml_is_quantized(t->type)) {
+            size_t sz = ggml_nbytes(t);
+            void* q = malloc(sz);
+            ggml_quantize_chunk(t->type, v, q, 0, n / t->ne[0], t->ne[0], NULL);
+            ggml_backend_tensor_set(t, q, 0, sz);
+            free(q);
+        } else if (t->type == GGML_TYPE_F16) {
             ggml_fp16_t* h = malloc(n * sizeof(ggml_fp16_t));
             ggml_fp32_to_fp16_row(v, h, n);
             ggml_backend_tensor_set(t, h, 0, n * sizeof(ggml_fp16_t));

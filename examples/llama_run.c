@@ -8,6 +8,11 @@
 //       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
 //   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R]
 //       pp<N> and tg<N> tokens/s (best of R repetitions)
+//
+// Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
+// or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv); without it all runs on the
+// library's CPU device. -L LIB2 loads a second backend library, for hosts whose GPU library
+// has no CPU device of its own (ggml-cuda needs ggml-cpu beside it).
 
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -38,12 +43,12 @@ static double now_s(void) {
 }
 
 struct opts {
-    const char * mode, * backend, * lib, * model, * prompt, * out;
+    const char * mode, * backend, * lib, * lib2, * device, * model, * prompt, * out;
     int n_predict, threads, fa, positions, gen, pp, tg, reps;
 };
 
 static void usage(void) {
-    fprintf(stderr, "usage: llama_run generate|logits|bench -b rocmforge|ggml-cpu -l LIB -m MODEL [options]\n");
+    fprintf(stderr, "usage: llama_run generate|logits|bench -b rocmforge|ggml-cpu -l LIB [-L LIB2] -m MODEL [--device NAME] [options]\n");
     exit(2);
 }
 
@@ -60,6 +65,8 @@ static struct opts parse(int argc, char ** argv) {
         if (!v) usage();
         if      (!strcmp(a, "-b")) o.backend = v;
         else if (!strcmp(a, "-l")) o.lib = v;
+        else if (!strcmp(a, "-L")) o.lib2 = v;
+        else if (!strcmp(a, "--device")) o.device = v;
         else if (!strcmp(a, "-m")) o.model = v;
         else if (!strcmp(a, "-p")) o.prompt = v;
         else if (!strcmp(a, "-o")) o.out = v;
@@ -112,6 +119,7 @@ static struct llama_context * make_ctx(struct llama_model * model, const struct 
     cp.n_threads_batch = o->threads;
     cp.flash_attn_type = o->fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.no_perf = true;
+    cp.offload_kqv = o->device != NULL;
     if (getenv("LLAMA_RUN_DUMP")) {
         cp.cb_eval = dump_cb;
         cp.cb_eval_user_data = getenv("LLAMA_RUN_DUMP");
@@ -131,16 +139,25 @@ int main(int argc, char ** argv) {
     llama_log_set(log_cb, NULL);
     ggml_log_set(log_cb, NULL);
 
-    // Exactly one backend library: no ggml_backend_load_all(), so nothing else is registered.
+    // Exactly the named backend libraries: no ggml_backend_load_all(), so nothing else is registered.
     ggml_backend_reg_t reg = ggml_backend_load(o.lib);
     if (!reg) { fprintf(stderr, "llama_run: cannot load %s\n", o.lib); return 1; }
-    if (ggml_backend_reg_count() != 1) { fprintf(stderr, "llama_run: expected one backend registry\n"); return 1; }
+    if (o.lib2 && !ggml_backend_load(o.lib2)) { fprintf(stderr, "llama_run: cannot load %s\n", o.lib2); return 1; }
+    if (ggml_backend_reg_count() != (o.lib2 ? 2u : 1u)) { fprintf(stderr, "llama_run: unexpected backend registries\n"); return 1; }
     fprintf(stderr, "llama_run: backend registry '%s', %zu device(s), first: %s\n", ggml_backend_reg_name(reg),
             ggml_backend_reg_dev_count(reg), ggml_backend_dev_name(ggml_backend_reg_dev_get(reg, 0)));
     llama_backend_init();
 
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    ggml_backend_dev_t devs[2] = { NULL, NULL };
+    if (o.device) {
+        devs[0] = ggml_backend_dev_by_name(o.device);
+        if (!devs[0]) { fprintf(stderr, "llama_run: no device named %s\n", o.device); return 1; }
+        fprintf(stderr, "llama_run: offloading to %s (%s)\n", o.device, ggml_backend_dev_description(devs[0]));
+        mp.devices = devs;
+        mp.n_gpu_layers = -1;
+    }
     struct llama_model * model = llama_model_load_from_file(o.model, mp);
     if (!model) { fprintf(stderr, "llama_run: cannot load model %s\n", o.model); return 1; }
     const struct llama_vocab * vocab = llama_model_get_vocab(model);
@@ -226,7 +243,8 @@ int main(int argc, char ** argv) {
             double t3 = now_s();
             if (o.tg / (t3 - t2) > best_tg) best_tg = o.tg / (t3 - t2);
         }
-        printf("backend=%s threads=%d pp%d=%.2f tg%d=%.2f\n", o.backend, o.threads, o.pp, best_pp, o.tg, best_tg);
+        printf("backend=%s device=%s threads=%d pp%d=%.2f tg%d=%.2f\n", o.backend, o.device ? o.device : "cpu", o.threads,
+               o.pp, best_pp, o.tg, best_tg);
         free(toks);
         llama_free(ctx);
     } else {

@@ -1,11 +1,9 @@
 // MUL_MAT: dst[i, j] = dot(src0 row i, src1 row j) per batch, src0 broadcast over dims 2, 3.
-// src0 (weights) F32 or F16 with dense rows, src1 F32 with dense rows, dst F32.
-// Byte strides throughout, as ggml stores them.
+// src0 (weights) F32, F16 or a quantized type (quants.h) with dense rows, src1 F32 with
+// dense rows, dst F32. Byte strides throughout, as ggml stores them. Weights are
+// dequantized in registers, products accumulated in f32.
 #include "prelude.h"
-
-template <typename W> RF_DEVICE float load_w(const char* row, i64 k);
-template <> RF_DEVICE_SPEC float load_w<float>(const char* row, i64 k) { return ((const float*)row)[k]; }
-template <> RF_DEVICE_SPEC float load_w<f16_bits>(const char* row, i64 k) { return rf_f16_to_f32(((const f16_bits*)row)[k]); }
+#include "quants.h"
 
 // Matrix-vector form for few src1 columns (token generation): a block per output row and
 // up to MV_COLS columns, so each weight row is read once for all of them.
@@ -13,7 +11,8 @@ template <> RF_DEVICE_SPEC float load_w<f16_bits>(const char* row, i64 k) { retu
 
 template <typename W>
 RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 N, i64 ne12, i64 r2, i64 r3,
-                           i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3) {
+                           i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3,
+                           const float* corr) {
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 row = blockIdx.x;
     const i64 col0 = (i64)blockIdx.y * MV_COLS;
@@ -29,6 +28,14 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 N, 
         const float wv = load_w<W>(wr, k);
 #pragma unroll
         for (int c = 0; c < MV_COLS; c++) acc[c] += wv * xr[c][k];
+        if (corr && k % 32 == 0) {
+            const float mw = load_w_min<W>(wr, k / 32);
+#pragma unroll
+            for (int c = 0; c < MV_COLS; c++) {
+                const i64 xrow = col0 + (c < ncols ? c : 0) + N * b;
+                acc[c] += mw * corr[xrow * (K / 32) + k / 32];
+            }
+        }
     }
     char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
     for (int c = 0; c < ncols; c++) {
@@ -45,7 +52,8 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 N, 
 
 template <typename W>
 RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3,
-                             i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3) {
+                             i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3,
+                             const float* corr) {
     __shared__ float As[MM_BK][MM_BM + 1];
     __shared__ float Bs[MM_BK][MM_BN + 1];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -81,6 +89,19 @@ RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M
                 for (int j = 0; j < 4; j++) acc[i][j] += a[i] * bv[j];
         }
         __syncthreads();
+        if (corr && k0 % 32 == 0) {  // min x (f16 block sum - exact block sum) per block
+            const i64 blk = k0 / 32;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const i64 r = row0 + tx + 16 * i;
+                const float mw = r < M ? load_w_min<W>(wb + r * nb01, blk) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const i64 c = col0 + ty + 16 * j;
+                    if (c < N) acc[i][j] += mw * corr[(c + N * b) * (K / 32) + blk];
+                }
+            }
+        }
     }
     char* db = d + i2 * nb2 + i3 * nb3;
 #pragma unroll
@@ -97,11 +118,72 @@ RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M
 
 #define MUL_MAT_ARGS                                                                                          \
     const char *w, const char *x, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, \
-        i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3
-#define MUL_MAT_VEC_PASS w, x, d, K, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3
-#define MUL_MAT_TILED_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3
+        i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3, const float *corr
+#define MUL_MAT_VEC_PASS w, x, d, K, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr
+#define MUL_MAT_TILED_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr
 
-RF_KERNEL void mul_mat_vec_f32(MUL_MAT_ARGS) { mul_mat_vec<float>(MUL_MAT_VEC_PASS); }
-RF_KERNEL void mul_mat_vec_f16(MUL_MAT_ARGS) { mul_mat_vec<f16_bits>(MUL_MAT_VEC_PASS); }
-RF_KERNEL void mul_mat_tiled_f32(MUL_MAT_ARGS) { mul_mat_tiled<float>(MUL_MAT_TILED_PASS); }
-RF_KERNEL void mul_mat_tiled_f16(MUL_MAT_ARGS) { mul_mat_tiled<f16_bits>(MUL_MAT_TILED_PASS); }
+#define MUL_MAT_KERNELS(NAME, W)                                                          \
+    RF_KERNEL void mul_mat_vec_##NAME(MUL_MAT_ARGS) { mul_mat_vec<W>(MUL_MAT_VEC_PASS); } \
+    RF_KERNEL void mul_mat_tiled_##NAME(MUL_MAT_ARGS) { mul_mat_tiled<W>(MUL_MAT_TILED_PASS); }
+
+MUL_MAT_KERNELS(f32, w_f32)
+MUL_MAT_KERNELS(f16, w_f16)
+MUL_MAT_KERNELS(q4_0, w_q4_0)
+MUL_MAT_KERNELS(q4_1, w_q4_1)
+MUL_MAT_KERNELS(q5_0, w_q5_0)
+MUL_MAT_KERNELS(q5_1, w_q5_1)
+MUL_MAT_KERNELS(q8_0, w_q8_0)
+MUL_MAT_KERNELS(iq4_nl, w_iq4_nl)
+MUL_MAT_KERNELS(q4_k, w_q4_k)
+MUL_MAT_KERNELS(q6_k, w_q6_k)
+
+// src1 rounded the way ggml-cpu feeds it to its dot products, written densely to `out`
+// (K floats per row, rows in (i1, i2, i3) order): mode 0 = quantized to 8-bit blocks of 32
+// with an f16 scale (Q8_0 / Q8_1, for Q4_0/Q4_1/Q5_x/Q8_0/IQ4_NL weights), mode 1 = 8-bit
+// blocks of 256 with an f32 scale (Q8_K, for K-quant weights), mode 2 = rounded to f16 (F16
+// weights), mode 3 = as mode 0 plus, per block, f16(d * sum q) - f16(d) * sum q (Q8_1's
+// rounded block sum `s`, for Q4_1/Q5_1 mins) into corr[row * K/32 + block]. Products with
+// the rounded values then equal ggml-cpu's integer dots up to the
+// order of f32 additions, so the GPU agrees with ggml-cpu as closely as its CPU device does.
+RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 K, i64 N, i64 ne12, i64 nb11, i64 nb12,
+                          i64 nb13) {
+    const i64 row = blockIdx.x;
+    const i64 i1 = row % N, i2 = (row / N) % ne12, i3 = row / (N * ne12);
+    const float* xr = (const float*)(x + i1 * nb11 + i2 * nb12 + i3 * nb13);
+    float* o = out + row * K;
+    if (mode == 2) {
+        for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_f16_to_f32(rf_f32_to_f16(xr[k]));
+        return;
+    }
+    const int bs = mode == 1 ? 256 : 32;
+    for (i64 b = threadIdx.x; b < K / bs; b += blockDim.x) {
+        const float* xb = xr + b * bs;
+        float* ob = o + b * bs;
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < bs; j++) {
+            const float a = fabsf(xb[j]);
+            if (a > amax) {
+                amax = a;
+                mx = xb[j];
+            }
+        }
+        if (mode != 1) {
+            const float d32 = amax / 127.0f;
+            const float d = rf_f16_to_f32(rf_f32_to_f16(d32));
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            int sum = 0;
+            for (int j = 0; j < bs; j++) {
+                const float q = rintf(xb[j] * id);
+                sum += (int)q;
+                ob[j] = d * q;
+            }
+            if (mode == 3) corr[row * (K / 32) + b] = rf_f16_to_f32(rf_f32_to_f16(d32 * (float)sum)) - d * (float)sum;
+        } else if (amax == 0.0f) {
+            for (int j = 0; j < bs; j++) ob[j] = 0.0f;
+        } else {
+            const float iscale = -127.0f / mx;
+            const float d = 1.0f / iscale;
+            for (int j = 0; j < bs; j++) ob[j] = d * fminf(rintf(iscale * xb[j]), 127.0f);
+        }
+    }
+}

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 const PRELUDE: &str = include_str!("../../kernels/prelude.h");
+/// Shared device code (weight loaders) that several kernel files include.
+const HEADERS: &[(&str, &str)] = &[("quants.h", include_str!("../../kernels/quants.h"))];
 
 /// Every kernel file, compiled together as one program (one module per device).
 const SOURCES: &[(&str, &str)] = &[
@@ -14,14 +16,51 @@ const SOURCES: &[(&str, &str)] = &[
     ("elementwise.hip", include_str!("../../kernels/elementwise.hip")),
     ("cpy.hip", include_str!("../../kernels/cpy.hip")),
     ("rows.hip", include_str!("../../kernels/rows.hip")),
+    ("get_set_rows.hip", include_str!("../../kernels/get_set_rows.hip")),
+    ("rope.hip", include_str!("../../kernels/rope.hip")),
+    ("activation.hip", include_str!("../../kernels/activation.hip")),
+    ("flash_attn.hip", include_str!("../../kernels/flash_attn.hip")),
 ];
+
+/// Weight types with a loader in quants.h, by kernel-name suffix.
+pub const WEIGHT_TYPES: &[(crate::ggml_types::GgmlType, &str)] = {
+    use crate::ggml_types::GgmlType::*;
+    &[
+        (F32, "f32"),
+        (F16, "f16"),
+        (Q4_0, "q4_0"),
+        (Q4_1, "q4_1"),
+        (Q5_0, "q5_0"),
+        (Q5_1, "q5_1"),
+        (Q8_0, "q8_0"),
+        (IQ4_NL, "iq4_nl"),
+        (Q4_K, "q4_k"),
+        (Q6_K, "q6_k"),
+    ]
+};
+
+/// Kernel-name suffix of a weight type, if the kernels read it.
+pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
+    WEIGHT_TYPES.iter().find(|(w, _)| *w == t).map(|(_, s)| *s)
+}
+
+/// Entry points made once per weight type: `{prefix}_{suffix}`.
+const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows"];
+
+/// Every entry point: the fixed ones and the per-weight-type ones.
+pub fn kernel_names() -> Vec<String> {
+    let mut v: Vec<String> = KERNEL_NAMES.iter().map(|s| s.to_string()).collect();
+    for p in PER_WEIGHT_TYPE {
+        for (_, suf) in WEIGHT_TYPES {
+            v.push(format!("{p}_{suf}"));
+        }
+    }
+    v
+}
 
 /// The `extern "C"` entry points the backend launches.
 pub const KERNEL_NAMES: &[&str] = &[
-    "mul_mat_vec_f32",
-    "mul_mat_vec_f16",
-    "mul_mat_tiled_f32",
-    "mul_mat_tiled_f16",
+    "round_src1",
     "binary_f32",
     "scale_f32",
     "cpy_f32_f32",
@@ -30,18 +69,26 @@ pub const KERNEL_NAMES: &[&str] = &[
     "cpy_f16_f16",
     "soft_max_f32",
     "rms_norm_f32",
+    "set_rows",
+    "rope_f32",
+    "rope_f16",
+    "unary_f32",
+    "glu_f32",
+    "flash_attn_f16_f16",
+    "flash_attn_f32_f32",
 ];
 
-/// One translation unit: the prelude, then each file with its `#include "prelude.h"` removed
-/// (the run-time compilers get no include path) and a `#line` so errors name the file.
+/// One translation unit: the prelude, the shared headers, then each file with its local
+/// `#include "..."` lines removed (the run-time compilers get no include path) and a `#line`
+/// so errors name the file.
 pub fn program_source() -> String {
     let mut s = String::with_capacity(64 * 1024);
     s.push_str("#line 1 \"prelude.h\"\n");
     s.push_str(PRELUDE);
-    for (name, text) in SOURCES {
+    for (name, text) in HEADERS.iter().chain(SOURCES.iter()) {
         s.push_str(&format!("\n#line 1 \"{name}\"\n"));
         for line in text.lines() {
-            if line.trim_start().starts_with("#include \"prelude.h\"") {
+            if line.trim_start().starts_with("#include \"") {
                 s.push('\n'); // keep line numbers
             } else {
                 s.push_str(line);
@@ -93,12 +140,12 @@ pub fn cache_file_name(vendor: &str, arch: &str, compiler: &str, options: &[Stri
 /// The loaded module of one device and its entry points.
 pub struct Kernels {
     _module: Module,
-    funcs: HashMap<&'static str, Function>,
+    funcs: HashMap<String, Function>,
 }
 
 impl Kernels {
     pub fn get(&self, name: &str) -> Function {
-        // Names come from KERNEL_NAMES, all resolved at load.
+        // Names come from kernel_names(), all resolved at load.
         self.funcs[name]
     }
 
@@ -141,8 +188,9 @@ impl Kernels {
             }
         };
         let mut funcs = HashMap::new();
-        for &name in KERNEL_NAMES {
-            funcs.insert(name, api.module_function(ord, module, name)?);
+        for name in kernel_names() {
+            let f = api.module_function(ord, module, &name)?;
+            funcs.insert(name, f);
         }
         Ok(Kernels { _module: module, funcs })
     }
@@ -166,10 +214,13 @@ mod tests {
     #[test]
     fn source_has_every_kernel_and_no_includes() {
         let s = program_source();
-        for name in KERNEL_NAMES {
-            assert!(s.contains(&format!("void {name}(")), "kernel {name} missing from the sources");
+        for name in kernel_names() {
+            let direct = s.contains(&format!("void {name}("));
+            // Per-type kernels are stamped out by macros: SOME_KERNELS(suffix, loader).
+            let stamped = WEIGHT_TYPES.iter().any(|(_, suf)| name.ends_with(&format!("_{suf}")) && s.contains(&format!("({suf}, w_{suf})")));
+            assert!(direct || stamped, "kernel {name} missing from the sources");
         }
-        assert!(!s.contains("#include \"prelude.h\""));
+        assert!(!s.contains("#include \""));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! exactly and what ggml-cpu also computes) and how each node is launched (`launch`).
 
 use super::api::{ApiResult, GpuApi, Stream};
-use crate::ggml_types::{op, GgmlType};
+use super::kernels::weight_suffix;
+use crate::ggml_types::{glu, op, unary, GgmlType};
 use crate::tensor::Tensor;
 use std::ffi::c_void;
 
@@ -37,6 +38,12 @@ pub fn supports(node: &Tensor) -> bool {
         op::SOFT_MAX => supports_soft_max(node),
         op::RMS_NORM => supports_rms_norm(node),
         op::MUL_MAT => supports_mul_mat(node),
+        op::GET_ROWS => supports_get_rows(node),
+        op::SET_ROWS => supports_set_rows(node),
+        op::ROPE => supports_rope(node),
+        op::UNARY => supports_unary(node),
+        op::GLU => supports_glu(node),
+        op::FLASH_ATTN_EXT => supports_flash_attn(node),
         _ => false,
     }
 }
@@ -100,7 +107,8 @@ fn supports_rms_norm(node: &Tensor) -> bool {
 fn supports_mul_mat(node: &Tensor) -> bool {
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else { return false };
     let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
-    is_f32_or_f16(w.dtype())
+    weight_suffix(w.dtype()).is_some()
+        && wne[0] % w.dtype().block_size() == 0
         && x.dtype() == GgmlType::F32
         && node.dtype() == GgmlType::F32
         && wne[0] == xne[0]
@@ -129,6 +137,34 @@ pub struct LaunchCtx<'a> {
     pub ord: usize,
     pub stream: Stream,
     pub kernels: &'a super::kernels::Kernels,
+    /// Threads of a warp / wavefront on this device.
+    pub warp_size: u32,
+    /// Device scratch of at least `scratch_bytes` of every node of the graph.
+    pub scratch: super::api::DevPtr,
+}
+
+/// How ggml-cpu rounds src1 before its dot products with weights of type `t` (the mode of
+/// round_src1), or None where it uses src1 as it is (F32 weights).
+fn src1_rounding(t: GgmlType) -> Option<i32> {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
+        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
+        GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
+        GgmlType::F16 => Some(2),
+        _ => None,
+    }
+}
+
+/// Device scratch a node needs while it runs (its rounded src1).
+pub fn scratch_bytes(node: &Tensor) -> usize {
+    if node.op() != op::MUL_MAT {
+        return 0;
+    }
+    match (node.src(0), node.src(1)) {
+        // Rounded values, then (mode 3) one correction per block of 32.
+        (Some(w), Some(x)) if src1_rounding(w.dtype()).is_some() => x.nelements() * 4 + x.nelements().div_ceil(32) * 4 + 256,
+        _ => 0,
+    }
 }
 
 /// Kernel arguments, each in an 8-byte slot (the runtime reads as many bytes as the
@@ -184,6 +220,12 @@ pub fn launch(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         op::SOFT_MAX => launch_soft_max(node, lc),
         op::RMS_NORM => launch_rms_norm(node, lc),
         op::MUL_MAT => launch_mul_mat(node, lc),
+        op::GET_ROWS => launch_get_rows(node, lc),
+        op::SET_ROWS => launch_set_rows(node, lc),
+        op::ROPE => launch_rope(node, lc),
+        op::UNARY => launch_unary(node, lc),
+        op::GLU => launch_glu(node, lc),
+        op::FLASH_ATTN_EXT => launch_flash_attn(node, lc),
         op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE => Ok(()),
         other => Err(format!("op {other} has no GPU kernel")),
     }
@@ -296,13 +338,36 @@ fn launch_rms_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let (wne, xne) = (w.ne(), x.ne());
-    let (wnb, xnb, dnb) = (w.nb(), x.nb(), node.nb());
+    let (wnb, dnb) = (w.nb(), node.nb());
     let (k, m, n) = (wne[0], wne[1], xne[1]);
     let batches = xne[2] * xne[3];
-    let f16 = w.dtype() == GgmlType::F16;
+    let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
+    // src1 as ggml-cpu sees it: rounded into the scratch (dense) or used in place.
+    let mut corr: *const u8 = std::ptr::null();
+    let (xp, xnb) = match src1_rounding(w.dtype()) {
+        Some(mode) if lc.scratch != 0 => {
+            // Corrections after the values, 256-byte aligned.
+            let corr_at = (lc.scratch as usize + x.nelements() * 4).next_multiple_of(256);
+            if mode == 3 {
+                corr = corr_at as *const u8;
+            }
+            let args = Args::default()
+                .ptr(x.data())
+                .ptr(lc.scratch as usize as *const u8)
+                .ptr(corr_at as *const u8)
+                .i32(mode)
+                .i64(k)
+                .i64(n)
+                .i64(xne[2])
+                .i64s(&x.nb()[1..]);
+            lc.run("round_src1", [n * batches, 1, 1], 64, args)?;
+            (lc.scratch as usize as *const u8, [4, k * 4, k * 4 * n, k * 4 * n * xne[2]])
+        }
+        _ => (x.data() as *const u8, x.nb()),
+    };
     let args = Args::default()
         .ptr(w.data())
-        .ptr(x.data())
+        .ptr(xp)
         .ptr(node.data())
         .i64(k)
         .i64(m)
@@ -312,13 +377,346 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64(xne[3] / wne[3])
         .i64s(&wnb[1..])
         .i64s(&xnb[1..])
-        .i64s(&dnb[1..]);
+        .i64s(&dnb[1..])
+        .ptr(corr);
     if n < MUL_MAT_VEC_MAX_COLS {
-        let kernel = if f16 { "mul_mat_vec_f16" } else { "mul_mat_vec_f32" };
-        lc.run(kernel, [m, n.div_ceil(4), batches], 256, args)
+        lc.run(&format!("mul_mat_vec_{suffix}"), [m, n.div_ceil(4), batches], 256, args)
     } else {
-        let kernel = if f16 { "mul_mat_tiled_f16" } else { "mul_mat_tiled_f32" };
-        lc.run(kernel, [m.div_ceil(64), n.div_ceil(64), batches], 256, args)
+        lc.run(&format!("mul_mat_tiled_{suffix}"), [m.div_ceil(64), n.div_ceil(64), batches], 256, args)
     }
 }
 
+
+// ---- ops of transformer graphs: rows, rope, activations, attention --------------------
+
+fn supports_get_rows(node: &Tensor) -> bool {
+    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
+    let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
+    weight_suffix(a.dtype()).is_some()
+        && ane[0] % a.dtype().block_size() == 0
+        && node.dtype() == GgmlType::F32
+        && idx.dtype() == GgmlType::I32
+        && ine[3] == 1
+        && dne == [ane[0], ine[0], ine[1], ine[2]]
+        && ane[2] == ine[1]
+        && ane[3] == ine[2]
+        && a.has_dense_rows()
+        && node.has_dense_rows()
+        && idx.nelements() <= i32::MAX as usize
+}
+
+fn launch_get_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (a, idx) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let (ane, ine) = (a.ne(), idx.ne());
+    let args = Args::default()
+        .ptr(a.data())
+        .ptr(idx.data())
+        .ptr(node.data())
+        .i64(ane[0])
+        .i64(ane[1])
+        .i64(ine[0])
+        .i64(ine[1])
+        .i64s(&a.nb()[1..])
+        .i64s(&idx.nb()[..3])
+        .i64s(&node.nb()[1..]);
+    let kernel = format!("get_rows_{}", weight_suffix(a.dtype()).unwrap_or("f32"));
+    lc.run(&kernel, [idx.nelements(), 1, 1], row_block(ane[0]), args)
+}
+
+fn supports_set_rows(node: &Tensor) -> bool {
+    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
+    let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
+    is_f32_or_f16(a.dtype())
+        && is_f32_or_f16(node.dtype())
+        && matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64)
+        && dne[0] == ane[0]
+        && dne[2] == ane[2]
+        && dne[3] == ane[3]
+        && ine[0] == ane[1]
+        && ine[1] > 0
+        && ine[2] > 0
+        && ane[2] % ine[1] == 0
+        && ane[3] % ine[2] == 0
+        && ine[3] == 1
+        && a.has_dense_rows()
+        && node.has_dense_rows()
+        && a.nrows() <= i32::MAX as usize
+}
+
+fn launch_set_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (a, idx) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let (ane, ine) = (a.ne(), idx.ne());
+    let args = Args::default()
+        .ptr(a.data())
+        .ptr(idx.data())
+        .ptr(node.data())
+        .i32((a.dtype() == GgmlType::F16) as i32)
+        .i32((node.dtype() == GgmlType::F16) as i32)
+        .i32((idx.dtype() == GgmlType::I64) as i32)
+        .i64(ane[0])
+        .i64(ane[1])
+        .i64(ane[2])
+        .i64(ine[1])
+        .i64(ine[2])
+        .i64(node.ne()[1])
+        .i64s(&a.nb()[1..])
+        .i64s(&idx.nb()[..3])
+        .i64s(&node.nb()[1..]);
+    if a.nrows() == 0 {
+        return Ok(());
+    }
+    lc.run("set_rows", [a.nrows(), 1, 1], row_block(ane[0]), args)
+}
+
+const ROPE_NORMAL: i32 = 0;
+const ROPE_NEOX: i32 = 2;
+
+fn supports_rope(node: &Tensor) -> bool {
+    let (Some(a), Some(pos)) = (node.src(0), node.src(1)) else { return false };
+    let t = a.dtype();
+    if !is_f32_or_f16(t) || node.dtype() != t || !a.same_shape(node) || !a.has_dense_rows() || !node.has_dense_rows() {
+        return false;
+    }
+    let ne = node.ne();
+    let (n_dims, mode, n_offs) = (node.param_i32(1), node.param_i32(2), node.param_i32(15));
+    if !matches!(mode, ROPE_NORMAL | ROPE_NEOX) || n_dims < 0 || n_offs < 0 || n_dims % 2 != 0 || n_offs % 2 != 0 {
+        return false;
+    }
+    if (n_dims + n_offs) as usize > ne[0] || pos.dtype() != GgmlType::I32 || !pos.is_contiguous() || pos.nelements() < ne[2] {
+        return false;
+    }
+    if let Some(ff) = node.src(2) {
+        if ff.dtype() != GgmlType::F32 || !ff.is_contiguous() || ff.nelements() < n_dims as usize / 2 {
+            return false;
+        }
+    }
+    // In place (src == dst) is fine: each thread reads its pair before writing it.
+    node.nrows() <= i32::MAX as usize
+}
+
+fn launch_rope(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (a, pos) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let ne = node.ne();
+    let n_dims = node.param_i32(1);
+    let (n_ctx_orig, freq_base, freq_scale) = (node.param_i32(4), node.param_f32(5), node.param_f32(6));
+    let (ext_factor, attn_factor, beta_fast, beta_slow) =
+        (node.param_f32(7), node.param_f32(8), node.param_f32(9), node.param_f32(10));
+    let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
+    // YaRN correction range in rotated dimensions, as ggml computes it.
+    let dim = |n_rot: f32| n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln());
+    let corr0 = dim(beta_fast).floor().max(0.0);
+    let corr1 = dim(beta_slow).ceil().min(n_dims as f32 - 1.0);
+    let args = Args::default()
+        .ptr(a.data())
+        .ptr(pos.data())
+        .opt_ptr(node.src(2))
+        .ptr(node.data())
+        .i64s(&ne[..3])
+        .i64s(&a.nb()[1..])
+        .i64s(&node.nb()[1..])
+        .i32(n_dims)
+        .i32((node.param_i32(2) == ROPE_NEOX) as i32)
+        .i32(node.param_i32(15))
+        .f32(theta_scale)
+        .f32(freq_scale)
+        .f32(ext_factor)
+        .f32(attn_factor)
+        .f32(corr0)
+        .f32(corr1);
+    let kernel = if node.dtype() == GgmlType::F16 { "rope_f16" } else { "rope_f32" };
+    lc.run(kernel, [node.nrows(), 1, 1], 64, args)
+}
+
+/// Activation codes of activation.hip.
+fn act_code_unary(u: i32) -> Option<i32> {
+    Some(match u {
+        unary::RELU => 0,
+        unary::GELU => 1,
+        unary::SILU => 2,
+        unary::GELU_ERF => 3,
+        unary::GELU_QUICK => 4,
+        unary::TANH => 5,
+        unary::NEG => 6,
+        unary::SIGMOID => 7,
+        _ => return None,
+    })
+}
+
+fn act_code_glu(g: i32) -> Option<i32> {
+    Some(match g {
+        glu::REGLU => 0,
+        glu::GEGLU => 1,
+        glu::SWIGLU => 2,
+        glu::GEGLU_ERF => 3,
+        glu::GEGLU_QUICK => 4,
+        _ => return None,
+    })
+}
+
+fn supports_unary(node: &Tensor) -> bool {
+    let Some(a) = node.src(0) else { return false };
+    act_code_unary(node.param_i32(0)).is_some()
+        && a.dtype() == GgmlType::F32
+        && node.dtype() == GgmlType::F32
+        && a.same_shape(node)
+        && a.is_contiguous()
+        && node.is_contiguous()
+}
+
+fn launch_unary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let a = node.src(0).unwrap();
+    let n = node.nelements();
+    let code = act_code_unary(node.param_i32(0)).unwrap_or(0);
+    let args = Args::default().i32(code).ptr(a.data()).ptr(node.data()).i64(n);
+    lc.run("unary_f32", [flat_blocks(n, 256), 1, 1], 256, args)
+}
+
+fn supports_glu(node: &Tensor) -> bool {
+    let Some(a) = node.src(0) else { return false };
+    if act_code_glu(node.param_i32(0)).is_none() || a.dtype() != GgmlType::F32 || node.dtype() != GgmlType::F32 {
+        return false;
+    }
+    if !a.is_contiguous_from(1) || !node.is_contiguous_from(1) || node.nrows() != a.nrows() || !a.has_dense_rows() || !node.has_dense_rows() {
+        return false;
+    }
+    let nc = match node.src(1) {
+        Some(b) => {
+            if b.dtype() != GgmlType::F32 || !b.is_contiguous_from(1) || !b.has_dense_rows() || !b.same_shape(&a) {
+                return false;
+            }
+            a.ne()[0]
+        }
+        None => a.ne()[0] / 2,
+    };
+    node.ne()[0] == nc
+}
+
+fn launch_glu(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let a = node.src(0).unwrap();
+    let nc = node.ne()[0];
+    let swapped = node.param_i32(1) != 0;
+    let (x, g, nbg1) = match node.src(1) {
+        Some(b) => (a.data() as *const u8, b.data() as *const u8, b.nb()[1]),
+        None => {
+            let half = unsafe { a.data().add(nc * 4) } as *const u8;
+            if swapped {
+                (half, a.data() as *const u8, a.nb()[1])
+            } else {
+                (a.data() as *const u8, half, a.nb()[1])
+            }
+        }
+    };
+    let n = node.nelements();
+    let args = Args::default()
+        .i32(act_code_glu(node.param_i32(0)).unwrap_or(2))
+        .ptr(x)
+        .ptr(g)
+        .ptr(node.data())
+        .i64(nc)
+        .i64(node.nrows())
+        .i64(a.nb()[1])
+        .i64(nbg1)
+        .i64(node.nb()[1]);
+    lc.run("glu_f32", [flat_blocks(n, 256), 1, 1], 256, args)
+}
+
+/// Largest head size the attention kernel holds (32 lanes x 8 values).
+const FA_MAX_HEAD: usize = 256;
+/// Query rows per attention block (one warp each).
+const FA_ROWS_PER_BLOCK: usize = 4;
+
+fn supports_flash_attn(node: &Tensor) -> bool {
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (qne, kne, vne, dne) = (q.ne(), k.ne(), v.ne(), node.ne());
+    if q.dtype() != GgmlType::F32 || node.dtype() != GgmlType::F32 || !node.is_contiguous() {
+        return false;
+    }
+    if !matches!(node.param_i32(3), 0 | 10) {
+        return false;
+    }
+    let kv_ok = matches!((k.dtype(), v.dtype()), (GgmlType::F16, GgmlType::F16) | (GgmlType::F32, GgmlType::F32));
+    if !kv_ok || !q.has_dense_rows() || !k.has_dense_rows() || !v.has_dense_rows() {
+        return false;
+    }
+    if qne[0] != kne[0] || kne[1] != vne[1] || dne != [vne[0], qne[2], qne[1], qne[3]] {
+        return false;
+    }
+    if qne[0] > FA_MAX_HEAD || vne[0] > FA_MAX_HEAD {
+        return false;
+    }
+    if kne[2] == 0 || vne[2] == 0 || qne[2] % kne[2] != 0 || qne[2] % vne[2] != 0 || qne[3] != kne[3] || qne[3] != vne[3] {
+        return false;
+    }
+    if let Some(m) = node.src(3) {
+        let mne = m.ne();
+        if m.dtype() != GgmlType::F16 || !m.has_dense_rows() || mne[0] < kne[1] || mne[1] < qne[1] {
+            return false;
+        }
+        if mne[2] == 0 || mne[3] == 0 || qne[2] % mne[2] != 0 || qne[3] % mne[3] != 0 {
+            return false;
+        }
+    }
+    if let Some(s) = node.src(4) {
+        if s.dtype() != GgmlType::F32 || !s.is_contiguous() || s.nelements() < qne[2] {
+            return false;
+        }
+    }
+    (qne[1] * qne[2] * qne[3]).div_ceil(FA_ROWS_PER_BLOCK) <= i32::MAX as usize
+}
+
+fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (mask, sinks) = (node.src(3), node.src(4));
+    let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
+    let mut scale = node.param_f32(0);
+    let max_bias = node.param_f32(1);
+    let softcap = node.param_f32(2);
+    if softcap != 0.0 {
+        scale /= softcap;
+    }
+    let n_head = qne[2];
+    let n_head_log2 = if n_head == 0 { 0 } else { 1usize << (usize::BITS - 1 - n_head.leading_zeros()) };
+    let (m0, m1) = if max_bias > 0.0 && n_head_log2 > 0 {
+        (2f32.powf(-max_bias / n_head_log2 as f32), 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32))
+    } else {
+        (1.0, 1.0)
+    };
+    let (mne, nbm) = match mask {
+        Some(m) => (m.ne(), m.nb()),
+        None => ([1; 4], [0; 4]),
+    };
+    let f16 = k.dtype() == GgmlType::F16;
+    let args = Args::default()
+        .ptr(q.data())
+        .ptr(k.data())
+        .ptr(v.data())
+        .opt_ptr(mask)
+        .opt_ptr(sinks)
+        .ptr(node.data())
+        .i64(qne[0])
+        .i64(vne[0])
+        .i64(qne[1])
+        .i64(n_head)
+        .i64(qne[3])
+        .i64(kne[1])
+        .i64(n_head / kne[2])
+        .i64(n_head / vne[2])
+        .i64s(&q.nb()[1..])
+        .i64s(&k.nb()[1..])
+        .i64s(&v.nb()[1..])
+        .i64(mne[2])
+        .i64(mne[3])
+        .i64s(&nbm[1..])
+        .i64(node.nb()[1])
+        .f32(scale)
+        .f32(softcap)
+        .f32(max_bias)
+        .f32(m0)
+        .f32(m1)
+        .i32(n_head_log2 as i32)
+        .i32(f16 as i32);
+    let rows = qne[1] * qne[2] * qne[3];
+    let kernel = if f16 { "flash_attn_f16_f16" } else { "flash_attn_f32_f32" };
+    let warp = lc.warp_size as usize;
+    lc.run(kernel, [rows.div_ceil(FA_ROWS_PER_BLOCK), 1, 1], (FA_ROWS_PER_BLOCK * warp) as u32, args)
+}

@@ -1,0 +1,100 @@
+// FLASH_ATTN_EXT: out = softmax(scale * q.K^T [softcapped] + slope * mask) . V per query
+// row, one pass over the keys with an online softmax (f32 accumulators), as
+// src/cpu/ops/flash_attn.rs. q F32; K and V F16 or F32 (heads broadcast for GQA); mask F16
+// (may be NULL) broadcast over heads/sequences; sinks F32 per head (may be NULL).
+// Output F32 [DV, n_head, n_q, n_seq]. One warp per query row, lanes across the head
+// dimension (D <= 32 * FA_MAX_PER_LANE); q is rounded to f16 for F16 K, as ggml-cpu does.
+#include "prelude.h"
+#include "quants.h"
+
+#define FA_MAX_PER_LANE 8
+#define FA_WARPS 4
+
+template <typename KT, typename VT>
+RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const char* mask, const float* sinks, char* d,
+                          i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1,
+                          i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2,
+                          i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale, float softcap,
+                          float max_bias, float m0, float m1, int n_head_log2, int round_q) {
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const i64 r = (i64)blockIdx.x * (blockDim.x / RF_WARP_SIZE) + warp;
+    if (r >= n_q * n_head * n_seq) return;  // whole warp leaves together
+    const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
+    float slope = 1.0f;
+    if (max_bias > 0.0f) {
+        slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
+    }
+    const float* qr = (const float*)(q + iq1 * nbq1 + iq2 * nbq2 + iq3 * nbq3);
+    float qv[FA_MAX_PER_LANE], acc[FA_MAX_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+        const i64 c = lane + (i64)j * RF_WARP_SIZE;
+        float x = c < DK ? qr[c] : 0.0f;
+        if (round_q) x = rf_f16_to_f32(rf_f32_to_f16(x));
+        qv[j] = x;
+        acc[j] = 0.0f;
+    }
+    const char* kb = k + (iq2 / rk2) * nbk2 + iq3 * nbk3;
+    const char* vb = v + (iq2 / rv2) * nbv2 + iq3 * nbv3;
+    const f16_bits* mrow = mask ? (const f16_bits*)(mask + iq1 * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3) : 0;
+    float m_max = rf_neg_inf(), s_sum = 0.0f;
+    for (i64 ic = 0; ic < n_kv; ic++) {
+        const float mv = mrow ? slope * rf_f16_to_f32(mrow[ic]) : 0.0f;
+        if (mv == rf_neg_inf()) continue;
+        const char* kr = kb + ic * nbk1;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+            const i64 c = lane + (i64)j * RF_WARP_SIZE;
+            if (c < DK) s += qv[j] * load_w<KT>(kr, c);
+        }
+        s = rf_warp_sum(s) * scale;
+        if (softcap != 0.0f) s = softcap * tanhf(s);
+        s += mv;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m_max) {
+            ms = expf(m_max - s);
+            m_max = s;
+        } else {
+            vs = expf(s - m_max);
+        }
+        const char* vr = vb + ic * nbv1;
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+            const i64 c = lane + (i64)j * RF_WARP_SIZE;
+            if (c < DV) acc[j] = acc[j] * ms + load_w<VT>(vr, c) * vs;
+        }
+        s_sum = s_sum * ms + vs;
+    }
+    if (sinks) {
+        const float s = sinks[iq2];
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m_max) {
+            ms = expf(m_max - s);
+        } else {
+            vs = expf(s - m_max);
+        }
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) acc[j] *= ms;
+        s_sum = s_sum * ms + vs;
+    }
+    const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
+    float* out = (float*)(d + ((iq3 * n_q + iq1) * n_head + iq2) * nbd1);
+#pragma unroll
+    for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+        const i64 c = lane + (i64)j * RF_WARP_SIZE;
+        if (c < DV) out[c] = acc[j] * inv;
+    }
+}
+
+#define FA_ARGS                                                                                                  \
+    const char *q, const char *k, const char *v, const char *mask, const float *sinks, char *d, i64 DK, i64 DV,  \
+        i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1,      \
+        i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3,      \
+        i64 nbd1, float scale, float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q
+#define FA_PASS                                                                                                \
+    q, k, v, mask, sinks, d, DK, DV, n_q, n_head, n_seq, n_kv, rk2, rv2, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, \
+        nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q
+
+RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { flash_attn<w_f16, w_f16>(FA_PASS); }
+RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { flash_attn<w_f32, w_f32>(FA_PASS); }

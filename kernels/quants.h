@@ -1,0 +1,109 @@
+// Weight element loaders: element k of a row of any supported ggml type, as f32. Block
+// layouts as ggml stores them (d/m are IEEE f16; see src/cpu/quants/*.rs):
+//   Q4_0   18 B / 32: d, qs[16]            x = d * (nibble - 8); byte j holds x[j] | x[j+16]
+//   Q4_1   20 B / 32: d, m, qs[16]         x = d * nibble + m
+//   Q5_0   22 B / 32: d, qh[4], qs[16]     x = d * ((nibble | bit k of qh << 4) - 16)
+//   Q5_1   24 B / 32: d, m, qh[4], qs[16]  x = d * (nibble | bit << 4) + m
+//   Q8_0   34 B / 32: d, qs[32] (i8)       x = d * q
+//   IQ4_NL 18 B / 32: d, qs[16]            x = d * table[nibble]
+//   Q4_K  144 B / 256: d, dmin, scales[12] (6-bit scale/min per 32), qs[128]
+//   Q6_K  210 B / 256: ql[128], qh[64], scales[16] (i8 per 16), d
+// Loaders read bytes only (blocks are 2-byte aligned at best).
+#ifndef ROCMFORGE_QUANTS_H
+#define ROCMFORGE_QUANTS_H
+#include "prelude.h"
+
+struct w_f32 {};
+struct w_f16 {};
+struct w_q4_0 {};
+struct w_q4_1 {};
+struct w_q5_0 {};
+struct w_q5_1 {};
+struct w_q8_0 {};
+struct w_iq4_nl {};
+struct w_q4_k {};
+struct w_q6_k {};
+
+RF_DEVICE float rf_ld_f16(const unsigned char* p) { return rf_f16_to_f32((f16_bits)(p[0] | (p[1] << 8))); }
+
+template <typename W> RF_DEVICE float load_w(const char* row, i64 k);
+
+template <> RF_DEVICE_SPEC float load_w<w_f32>(const char* row, i64 k) { return ((const float*)row)[k]; }
+template <> RF_DEVICE_SPEC float load_w<w_f16>(const char* row, i64 k) {
+    return rf_f16_to_f32(((const f16_bits*)row)[k]);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q4_0>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 32) * 18;
+    const int j = (int)(k % 32);
+    const int q = (b[2 + (j & 15)] >> ((j >> 4) * 4)) & 15;
+    return rf_ld_f16(b) * (float)(q - 8);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q4_1>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 32) * 20;
+    const int j = (int)(k % 32);
+    const int q = (b[4 + (j & 15)] >> ((j >> 4) * 4)) & 15;
+    return rf_ld_f16(b) * (float)q + rf_ld_f16(b + 2);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q5_0>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 32) * 22;
+    const int j = (int)(k % 32);
+    const int h = (b[2 + j / 8] >> (j % 8)) & 1;
+    const int q = ((b[6 + (j & 15)] >> ((j >> 4) * 4)) & 15) | (h << 4);
+    return rf_ld_f16(b) * (float)(q - 16);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q5_1>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 32) * 24;
+    const int j = (int)(k % 32);
+    const int h = (b[4 + j / 8] >> (j % 8)) & 1;
+    const int q = ((b[8 + (j & 15)] >> ((j >> 4) * 4)) & 15) | (h << 4);
+    return rf_ld_f16(b) * (float)q + rf_ld_f16(b + 2);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q8_0>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 32) * 34;
+    return rf_ld_f16(b) * (float)(signed char)b[2 + k % 32];
+}
+template <> RF_DEVICE_SPEC float load_w<w_iq4_nl>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 32) * 18;
+    const int j = (int)(k % 32);
+    const int q = (b[2 + (j & 15)] >> ((j >> 4) * 4)) & 15;
+    // The 16 non-linear levels, 4 to an int (little-endian signed bytes).
+    const int packed[4] = {(int)0xBFAD9881u, (int)0xF6EADDCFu, (int)0x26190D01u, (int)0x71594535u};
+    const int v = (signed char)((packed[q >> 2] >> ((q & 3) * 8)) & 0xff);
+    return rf_ld_f16(b) * (float)v;
+}
+template <> RF_DEVICE_SPEC float load_w<w_q4_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 144;
+    const int e = (int)(k % 256), s = e / 32, c = e / 64, l = e % 32;
+    const unsigned char* sc = b + 4;
+    int scale, mn;
+    if (s < 4) {
+        scale = sc[s] & 63;
+        mn = sc[s + 4] & 63;
+    } else {
+        scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const int q = (b[16 + 32 * c + l] >> ((s & 1) * 4)) & 15;
+    return rf_ld_f16(b) * (float)scale * (float)q - rf_ld_f16(b + 2) * (float)mn;
+}
+template <> RF_DEVICE_SPEC float load_w<w_q6_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 210;
+    const int e = (int)(k % 256), n = e / 128, quarter = (e % 128) / 32, l = e % 32;
+    const int lo = (b[64 * n + l + 32 * (quarter & 1)] >> (4 * (quarter >> 1))) & 15;
+    const int hi = (b[128 + 32 * n + l] >> (2 * quarter)) & 3;
+    const float scale = (float)(signed char)b[192 + e / 16];
+    return rf_ld_f16(b + 208) * scale * (float)((lo | (hi << 4)) - 32);
+}
+
+// The min `m` of the block holding element k, for types whose blocks have one (Q4_1, Q5_1),
+// else 0: ggml-cpu adds m times an f16-rounded sum of the activations' block (Q8_1's `s`),
+// which the mat-mul kernels reproduce with a per-block correction.
+template <typename W> RF_DEVICE float load_w_min(const char* row, i64 blk) { return 0.0f; }
+template <> RF_DEVICE_SPEC float load_w_min<w_q4_1>(const char* row, i64 blk) {
+    return rf_ld_f16((const unsigned char*)row + blk * 20 + 2);
+}
+template <> RF_DEVICE_SPEC float load_w_min<w_q5_1>(const char* row, i64 blk) {
+    return rf_ld_f16((const unsigned char*)row + blk * 24 + 2);
+}
+
+#endif
