@@ -5,7 +5,14 @@ use super::abi::*;
 use super::ggml_rt::GGML;
 use std::ffi::{c_void, CString};
 
+/// Debug lines reach the host only with ROCMFORGE_DEBUG set: ggml's default logger prints
+/// every level, and hosts should not see our chatter.
+static DEBUG: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| std::env::var_os("ROCMFORGE_DEBUG").is_some());
+
 pub fn log(level: ggml_log_level, msg: &str) {
+    if level == GGML_LOG_LEVEL_DEBUG && !*DEBUG {
+        return;
+    }
     let text = format!("rocmforge: {msg}\n");
     if let Some(get) = GGML.log_get {
         let mut cb: ggml_log_callback = None;
