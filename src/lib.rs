@@ -11,6 +11,7 @@ pub mod cpu;
 pub mod device;
 pub mod ffi;
 pub mod ggml_types;
+pub mod op_shapes;
 pub mod gpu;
 pub mod tensor;
 

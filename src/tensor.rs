@@ -72,6 +72,11 @@ impl<'a> Tensor<'a> {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// The node and every source have a type this library knows.
+    pub fn types_known(&self) -> bool {
+        self.ty().is_some() && (0..crate::ffi::abi::GGML_MAX_SRC).all(|i| self.src(i).is_none_or(|s| s.ty().is_some()))
+    }
+
     pub fn nelements(&self) -> usize {
         self.ne().iter().product()
     }

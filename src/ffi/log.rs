@@ -23,7 +23,7 @@ pub fn log(level: ggml_log_level, msg: &str) {
             return;
         }
     }
-    if level >= GGML_LOG_LEVEL_WARN || std::env::var_os("ROCMFORGE_DEBUG").is_some() {
+    if level >= GGML_LOG_LEVEL_WARN || *DEBUG {
         eprint!("{text}");
     }
 }

@@ -20,15 +20,8 @@ fn is_f32_or_f16(t: GgmlType) -> bool {
 
 /// Whether the GPU device computes `node`.
 pub fn supports(node: &Tensor) -> bool {
-    if node.ty().is_none() {
+    if !node.types_known() {
         return false;
-    }
-    for i in 0..crate::ffi::abi::GGML_MAX_SRC {
-        if let Some(s) = node.src(i) {
-            if s.ty().is_none() {
-                return false;
-            }
-        }
     }
     match node.op() {
         op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE => true,
@@ -391,17 +384,10 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 
 fn supports_get_rows(node: &Tensor) -> bool {
     let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
-    let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
     weight_suffix(a.dtype()).is_some()
-        && ane[0] % a.dtype().block_size() == 0
+        && a.ne()[0] % a.dtype().block_size() == 0
         && node.dtype() == GgmlType::F32
-        && idx.dtype() == GgmlType::I32
-        && ine[3] == 1
-        && dne == [ane[0], ine[0], ine[1], ine[2]]
-        && ane[2] == ine[1]
-        && ane[3] == ine[2]
-        && a.has_dense_rows()
-        && node.has_dense_rows()
+        && crate::op_shapes::get_rows_layout_ok(node)
         && idx.nelements() <= i32::MAX as usize
 }
 
@@ -424,22 +410,10 @@ fn launch_get_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 }
 
 fn supports_set_rows(node: &Tensor) -> bool {
-    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
-    let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
+    let Some(a) = node.src(0) else { return false };
     is_f32_or_f16(a.dtype())
         && is_f32_or_f16(node.dtype())
-        && matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64)
-        && dne[0] == ane[0]
-        && dne[2] == ane[2]
-        && dne[3] == ane[3]
-        && ine[0] == ane[1]
-        && ine[1] > 0
-        && ine[2] > 0
-        && ane[2] % ine[1] == 0
-        && ane[3] % ine[2] == 0
-        && ine[3] == 1
-        && a.has_dense_rows()
-        && node.has_dense_rows()
+        && crate::op_shapes::set_rows_layout_ok(node)
         && a.nrows() <= i32::MAX as usize
 }
 

@@ -43,15 +43,8 @@ impl Ctx<'_> {
 
 /// Whether the CPU device computes `node` (types, shapes and strides included).
 pub fn supports(node: &Tensor) -> bool {
-    if node.ty().is_none() {
+    if !node.types_known() {
         return false;
-    }
-    for i in 0..crate::ffi::abi::GGML_MAX_SRC {
-        if let Some(s) = node.src(i) {
-            if s.ty().is_none() {
-                return false;
-            }
-        }
     }
     match node.op() {
         op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE => true,

@@ -10,8 +10,8 @@ use crate::ggml_types::GgmlType;
 use crate::tensor::{split_range, Tensor};
 
 pub fn supports_get(node: &Tensor) -> bool {
-    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
-    let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
+    let Some(a) = node.src(0) else { return false };
+    let ane = a.ne();
     let types_ok = if a.dtype() == GgmlType::I32 {
         node.dtype() == GgmlType::I32
     } else {
@@ -19,14 +19,7 @@ pub fn supports_get(node: &Tensor) -> bool {
             && traits(a.dtype()).and_then(|t| t.to_f32).is_some()
             && ane[0] % a.dtype().block_size() == 0
     };
-    types_ok
-        && idx.dtype() == GgmlType::I32
-        && ine[3] == 1
-        && dne == [ane[0], ine[0], ine[1], ine[2]]
-        && ane[2] == ine[1]
-        && ane[3] == ine[2]
-        && a.has_dense_rows()
-        && node.has_dense_rows()
+    types_ok && crate::op_shapes::get_rows_layout_ok(node)
 }
 
 pub fn compute_get(node: &Tensor, ctx: &Ctx) {
@@ -52,24 +45,12 @@ pub fn compute_get(node: &Tensor, ctx: &Ctx) {
 }
 
 pub fn supports_set(node: &Tensor) -> bool {
-    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
-    let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
+    let Some(a) = node.src(0) else { return false };
     let dt = node.dtype();
     matches!(a.dtype(), GgmlType::F32 | GgmlType::F16)
-        && matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64)
         && traits(dt).and_then(|t| t.from_f32).is_some()
-        && dne[0] == ane[0]
-        && dne[0] % dt.block_size() == 0
-        && dne[2] == ane[2]
-        && dne[3] == ane[3]
-        && ine[0] == ane[1]
-        && ine[1] > 0
-        && ine[2] > 0
-        && ane[2] % ine[1] == 0
-        && ane[3] % ine[2] == 0
-        && ine[3] == 1
-        && a.has_dense_rows()
-        && node.has_dense_rows()
+        && node.ne()[0] % dt.block_size() == 0
+        && crate::op_shapes::set_rows_layout_ok(node)
 }
 
 pub fn work_size_set(node: &Tensor, nth: usize) -> usize {
