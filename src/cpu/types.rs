@@ -11,6 +11,18 @@ pub type FromF32 = unsafe fn(src: &[f32], dst: *mut u8);
 /// Dot product of `n` elements: `x` in the weight type, `y` in its `vec_dot_type`.
 pub type VecDot = unsafe fn(n: usize, x: *const u8, y: *const u8) -> f32;
 
+/// Dots of `rows` consecutive weight rows (`x`, `xs` bytes apart) with `cols` activation
+/// columns (`y`, `ys` bytes apart): result (r, c) goes to `out + r * 4 + c * os` (bytes).
+/// Each result equals `vec_dot` of that row and column to the bit: tiling only shares loads.
+pub type DotTile = unsafe fn(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize);
+
+#[derive(Clone, Copy)]
+pub struct Tile {
+    pub rows: usize,
+    pub cols: usize,
+    pub dot: DotTile,
+}
+
 #[derive(Clone, Copy)]
 pub struct TypeTraits {
     pub to_f32: Option<ToF32>,
@@ -18,6 +30,9 @@ pub struct TypeTraits {
     /// The type MUL_MAT converts activations to before calling `vec_dot`.
     pub vec_dot_type: GgmlType,
     pub vec_dot: Option<VecDot>,
+    /// Register-blocked `vec_dot` for many columns (prompts) and for one column (generation).
+    pub gemm: Option<Tile>,
+    pub gemv: Option<Tile>,
 }
 
 pub fn traits(t: GgmlType) -> Option<TypeTraits> {
@@ -27,6 +42,8 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
             from_f32: Some(f32_from_f32),
             vec_dot_type: GgmlType::F32,
             vec_dot: Some(vec_dot_f32),
+            gemm: None,
+            gemv: None,
         }),
         // Activations are rounded to the weight's own type before the dot, as ggml-cpu does:
         // results then agree with ggml's to the last bits, not only within tolerance.
@@ -35,12 +52,16 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
             from_f32: Some(f16_from_f32),
             vec_dot_type: GgmlType::F16,
             vec_dot: Some(vec_dot_f16),
+            gemm: None,
+            gemv: None,
         }),
         GgmlType::BF16 => Some(TypeTraits {
             to_f32: Some(bf16_to_f32),
             from_f32: Some(bf16_from_f32),
             vec_dot_type: GgmlType::BF16,
             vec_dot: Some(vec_dot_bf16),
+            gemm: None,
+            gemv: None,
         }),
         _ => super::quants::traits(t),
     }

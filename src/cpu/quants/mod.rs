@@ -27,13 +27,13 @@ pub const QK_K: usize = 256;
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
 pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
-    let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot) });
+    let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot), gemm: None, gemv: None });
     match t {
         Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()),
-        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()),
+        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| TypeTraits { gemm: q4_1::gemm_tile(), gemv: q4_1::gemv_tile(), ..t }),
         Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
         Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
-        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()),
+        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| TypeTraits { gemm: q8_0::gemm_tile(), gemv: q8_0::gemv_tile(), ..t }),
         Q2_K => full(q2_k::to_f32, q2_k::from_f32, Q8_K, q2_k::vec_dot_fn()),
         Q3_K => full(q3_k::to_f32, q3_k::from_f32, Q8_K, q3_k::vec_dot_fn()),
         Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
@@ -41,8 +41,8 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
         Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
         IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
-        Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None }),
-        Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None }),
+        Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
+        Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None, gemm: None, gemv: None }),
         _ => None,
     }
 }
@@ -202,6 +202,30 @@ pub mod x86 {
         _mm_cvtsi128_si32(s)
     }
 
+    /// Quantizes 32 floats to i8 the way ggml-cpu's x86 `quantize_row_q8_0/1` do: multiplier
+    /// 127/amax, round half to even. Returns the scale amax/127 and the sum of the codes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn quantize_block_i8(x: *const f32, qs: *mut i8) -> (f32, i32) {
+        let v = [_mm256_loadu_ps(x), _mm256_loadu_ps(x.add(8)), _mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(x.add(24))];
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = _mm256_andnot_ps(sign, v[0]);
+        for &vi in &v[1..] {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, vi));
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let q = v.map(|vi| _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(vi, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+        let sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        // packs interleave 128-bit lanes; the permute puts the 32 codes back in order.
+        let p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(qs as *mut __m256i, p);
+        (amax / 127.0, sum)
+    }
+
     /// 16 packed bytes → 32 bytes: the low nibbles, then the high nibbles.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -230,7 +254,7 @@ pub mod x86 {
 /// Shared checks used by every format's unit tests.
 #[cfg(test)]
 pub mod testutil {
-    use crate::cpu::types::{FromF32, ToF32, VecDot};
+    use crate::cpu::types::{FromF32, Tile, ToF32, VecDot};
     use crate::ggml_types::GgmlType;
 
     /// Deterministic data with a spread of magnitudes between blocks and a few outliers.
@@ -286,6 +310,33 @@ pub mod testutil {
     /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
     /// dequantized values (loosely: the activation side is quantized too).
     #[allow(clippy::too_many_arguments)]
+    /// Every tile result equals `vec_dot` of its row and column to the bit.
+    pub fn check_tiles(t: GgmlType, from: FromF32, yt: GgmlType, yfrom: FromF32, dot: VecDot, tiles: &[Option<Tile>]) {
+        for tile in tiles.iter().flatten() {
+            for nb in [1, 3, 18] {
+                let n = nb * t.block_size();
+                let (xs, ys, os) = (t.row_size(n), yt.row_size(n), 4 * tile.rows + 12);
+                let mut qx = vec![];
+                for r in 0..tile.rows {
+                    qx.extend(quantize(t, from, &data(n, 7 + r as u32)));
+                }
+                let mut qy = vec![];
+                for c in 0..tile.cols {
+                    qy.extend(quantize(yt, yfrom, &data(n, 50 + c as u32)));
+                }
+                let mut out = vec![0u8; os * tile.cols];
+                unsafe { (tile.dot)(n, qx.as_ptr(), xs, qy.as_ptr(), ys, out.as_mut_ptr(), os) };
+                for r in 0..tile.rows {
+                    for c in 0..tile.cols {
+                        let want = unsafe { dot(n, qx.as_ptr().add(r * xs), qy.as_ptr().add(c * ys)) };
+                        let got = f32::from_le_bytes(out[r * 4 + c * os..][..4].try_into().unwrap());
+                        assert_eq!(got.to_bits(), want.to_bits(), "{t:?} {}x{} n={n} ({r},{c}): {got} vs {want}", tile.rows, tile.cols);
+                    }
+                }
+            }
+        }
+    }
+
     pub fn check_vec_dot(
         t: GgmlType,
         from: FromF32,

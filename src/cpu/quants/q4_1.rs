@@ -3,7 +3,7 @@
 
 use super::q8_1::BlockQ8_1;
 use super::{f16_to_f32, f32_to_f16, use_avx2};
-use crate::cpu::types::VecDot;
+use crate::cpu::types::{Tile, VecDot};
 
 pub const QK: usize = 32;
 
@@ -73,6 +73,24 @@ pub fn vec_dot_fn() -> VecDot {
     vec_dot_ref
 }
 
+/// 2 rows × 4 columns for prompts, 4 rows × 1 column for generation: enough independent
+/// accumulators to hide the FMA latency that a single `vec_dot` chain waits on.
+pub fn gemm_tile() -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return Some(Tile { rows: 2, cols: 4, dot: avx2::tile::<2, 4> });
+    }
+    None
+}
+
+pub fn gemv_tile() -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return Some(Tile { rows: 4, cols: 1, dot: avx2::tile::<4, 1> });
+    }
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::*;
@@ -111,6 +129,44 @@ mod avx2 {
         }
         hsum_f32(acc) + summs
     }
+
+    /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        const { assert!(C <= 4) };
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        // Lane 2c+1 of summs[r] sums row r's min terms with column c (even lanes unused).
+        let mut summs = [_mm256_setzero_ps(); R];
+        for i in 0..n / QK {
+            let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_1).add(i);
+            let mut yds = [0u32; 4];
+            for (c, v) in yds.iter_mut().enumerate().take(C) {
+                *v = (by(c) as *const BlockQ8_1 as *const u32).read_unaligned();
+            }
+            // [dy0, sy0, dy1, sy1, ..]
+            let ydv = _mm256_cvtph_ps(_mm_loadu_si128(yds.as_ptr() as *const __m128i));
+            for r in 0..R {
+                let bx = &*(x.add(r * xs) as *const BlockQ4_1).add(i);
+                let xdm = _mm_cvtph_ps(_mm_set1_epi32((bx as *const BlockQ4_1 as *const u32).read_unaligned() as i32));
+                // [dx·dy0, mx·sy0, dx·dy1, mx·sy1, ..]: the products vec_dot forms one by one.
+                let prod = _mm256_mul_ps(_mm256_set_m128(xdm, xdm), ydv);
+                summs[r] = _mm256_add_ps(summs[r], prod);
+                let q = nibbles(bx.qs.as_ptr());
+                for c in 0..C {
+                    let p = dot_u8_i8(q, _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i));
+                    let scale = _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(2 * c as i32));
+                    acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[r][c]);
+                }
+            }
+        }
+        for r in 0..R {
+            let mut s = [0f32; 8];
+            _mm256_storeu_ps(s.as_mut_ptr(), summs[r]);
+            for c in 0..C {
+                *(out.add(r * 4 + c * os) as *mut f32) = hsum_f32(acc[r][c]) + s[2 * c + 1];
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -127,6 +183,11 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q4_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn tiles_equal_vec_dot() {
+        check_tiles(GgmlType::Q4_1, from_f32, GgmlType::Q8_1, q8_1::from_f32, vec_dot_fn(), &[gemm_tile(), gemv_tile()]);
     }
 
     #[test]

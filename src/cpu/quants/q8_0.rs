@@ -2,7 +2,7 @@
 //! Also the activation type that Q4_0, Q5_0, Q8_0 and IQ4_NL weights are multiplied with.
 
 use super::{f16_to_f32, f32_to_f16, use_avx2};
-use crate::cpu::types::VecDot;
+use crate::cpu::types::{Tile, VecDot};
 
 pub const QK: usize = 32;
 
@@ -29,6 +29,15 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 /// round half to even. (ggml's portable reference rounds half away from zero instead; the two
 /// differ only on exact ties, and the x86 path is what the CPU backend actually runs.)
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    #[cfg(target_arch = "x86_64")]
+    if super::use_avx2() {
+        return avx2::from_f32(src, dst);
+    }
+    from_f32_ref(src, dst)
+}
+
+/// Plain version of `from_f32`.
+pub unsafe fn from_f32_ref(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ8_0;
     for (i, x) in src.chunks_exact(QK).enumerate() {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -62,11 +71,38 @@ pub fn vec_dot_fn() -> VecDot {
     vec_dot_ref
 }
 
+/// 2 rows × 4 columns for prompts, 4 rows × 1 column for generation (see q4_1.rs).
+pub fn gemm_tile() -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return Some(Tile { rows: 2, cols: 4, dot: avx2::tile::<2, 4> });
+    }
+    None
+}
+
+pub fn gemv_tile() -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return Some(Tile { rows: 4, cols: 1, dot: avx2::tile::<4, 1> });
+    }
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::*;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+        let blocks = dst as *mut BlockQ8_0;
+        for (i, x) in src.chunks_exact(QK).enumerate() {
+            let b = &mut *blocks.add(i);
+            let (d, _) = quantize_block_i8(x.as_ptr(), b.qs.as_mut_ptr());
+            b.d = f32_to_f16(d);
+        }
+    }
 
     /// One accumulator over the blocks, then a horizontal sum: the arithmetic order of
     /// ggml-cpu (its vec_dot and its tinyBLAS kernel alike), so results agree to the bit.
@@ -81,6 +117,39 @@ mod avx2 {
         }
         hsum_f32(acc)
     }
+
+    /// `vec_dot` of R rows by C ≤ 8 columns, each pair summed exactly as `vec_dot` sums it.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        const { assert!(C <= 8) };
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..n / QK {
+            let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
+            let mut yd = [0u16; 8];
+            for (c, v) in yd.iter_mut().enumerate().take(C) {
+                *v = by(c).d;
+            }
+            let ydv = _mm256_cvtph_ps(_mm_loadu_si128(yd.as_ptr() as *const __m128i));
+            for r in 0..R {
+                let bx = &*(x.add(r * xs) as *const BlockQ8_0).add(i);
+                // dx·dy_c for every column: the products vec_dot forms one by one.
+                let prod = _mm256_mul_ps(_mm256_set1_ps(f16(bx.d)), ydv);
+                let q = _mm256_loadu_si256(bx.qs.as_ptr() as *const __m256i);
+                let qa = _mm256_sign_epi8(q, q);
+                for c in 0..C {
+                    let yq = _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i);
+                    let p = dot_u8_i8(qa, _mm256_sign_epi8(yq, q));
+                    let scale = _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(c as i32));
+                    acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[r][c]);
+                }
+            }
+        }
+        for r in 0..R {
+            for c in 0..C {
+                *(out.add(r * 4 + c * os) as *mut f32) = hsum_f32(acc[r][c]);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -92,11 +161,18 @@ mod tests {
     #[test]
     fn round_trip() {
         check_round_trip(GgmlType::Q8_0, from_f32, to_f32, 0.01);
+        let x = data(32 * 9, 5);
+        assert_eq!(quantize(GgmlType::Q8_0, from_f32, &x), quantize(GgmlType::Q8_0, from_f32_ref, &x));
     }
 
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q8_0, from_f32, to_f32, GgmlType::Q8_0, from_f32, to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn tiles_equal_vec_dot() {
+        check_tiles(GgmlType::Q8_0, from_f32, GgmlType::Q8_0, from_f32, vec_dot_fn(), &[gemm_tile(), gemv_tile()]);
     }
 
     #[test]

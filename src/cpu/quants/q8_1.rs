@@ -3,6 +3,7 @@
 
 use super::{f16_to_f32, f32_to_f16};
 
+
 pub const QK: usize = 32;
 
 #[repr(C)]
@@ -29,6 +30,15 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 /// Same rounding as ggml-cpu's x86 `quantize_row_q8_1` (see q8_0::from_f32); `s` is computed
 /// from the rounded integers with the unrounded f32 scale.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+    #[cfg(target_arch = "x86_64")]
+    if super::use_avx2() {
+        return avx2::from_f32(src, dst);
+    }
+    from_f32_ref(src, dst)
+}
+
+/// Plain version of `from_f32`.
+pub unsafe fn from_f32_ref(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ8_1;
     for (i, x) in src.chunks_exact(QK).enumerate() {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -45,6 +55,23 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::quantize_block_i8;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+        let blocks = dst as *mut BlockQ8_1;
+        for (i, x) in src.chunks_exact(QK).enumerate() {
+            let b = &mut *blocks.add(i);
+            let (d, sum) = quantize_block_i8(x.as_ptr(), b.qs.as_mut_ptr());
+            b.d = f32_to_f16(d);
+            b.s = f32_to_f16(d * sum as f32);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +81,8 @@ mod tests {
     #[test]
     fn round_trip_and_sum() {
         check_round_trip(GgmlType::Q8_1, from_f32, to_f32, 0.01);
+        let x = data(32 * 9, 6);
+        assert_eq!(quantize(GgmlType::Q8_1, from_f32, &x), quantize(GgmlType::Q8_1, from_f32_ref, &x));
         let x = data(64, 3);
         let q = quantize(GgmlType::Q8_1, from_f32, &x);
         let b = unsafe { &*(q.as_ptr() as *const BlockQ8_1).add(1) };
