@@ -226,6 +226,34 @@ pub mod x86 {
         (amax / 127.0, sum)
     }
 
+    /// Loads one f16 as f32 through a general register. Written as asm because LLVM, seeing
+    /// only 16 bits used, turns any plain load into a 16-bit insert that merges into (and so
+    /// waits for) whatever register it picks, often another row's accumulator.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16_load(p: *const u16) -> f32 {
+        let v: __m128i;
+        std::arch::asm!(
+            "movzx {t:e}, word ptr [{p}]",
+            "vmovd {v}, {t:e}",
+            p = in(reg) p,
+            t = out(reg) _,
+            v = out(xmm_reg) v,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+        _mm_cvtss_f32(_mm_cvtph_ps(v))
+    }
+
+    /// Converts the low f16 pair of up to 4 32-bit words (words c ≥ C read as 0) to 8 lanes
+    /// [a0, b0, a1, b1, ..]. Built from whole words, so no 16-bit insert can tie the result
+    /// to an unrelated register (see `f16_pair`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn f16_pairs<const C: usize>(word: impl Fn(usize) -> u32) -> __m256 {
+        let w = |c: usize| if c < C { word(c) as i32 } else { 0 };
+        _mm256_cvtph_ps(_mm_setr_epi32(w(0), w(1), w(2), w(3)))
+    }
+
     /// 16 packed bytes → 32 bytes: the low nibbles, then the high nibbles.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -443,6 +471,47 @@ mod cross_check {
 mod bench {
     use super::*;
     use crate::cpu::types::traits as all_traits;
+
+    /// One column against a matrix larger than the caches (generation's case): rows one
+    /// `vec_dot` at a time vs the gemv tile.
+    #[test]
+    #[ignore]
+    fn bench_gemv_streaming() {
+        const N: usize = 576;
+        let rows_env = std::env::var("ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize << 16);
+        #[allow(non_snake_case)]
+        let ROWS = rows_env;
+        let reps = (10usize << 16) / ROWS;
+        use GgmlType::*;
+        for t in [Q4_1, Q8_0] {
+            let tr = all_traits(t).unwrap();
+            let x = testutil::data(N * ROWS, 1);
+            let y = testutil::data(N, 2);
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &x);
+            let qy = testutil::quantize(tr.vec_dot_type, all_traits(tr.vec_dot_type).unwrap().from_f32.unwrap(), &y);
+            let row = t.row_size(N);
+            let mut out = vec![0f32; ROWS];
+            for pass in 0..2 {
+                let start = std::time::Instant::now();
+                for _ in 0..reps {
+                    match (pass, tr.gemv) {
+                        (1, Some(tl)) => {
+                            for r in (0..ROWS).step_by(tl.rows) {
+                                unsafe { (tl.dot)(N, qx.as_ptr().add(r * row), row, qy.as_ptr(), 0, out.as_mut_ptr().add(r) as *mut u8, 0) };
+                            }
+                        }
+                        _ => {
+                            for r in 0..ROWS {
+                                out[r] = unsafe { (tr.vec_dot.unwrap())(N, qx.as_ptr().add(r * row), qy.as_ptr()) };
+                            }
+                        }
+                    }
+                }
+                let gbs = (row * ROWS * reps) as f64 / start.elapsed().as_secs_f64() / 1e9;
+                eprintln!("gemv {t:?} {}: {gbs:6.2} GB/s ({})", ["vec_dot", "tile"][pass], out[7]);
+            }
+        }
+    }
 
     #[test]
     #[ignore]

@@ -139,12 +139,8 @@ mod avx2 {
         let mut summs = [_mm256_setzero_ps(); R];
         for i in 0..n / QK {
             let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_1).add(i);
-            let mut yds = [0u32; 4];
-            for (c, v) in yds.iter_mut().enumerate().take(C) {
-                *v = (by(c) as *const BlockQ8_1 as *const u32).read_unaligned();
-            }
             // [dy0, sy0, dy1, sy1, ..]
-            let ydv = _mm256_cvtph_ps(_mm_loadu_si128(yds.as_ptr() as *const __m128i));
+            let ydv = f16_pairs::<C>(|c| (by(c) as *const BlockQ8_1 as *const u32).read_unaligned());
             for r in 0..R {
                 let bx = &*(x.add(r * xs) as *const BlockQ4_1).add(i);
                 let xdm = _mm_cvtph_ps(_mm_set1_epi32((bx as *const BlockQ4_1 as *const u32).read_unaligned() as i32));

@@ -118,28 +118,27 @@ mod avx2 {
         hsum_f32(acc)
     }
 
-    /// `vec_dot` of R rows by C ≤ 8 columns, each pair summed exactly as `vec_dot` sums it.
+    /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
-        const { assert!(C <= 8) };
+        const { assert!(C <= 4) };
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..n / QK {
             let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
-            let mut yd = [0u16; 8];
-            for (c, v) in yd.iter_mut().enumerate().take(C) {
-                *v = by(c).d;
+            let mut dy = [0f32; C];
+            for (c, d) in dy.iter_mut().enumerate() {
+                *d = f16_load(&by(c).d);
             }
-            let ydv = _mm256_cvtph_ps(_mm_loadu_si128(yd.as_ptr() as *const __m128i));
             for r in 0..R {
                 let bx = &*(x.add(r * xs) as *const BlockQ8_0).add(i);
-                // dx·dy_c for every column: the products vec_dot forms one by one.
-                let prod = _mm256_mul_ps(_mm256_set1_ps(f16(bx.d)), ydv);
+                let dx = f16_load(&bx.d);
                 let q = _mm256_loadu_si256(bx.qs.as_ptr() as *const __m256i);
                 let qa = _mm256_sign_epi8(q, q);
                 for c in 0..C {
                     let yq = _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i);
                     let p = dot_u8_i8(qa, _mm256_sign_epi8(yq, q));
-                    let scale = _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(c as i32));
+                    // dx·dy: the product vec_dot forms.
+                    let scale = _mm256_set1_ps(dx * dy[c]);
                     acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[r][c]);
                 }
             }
