@@ -7,6 +7,7 @@
 //! Op params (f32): 0 scale, 1 max_bias (ALiBi), 2 logit_softcap; i32 3: precision.
 //! As in ggml-cpu, q is rounded to K's dot-product type (f16 for F16 K) before the dots.
 
+use super::flash_attn_tiled;
 use super::softmax::alibi_slope;
 use super::Ctx;
 use crate::cpu::simd;
@@ -59,10 +60,23 @@ pub fn supports(node: &Tensor) -> bool {
     true
 }
 
-/// Per thread: q in the dot type (at most 4 bytes per element), the f32 accumulator and a V row.
+/// Per thread, in f32 units: q in the dot type (at most 4 bytes per element), the f32
+/// accumulator and a V row, or the tiled path's blocks.
 fn per_thread(node: &Tensor) -> usize {
     let (q, v) = (node.src(0).unwrap(), node.src(2).unwrap());
-    q.ne()[0] + 2 * v.ne()[0] + 32
+    let (dk, dv) = (q.ne()[0], v.ne()[0]);
+    (dk + 2 * dv + 32).max(if use_tiled(node) { flash_attn_tiled::scratch_floats(dk, dv) } else { 0 })
+}
+
+/// ggml-cpu runs its tiled algorithm for F16/F32 K and V (same type) and 64 queries or more;
+/// we take our tiled path in the same cases, and elsewhere follow its row-by-row arithmetic.
+fn ggml_tiled(node: &Tensor) -> bool {
+    let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype() && q.ne()[1] >= 64
+}
+
+fn use_tiled(node: &Tensor) -> bool {
+    ggml_tiled(node) && flash_attn_tiled::usable(node)
 }
 
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
@@ -86,6 +100,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let v_to = traits(vt).unwrap().to_f32.unwrap();
 
     let base = unsafe { (ctx.wdata as *mut f32).add(per_thread(node) * ctx.ith) };
+    if use_tiled(node) {
+        return flash_attn_tiled::compute(node, ctx, &flash_attn_tiled::Params { scale, softcap, max_bias }, base);
+    }
     let qbuf = unsafe { std::slice::from_raw_parts_mut(base, dk + 8) };
     let acc = unsafe { std::slice::from_raw_parts_mut(base.add(dk + 16), dv) };
     let vrow = unsafe { std::slice::from_raw_parts_mut(base.add(dk + 16 + dv), dv) };
@@ -95,8 +112,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     // We follow it there so generation agrees with ggml's to the bit.
     let kv_plain = matches!(kt, GgmlType::F16 | GgmlType::F32) && kt == vt;
     let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain && n_kv >= 512;
-    let ggml_tiled = kv_plain && qne[1] >= 64;
-    let row_by_row = !ggml_split_kv && !ggml_tiled;
+    let row_by_row = !ggml_split_kv && !ggml_tiled(node);
     let f16_acc = row_by_row && vt == GgmlType::F16;
     let f16_k_single = row_by_row && kt == GgmlType::F16;
 
@@ -378,6 +394,47 @@ mod tests {
                     // F16 V with few queries accumulates in f16, as ggml-cpu does: f16 precision.
                     let tol = if kvt == GgmlType::F16 { 2e-3 } else { 1e-5 };
                     assert_close(&d.get(), &want, tol);
+                }
+            }
+        }
+    }
+
+    /// Enough queries for the tiled path: blocks cut short at both ends, a causal mask hiding
+    /// whole key blocks, GQA, ALiBi, softcap and sinks.
+    #[test]
+    fn flash_attn_tiled_matches_reference() {
+        let (dk, dv, nq, nh, nkv, nhkv) = (64, 40, 70, 4, 100, 2);
+        for kvt in [GgmlType::F32, GgmlType::F16] {
+            for (use_mask, use_sinks, softcap) in [(true, false, 0.0), (true, true, 0.0), (false, false, 0.0), (true, false, 30.0)] {
+                for nth in [1, 3] {
+                    let mut q = TT::new(GgmlType::F32, [dk, nq, nh, 1]);
+                    q.set(&rand_vec(dk * nq * nh, 11, -1.0, 1.0));
+                    let mut k = TT::new(kvt, [dk, nkv, nhkv, 1]);
+                    k.set(&rand_vec(dk * nkv * nhkv, 12, -1.0, 1.0));
+                    let mut v = TT::new(kvt, [dv, nkv, nhkv, 1]);
+                    v.set(&rand_vec(dv * nkv * nhkv, 13, -1.0, 1.0));
+                    let mne1 = 72;
+                    let mvals: Vec<f32> = (0..nkv * mne1).map(|x| if x % nkv > 30 + x / nkv { f32::NEG_INFINITY } else { ((x % 7) as f32) * -0.125 }).collect();
+                    let mut m = TT::new(GgmlType::F16, [nkv, mne1, 1, 1]);
+                    m.set(&mvals);
+                    let mut s = TT::new(GgmlType::F32, [nh, 1, 1, 1]);
+                    s.set(&[0.5, -1.0, 2.0, 0.0]);
+                    let mut d = TT::new(GgmlType::F32, [dv, nh, nq, 1]);
+                    let scale = 0.125;
+                    d.op(op::FLASH_ATTN_EXT).src(0, &q).src(1, &k).src(2, &v).pf(0, scale).pf(1, 0.0).pf(2, softcap);
+                    if use_mask {
+                        d.src(3, &m);
+                    }
+                    if use_sinks {
+                        d.src(4, &s);
+                    }
+                    run(&d, nth);
+                    let mut qv = q.get();
+                    if kvt == GgmlType::F16 {
+                        qv.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+                    }
+                    let want = reference(&qv, &k.get(), &v.get(), use_mask.then_some(&m.get()[..]), use_sinks.then_some(&s.get()[..]), dk, dv, nq, nh, nkv, nhkv, scale, softcap, mne1);
+                    assert_close(&d.get(), &want, 1e-5);
                 }
             }
         }

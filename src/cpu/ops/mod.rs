@@ -5,6 +5,7 @@ mod add_id;
 mod binary;
 mod cpy;
 mod flash_attn;
+mod flash_attn_tiled;
 mod glu;
 mod layout;
 mod mul_mat;
