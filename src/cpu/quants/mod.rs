@@ -211,6 +211,52 @@ pub mod x86 {
         _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
     }
 
+    /// Byte shuffles over 16 i16 scales (8 per 128-bit lane, the same 8 in both lanes): table
+    /// k puts scale 2k over the low 128 bits and scale 2k + 1 over the high ones, for formats
+    /// whose sub-blocks of 16 meet 32 activations per vector (Q2_K, Q3_K, Q6_K).
+    static SCALE_PAIRS: [[u8; 32]; 4] = {
+        let mut t = [[0u8; 32]; 4];
+        let mut k = 0;
+        while k < 4 {
+            let mut i = 0;
+            while i < 16 {
+                t[k][i] = (4 * k + (i & 1)) as u8;
+                t[k][16 + i] = (4 * k + 2 + (i & 1)) as u8;
+                i += 1;
+            }
+            k += 1;
+        }
+        t
+    };
+
+    /// Byte shuffles over 8 i16 scales (the same 8 in both 128-bit lanes): table j puts scale j
+    /// over the whole vector, for formats with sub-blocks of 32 (Q4_K, Q5_K).
+    static SCALE_BROADCASTS: [[u8; 32]; 8] = {
+        let mut t = [[0u8; 32]; 8];
+        let mut j = 0;
+        while j < 8 {
+            let mut i = 0;
+            while i < 32 {
+                t[j][i] = (2 * j + (i & 1)) as u8;
+                i += 1;
+            }
+            j += 1;
+        }
+        t
+    };
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scale_pairs() -> [__m256i; 4] {
+        SCALE_PAIRS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scale_broadcasts() -> [__m256i; 8] {
+        SCALE_BROADCASTS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i))
+    }
+
     /// Pairwise sums of u8 × i8 products, widened to 8 i32 lanes.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -313,6 +359,7 @@ pub mod testutil {
             assert!((slow as f64 - exact).abs() <= 2e-3 * mag + 1e-5, "{t:?} n={n}: dot {slow} vs dequantized {exact}");
         }
     }
+
 }
 
 /// Cross-check against files written by a small C program over the reference ggml build
