@@ -360,6 +360,51 @@ pub mod testutil {
         }
     }
 
+    /// The dispatched dot equals the scalar reference on raw random weight bytes (every code,
+    /// sub-block scale and high-bit pattern, not only what the quantizer produces; the f16
+    /// fields at byte offsets `f16_at` of each block get finite values) against activations at
+    /// full scale (codes ±127, where i16 intermediate sums come closest to saturating), over
+    /// odd block counts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_vec_dot_extremes(
+        t: GgmlType,
+        to: ToF32,
+        f16_at: &[usize],
+        yt: GgmlType,
+        yfrom: FromF32,
+        yto: ToF32,
+        dot: VecDot,
+        dot_ref: VecDot,
+    ) {
+        let (bs, ts) = (t.block_size(), t.type_size());
+        let mut s = 0x9e37_79b9u32;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        for nb in [1, 3, 7, 33] {
+            let n = nb * bs;
+            let mut qx: Vec<u8> = (0..t.row_size(n)).map(|_| next() as u8).collect();
+            for block in qx.chunks_exact_mut(ts) {
+                for &o in f16_at {
+                    let h = super::f32_to_f16((next() % 2001) as f32 / 1000.0 - 1.0);
+                    block[o..o + 2].copy_from_slice(&h.to_le_bytes());
+                }
+            }
+            // Random signs of one magnitude, and a last block of one sign.
+            let mut yv: Vec<f32> = (0..n).map(|_| if next() & 1 != 0 { 1.0 } else { -1.0 }).collect();
+            yv[n - bs..].fill(1.0);
+            let qy = quantize(yt, yfrom, &yv);
+            let fast = unsafe { dot(n, qx.as_ptr(), qy.as_ptr()) };
+            let slow = unsafe { dot_ref(n, qx.as_ptr(), qy.as_ptr()) };
+            let (dx, dy) = (dequantize(to, &qx, n), dequantize(yto, &qy, n));
+            let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+            assert!(mag > 0.0 && mag.is_finite(), "{t:?} n={n}: degenerate test data");
+            assert!(((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6, "{t:?} n={n}: simd {fast} vs scalar {slow}");
+        }
+    }
 }
 
 /// Cross-check against files written by a small C program over the reference ggml build

@@ -174,4 +174,9 @@ mod tests {
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q6_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
     }
+
+    #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q6_K, to_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
 }
