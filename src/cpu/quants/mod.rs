@@ -211,6 +211,17 @@ pub mod x86 {
         _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
     }
 
+    /// 32 bits → 32 bytes: byte j is 0xff where bit j is set, else 0.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn bits_to_bytes(bits: u32) -> __m256i {
+        // Byte j gets a copy of source byte j / 8, then is tested against bit j % 8.
+        let which = _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
+        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), which);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+    }
+
     /// Byte shuffles over 16 i16 scales (8 per 128-bit lane, the same 8 in both lanes): table
     /// k puts scale 2k over the low 128 bits and scale 2k + 1 over the high ones, for formats
     /// whose sub-blocks of 16 meet 32 activations per vector (Q2_K, Q3_K, Q6_K).
