@@ -196,7 +196,12 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn hsum_i32(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        hsum_i32_x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn hsum_i32_x4(s: __m128i) -> i32 {
         let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
         _mm_cvtsi128_si32(s)
