@@ -345,6 +345,14 @@ pub mod testutil {
         assert!(dequantize(to, &quantize(t, from, &z), bs).iter().all(|&v| v == 0.0), "{t:?} zeros");
     }
 
+    /// Every format has an AVX2 dot: where it may run it must be what is dispatched, or the
+    /// checks below compare the reference with itself.
+    fn assert_simd_dispatched(t: GgmlType, dot: VecDot, dot_ref: VecDot) {
+        if super::use_avx2() {
+            assert!(dot as usize != dot_ref as usize, "{t:?}: the scalar reference is dispatched on an AVX2 machine");
+        }
+    }
+
     /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
     /// dequantized values (loosely: the activation side is quantized too).
     #[allow(clippy::too_many_arguments)]
@@ -358,6 +366,7 @@ pub mod testutil {
         dot: VecDot,
         dot_ref: VecDot,
     ) {
+        assert_simd_dispatched(t, dot, dot_ref);
         let bs = t.block_size();
         for nb in [1, 2, 3, 8, 17, 40] {
             let n = nb * bs;
@@ -392,6 +401,7 @@ pub mod testutil {
         dot: VecDot,
         dot_ref: VecDot,
     ) {
+        assert_simd_dispatched(t, dot, dot_ref);
         let (bs, ts) = (t.block_size(), t.type_size());
         let mut s = 0x9e37_79b9u32;
         let mut next = move || {
