@@ -102,7 +102,8 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     /// One accumulator over the blocks for the scaled codes and the min terms summed as a
-    /// scalar in block order: ggml-cpu's order (its Q4_K keeps the mins in a vector instead).
+    /// scalar in block order: ggml-cpu's order (its Q4_K keeps the mins in a vector instead),
+    /// so results agree with it to the bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ5K, y as *const BlockQ8K);
@@ -122,7 +123,8 @@ mod avx2 {
             // Mins meet the activations only through their sums per 32 (pairs of bsums).
             let bs = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
             let bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            summs -= dmin * hsum_i32_x4(_mm_madd_epi16(mn16, bs32)) as f32;
+            // Fused, as ggml-cpu's compiler contracts its `summs += dmin * sum`.
+            summs = (-dmin).mul_add(hsum_i32_x4(_mm_madd_epi16(mn16, bs32)) as f32, summs);
             let scv = _mm256_broadcastsi128_si256(sc16);
             // Bit 0 of each byte of `h` is the fifth bit of the next sub-block, `h` shifted right
             // once per sub-block. What the 16-bit shifts carry in from the neighbouring byte
