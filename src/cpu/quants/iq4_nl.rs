@@ -146,4 +146,9 @@ mod tests {
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::IQ4_NL, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
     }
+
+    #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::IQ4_NL, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
 }

@@ -196,7 +196,12 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn hsum_i32(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        hsum_i32_x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn hsum_i32_x4(s: __m128i) -> i32 {
         let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
         _mm_cvtsi128_si32(s)
@@ -261,6 +266,63 @@ pub mod x86 {
         let t = _mm_loadu_si128(p as *const __m128i);
         let both = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
         _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+    }
+
+    /// 32 bits → 32 bytes: byte j is 0xff where bit j is set, else 0.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn bits_to_bytes(bits: u32) -> __m256i {
+        // Byte j gets a copy of source byte j / 8, then is tested against bit j % 8.
+        let which = _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
+        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), which);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+    }
+
+    /// Byte shuffles over 16 i16 scales (8 per 128-bit lane, the same 8 in both lanes): table
+    /// k puts scale 2k over the low 128 bits and scale 2k + 1 over the high ones, for formats
+    /// whose sub-blocks of 16 meet 32 activations per vector (Q2_K, Q3_K, Q6_K).
+    static SCALE_PAIRS: [[u8; 32]; 4] = {
+        let mut t = [[0u8; 32]; 4];
+        let mut k = 0;
+        while k < 4 {
+            let mut i = 0;
+            while i < 16 {
+                t[k][i] = (4 * k + (i & 1)) as u8;
+                t[k][16 + i] = (4 * k + 2 + (i & 1)) as u8;
+                i += 1;
+            }
+            k += 1;
+        }
+        t
+    };
+
+    /// Byte shuffles over 8 i16 scales (the same 8 in both 128-bit lanes): table j puts scale j
+    /// over the whole vector, for formats with sub-blocks of 32 (Q4_K, Q5_K).
+    static SCALE_BROADCASTS: [[u8; 32]; 8] = {
+        let mut t = [[0u8; 32]; 8];
+        let mut j = 0;
+        while j < 8 {
+            let mut i = 0;
+            while i < 32 {
+                t[j][i] = (2 * j + (i & 1)) as u8;
+                i += 1;
+            }
+            j += 1;
+        }
+        t
+    };
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scale_pairs() -> [__m256i; 4] {
+        SCALE_PAIRS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scale_broadcasts() -> [__m256i; 8] {
+        SCALE_BROADCASTS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i))
     }
 
     /// Pairwise sums of u8 × i8 products, widened to 8 i32 lanes.
@@ -335,6 +397,14 @@ pub mod testutil {
         assert!(dequantize(to, &quantize(t, from, &z), bs).iter().all(|&v| v == 0.0), "{t:?} zeros");
     }
 
+    /// Every format has an AVX2 dot: where it may run it must be what is dispatched, or the
+    /// checks below compare the reference with itself.
+    fn assert_simd_dispatched(t: GgmlType, dot: VecDot, dot_ref: VecDot) {
+        if super::use_avx2() {
+            assert!(dot as usize != dot_ref as usize, "{t:?}: the scalar reference is dispatched on an AVX2 machine");
+        }
+    }
+
     /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
     /// dequantized values (loosely: the activation side is quantized too).
     #[allow(clippy::too_many_arguments)]
@@ -375,6 +445,7 @@ pub mod testutil {
         dot: VecDot,
         dot_ref: VecDot,
     ) {
+        assert_simd_dispatched(t, dot, dot_ref);
         let bs = t.block_size();
         for nb in [1, 2, 3, 8, 17, 40] {
             let n = nb * bs;
@@ -390,6 +461,53 @@ pub mod testutil {
             let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
             assert!(((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6, "{t:?} n={n}: simd {fast} vs scalar {slow}");
             assert!((slow as f64 - exact).abs() <= 2e-3 * mag + 1e-5, "{t:?} n={n}: dot {slow} vs dequantized {exact}");
+        }
+    }
+
+    /// The dispatched dot equals the scalar reference on raw random weight bytes (every code,
+    /// sub-block scale and high-bit pattern, not only what the quantizer produces; the f16
+    /// fields at byte offsets `f16_at` of each block get finite values) against activations at
+    /// full scale (codes ±127, where i16 intermediate sums come closest to saturating), over
+    /// odd block counts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_vec_dot_extremes(
+        t: GgmlType,
+        to: ToF32,
+        f16_at: &[usize],
+        yt: GgmlType,
+        yfrom: FromF32,
+        yto: ToF32,
+        dot: VecDot,
+        dot_ref: VecDot,
+    ) {
+        assert_simd_dispatched(t, dot, dot_ref);
+        let (bs, ts) = (t.block_size(), t.type_size());
+        let mut s = 0x9e37_79b9u32;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        for nb in [1, 3, 7, 33] {
+            let n = nb * bs;
+            let mut qx: Vec<u8> = (0..t.row_size(n)).map(|_| next() as u8).collect();
+            for block in qx.chunks_exact_mut(ts) {
+                for &o in f16_at {
+                    let h = super::f32_to_f16((next() % 2001) as f32 / 1000.0 - 1.0);
+                    block[o..o + 2].copy_from_slice(&h.to_le_bytes());
+                }
+            }
+            // Random signs of one magnitude, and a last block of one sign.
+            let mut yv: Vec<f32> = (0..n).map(|_| if next() & 1 != 0 { 1.0 } else { -1.0 }).collect();
+            yv[n - bs..].fill(1.0);
+            let qy = quantize(yt, yfrom, &yv);
+            let fast = unsafe { dot(n, qx.as_ptr(), qy.as_ptr()) };
+            let slow = unsafe { dot_ref(n, qx.as_ptr(), qy.as_ptr()) };
+            let (dx, dy) = (dequantize(to, &qx, n), dequantize(yto, &qy, n));
+            let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+            assert!(mag > 0.0 && mag.is_finite(), "{t:?} n={n}: degenerate test data");
+            assert!(((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6, "{t:?} n={n}: simd {fast} vs scalar {slow}");
         }
     }
 }

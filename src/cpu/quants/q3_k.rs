@@ -4,7 +4,7 @@
 //! bit 4n + j of hmask[l].
 
 use super::q8_k::BlockQ8K;
-use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, QK_K};
+use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
 #[repr(C)]
@@ -131,7 +131,76 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
     vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    /// The 16 biased scales as bytes, in order (the 12-byte packing undone with 32-bit masks).
+    #[inline]
+    fn unpack_scales_bytes(s: &[u8; 12]) -> [u32; 4] {
+        let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
+        let (lo, mid, top) = (w(0), w(1), w(2));
+        let (m4, m2) = (0x0f0f_0f0f, 0x0303_0303);
+        [
+            (lo & m4) | ((top & m2) << 4),
+            (mid & m4) | (((top >> 2) & m2) << 4),
+            ((lo >> 4) & m4) | (((top >> 4) & m2) << 4),
+            ((mid >> 4) & m4) | (((top >> 6) & m2) << 4),
+        ]
+    }
+
+    /// One accumulator over the blocks, then a horizontal sum: ggml-cpu's order.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ3K, y as *const BlockQ8K);
+        let m3 = _mm256_set1_epi8(3);
+        let four = _mm256_set1_epi8(4);
+        let zero = _mm256_setzero_si256();
+        let pairs = scale_pairs();
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            let d = _mm256_set1_ps(by.d * f16(bx.d));
+            let biased = unpack_scales_bytes(&bx.scales);
+            let sc = _mm_sub_epi8(_mm_loadu_si128(biased.as_ptr() as *const __m128i), _mm_set1_epi8(32));
+            let sc = _mm256_cvtepi8_epi16(sc);
+            let hbits = _mm256_loadu_si256(bx.hmask.as_ptr() as *const __m256i);
+            let mut sumi = _mm256_setzero_si256();
+            for h in 0..2 {
+                let q3 = _mm256_loadu_si256(bx.qs.as_ptr().add(32 * h) as *const __m256i);
+                // 16-bit shifts leak bits across bytes; the mask to 2 bits drops them.
+                let q = [
+                    _mm256_and_si256(q3, m3),
+                    _mm256_and_si256(_mm256_srli_epi16(q3, 2), m3),
+                    _mm256_and_si256(_mm256_srli_epi16(q3, 4), m3),
+                    _mm256_and_si256(_mm256_srli_epi16(q3, 6), m3),
+                ];
+                // The 8 scales of this half, as i16, in both 128-bit lanes.
+                let sh = if h == 0 { _mm256_permute2x128_si256(sc, sc, 0x00) } else { _mm256_permute2x128_si256(sc, sc, 0x11) };
+                for k in 0..4 {
+                    // q - 4 = low bits - (4 where the high bit is clear): maddubs needs unsigned
+                    // bytes, so the two parts get one each and are subtracted per pair.
+                    let bit = _mm256_set1_epi8((1u8 << (4 * h + k)) as i8);
+                    let off = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), zero), four);
+                    let yk = _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                    let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], yk), _mm256_maddubs_epi16(off, yk));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, pairs[k])));
+                }
+            }
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        }
+        hsum_f32(acc)
+    }
 }
 
 #[cfg(test)]
@@ -155,5 +224,10 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q3_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q3_K, to_f32, &[108], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
     }
 }

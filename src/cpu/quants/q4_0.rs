@@ -124,6 +124,11 @@ mod tests {
     }
 
     #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q4_0, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
     fn golden_block() {
         // Largest magnitude -8 → d = 1.0 (f16 0x3c00), code = x + 8.
         let mut x = [0f32; 32];

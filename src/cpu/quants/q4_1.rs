@@ -187,6 +187,11 @@ mod tests {
     }
 
     #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q4_1, to_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
     fn golden_block() {
         // min -1, max 14 → d = 1.0 (0x3c00), m = -1.0 (0xbc00), code = x + 1.
         let mut x = [0f32; 32];

@@ -31,6 +31,18 @@ pub fn unpack_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
+/// The 8 scales and the 8 mins as bytes (the 12-byte packing undone with 32-bit masks).
+#[inline]
+pub fn unpack_scales_u64(s: &[u8; 12]) -> (u64, u64) {
+    let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
+    let (s0, s1, s2) = (w(0), w(1), w(2));
+    let sc_lo = s0 & 0x3f3f_3f3f;
+    let mn_lo = s1 & 0x3f3f_3f3f;
+    let sc_hi = (s2 & 0x0f0f_0f0f) | (((s0 >> 6) & 0x0303_0303) << 4);
+    let mn_hi = ((s2 >> 4) & 0x0f0f_0f0f) | (((s1 >> 6) & 0x0303_0303) << 4);
+    (sc_lo as u64 | (sc_hi as u64) << 32, mn_lo as u64 | (mn_hi as u64) << 32)
+}
+
 /// Inverse of `unpack_scales` (values must be < 64).
 pub fn pack_scales(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
     let mut s = [0u8; 12];
@@ -147,39 +159,11 @@ mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
-    /// Byte shuffles that broadcast i16 element j of a 128-bit lane over the whole lane.
-    const fn broadcasts() -> [[u8; 32]; 8] {
-        let mut t = [[0u8; 32]; 8];
-        let mut j = 0;
-        while j < 8 {
-            let mut i = 0;
-            while i < 32 {
-                t[j][i] = (2 * j + (i & 1)) as u8;
-                i += 1;
-            }
-            j += 1;
-        }
-        t
-    }
-    static BCAST: [[u8; 32]; 8] = broadcasts();
-
-    /// The 8 scales and the 8 mins as bytes (the 12-byte packing undone with 32-bit masks).
-    #[inline]
-    fn unpack_scales_u64(s: &[u8; 12]) -> (u64, u64) {
-        let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
-        let (s0, s1, s2) = (w(0), w(1), w(2));
-        let sc_lo = s0 & 0x3f3f_3f3f;
-        let mn_lo = s1 & 0x3f3f_3f3f;
-        let sc_hi = (s2 & 0x0f0f_0f0f) | (((s0 >> 6) & 0x0303_0303) << 4);
-        let mn_hi = ((s2 >> 4) & 0x0f0f_0f0f) | (((s1 >> 6) & 0x0303_0303) << 4);
-        (sc_lo as u64 | (sc_hi as u64) << 32, mn_lo as u64 | (mn_hi as u64) << 32)
-    }
-
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ4K, y as *const BlockQ8K);
         let m4 = _mm256_set1_epi8(0x0f);
-        let bcast = BCAST.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i));
+        let bcast = scale_broadcasts();
         let mut acc = _mm256_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
         for i in 0..n / QK_K {
@@ -235,5 +219,10 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q4_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q4_K, to_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
     }
 }

@@ -3,7 +3,7 @@
 //! nibble; bit 4 of element j is bit j of `qh`.
 
 use super::q8_0::BlockQ8_0;
-use super::{f16_to_f32, f32_to_f16};
+use super::{f16_to_f32, f32_to_f16, use_avx2};
 use crate::cpu::types::VecDot;
 
 pub const QK: usize = 32;
@@ -79,7 +79,37 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
     vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    /// One accumulator over the blocks, then a horizontal sum: ggml-cpu's order.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ5_0, y as *const BlockQ8_0);
+        let high_clear = _mm256_set1_epi8(0xf0u8 as i8);
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / QK {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            // q - 16 as a signed byte is the bare nibble where bit 4 is set and the nibble
+            // with the top four bits set (nibble - 16) where it is clear.
+            let set = bits_to_bytes(u32::from_le_bytes(bx.qh));
+            let q = _mm256_or_si256(nibbles(bx.qs.as_ptr()), _mm256_andnot_si256(set, high_clear));
+            let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc);
+        }
+        hsum_f32(acc)
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +126,11 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q5_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q5_0, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! x = d * q + m. Bit layout as Q5_0. Multiplied with Q8_1.
 
 use super::q8_1::BlockQ8_1;
-use super::{f16_to_f32, f32_to_f16};
+use super::{f16_to_f32, f32_to_f16, use_avx2};
 use crate::cpu::types::VecDot;
 
 pub const QK: usize = 32;
@@ -78,7 +78,44 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 pub fn vec_dot_fn() -> VecDot {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return avx2::vec_dot;
+    }
+    let _ = use_avx2;
     vec_dot_ref
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    /// As Q4_1 (see q4_1.rs): one accumulator over the blocks and the min terms summed as a
+    /// scalar in block order, ggml-cpu's arithmetic order.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ5_1, y as *const BlockQ8_1);
+        let bit4 = _mm256_set1_epi8(0x10);
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0f32;
+        for i in 0..n / QK {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            // Codes 0..31 are unsigned: maddubs takes them as they are.
+            let high = _mm256_and_si256(bits_to_bytes(u32::from_le_bytes(bx.qh)), bit4);
+            let q = _mm256_or_si256(nibbles(bx.qs.as_ptr()), high);
+            let p = dot_u8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
+            // [dx, mx, dy, sy] in one conversion, then [dx·dy, mx·sy, ..].
+            let xdm = (bx as *const BlockQ5_1 as *const u32).read_unaligned();
+            let yds = (by as *const BlockQ8_1 as *const u32).read_unaligned();
+            let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, yds as i32, xdm as i32));
+            let prod = _mm_mul_ps(v, _mm_movehl_ps(v, v));
+            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc);
+            summs += _mm_cvtss_f32(_mm_movehdup_ps(prod));
+        }
+        hsum_f32(acc) + summs
+    }
 }
 
 #[cfg(test)]
@@ -95,5 +132,10 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q5_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q5_1, to_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
     }
 }

@@ -116,29 +116,12 @@ mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
-    /// Byte shuffles that spread i16 scale 2k over the low 128 bits and 2k + 1 over the high.
-    const fn pair_shuffles() -> [[u8; 32]; 4] {
-        let mut t = [[0u8; 32]; 4];
-        let mut k = 0;
-        while k < 4 {
-            let mut i = 0;
-            while i < 16 {
-                t[k][i] = (4 * k + (i & 1)) as u8;
-                t[k][16 + i] = (4 * k + 2 + (i & 1)) as u8;
-                i += 1;
-            }
-            k += 1;
-        }
-        t
-    }
-    static PAIRS: [[u8; 32]; 4] = pair_shuffles();
-
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ6K, y as *const BlockQ8K);
         let m4 = _mm256_set1_epi8(0x0f);
         let m30 = _mm256_set1_epi8(0x30);
-        let pairs = PAIRS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i));
+        let pairs = scale_pairs();
         let mut acc = _mm256_setzero_ps();
         let mut offset = _mm256_setzero_ps();
         for i in 0..n / QK_K {
@@ -190,5 +173,10 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q6_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q6_K, to_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
     }
 }

@@ -175,6 +175,11 @@ mod tests {
     }
 
     #[test]
+    fn vec_dot_extremes() {
+        check_vec_dot_extremes(GgmlType::Q8_0, to_f32, &[0], GgmlType::Q8_0, from_f32, to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
     fn golden_block() {
         // amax 127 gives d = 1.0 (f16 0x3c00) and multiplier 1: q = x rounded half to even.
         let mut x = [0f32; 32];
