@@ -143,6 +143,12 @@ mod avx2 {
             let ydv = f16_pairs::<C>(|c| (by(c) as *const BlockQ8_1 as *const u32).read_unaligned());
             for r in 0..R {
                 let bx = &*(x.add(r * xs) as *const BlockQ4_1).add(i);
+                if C == 1 {
+                    // One column streams the matrix once: fetch the next tile's rows (the
+                    // memory right after these R rows) while this one is summed. The hardware
+                    // prefetcher loses track of R interleaved short rows.
+                    _mm_prefetch::<_MM_HINT_T0>((bx as *const BlockQ4_1 as *const i8).add(R * xs));
+                }
                 let xdm = _mm_cvtph_ps(_mm_set1_epi32((bx as *const BlockQ4_1 as *const u32).read_unaligned() as i32));
                 // [dx·dy0, mx·sy0, dx·dy1, mx·sy1, ..]: the products vec_dot forms one by one.
                 let prod = _mm256_mul_ps(_mm256_set_m128(xdm, xdm), ydv);

@@ -131,6 +131,12 @@ mod avx2 {
             }
             for r in 0..R {
                 let bx = &*(x.add(r * xs) as *const BlockQ8_0).add(i);
+                if C == 1 {
+                    // One column streams the matrix once: fetch the next tile's rows (the
+                    // memory right after these R rows) while this one is summed. The hardware
+                    // prefetcher loses track of R interleaved short rows.
+                    _mm_prefetch::<_MM_HINT_T0>((bx as *const BlockQ8_0 as *const i8).add(R * xs));
+                }
                 let dx = f16_load(&bx.d);
                 let q = _mm256_loadu_si256(bx.qs.as_ptr() as *const __m256i);
                 let qa = _mm256_sign_epi8(q, q);
