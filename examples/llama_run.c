@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static const char * DEFAULT_PROMPT = "The three primary colors are";
@@ -186,8 +187,10 @@ int main(int argc, char ** argv) {
             tok = llama_sampler_sample(smpl, ctx, -1);
         }
         double t2 = now_s();
-        printf("\n\n[%s, %d threads] prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s\n",
-               o.backend, o.threads, n_prompt, n_prompt / (t1 - t0), n_gen, n_gen / (t2 - t1));
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("\n\n[%s, %d threads] prompt: %d tokens, %.1f tokens/s | generation: %d tokens, %.1f tokens/s | peak RSS %ld KiB\n",
+               o.backend, o.threads, n_prompt, n_prompt / (t1 - t0), n_gen, n_gen / (t2 - t1), (long) ru.ru_maxrss);
         llama_sampler_free(smpl);
         llama_free(ctx);
     } else if (!strcmp(o.mode, "logits")) {
