@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,19 +21,32 @@ int rf_finish(const char * test_name) {
 static ggml_backend_reg_t g_cpu_reg = NULL;
 static ggml_backend_reg_t g_rf_reg  = NULL;
 
+// The build's paths, or RF_TEST_BIN_DIR / RF_TEST_LIB where the binaries were moved (the GPU machine).
+static const char * bin_dir(void) {
+    const char * d = getenv("RF_TEST_BIN_DIR");
+    return d ? d : ROCMFORGE_BIN_DIR;
+}
+
+static const char * rf_lib(void) {
+    const char * l = getenv("RF_TEST_LIB");
+    return l ? l : ROCMFORGE_LIB_PATH;
+}
+
 ggml_backend_dev_t rf_ggml_cpu_device(void) {
     static bool loaded = false;
     if (!loaded) {
         loaded = true;
-        g_cpu_reg = ggml_backend_load(ROCMFORGE_BIN_DIR "/libggml-cpu.so");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/libggml-cpu.so", bin_dir());
+        g_cpu_reg = ggml_backend_load(path);
         if (!g_cpu_reg) {
             // GGML_CPU_ALL_VARIANTS builds name them libggml-cpu-<variant>.so: let ggml pick.
-            ggml_backend_load_all_from_path(ROCMFORGE_BIN_DIR);
+            ggml_backend_load_all_from_path(bin_dir());
         }
     }
     ggml_backend_dev_t dev = ggml_backend_dev_by_name("CPU");
     if (!dev) {
-        fprintf(stderr, "ggml's CPU backend not found in %s\n", ROCMFORGE_BIN_DIR);
+        fprintf(stderr, "ggml's CPU backend not found in %s\n", bin_dir());
         exit(2);
     }
     return dev;
@@ -40,9 +54,9 @@ ggml_backend_dev_t rf_ggml_cpu_device(void) {
 
 ggml_backend_reg_t rf_rocmforge_reg(void) {
     if (!g_rf_reg) {
-        g_rf_reg = ggml_backend_load(ROCMFORGE_LIB_PATH);
+        g_rf_reg = ggml_backend_load(rf_lib());
         if (!g_rf_reg) {
-            fprintf(stderr, "ggml_backend_load(%s) failed\n", ROCMFORGE_LIB_PATH);
+            fprintf(stderr, "ggml_backend_load(%s) failed\n", rf_lib());
             exit(2);
         }
     }

@@ -15,6 +15,11 @@ pub struct Stream(pub usize);
 pub struct Module(pub usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Function(pub usize);
+/// A captured graph (CUgraph / hipGraph_t) and its executable form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Graph(pub usize);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphExec(pub usize);
 
 pub type ApiResult<T> = std::result::Result<T, String>;
 
@@ -68,6 +73,19 @@ pub trait GpuApi: Send + Sync {
         s: Stream,
         args: &mut [*mut c_void],
     ) -> ApiResult<()>;
+
+    /// Starts recording `s`: launches are captured into a graph instead of running
+    /// (relaxed mode: other threads may keep using the runtime meanwhile).
+    fn capture_begin(&self, ord: usize, s: Stream) -> ApiResult<()>;
+    /// Stops recording `s` and returns what was captured.
+    fn capture_end(&self, ord: usize, s: Stream) -> ApiResult<Graph>;
+    fn graph_instantiate(&self, ord: usize, g: Graph) -> ApiResult<GraphExec>;
+    /// Points `e` at `g`'s parameters where the two have the same shape; false where the
+    /// runtime refuses (then `e` must be replaced by a new instantiation).
+    fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool;
+    fn graph_launch(&self, ord: usize, e: GraphExec, s: Stream) -> ApiResult<()>;
+    fn graph_destroy(&self, ord: usize, g: Graph);
+    fn graph_exec_destroy(&self, ord: usize, e: GraphExec);
 }
 
 /// Opens the first library of `names` that loads; also tries each under `dirs`.

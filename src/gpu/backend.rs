@@ -1,7 +1,12 @@
 //! An RFGPU backend: one stream. A graph's kernels are queued in order on the stream, then
 //! the stream is synchronized, so results are ready when `graph_compute` returns.
+//!
+//! Token generation runs the same ggml graph again and again (same nodes, same addresses;
+//! only the data changes). The second time a graph is seen its launches are captured into a
+//! runtime graph, and from then on that graph is replayed with one launch call instead of
+//! hundreds: the per-kernel launch cost is what bounds small-batch speed otherwise.
 
-use super::api::{DevPtr, Stream};
+use super::api::{DevPtr, GraphExec, Stream};
 use super::ops;
 use super::GpuCtx;
 use crate::device::{Backend, Error, Result};
@@ -15,12 +20,50 @@ pub struct GpuBackend {
     name: CString,
     /// Scratch device memory (address, bytes) for ops that stage an operand; grows on demand.
     scratch: (DevPtr, usize),
+    /// Everything the last graph's launches depended on (see `graph_key`).
+    last_key: Vec<u64>,
+    /// The executable graph last captured, and whether it was captured for `last_key` (a
+    /// stale one is re-pointed at the next capture, which is cheaper than a new one).
+    exec: Option<GraphExec>,
+    exec_current: bool,
+    /// False once capture failed on this runtime: then every graph is launched directly.
+    graphs_ok: bool,
+    /// ROCMFORGE_GPU_PROFILE=1: every kernel timed alone (stream drained around it), totals
+    /// per op and types logged when the backend is freed. Graphs are off meanwhile.
+    profile: Option<std::collections::HashMap<String, (u32, f64)>>,
+}
+
+/// What the kernel arguments of a graph are made of: per node its op, parameters and type,
+/// and address, shape and strides of it and its sources. Equal keys launch identical kernels.
+fn graph_key(nodes: &[Tensor], scratch: DevPtr) -> Vec<u64> {
+    let mut key = Vec::with_capacity(nodes.len() * 64 + 1);
+    key.push(scratch);
+    let tensor = |key: &mut Vec<u64>, t: &Tensor| {
+        key.push(t.data() as usize as u64);
+        key.push(t.dtype() as u64);
+        key.extend(t.ne().iter().map(|&v| v as u64));
+        key.extend(t.nb().iter().map(|&v| v as u64));
+    };
+    for n in nodes {
+        key.push(n.op() as u64);
+        key.extend(n.raw().op_params.iter().map(|&p| p as u32 as u64));
+        tensor(&mut key, n);
+        for i in 0..crate::ffi::abi::GGML_MAX_SRC {
+            match n.src(i) {
+                Some(s) => tensor(&mut key, &s),
+                None => key.push(u64::MAX),
+            }
+        }
+    }
+    key
 }
 
 impl GpuBackend {
     pub fn new(ctx: Arc<GpuCtx>, name: CString) -> Result<GpuBackend> {
         let stream = ctx.api.stream_create(ctx.ord).map_err(Error::Device)?;
-        Ok(GpuBackend { ctx, stream, name, scratch: (0, 0) })
+        let profile = std::env::var("ROCMFORGE_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default);
+        let graphs_ok = profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
+        Ok(GpuBackend { ctx, stream, name, scratch: (0, 0), last_key: Vec::new(), exec: None, exec_current: false, graphs_ok, profile })
     }
 
     /// Makes the scratch at least `bytes` large. Work queued earlier may still use the old
@@ -60,7 +103,20 @@ impl GpuBackend {
 
 impl Drop for GpuBackend {
     fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            let mut rows: Vec<_> = p.iter().collect();
+            rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+            let total: f64 = rows.iter().map(|r| r.1 .1).sum();
+            let mut out = format!("{} kernel profile: {:.3} ms in all\n", self.name.to_string_lossy(), total * 1e3);
+            for (label, (n, t)) in rows.iter().take(40) {
+                out += &format!("  {:8.3} ms {:5.1}% {:7} x {:9.2} us  {label}\n", t * 1e3, 100.0 * t / total, n, t * 1e6 / *n as f64);
+            }
+            crate::log_info!("{out}");
+        }
         let _ = self.ctx.api.stream_sync(self.ctx.ord, self.stream);
+        if let Some(e) = self.exec.take() {
+            self.ctx.api.graph_exec_destroy(self.ctx.ord, e);
+        }
         if self.scratch.0 != 0 {
             self.ctx.api.free(self.ctx.ord, self.scratch.0);
         }
@@ -90,9 +146,73 @@ impl Backend for GpuBackend {
         };
         for node in nodes {
             self.check_memory(node)?;
-            ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?;
         }
-        self.ctx.api.stream_sync(self.ctx.ord, self.stream).map_err(Error::Device)
+        let launch_all = || -> Result<()> {
+            for node in nodes {
+                ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?;
+            }
+            Ok(())
+        };
+        let (api, ord) = (ctx.api.as_ref(), ctx.ord);
+        if let Some(p) = self.profile.as_mut() {
+            api.stream_sync(ord, self.stream).map_err(Error::Device)?;
+            for node in nodes {
+                let t0 = std::time::Instant::now();
+                ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?;
+                api.stream_sync(ord, self.stream).map_err(Error::Device)?;
+                let types: Vec<String> = (0..3).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
+                let src0 = node.src(0).map(|s| s.ne()).unwrap_or_default();
+                // The tensor's name without its layer number ("ffn_up-7" → "ffn_up").
+                let name = node.name();
+                let base = name.rsplit_once('-').filter(|(_, n)| n.parse::<u32>().is_ok()).map_or(name.as_str(), |(b, _)| b);
+                let label = format!("op {} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne());
+                let e = p.entry(label).or_insert((0, 0.0));
+                *e = (e.0 + 1, e.1 + t0.elapsed().as_secs_f64());
+            }
+            return Ok(());
+        }
+        if self.graphs_ok {
+            let key = graph_key(nodes, self.scratch.0);
+            if key == self.last_key {
+                if !self.exec_current {
+                    // Seen twice in a row: capture it.
+                    let stale = self.exec.take();
+                    let captured = api.capture_begin(ord, self.stream).map_err(Error::Device).and_then(|()| {
+                        let launched = launch_all();
+                        let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
+                        launched?;
+                        let graph = graph?;
+                        let exec = match stale {
+                            Some(e) if api.graph_exec_update(ord, e, graph) => Ok(e),
+                            _ => {
+                                if let Some(e) = stale {
+                                    api.graph_exec_destroy(ord, e);
+                                }
+                                api.graph_instantiate(ord, graph).map_err(Error::Device)
+                            }
+                        };
+                        api.graph_destroy(ord, graph);
+                        exec
+                    });
+                    match captured {
+                        Ok(e) => (self.exec, self.exec_current) = (Some(e), true),
+                        Err(e) => {
+                            crate::log_warn!("{}: graph capture failed, launching kernels one by one from now on: {e}", self.name.to_string_lossy());
+                            self.graphs_ok = false;
+                        }
+                    }
+                }
+                if let (Some(e), true) = (self.exec, self.exec_current) {
+                    api.graph_launch(ord, e, self.stream).map_err(Error::Device)?;
+                    return api.stream_sync(ord, self.stream).map_err(Error::Device);
+                }
+            }
+            // A new graph: run it directly; capture waits until it repeats.
+            self.exec_current = false;
+            self.last_key = key;
+        }
+        launch_all()?;
+        api.stream_sync(ord, self.stream).map_err(Error::Device)
     }
 
     fn synchronize(&mut self) -> Result<()> {

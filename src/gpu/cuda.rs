@@ -10,6 +10,10 @@ type CuContext = *mut c_void;
 type CuStream = *mut c_void;
 type CuModule = *mut c_void;
 type CuFunction = *mut c_void;
+type CuGraph = *mut c_void;
+type CuGraphExec = *mut c_void;
+
+const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 const CU_DEVICE_ATTRIBUTE_WARP_SIZE: c_int = 10;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
@@ -53,6 +57,20 @@ struct Driver {
         *mut *mut c_void,
         *mut *mut c_void,
     ) -> CuResult,
+    /// None with drivers older than CUDA 12 (then graphs are simply not used).
+    graphs: Option<Graphs>,
+}
+
+#[derive(Clone, Copy)]
+struct Graphs {
+    stream_begin_capture: unsafe extern "C" fn(CuStream, c_int) -> CuResult,
+    stream_end_capture: unsafe extern "C" fn(CuStream, *mut CuGraph) -> CuResult,
+    graph_instantiate: unsafe extern "C" fn(*mut CuGraphExec, CuGraph, u64) -> CuResult,
+    /// The result-info argument is a 24-byte struct (result code, two node handles).
+    graph_exec_update: unsafe extern "C" fn(CuGraphExec, CuGraph, *mut [u64; 4]) -> CuResult,
+    graph_launch: unsafe extern "C" fn(CuGraphExec, CuStream) -> CuResult,
+    graph_destroy: unsafe extern "C" fn(CuGraph) -> CuResult,
+    graph_exec_destroy: unsafe extern "C" fn(CuGraphExec) -> CuResult,
 }
 
 type NvrtcProgram = *mut c_void;
@@ -139,6 +157,18 @@ impl CudaApi {
                 module_load_data: sym(&lib, "cuModuleLoadData")?,
                 module_get_function: sym(&lib, "cuModuleGetFunction")?,
                 launch_kernel: sym(&lib, "cuLaunchKernel")?,
+                graphs: (|| {
+                    Ok::<_, String>(Graphs {
+                        stream_begin_capture: sym(&lib, "cuStreamBeginCapture_v2")?,
+                        stream_end_capture: sym(&lib, "cuStreamEndCapture")?,
+                        graph_instantiate: sym(&lib, "cuGraphInstantiateWithFlags")?,
+                        graph_exec_update: sym(&lib, "cuGraphExecUpdate_v2")?,
+                        graph_launch: sym(&lib, "cuGraphLaunch")?,
+                        graph_destroy: sym(&lib, "cuGraphDestroy")?,
+                        graph_exec_destroy: sym(&lib, "cuGraphExecDestroy")?,
+                    })
+                })()
+                .ok(),
             }
         };
         let check = |r: CuResult, what: &str| -> ApiResult<()> { cu_check(&drv, r, what) };
@@ -185,6 +215,10 @@ impl CudaApi {
     fn current(&self, ord: usize) -> ApiResult<()> {
         let (_, ctx) = *self.devices.get(ord).ok_or("no such CUDA device")?;
         self.check(unsafe { (self.drv.ctx_set_current)(ctx as CuContext) }, "cuCtxSetCurrent")
+    }
+
+    fn graphs(&self) -> ApiResult<Graphs> {
+        self.drv.graphs.ok_or_else(|| "this CUDA driver has no graph API".to_string())
     }
 
     fn attr(&self, ord: usize, a: c_int) -> ApiResult<c_int> {
@@ -396,5 +430,47 @@ impl GpuApi for CudaApi {
             },
             "cuLaunchKernel",
         )
+    }
+
+    fn capture_begin(&self, ord: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.graphs()?.stream_begin_capture)(s.0 as CuStream, CU_STREAM_CAPTURE_MODE_RELAXED) }, "cuStreamBeginCapture")
+    }
+
+    fn capture_end(&self, ord: usize, s: Stream) -> ApiResult<Graph> {
+        self.current(ord)?;
+        let mut g: CuGraph = std::ptr::null_mut();
+        self.check(unsafe { (self.graphs()?.stream_end_capture)(s.0 as CuStream, &mut g) }, "cuStreamEndCapture")?;
+        Ok(Graph(g as usize))
+    }
+
+    fn graph_instantiate(&self, ord: usize, g: Graph) -> ApiResult<GraphExec> {
+        self.current(ord)?;
+        let mut e: CuGraphExec = std::ptr::null_mut();
+        self.check(unsafe { (self.graphs()?.graph_instantiate)(&mut e, g.0 as CuGraph, 0) }, "cuGraphInstantiate")?;
+        Ok(GraphExec(e as usize))
+    }
+
+    fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool {
+        let mut info = [0u64; 4];
+        let Some(gr) = self.drv.graphs else { return false };
+        self.current(ord).is_ok() && unsafe { (gr.graph_exec_update)(e.0 as CuGraphExec, g.0 as CuGraph, &mut info) } == 0
+    }
+
+    fn graph_launch(&self, ord: usize, e: GraphExec, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.graphs()?.graph_launch)(e.0 as CuGraphExec, s.0 as CuStream) }, "cuGraphLaunch")
+    }
+
+    fn graph_destroy(&self, ord: usize, g: Graph) {
+        if let (Ok(()), Some(gr)) = (self.current(ord), self.drv.graphs) {
+            unsafe { (gr.graph_destroy)(g.0 as CuGraph) };
+        }
+    }
+
+    fn graph_exec_destroy(&self, ord: usize, e: GraphExec) {
+        if let (Ok(()), Some(gr)) = (self.current(ord), self.drv.graphs) {
+            unsafe { (gr.graph_exec_destroy)(e.0 as CuGraphExec) };
+        }
     }
 }

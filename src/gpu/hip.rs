@@ -8,6 +8,10 @@ type HipError = c_int;
 type HipStream = *mut c_void;
 type HipModule = *mut c_void;
 type HipFunction = *mut c_void;
+type HipGraph = *mut c_void;
+type HipGraphExec = *mut c_void;
+
+const HIP_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 const HIP_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
@@ -46,6 +50,19 @@ struct Runtime {
         *mut *mut c_void,
         *mut *mut c_void,
     ) -> HipError,
+    /// None where this ROCm has no graph API (then graphs are simply not used).
+    graphs: Option<Graphs>,
+}
+
+#[derive(Clone, Copy)]
+struct Graphs {
+    stream_begin_capture: unsafe extern "C" fn(HipStream, c_int) -> HipError,
+    stream_end_capture: unsafe extern "C" fn(HipStream, *mut HipGraph) -> HipError,
+    graph_instantiate: unsafe extern "C" fn(*mut HipGraphExec, HipGraph, *mut *mut c_void, *mut c_char, usize) -> HipError,
+    graph_exec_update: unsafe extern "C" fn(HipGraphExec, HipGraph, *mut *mut c_void, *mut c_int) -> HipError,
+    graph_launch: unsafe extern "C" fn(HipGraphExec, HipStream) -> HipError,
+    graph_destroy: unsafe extern "C" fn(HipGraph) -> HipError,
+    graph_exec_destroy: unsafe extern "C" fn(HipGraphExec) -> HipError,
 }
 
 type HiprtcProgram = *mut c_void;
@@ -168,6 +185,18 @@ impl HipApi {
                 module_load_data: sym(&lib, "hipModuleLoadData")?,
                 module_get_function: sym(&lib, "hipModuleGetFunction")?,
                 module_launch_kernel: sym(&lib, "hipModuleLaunchKernel")?,
+                graphs: (|| {
+                    Ok::<_, String>(Graphs {
+                        stream_begin_capture: sym(&lib, "hipStreamBeginCapture")?,
+                        stream_end_capture: sym(&lib, "hipStreamEndCapture")?,
+                        graph_instantiate: sym(&lib, "hipGraphInstantiate")?,
+                        graph_exec_update: sym(&lib, "hipGraphExecUpdate")?,
+                        graph_launch: sym(&lib, "hipGraphLaunch")?,
+                        graph_destroy: sym(&lib, "hipGraphDestroy")?,
+                        graph_exec_destroy: sym(&lib, "hipGraphExecDestroy")?,
+                    })
+                })()
+                .ok(),
             }
         };
         let r = unsafe { (rt.init)(0) };
@@ -179,6 +208,10 @@ impl HipApi {
         }
         let (rtc, rtc_lib) = load_hiprtc(&lib, &dirs)?;
         Ok(HipApi { rt, rtc, count: n as usize, _libs: (lib, rtc_lib) })
+    }
+
+    fn graphs(&self) -> ApiResult<Graphs> {
+        self.rt.graphs.ok_or_else(|| "this HIP runtime has no graph API".to_string())
     }
 
     fn check(&self, r: HipError, what: &str) -> ApiResult<()> {
@@ -406,6 +439,49 @@ impl GpuApi for HipApi {
             },
             "hipModuleLaunchKernel",
         )
+    }
+
+    fn capture_begin(&self, ord: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.graphs()?.stream_begin_capture)(s.0 as HipStream, HIP_STREAM_CAPTURE_MODE_RELAXED) }, "hipStreamBeginCapture")
+    }
+
+    fn capture_end(&self, ord: usize, s: Stream) -> ApiResult<Graph> {
+        self.current(ord)?;
+        let mut g: HipGraph = std::ptr::null_mut();
+        self.check(unsafe { (self.graphs()?.stream_end_capture)(s.0 as HipStream, &mut g) }, "hipStreamEndCapture")?;
+        Ok(Graph(g as usize))
+    }
+
+    fn graph_instantiate(&self, ord: usize, g: Graph) -> ApiResult<GraphExec> {
+        self.current(ord)?;
+        let mut e: HipGraphExec = std::ptr::null_mut();
+        let r = unsafe { (self.graphs()?.graph_instantiate)(&mut e, g.0 as HipGraph, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        self.check(r, "hipGraphInstantiate")?;
+        Ok(GraphExec(e as usize))
+    }
+
+    fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool {
+        let (mut node, mut result): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
+        let Some(gr) = self.rt.graphs else { return false };
+        self.current(ord).is_ok() && unsafe { (gr.graph_exec_update)(e.0 as HipGraphExec, g.0 as HipGraph, &mut node, &mut result) } == 0
+    }
+
+    fn graph_launch(&self, ord: usize, e: GraphExec, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.graphs()?.graph_launch)(e.0 as HipGraphExec, s.0 as HipStream) }, "hipGraphLaunch")
+    }
+
+    fn graph_destroy(&self, ord: usize, g: Graph) {
+        if let (Ok(()), Some(gr)) = (self.current(ord), self.rt.graphs) {
+            unsafe { (gr.graph_destroy)(g.0 as HipGraph) };
+        }
+    }
+
+    fn graph_exec_destroy(&self, ord: usize, e: GraphExec) {
+        if let (Ok(()), Some(gr)) = (self.current(ord), self.rt.graphs) {
+            unsafe { (gr.graph_exec_destroy)(e.0 as HipGraphExec) };
+        }
     }
 }
 
