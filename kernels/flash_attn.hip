@@ -2,13 +2,15 @@
 // row, one pass over the keys with an online softmax (f32 accumulators), as
 // src/cpu/ops/flash_attn.rs. q F32; K and V F16 or F32 (heads broadcast for GQA); mask F16
 // (may be NULL) broadcast over heads/sequences; sinks F32 per head (may be NULL).
-// Output F32 [DV, n_head, n_q, n_seq]. One warp per query row, lanes across the head
-// dimension (D <= 32 * FA_MAX_PER_LANE); q is rounded to f16 for F16 K, as ggml-cpu does.
+// Output F32 [DV, n_head, n_q, n_seq]. One block per query row: its warps take every
+// FA_WARPS-th key each (lanes across the head dimension, D <= 32 * FA_MAX_PER_LANE), then
+// their partial softmax sums are merged; a single query row (generation) thus still keeps
+// FA_WARPS warps busy per head. q is rounded to f16 for F16 K, as ggml-cpu does.
 #include "prelude.h"
 #include "quants.h"
 
 #define FA_MAX_PER_LANE 8
-#define FA_WARPS 4
+#define FA_WARPS 8
 
 template <typename KT, typename VT>
 RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const char* mask, const float* sinks, char* d,
@@ -16,9 +18,11 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
                           i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2,
                           i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale, float softcap,
                           float max_bias, float m0, float m1, int n_head_log2, int round_q) {
+    __shared__ float part_m[FA_WARPS], part_s[FA_WARPS];
+    __shared__ float part_acc[FA_WARPS][RF_WARP_SIZE * FA_MAX_PER_LANE];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
-    const i64 r = (i64)blockIdx.x * (blockDim.x / RF_WARP_SIZE) + warp;
-    if (r >= n_q * n_head * n_seq) return;  // whole warp leaves together
+    const int nwarps = blockDim.x / RF_WARP_SIZE;
+    const i64 r = blockIdx.x;
     const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
     float slope = 1.0f;
     if (max_bias > 0.0f) {
@@ -38,7 +42,7 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     const char* vb = v + (iq2 / rv2) * nbv2 + iq3 * nbv3;
     const f16_bits* mrow = mask ? (const f16_bits*)(mask + iq1 * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3) : 0;
     float m_max = rf_neg_inf(), s_sum = 0.0f;
-    for (i64 ic = 0; ic < n_kv; ic++) {
+    for (i64 ic = warp; ic < n_kv; ic += nwarps) {
         const float mv = mrow ? slope * rf_f16_to_f32(mrow[ic]) : 0.0f;
         if (mv == rf_neg_inf()) continue;
         const char* kr = kb + ic * nbk1;
@@ -66,24 +70,37 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
         }
         s_sum = s_sum * ms + vs;
     }
-    if (sinks) {
-        const float s = sinks[iq2];
-        float ms = 1.0f, vs = 1.0f;
-        if (s > m_max) {
-            ms = expf(m_max - s);
-        } else {
-            vs = expf(s - m_max);
-        }
-#pragma unroll
-        for (int j = 0; j < FA_MAX_PER_LANE; j++) acc[j] *= ms;
-        s_sum = s_sum * ms + vs;
+    // Merge the warps' partial results (running max, sum of weights, weighted V).
+    if (lane == 0) {
+        part_m[warp] = m_max;
+        part_s[warp] = s_sum;
     }
-    const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
+#pragma unroll
+    for (int j = 0; j < FA_MAX_PER_LANE; j++) part_acc[warp][lane + j * RF_WARP_SIZE] = acc[j];
+    __syncthreads();
+    if (warp != 0) return;
+    float m_all = rf_neg_inf();
+    for (int w = 0; w < nwarps; w++) m_all = fmaxf(m_all, part_m[w]);
+    // Attention sinks: one more logit per head with no value row.
+    const float sink = sinks ? sinks[iq2] : rf_neg_inf();
+    m_all = fmaxf(m_all, sink);
+    float total = sinks && m_all != rf_neg_inf() ? expf(sink - m_all) : 0.0f;
+    float out_acc[FA_MAX_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < FA_MAX_PER_LANE; j++) out_acc[j] = 0.0f;
+    for (int w = 0; w < nwarps; w++) {
+        if (part_m[w] == rf_neg_inf()) continue;  // this warp saw no visible key
+        const float f = expf(part_m[w] - m_all);
+        total += part_s[w] * f;
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) out_acc[j] += part_acc[w][lane + j * RF_WARP_SIZE] * f;
+    }
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
     float* out = (float*)(d + ((iq3 * n_q + iq1) * n_head + iq2) * nbd1);
 #pragma unroll
     for (int j = 0; j < FA_MAX_PER_LANE; j++) {
         const i64 c = lane + (i64)j * RF_WARP_SIZE;
-        if (c < DV) out[c] = acc[j] * inv;
+        if (c < DV) out[c] = out_acc[j] * inv;
     }
 }
 

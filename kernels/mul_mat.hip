@@ -5,16 +5,20 @@
 #include "prelude.h"
 #include "quants.h"
 
-// Matrix-vector form for few src1 columns (token generation): a block per output row and
-// up to MV_COLS columns, so each weight row is read once for all of them.
+// Matrix-vector form for few src1 columns (token generation): a warp per output row and
+// up to MV_COLS columns, so each weight row is read once for all of them; MV_ROWS rows
+// (warps) per block. Lanes take every warp-size-th element and the warp sums with shuffles:
+// no block-wide barrier, which is what small rows (576 wide) would otherwise wait on.
 #define MV_COLS 4
+#define MV_ROWS 4
 
 template <typename W>
-RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 N, i64 ne12, i64 r2, i64 r3,
+RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3,
                            i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3,
                            const float* corr) {
-    __shared__ float scratch[RF_MAX_WARPS];
-    const i64 row = blockIdx.x;
+    const int lane = threadIdx.x % RF_WARP_SIZE;
+    const i64 row = (i64)blockIdx.x * MV_ROWS + threadIdx.x / RF_WARP_SIZE;
+    if (row >= M) return;  // whole warp leaves together
     const i64 col0 = (i64)blockIdx.y * MV_COLS;
     const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
     const char* wr = w + row * nb01 + (i2 / r2) * nb02 + (i3 / r3) * nb03;
@@ -24,7 +28,7 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 N, 
 #pragma unroll
     for (int c = 0; c < MV_COLS; c++) xr[c] = (const float*)(xb + (col0 + (c < ncols ? c : 0)) * nb11);
     float acc[MV_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (i64 k = threadIdx.x; k < K; k += blockDim.x) {
+    for (i64 k = lane; k < K; k += RF_WARP_SIZE) {
         const float wv = load_w<W>(wr, k);
 #pragma unroll
         for (int c = 0; c < MV_COLS; c++) acc[c] += wv * xr[c][k];
@@ -38,9 +42,10 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 N, 
         }
     }
     char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
-    for (int c = 0; c < ncols; c++) {
-        const float s = rf_block_sum(acc[c], scratch);
-        if (threadIdx.x == 0) *(float*)(db + (col0 + c) * nb1) = s;
+#pragma unroll
+    for (int c = 0; c < MV_COLS; c++) {
+        const float s = rf_warp_sum(acc[c]);
+        if (lane == 0 && c < ncols) *(float*)(db + (col0 + c) * nb1) = s;
     }
 }
 

@@ -11,6 +11,8 @@ use std::ffi::c_void;
 const MAX_GRID_YZ: usize = 65535;
 /// Blocks of the element-wise kernels (they loop over the rest).
 const MAX_FLAT_BLOCKS: usize = 1 << 16;
+/// Rows (one warp each) per block of the matrix-vector kernel (MV_ROWS in mul_mat.hip).
+const MV_ROWS: usize = 4;
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
@@ -373,7 +375,7 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&dnb[1..])
         .ptr(corr);
     if n < MUL_MAT_VEC_MAX_COLS {
-        lc.run(&format!("mul_mat_vec_{suffix}"), [m, n.div_ceil(4), batches], 256, args)
+        lc.run(&format!("mul_mat_vec_{suffix}"), [m.div_ceil(MV_ROWS), n.div_ceil(4), batches], (MV_ROWS * lc.warp_size as usize) as u32, args)
     } else {
         lc.run(&format!("mul_mat_tiled_{suffix}"), [m.div_ceil(64), n.div_ceil(64), batches], 256, args)
     }
@@ -596,8 +598,8 @@ fn launch_glu(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 
 /// Largest head size the attention kernel holds (32 lanes x 8 values).
 const FA_MAX_HEAD: usize = 256;
-/// Query rows per attention block (one warp each).
-const FA_ROWS_PER_BLOCK: usize = 4;
+/// Warps per query row in flash attention (FA_WARPS in kernels/flash_attn.hip): they split the keys.
+const FA_WARPS: usize = 8;
 
 fn supports_flash_attn(node: &Tensor) -> bool {
     let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
@@ -635,7 +637,7 @@ fn supports_flash_attn(node: &Tensor) -> bool {
             return false;
         }
     }
-    (qne[1] * qne[2] * qne[3]).div_ceil(FA_ROWS_PER_BLOCK) <= i32::MAX as usize
+    qne[1] * qne[2] * qne[3] <= i32::MAX as usize
 }
 
 fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
@@ -692,5 +694,5 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let rows = qne[1] * qne[2] * qne[3];
     let kernel = if f16 { "flash_attn_f16_f16" } else { "flash_attn_f32_f32" };
     let warp = lc.warp_size as usize;
-    lc.run(kernel, [rows.div_ceil(FA_ROWS_PER_BLOCK), 1, 1], (FA_ROWS_PER_BLOCK * warp) as u32, args)
+    lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args)
 }
