@@ -114,20 +114,43 @@ mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
+    /// The block's integer dot as 8 lanes of i32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn block(table: __m256i, bx: &BlockIq4Nl, by: &BlockQ8_0) -> __m256i {
+        // A byte shuffle looks the 4-bit indices up in the table.
+        let q = _mm256_shuffle_epi8(table, nibbles(bx.qs.as_ptr()));
+        dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i))
+    }
+
+    /// `acc` plus the block's dot, scaled, per lane.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn accumulate(table: __m256i, bx: &BlockIq4Nl, by: &BlockQ8_0, acc: __m256) -> __m256 {
+        _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(by.d, bx.d)), _mm256_cvtepi32_ps(block(table, bx, by)), acc)
+    }
+
+    /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: even and odd blocks in
+    /// two accumulators, added before the horizontal sum; an odd last block is added after
+    /// it with a scalar fused multiply-add (what ggml's compiled tail does).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockIq4Nl, y as *const BlockQ8_0);
+        let nb = n / QK;
         let t = _mm_loadu_si128(TABLE.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
-        let mut acc = _mm256_setzero_ps();
-        for i in 0..n / QK {
-            let (bx, by) = (&*x.add(i), &*y.add(i));
-            // A byte shuffle looks the 4-bit indices up in the table.
-            let q = _mm256_shuffle_epi8(table, nibbles(bx.qs.as_ptr()));
-            let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in (0..nb & !1).step_by(2) {
+            acc0 = accumulate(table, &*x.add(i), &*y.add(i), acc0);
+            acc1 = accumulate(table, &*x.add(i + 1), &*y.add(i + 1), acc1);
         }
-        hsum_f32(acc)
+        let sum = hsum_f32(_mm256_add_ps(acc0, acc1));
+        if nb & 1 == 0 {
+            return sum;
+        }
+        let (bx, by) = (&*x.add(nb - 1), &*y.add(nb - 1));
+        let sumi = hsum_i32(block(table, bx, by));
+        (sumi as f32).mul_add(f16_mul(by.d, bx.d), sum)
     }
 }
 
