@@ -29,7 +29,7 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
     let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot), gemm: None, gemv: None });
     match t {
-        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()),
+        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| TypeTraits { gemm: q4_0::gemm_tile(), gemv: q4_0::gemv_tile(), ..t }),
         Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| TypeTraits { gemm: q4_1::gemm_tile(), gemv: q4_1::gemv_tile(), ..t }),
         Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
         Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
@@ -39,7 +39,7 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
         Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
         Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
         Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
-        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()),
+        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| TypeTraits { gemm: iq4_nl::gemm_tile(), gemv: iq4_nl::gemv_tile(), ..t }),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
         Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None, gemm: None, gemv: None }),
