@@ -610,7 +610,7 @@ mod bench {
         let ROWS = rows_env;
         let reps = (10usize << 16) / ROWS;
         use GgmlType::*;
-        for t in [Q4_1, Q8_0] {
+        for t in [Q4_0, Q4_1, Q8_0, IQ4_NL] {
             let tr = all_traits(t).unwrap();
             let x = testutil::data(N * ROWS, 1);
             let y = testutil::data(N, 2);
