@@ -29,7 +29,7 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
     let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot), gemm: None, gemv: None });
     match t {
-        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()),
+        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| TypeTraits { gemm: q4_0::gemm_tile(), gemv: q4_0::gemv_tile(), ..t }),
         Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| TypeTraits { gemm: q4_1::gemm_tile(), gemv: q4_1::gemv_tile(), ..t }),
         Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
         Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
@@ -39,7 +39,7 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
         Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
         Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
         Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
-        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()),
+        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| TypeTraits { gemm: iq4_nl::gemm_tile(), gemv: iq4_nl::gemv_tile(), ..t }),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
         Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None, gemm: None, gemv: None }),
@@ -513,7 +513,8 @@ pub mod testutil {
 }
 
 /// Cross-check against files written by a small C program over the reference ggml build
-/// (quantized rows, activations, dequantized rows and dots from ggml-cpu). Run with
+/// (quantized rows, activations, dequantized rows and dots from ggml-cpu, over N and over
+/// one block less). Run with
 /// `ROCMFORGE_QCHECK=<dir> cargo test --release -- --ignored ggml_cross_check`.
 #[cfg(test)]
 mod cross_check {
@@ -539,6 +540,7 @@ mod cross_check {
         use GgmlType::*;
         // Formats whose quantizer must reproduce ggml-cpu's bytes exactly.
         let exact = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0];
+        let mut dot_mismatches = vec![];
         for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL] {
             let tr = all_traits(t).unwrap();
             let vt = tr.vec_dot_type;
@@ -547,6 +549,7 @@ mod cross_check {
             let gy = read(&dir, &format!("{}.y", t.name()));
             let gdeq = floats(&read(&dir, &format!("{}.deq", t.name())));
             let gdot = floats(&read(&dir, &format!("{}.dot", t.name())));
+            let gdot_odd = floats(&read(&dir, &format!("{}.dot_odd", t.name())));
             let mut mine_y = vec![0u8; yr * rows];
             let mut mine_q = vec![0u8; xr * rows];
             let mut deq = vec![0f32; N];
@@ -557,9 +560,14 @@ mod cross_check {
                     (tr.to_f32.unwrap())(gq.as_ptr().add(r * xr), &mut deq);
                 }
                 assert_eq!(deq[..], gdeq[r * N..(r + 1) * N], "{t:?} dequantize row {r}");
-                let d = unsafe { (tr.vec_dot.unwrap())(N, gq.as_ptr().add(r * xr), gy.as_ptr().add(r * yr)) };
-                let mag: f32 = (0..N).map(|i| (gdeq[r * N + i] * y[r * N + i]).abs()).sum();
-                assert!((d - gdot[r]).abs() <= 1e-5 * mag, "{t:?} dot row {r}: {d} vs ggml {}", gdot[r]);
+                // Dots follow ggml-cpu's summation order, so they agree to the bit; the odd
+                // block count reaches the kernels' tails.
+                for (n, want) in [(N, gdot[r]), (N - t.block_size(), gdot_odd[r])] {
+                    let d = unsafe { (tr.vec_dot.unwrap())(n, gq.as_ptr().add(r * xr), gy.as_ptr().add(r * yr)) };
+                    if d.to_bits() != want.to_bits() {
+                        dot_mismatches.push(format!("{t:?} row {r} n={n}: {d} vs ggml {want}"));
+                    }
+                }
             }
             assert!(mine_y == gy, "{vt:?} activation bytes differ from ggml-cpu");
             if exact.contains(&t) {
@@ -579,6 +587,7 @@ mod cross_check {
                 assert!(e_mine <= 1.5 * e_ggml, "{t:?}: quantization error {e_mine} vs ggml {e_ggml}");
             }
         }
+        assert!(dot_mismatches.is_empty(), "dots differ from ggml-cpu's:\n{}", dot_mismatches.join("\n"));
     }
 }
 
@@ -601,7 +610,7 @@ mod bench {
         let ROWS = rows_env;
         let reps = (10usize << 16) / ROWS;
         use GgmlType::*;
-        for t in [Q4_1, Q8_0] {
+        for t in [Q4_0, Q4_1, Q8_0, IQ4_NL] {
             let tr = all_traits(t).unwrap();
             let x = testutil::data(N * ROWS, 1);
             let y = testutil::data(N, 2);

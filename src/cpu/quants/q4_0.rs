@@ -3,7 +3,7 @@
 
 use super::q8_0::BlockQ8_0;
 use super::{f16_to_f32, f32_to_f16, use_avx2};
-use crate::cpu::types::VecDot;
+use crate::cpu::types::{Tile, VecDot};
 
 pub const QK: usize = 32;
 
@@ -74,36 +74,81 @@ pub fn vec_dot_fn() -> VecDot {
     vec_dot_ref
 }
 
+/// 2 rows × 4 columns for prompts, 4 rows × 1 column for generation (see q4_1.rs).
+pub fn gemm_tile() -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return Some(Tile { rows: 2, cols: 4, dot: avx2::tile::<2, 4> });
+    }
+    None
+}
+
+pub fn gemv_tile() -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        return Some(Tile { rows: 4, cols: 1, dot: avx2::tile::<4, 1> });
+    }
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::*;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn block(bx: &BlockQ4_0, by: &BlockQ8_0, acc: __m256) -> __m256 {
-        let q = _mm256_sub_epi8(nibbles(bx.qs.as_ptr()), _mm256_set1_epi8(8));
-        let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
-        _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc)
-    }
-
+    /// One accumulator over the blocks, then a horizontal sum: ggml-cpu's AVX2 order, so
+    /// results agree with ggml's to the bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ4_0, y as *const BlockQ8_0);
-        let nb = n / QK;
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 2 <= nb {
-            acc0 = block(&*x.add(i), &*y.add(i), acc0);
-            acc1 = block(&*x.add(i + 1), &*y.add(i + 1), acc1);
-            i += 2;
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / QK {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            let q = _mm256_sub_epi8(nibbles(bx.qs.as_ptr()), _mm256_set1_epi8(8));
+            let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc);
         }
-        if i < nb {
-            acc0 = block(&*x.add(i), &*y.add(i), acc0);
+        hsum_f32(acc)
+    }
+
+    /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        const { assert!(C <= 4) };
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..n / QK {
+            let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
+            let mut dy = [0f32; C];
+            for (c, d) in dy.iter_mut().enumerate() {
+                *d = f16_load(&by(c).d);
+            }
+            for r in 0..R {
+                let bx = &*(x.add(r * xs) as *const BlockQ4_0).add(i);
+                if C == 1 {
+                    // One column streams the matrix once: fetch the next tile's rows (the
+                    // memory right after these R rows) while this one is summed. The hardware
+                    // prefetcher loses track of R interleaved short rows.
+                    _mm_prefetch::<_MM_HINT_T0>((bx as *const BlockQ4_0 as *const i8).add(R * xs));
+                }
+                let dx = f16_load(&bx.d);
+                let q = _mm256_sub_epi8(nibbles(bx.qs.as_ptr()), _mm256_set1_epi8(8));
+                // dot_i8_i8 with the row's half (|q|) done once for all columns.
+                let qa = _mm256_sign_epi8(q, q);
+                for c in 0..C {
+                    let yq = _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i);
+                    let p = dot_u8_i8(qa, _mm256_sign_epi8(yq, q));
+                    // dx·dy: the product vec_dot forms.
+                    let scale = _mm256_set1_ps(dx * dy[c]);
+                    acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[r][c]);
+                }
+            }
         }
-        hsum_f32(_mm256_add_ps(acc0, acc1))
+        for r in 0..R {
+            for c in 0..C {
+                *(out.add(r * 4 + c * os) as *mut f32) = hsum_f32(acc[r][c]);
+            }
+        }
     }
 }
 
@@ -121,6 +166,11 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q4_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    #[test]
+    fn tiles_equal_vec_dot() {
+        check_tiles(GgmlType::Q4_0, from_f32, GgmlType::Q8_0, q8_0::from_f32, vec_dot_fn(), &[gemm_tile(), gemv_tile()]);
     }
 
     #[test]

@@ -123,16 +123,12 @@ mod avx2 {
         let m30 = _mm256_set1_epi8(0x30);
         let pairs = scale_pairs();
         let mut acc = _mm256_setzero_ps();
-        let mut offset = _mm256_setzero_ps();
         for i in 0..n / QK_K {
             let (bx, by) = (&*x.add(i), &*y.add(i));
             // d is the block's last two bytes: a 32-bit load ending there puts it in lane 1.
             let dv = f16_pair((bx.scales.as_ptr().add(14) as *const u32).read_unaligned());
             let d = _mm256_set1_ps(by.d * _mm_cvtss_f32(_mm_movehdup_ps(dv)));
             let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr() as *const __m128i));
-            // Codes are used unsigned (0..63); the -32 comes back through the per-16 sums.
-            let bsums = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
-            offset = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(sc, bsums)), offset);
             let mut sumi = _mm256_setzero_si256();
             for h in 0..2 {
                 let ql0 = _mm256_loadu_si256(bx.ql.as_ptr().add(64 * h) as *const __m256i);
@@ -153,9 +149,13 @@ mod avx2 {
                     sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yk), s));
                 }
             }
+            // Codes are used unsigned (0..63); the -32 comes back through the per-16 sums,
+            // subtracted in integers before the one conversion, as ggml-cpu does (bit-exact).
+            let bsums = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
+            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc, bsums), 5));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
-        hsum_f32(acc) - 32.0 * hsum_f32(offset)
+        hsum_f32(acc)
     }
 }
 
