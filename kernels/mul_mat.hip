@@ -7,8 +7,9 @@
 
 // Matrix-vector form for few src1 columns (token generation): a warp per output row and
 // up to MV_COLS columns, so each weight row is read once for all of them; MV_ROWS rows
-// (warps) per block. Lanes take every warp-size-th element and the warp sums with shuffles:
-// no block-wide barrier, which is what small rows (576 wide) would otherwise wait on.
+// (warps) per block. Each lane takes whole blocks of 32 weights (consecutive lanes,
+// consecutive blocks: the warp reads the row contiguously), so all of a block's loads are
+// in flight together; the warp sums with shuffles, no block-wide barrier.
 #define MV_COLS 4
 #define MV_ROWS 4
 
@@ -28,16 +29,25 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, 
 #pragma unroll
     for (int c = 0; c < MV_COLS; c++) xr[c] = (const float*)(xb + (col0 + (c < ncols ? c : 0)) * nb11);
     float acc[MV_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (i64 k = lane; k < K; k += RF_WARP_SIZE) {
-        const float wv = load_w<W>(wr, k);
+    // K is a multiple of 32 for every type (block sizes are 32 or 256).
+    for (i64 blk = lane; blk < K / 32; blk += RF_WARP_SIZE) {
+        float wv[32];
+        load_block32<W>(wr, blk, wv);
 #pragma unroll
-        for (int c = 0; c < MV_COLS; c++) acc[c] += wv * xr[c][k];
-        if (corr && k % 32 == 0) {
-            const float mw = load_w_min<W>(wr, k / 32);
+        for (int c = 0; c < MV_COLS; c++) {
+            if (c < ncols) {
+                const float* xv = xr[c] + blk * 32;
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 32; j++) s += wv[j] * xv[j];
+                acc[c] += s;
+            }
+        }
+        if (corr) {
+            const float mw = load_w_min<W>(wr, blk);
 #pragma unroll
             for (int c = 0; c < MV_COLS; c++) {
-                const i64 xrow = col0 + (c < ncols ? c : 0) + N * b;
-                acc[c] += mw * corr[xrow * (K / 32) + k / 32];
+                if (c < ncols) acc[c] += mw * corr[(col0 + c + N * b) * (K / 32) + blk];
             }
         }
     }
@@ -124,12 +134,11 @@ RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M
 #define MUL_MAT_ARGS                                                                                          \
     const char *w, const char *x, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, \
         i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3, const float *corr
-#define MUL_MAT_VEC_PASS w, x, d, K, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr
-#define MUL_MAT_TILED_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr
+#define MUL_MAT_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr
 
 #define MUL_MAT_KERNELS(NAME, W)                                                          \
-    RF_KERNEL void mul_mat_vec_##NAME(MUL_MAT_ARGS) { mul_mat_vec<W>(MUL_MAT_VEC_PASS); } \
-    RF_KERNEL void mul_mat_tiled_##NAME(MUL_MAT_ARGS) { mul_mat_tiled<W>(MUL_MAT_TILED_PASS); }
+    RF_KERNEL void mul_mat_vec_##NAME(MUL_MAT_ARGS) { mul_mat_vec<W>(MUL_MAT_PASS); } \
+    RF_KERNEL void mul_mat_tiled_##NAME(MUL_MAT_ARGS) { mul_mat_tiled<W>(MUL_MAT_PASS); }
 
 MUL_MAT_KERNELS(f32, w_f32)
 MUL_MAT_KERNELS(f16, w_f16)
@@ -150,6 +159,23 @@ MUL_MAT_KERNELS(q6_k, w_q6_k)
 // rounded block sum `s`, for Q4_1/Q5_1 mins) into corr[row * K/32 + block]. Products with
 // the rounded values then equal ggml-cpu's integer dots up to the
 // order of f32 additions, so the GPU agrees with ggml-cpu as closely as its CPU device does.
+// Max of v over the 32 lanes of a lane group (lanes sharing threadIdx.x / 32): xor masks
+// below 32 never leave the group, on 32- and 64-wide warps alike.
+RF_DEVICE float rf_group32_max(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, rf_shfl_xor(v, m));
+    return v;
+}
+
+RF_DEVICE float rf_group32_sum(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v += rf_shfl_xor(v, m);
+    return v;
+}
+
+// One group of 32 threads per block of 32 (or 256) values: the block's max and sums are
+// group reductions instead of one thread walking the block, whose serial loads took longer
+// than the matrix-vector product that follows.
 RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 K, i64 N, i64 ne12, i64 nb11, i64 nb12,
                           i64 nb13) {
     const i64 row = blockIdx.x;
@@ -160,35 +186,48 @@ RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 
         for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_f16_to_f32(rf_f32_to_f16(xr[k]));
         return;
     }
-    const int bs = mode == 1 ? 256 : 32;
-    for (i64 b = threadIdx.x; b < K / bs; b += blockDim.x) {
-        const float* xb = xr + b * bs;
-        float* ob = o + b * bs;
-        float amax = 0.0f, mx = 0.0f;
-        for (int j = 0; j < bs; j++) {
-            const float a = fabsf(xb[j]);
-            if (a > amax) {
-                amax = a;
-                mx = xb[j];
-            }
-        }
-        if (mode != 1) {
+    const int lane = threadIdx.x % 32, group = threadIdx.x / 32, ngroups = blockDim.x / 32;
+    if (mode != 1) {
+        for (i64 b = group; b < K / 32; b += ngroups) {
+            const float v = xr[b * 32 + lane];
+            const float amax = rf_group32_max(fabsf(v));
             const float d32 = amax / 127.0f;
             const float d = rf_f16_to_f32(rf_f32_to_f16(d32));
             const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            int sum = 0;
-            for (int j = 0; j < bs; j++) {
-                const float q = rintf(xb[j] * id);
-                sum += (int)q;
-                ob[j] = d * q;
+            const float q = rintf(v * id);
+            o[b * 32 + lane] = d * q;
+            if (mode == 3) {
+                const float sum = rf_group32_sum(q);  // |sum| <= 32 * 127: exact in f32
+                if (lane == 0) corr[row * (K / 32) + b] = rf_f16_to_f32(rf_f32_to_f16(d32 * sum)) - d * sum;
             }
-            if (mode == 3) corr[row * (K / 32) + b] = rf_f16_to_f32(rf_f32_to_f16(d32 * (float)sum)) - d * (float)sum;
-        } else if (amax == 0.0f) {
-            for (int j = 0; j < bs; j++) ob[j] = 0.0f;
-        } else {
-            const float iscale = -127.0f / mx;
-            const float d = 1.0f / iscale;
-            for (int j = 0; j < bs; j++) ob[j] = d * fminf(rintf(iscale * xb[j]), 127.0f);
+        }
+        return;
+    }
+    // Q8_K: the scale comes from the value of largest magnitude, the first one on ties.
+    for (i64 b = group; b < K / 256; b += ngroups) {
+        const float* xb = xr + b * 256;
+        float best_a = -1.0f, best_i = 0.0f, best_x = 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            const float v = xb[lane + 32 * t], a = fabsf(v);
+            if (a > best_a) {
+                best_a = a;
+                best_i = (float)(lane + 32 * t);
+                best_x = v;
+            }
+        }
+        const float amax = rf_group32_max(best_a);
+        const float first = -rf_group32_max(best_a == amax ? -best_i : -1e9f);
+        const float mx = rf_group32_sum(best_a == amax && best_i == first ? best_x : 0.0f);
+        float* ob = out + row * K + b * 256;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            float r = 0.0f;
+            if (amax != 0.0f) {
+                const float iscale = -127.0f / mx;
+                r = (1.0f / iscale) * fminf(rintf(iscale * xb[lane + 32 * t]), 127.0f);
+            }
+            ob[lane + 32 * t] = r;
         }
     }
 }

@@ -95,6 +95,38 @@ template <> RF_DEVICE_SPEC float load_w<w_q6_k>(const char* row, i64 k) {
     return rf_ld_f16(b + 208) * scale * (float)((lo | (hi << 4)) - 32);
 }
 
+// Elements 32*blk .. 32*blk+31 of a row as f32, for kernels where one thread takes a whole
+// block: its loads are independent, so they are all in flight at once. The quantized types
+// most used by real models read their scale once; the rest go through load_w.
+template <typename W> RF_DEVICE void load_block32(const char* row, i64 blk, float* out) {
+#pragma unroll
+    for (int j = 0; j < 32; j++) out[j] = load_w<W>(row, blk * 32 + j);
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q4_0>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + blk * 18;
+    const float d = rf_ld_f16(b);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        out[j] = d * (float)((b[2 + j] & 15) - 8);
+        out[j + 16] = d * (float)((b[2 + j] >> 4) - 8);
+    }
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q4_1>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + blk * 20;
+    const float d = rf_ld_f16(b), m = rf_ld_f16(b + 2);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        out[j] = d * (float)(b[4 + j] & 15) + m;
+        out[j + 16] = d * (float)(b[4 + j] >> 4) + m;
+    }
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q8_0>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + blk * 34;
+    const float d = rf_ld_f16(b);
+#pragma unroll
+    for (int j = 0; j < 32; j++) out[j] = d * (float)(signed char)b[2 + j];
+}
+
 // The min `m` of the block holding element k, for types whose blocks have one (Q4_1, Q5_1),
 // else 0: ggml-cpu adds m times an f16-rounded sum of the activations' block (Q8_1's `s`),
 // which the mat-mul kernels reproduce with a per-block correction.

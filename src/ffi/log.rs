@@ -9,6 +9,11 @@ use std::ffi::{c_void, CString};
 /// every level, and hosts should not see our chatter.
 static DEBUG: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| std::env::var_os("ROCMFORGE_DEBUG").is_some());
 
+/// Whether debug lines are wanted (to skip building them otherwise).
+pub fn debug_enabled() -> bool {
+    *DEBUG
+}
+
 pub fn log(level: ggml_log_level, msg: &str) {
     if level == GGML_LOG_LEVEL_DEBUG && !*DEBUG {
         return;

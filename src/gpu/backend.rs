@@ -208,6 +208,10 @@ impl Backend for GpuBackend {
                 }
             }
             // A new graph: run it directly; capture waits until it repeats.
+            if crate::ffi::log::debug_enabled() {
+                let at = key.iter().zip(&self.last_key).position(|(a, b)| a != b);
+                crate::log_debug!("{}: graph of {} nodes differs from the last one (key word {at:?} of {})", self.name.to_string_lossy(), nodes.len(), key.len());
+            }
             self.exec_current = false;
             self.last_key = key;
         }

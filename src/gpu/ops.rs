@@ -107,6 +107,7 @@ fn supports_mul_mat(node: &Tensor) -> bool {
         && x.dtype() == GgmlType::F32
         && node.dtype() == GgmlType::F32
         && wne[0] == xne[0]
+        && wne[0] <= i32::MAX as usize
         && dne[0] == wne[1]
         && dne[1] == xne[1]
         && dne[2] == xne[2]
@@ -355,7 +356,7 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
                 .i64(n)
                 .i64(xne[2])
                 .i64s(&x.nb()[1..]);
-            lc.run("round_src1", [n * batches, 1, 1], 64, args)?;
+            lc.run("round_src1", [n * batches, 1, 1], 256, args)?;
             (lc.scratch as usize as *const u8, [4, k * 4, k * 4 * n, k * 4 * n * xne[2]])
         }
         _ => (x.data() as *const u8, x.nb()),
