@@ -397,6 +397,18 @@ pub mod neon {
         vgetq_lane_f32::<0>(v) * vgetq_lane_f32::<1>(v)
     }
 
+    /// The lane sums of the vectors in `p` (one per sub-block), multiplied by the i32 scales
+    /// in `sc` (4 per vector, sub-block order) and added up.
+    #[inline(always)]
+    pub unsafe fn scaled_sum(p: &[int32x4_t], sc: &[int32x4_t]) -> i32 {
+        let mut acc = vdupq_n_s32(0);
+        for (g, s) in p.chunks_exact(4).zip(sc) {
+            let sums = vpaddq_s32(vpaddq_s32(g[0], g[1]), vpaddq_s32(g[2], g[3]));
+            acc = vmlaq_s32(acc, sums, *s);
+        }
+        vaddvq_s32(acc)
+    }
+
     /// `block(i, acc)` over blocks 0..nb, even blocks into one accumulator and odd ones into
     /// another, so that consecutive FMAs do not wait on each other; returns their sum.
     #[inline(always)]
@@ -494,7 +506,7 @@ pub mod testutil {
     }
 
     /// Formats with a NEON dot; the others run their scalar reference on aarch64.
-    const NEON_DOTS: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+    const NEON_DOTS: [GgmlType; 5] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
 
     /// Every format has an AVX2 dot, some a NEON one: where it may run it must be what is
     /// dispatched, or the checks below compare the reference with itself.
