@@ -73,6 +73,18 @@ pub fn has_avx512_vnni() -> bool {
     }
 }
 
+/// Whether SDOT (FEAT_DotProd) is present, for the int8 dot products on aarch64.
+pub fn has_dotprod() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    {
+        level() == Level::Neon && std::arch::is_aarch64_feature_detected!("dotprod")
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
+}
+
 /// Name/value pairs for `ggml_backend_get_features`.
 pub fn features() -> Vec<(String, String)> {
     let l = level();
@@ -90,6 +102,9 @@ pub fn features() -> Vec<(String, String)> {
     }
     if l == Level::Neon {
         v.push(("NEON".into(), "1".into()));
+    }
+    if has_dotprod() {
+        v.push(("DOTPROD".into(), "1".into()));
     }
     v
 }
@@ -135,16 +150,25 @@ pub fn dot_f16_f16(a: &[u16], b: &[u16]) -> f32 {
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_f16_f16_avx2(a, b) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if level() == Level::Neon {
+        return unsafe { neon::dot_f16_f16(a, b) };
+    }
     dot_f16_f16_ref(a, b)
 }
 
 /// f16·f16 in the order of ggml-cpu's row-by-vector kernel (four accumulators over steps of 32,
 /// pairwise reduction, remainder in f64): what ggml uses when the activation has one column.
+/// NEON has one f16·f16 kernel for both (no ggml order is matched there).
 pub fn dot_f16_f16_single_column(a: &[u16], b: &[u16]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_f16_f16_4acc_avx2(a, b) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == Level::Neon {
+        return unsafe { neon::dot_f16_f16(a, b) };
     }
     dot_f16_f16_ref(a, b)
 }
@@ -155,6 +179,10 @@ pub fn dot_bf16_bf16(a: &[u16], b: &[u16]) -> f32 {
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_bf16_bf16_avx2(a, b) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if level() == Level::Neon {
+        return unsafe { neon::dot_bf16_bf16(a, b) };
+    }
     dot_bf16_bf16_ref(a, b)
 }
 
@@ -163,6 +191,10 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_f32_avx2(a, b) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == Level::Neon {
+        return unsafe { neon::dot_f32(a, b) };
     }
     dot_f32_ref(a, b)
 }
@@ -173,6 +205,10 @@ pub fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_f16_f32_avx2(a, b) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if level() == Level::Neon {
+        return unsafe { neon::dot_f16_f32(a, b) };
+    }
     dot_f16_f32_ref(a, b)
 }
 
@@ -181,6 +217,10 @@ pub fn dot_bf16_f32(a: &[u16], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_bf16_f32_avx2(a, b) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == Level::Neon {
+        return unsafe { neon::dot_bf16_f32(a, b) };
     }
     dot_bf16_f32_ref(a, b)
 }
@@ -367,6 +407,132 @@ pub mod x86 {
     }
 }
 
+/// NEON float dots: one kernel over pairs of element kinds, 16 elements a step into four
+/// accumulators. f16 → f32 is FCVTL, part of base AArch64 SIMD (FEAT_FP16 adds only f16
+/// arithmetic), so no run-time check is needed for it.
+#[cfg(target_arch = "aarch64")]
+pub mod neon {
+    use std::arch::aarch64::*;
+
+    /// Four f16 (the 64-bit word's halves, low first) as f32.
+    #[inline(always)]
+    pub unsafe fn f16x4(bits: u64) -> float32x4_t {
+        vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(bits)))
+    }
+
+    /// One f16 as f32 (`half` would detect FEAT_FP16 and call out, spilling the caller's vectors).
+    #[inline(always)]
+    pub unsafe fn f16(h: u16) -> f32 {
+        vgetq_lane_f32::<0>(f16x4(h as u64))
+    }
+
+    /// f32 → f16 bits, rounded to nearest even like `half`.
+    #[inline(always)]
+    pub unsafe fn f32_to_f16(v: f32) -> u16 {
+        vget_lane_u16::<0>(vreinterpret_u16_f16(vcvt_f16_f32(vdupq_n_f32(v))))
+    }
+
+    /// An element type as the dots read it: 8 at a time into two f32 vectors, or one alone.
+    trait Kind {
+        type T: Copy;
+        unsafe fn load8(p: *const Self::T) -> [float32x4_t; 2];
+        fn get(x: Self::T) -> f32;
+    }
+
+    struct F32;
+    struct F16;
+    struct Bf16;
+
+    impl Kind for F32 {
+        type T = f32;
+        #[inline(always)]
+        unsafe fn load8(p: *const f32) -> [float32x4_t; 2] {
+            [vld1q_f32(p), vld1q_f32(p.add(4))]
+        }
+        fn get(x: f32) -> f32 {
+            x
+        }
+    }
+
+    impl Kind for F16 {
+        type T = u16;
+        #[inline(always)]
+        unsafe fn load8(p: *const u16) -> [float32x4_t; 2] {
+            let h = vld1q_u16(p);
+            [vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))), vcvt_high_f32_f16(vreinterpretq_f16_u16(h))]
+        }
+        fn get(x: u16) -> f32 {
+            unsafe { f16(x) }
+        }
+    }
+
+    impl Kind for Bf16 {
+        type T = u16;
+        #[inline(always)]
+        unsafe fn load8(p: *const u16) -> [float32x4_t; 2] {
+            // bf16 is the top half of an f32: widen with a shift by 16.
+            let h = vld1q_u16(p);
+            [vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))), vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h))]
+        }
+        fn get(x: u16) -> f32 {
+            f32::from_bits((x as u32) << 16)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot<A: Kind, B: Kind>(a: &[A::T], b: &[B::T]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            for h in 0..2 {
+                let (x, y) = (A::load8(pa.add(i + 8 * h)), B::load8(pb.add(i + 8 * h)));
+                acc[2 * h] = vfmaq_f32(acc[2 * h], x[0], y[0]);
+                acc[2 * h + 1] = vfmaq_f32(acc[2 * h + 1], x[1], y[1]);
+            }
+            i += 16;
+        }
+        if i + 8 <= n {
+            let (x, y) = (A::load8(pa.add(i)), B::load8(pb.add(i)));
+            acc[0] = vfmaq_f32(acc[0], x[0], y[0]);
+            acc[1] = vfmaq_f32(acc[1], x[1], y[1]);
+            i += 8;
+        }
+        let mut s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+        while i < n {
+            s += A::get(a[i]) * B::get(b[i]);
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        dot::<F32, F32>(a, b)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
+        dot::<F16, F32>(a, b)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_f16_f16(a: &[u16], b: &[u16]) -> f32 {
+        dot::<F16, F16>(a, b)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_bf16_f32(a: &[u16], b: &[f32]) -> f32 {
+        dot::<Bf16, F32>(a, b)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_bf16_bf16(a: &[u16], b: &[u16]) -> f32 {
+        dot::<Bf16, Bf16>(a, b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,6 +578,21 @@ mod tests {
         assert_eq!(out[7], 1.0);
     }
 
+    /// The NEON f16 conversions against `half`: every f16, and f32s spread over all exponents.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_f16_conversions_match_half() {
+        for h in 0..=u16::MAX {
+            let (got, want) = (unsafe { neon::f16(h) }, half::f16::from_bits(h).to_f32());
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{h:#06x}: {got} vs {want}");
+        }
+        for bits in (0..=u32::MAX).step_by(997) {
+            let v = f32::from_bits(bits);
+            let (got, want) = (unsafe { neon::f32_to_f16(v) }, half::f16::from_f32(v));
+            assert!(got == want.to_bits() || (want.is_nan() && half::f16::from_bits(got).is_nan()), "{v:e}: {got:#06x} vs {:#06x}", want.to_bits());
+        }
+    }
+
     #[test]
     fn simd_dots_match_reference() {
         for n in [0, 1, 7, 8, 31, 32, 33, 100, 257] {
@@ -427,6 +608,26 @@ mod tests {
             assert!((dot_f16_f16(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3);
             assert!((dot_f16_f16_single_column(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3);
             assert!((dot_bf16_bf16(&ab, &bb) - dot_bf16_bf16_ref(&ab, &bb)).abs() < 1e-3);
+            #[cfg(target_arch = "aarch64")]
+            {
+                // The NEON kernels against the references, and the dispatched dots must be them
+                // (to the bit), or the checks above compared the references with themselves.
+                assert!(level() == Level::Neon || std::env::var("ROCMFORGE_SIMD").is_ok_and(|v| v == "scalar"), "NEON not detected");
+                let same = |fast: f32, slow: f32, dispatched: f32, what: &str| {
+                    assert!((fast - slow).abs() < 1e-3, "{what} n={n}: neon {fast} vs scalar {slow}");
+                    if level() == Level::Neon {
+                        assert_eq!(dispatched.to_bits(), fast.to_bits(), "{what} n={n}: NEON is not what is dispatched");
+                    }
+                };
+                unsafe {
+                    same(neon::dot_f32(&a, &b), dot_f32_ref(&a, &b), dot_f32(&a, &b), "f32");
+                    same(neon::dot_f16_f32(&a16, &b), dot_f16_f32_ref(&a16, &b), dot_f16_f32(&a16, &b), "f16·f32");
+                    same(neon::dot_bf16_f32(&ab, &b), dot_bf16_f32_ref(&ab, &b), dot_bf16_f32(&ab, &b), "bf16·f32");
+                    same(neon::dot_f16_f16(&a16, &b16), dot_f16_f16_ref(&a16, &b16), dot_f16_f16(&a16, &b16), "f16·f16");
+                    same(neon::dot_f16_f16(&a16, &b16), dot_f16_f16_ref(&a16, &b16), dot_f16_f16_single_column(&a16, &b16), "f16·f16 single column");
+                    same(neon::dot_bf16_bf16(&ab, &bb), dot_bf16_bf16_ref(&ab, &bb), dot_bf16_bf16(&ab, &bb), "bf16·bf16");
+                }
+            }
         }
     }
 }

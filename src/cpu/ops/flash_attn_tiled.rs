@@ -14,6 +14,8 @@ const BQ: usize = 32;
 const BK: usize = 32;
 
 /// Everything the kernel needs, read once from the node.
+// Only the AVX2 kernel reads it; elsewhere `usable` is false.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub struct Params {
     pub scale: f32,
     pub softcap: f32,

@@ -2,7 +2,7 @@
 //! Byte j holds element j in its low nibble and element j + 16 in its high nibble.
 
 use super::q8_0::BlockQ8_0;
-use super::{f16_to_f32, f32_to_f16, use_avx2};
+use super::{f16_to_f32, f32_to_f16, use_avx2, use_neon};
 use crate::cpu::types::{Tile, VecDot};
 
 pub const QK: usize = 32;
@@ -70,7 +70,11 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
-    let _ = use_avx2;
+    #[cfg(target_arch = "aarch64")]
+    if use_neon() {
+        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+    }
+    let _ = (use_avx2, use_neon);
     vec_dot_ref
 }
 
@@ -152,6 +156,40 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::*;
+    use std::arch::aarch64::*;
+
+    #[inline(always)]
+    unsafe fn block<D: I8Dot>(bx: &BlockQ4_0, by: &BlockQ8_0, acc: float32x4_t) -> float32x4_t {
+        let q = vld1q_u8(bx.qs.as_ptr());
+        let eight = vdupq_n_s8(8);
+        let lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f))), eight);
+        let hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight);
+        let y = by.qs.as_ptr();
+        let p = D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y.add(16)));
+        vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16_mul(bx.d, by.d))
+    }
+
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ4_0, y as *const BlockQ8_0);
+        vaddvq_f32(sum_blocks(n / QK, |i, acc| block::<D>(&*x.add(i), &*y.add(i), acc)))
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +204,17 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q4_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
+    /// checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        assert_eq!(vec_dot_fn() as usize, want as usize, "Q4_0: not the expected NEON kernel");
+        check_vec_dot(GgmlType::Q4_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, neon::vec_dot, vec_dot_ref);
+        check_vec_dot_extremes(GgmlType::Q4_0, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, neon::vec_dot, vec_dot_ref);
     }
 
     #[test]

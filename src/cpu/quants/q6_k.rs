@@ -4,7 +4,7 @@
 //! (low nibble for k < 2, high for k >= 2) and its top 2 bits at bit 2k of qh[32n + l].
 
 use super::q8_k::BlockQ8K;
-use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, use_avx2, QK_K};
+use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, use_avx2, use_neon, QK_K};
 use crate::cpu::types::VecDot;
 
 #[repr(C)]
@@ -106,7 +106,11 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
-    let _ = use_avx2;
+    #[cfg(target_arch = "aarch64")]
+    if use_neon() {
+        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+    }
+    let _ = (use_avx2, use_neon);
     vec_dot_ref
 }
 
@@ -159,6 +163,58 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::*;
+    use std::arch::aarch64::*;
+
+    /// Integer sums exactly as `vec_dot_ref` forms them, so the result is the reference's to the bit.
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ6K, y as *const BlockQ8K);
+        let (m4, m30, c32) = (vdupq_n_u8(0x0f), vdupq_n_u8(0x30), vdupq_n_s8(32));
+        let mut sum = 0f32;
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            // One i32x4 per sub-block of 16: vector (n, k, h) below holds sub-block 8n + 2k + h.
+            let mut p = [vdupq_n_s32(0); 16];
+            for n in 0..2 {
+                for h in 0..2 {
+                    let ql0 = vld1q_u8(bx.ql.as_ptr().add(64 * n + 16 * h));
+                    let ql1 = vld1q_u8(bx.ql.as_ptr().add(64 * n + 32 + 16 * h));
+                    let qh = vld1q_u8(bx.qh.as_ptr().add(32 * n + 16 * h));
+                    let q = [
+                        vorrq_u8(vandq_u8(ql0, m4), vandq_u8(vshlq_n_u8::<4>(qh), m30)),
+                        vorrq_u8(vandq_u8(ql1, m4), vandq_u8(vshlq_n_u8::<2>(qh), m30)),
+                        vorrq_u8(vshrq_n_u8::<4>(ql0), vandq_u8(qh, m30)),
+                        vorrq_u8(vshrq_n_u8::<4>(ql1), vandq_u8(vshrq_n_u8::<2>(qh), m30)),
+                    ];
+                    for (k, &qk) in q.iter().enumerate() {
+                        let yk = vld1q_s8(by.qs.as_ptr().add(128 * n + 32 * k + 16 * h));
+                        p[8 * n + 2 * k + h] = D::dot(vdupq_n_s32(0), vsubq_s8(vreinterpretq_s8_u8(qk), c32), yk);
+                    }
+                }
+            }
+            let sc8 = vld1q_s8(bx.scales.as_ptr());
+            let (lo, hi) = (vmovl_s8(vget_low_s8(sc8)), vmovl_high_s8(sc8));
+            let sc = [vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)), vmovl_high_s16(hi)];
+            sum += by.d * f16(bx.d) * scaled_sum(&p, &sc) as f32;
+        }
+        sum
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +229,17 @@ mod tests {
     #[test]
     fn vec_dot_matches() {
         check_vec_dot(GgmlType::Q6_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
+    /// checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        assert_eq!(vec_dot_fn() as usize, want as usize, "Q6_K: not the expected NEON kernel");
+        check_vec_dot(GgmlType::Q6_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, neon::vec_dot, vec_dot_ref);
+        check_vec_dot_extremes(GgmlType::Q6_K, to_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, neon::vec_dot, vec_dot_ref);
     }
 
     #[test]

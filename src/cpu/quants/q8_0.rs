@@ -1,7 +1,7 @@
 //! Q8_0: blocks of 32 values, one f16 scale and 32 signed bytes; x = d * q.
 //! Also the activation type that Q4_0, Q5_0, Q8_0 and IQ4_NL weights are multiplied with.
 
-use super::{f16_to_f32, f32_to_f16, use_avx2};
+use super::{f16_to_f32, f32_to_f16, use_avx2, use_neon};
 use crate::cpu::types::{Tile, VecDot};
 
 pub const QK: usize = 32;
@@ -32,6 +32,10 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     #[cfg(target_arch = "x86_64")]
     if super::use_avx2() {
         return avx2::from_f32(src, dst);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if use_neon() {
+        return neon::from_f32(src, dst);
     }
     from_f32_ref(src, dst)
 }
@@ -67,7 +71,11 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
-    let _ = use_avx2;
+    #[cfg(target_arch = "aarch64")]
+    if use_neon() {
+        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+    }
+    let _ = (use_avx2, use_neon);
     vec_dot_ref
 }
 
@@ -157,6 +165,46 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::{f32_to_f16, *};
+    use std::arch::aarch64::*;
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+        let blocks = dst as *mut BlockQ8_0;
+        for (i, x) in src.chunks_exact(QK).enumerate() {
+            let b = &mut *blocks.add(i);
+            let (d, _) = quantize_block_i8(x.as_ptr(), b.qs.as_mut_ptr());
+            b.d = f32_to_f16(d);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn block<D: I8Dot>(bx: &BlockQ8_0, by: &BlockQ8_0, acc: float32x4_t) -> float32x4_t {
+        let (x, y) = (bx.qs.as_ptr(), by.qs.as_ptr());
+        let p = D::dot(D::dot(vdupq_n_s32(0), vld1q_s8(x), vld1q_s8(y)), vld1q_s8(x.add(16)), vld1q_s8(y.add(16)));
+        vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16_mul(bx.d, by.d))
+    }
+
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ8_0, y as *const BlockQ8_0);
+        vaddvq_f32(sum_blocks(n / QK, |i, acc| block::<D>(&*x.add(i), &*y.add(i), acc)))
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +216,8 @@ mod tests {
         check_round_trip(GgmlType::Q8_0, from_f32, to_f32, 0.01);
         let x = data(32 * 9, 5);
         assert_eq!(quantize(GgmlType::Q8_0, from_f32, &x), quantize(GgmlType::Q8_0, from_f32_ref, &x));
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(quantize(GgmlType::Q8_0, neon::from_f32, &x), quantize(GgmlType::Q8_0, from_f32_ref, &x));
     }
 
     #[test]
@@ -183,6 +233,17 @@ mod tests {
     #[test]
     fn vec_dot_extremes() {
         check_vec_dot_extremes(GgmlType::Q8_0, to_f32, &[0], GgmlType::Q8_0, from_f32, to_f32, vec_dot_fn(), vec_dot_ref);
+    }
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
+    /// checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        assert_eq!(vec_dot_fn() as usize, want as usize, "Q8_0: not the expected NEON kernel");
+        check_vec_dot(GgmlType::Q8_0, from_f32, to_f32, GgmlType::Q8_0, from_f32, to_f32, neon::vec_dot, vec_dot_ref);
+        check_vec_dot_extremes(GgmlType::Q8_0, to_f32, &[0], GgmlType::Q8_0, from_f32, to_f32, neon::vec_dot, vec_dot_ref);
     }
 
     #[test]
@@ -204,5 +265,8 @@ mod tests {
         qs[31] = 127;
         want.extend(qs.iter().map(|&v| v as u8));
         assert_eq!(q, want);
+        assert_eq!(quantize(GgmlType::Q8_0, from_f32_ref, &x), want);
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(quantize(GgmlType::Q8_0, neon::from_f32, &x), want);
     }
 }

@@ -34,6 +34,10 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     if super::use_avx2() {
         return avx2::from_f32(src, dst);
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::use_neon() {
+        return neon::from_f32(src, dst);
+    }
     from_f32_ref(src, dst)
 }
 
@@ -72,6 +76,23 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::{f32_to_f16, quantize_block_i8};
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
+        let blocks = dst as *mut BlockQ8_1;
+        for (i, x) in src.chunks_exact(QK).enumerate() {
+            let b = &mut *blocks.add(i);
+            let (d, sum) = quantize_block_i8(x.as_ptr(), b.qs.as_mut_ptr());
+            b.d = f32_to_f16(d);
+            b.s = f32_to_f16(d * sum as f32);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +104,8 @@ mod tests {
         check_round_trip(GgmlType::Q8_1, from_f32, to_f32, 0.01);
         let x = data(32 * 9, 6);
         assert_eq!(quantize(GgmlType::Q8_1, from_f32, &x), quantize(GgmlType::Q8_1, from_f32_ref, &x));
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(quantize(GgmlType::Q8_1, neon::from_f32, &x), quantize(GgmlType::Q8_1, from_f32_ref, &x));
         let x = data(64, 3);
         let q = quantize(GgmlType::Q8_1, from_f32, &x);
         let b = unsafe { &*(q.as_ptr() as *const BlockQ8_1).add(1) };
