@@ -3,7 +3,7 @@
 
 use super::q8_0::BlockQ8_0;
 use super::{f16_to_f32, f32_to_f16, use_avx2};
-use crate::cpu::types::{Tile, VecDot};
+use crate::cpu::types::VecDot;
 
 pub const QK: usize = 32;
 
@@ -108,27 +108,9 @@ pub fn vec_dot_fn() -> VecDot {
     vec_dot_ref
 }
 
-/// 2 rows × 4 columns for prompts, 4 rows × 1 column for generation (see q4_1.rs). The
-/// 2 × 4 tile's 16 accumulators (two per pair, as `vec_dot`) spill some, yet it measured
-/// faster than 2 × 2 and 1 × 4.
-pub fn gemm_tile() -> Option<Tile> {
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        return Some(Tile { rows: 2, cols: 4, dot: avx2::tile::<2, 4> });
-    }
-    None
-}
-
-pub fn gemv_tile() -> Option<Tile> {
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        return Some(Tile { rows: 4, cols: 1, dot: avx2::tile::<4, 1> });
-    }
-    None
-}
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::*;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
@@ -211,6 +193,8 @@ mod avx2 {
 
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
     #[target_feature(enable = "avx2,fma,f16c")]
+    // The 2 × 4 tile's 16 accumulators (two per pair, as `vec_dot`) spill some, yet it
+    // measured faster than 2 × 2 and 1 × 4.
     pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
         const { assert!(C <= 4) };
         let nb = n / QK;
@@ -252,7 +236,7 @@ mod tests {
 
     #[test]
     fn tiles_equal_vec_dot() {
-        check_tiles(GgmlType::IQ4_NL, from_f32, GgmlType::Q8_0, q8_0::from_f32, vec_dot_fn(), &[gemm_tile(), gemv_tile()]);
+        check_tiles(GgmlType::IQ4_NL, from_f32, GgmlType::Q8_0, q8_0::from_f32, vec_dot_fn(), &tiles(GgmlType::IQ4_NL));
     }
 
     #[test]

@@ -24,22 +24,43 @@ use crate::ggml_types::GgmlType;
 /// Elements per K-quant super-block.
 pub const QK_K: usize = 256;
 
+/// Adds a format's register-blocked AVX2 kernel `avx2::tile::<R, C>` to its traits: 2 rows ×
+/// 4 columns for prompts, 4 rows × 1 column for generation, enough independent accumulators
+/// to hide the FMA latency that a single `vec_dot` chain waits on.
+macro_rules! with_tiles {
+    ($t:expr, $format:ident) => {{
+        #[cfg(target_arch = "x86_64")]
+        let t = if use_avx2() {
+            TypeTraits {
+                gemm: Some(crate::cpu::types::Tile { rows: 2, cols: 4, dot: $format::avx2::tile::<2, 4> }),
+                gemv: Some(crate::cpu::types::Tile { rows: 4, cols: 1, dot: $format::avx2::tile::<4, 1> }),
+                ..$t
+            }
+        } else {
+            $t
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let t = $t;
+        t
+    }};
+}
+
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
 pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
     let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot), gemm: None, gemv: None });
     match t {
-        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| TypeTraits { gemm: q4_0::gemm_tile(), gemv: q4_0::gemv_tile(), ..t }),
-        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| TypeTraits { gemm: q4_1::gemm_tile(), gemv: q4_1::gemv_tile(), ..t }),
+        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| with_tiles!(t, q4_0)),
+        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| with_tiles!(t, q4_1)),
         Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
         Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
-        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| TypeTraits { gemm: q8_0::gemm_tile(), gemv: q8_0::gemv_tile(), ..t }),
+        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| with_tiles!(t, q8_0)),
         Q2_K => full(q2_k::to_f32, q2_k::from_f32, Q8_K, q2_k::vec_dot_fn()),
         Q3_K => full(q3_k::to_f32, q3_k::from_f32, Q8_K, q3_k::vec_dot_fn()),
         Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
         Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
         Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
-        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| TypeTraits { gemm: iq4_nl::gemm_tile(), gemv: iq4_nl::gemv_tile(), ..t }),
+        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| with_tiles!(t, iq4_nl)),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
         Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None, gemm: None, gemv: None }),
@@ -524,8 +545,16 @@ pub mod testutil {
     /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
     /// dequantized values (loosely: the activation side is quantized too).
     #[allow(clippy::too_many_arguments)]
+    /// The tiles the traits of `t` register (none without AVX2).
+    pub fn tiles(t: GgmlType) -> [Option<Tile>; 2] {
+        let tr = crate::cpu::types::traits(t).unwrap();
+        [tr.gemm, tr.gemv]
+    }
+
     /// Every tile result equals `vec_dot` of its row and column to the bit.
     pub fn check_tiles(t: GgmlType, from: FromF32, yt: GgmlType, yfrom: FromF32, dot: VecDot, tiles: &[Option<Tile>]) {
+        #[cfg(target_arch = "x86_64")]
+        assert!(!super::use_avx2() || tiles.iter().all(Option::is_some), "{t:?}: AVX2 machine without tiles");
         for tile in tiles.iter().flatten() {
             for nb in [1, 3, 18] {
                 let n = nb * t.block_size();

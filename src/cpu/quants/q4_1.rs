@@ -3,7 +3,7 @@
 
 use super::q8_1::BlockQ8_1;
 use super::{f16_to_f32, f32_to_f16, use_avx2, use_neon};
-use crate::cpu::types::{Tile, VecDot};
+use crate::cpu::types::VecDot;
 
 pub const QK: usize = 32;
 
@@ -77,26 +77,9 @@ pub fn vec_dot_fn() -> VecDot {
     vec_dot_ref
 }
 
-/// 2 rows × 4 columns for prompts, 4 rows × 1 column for generation: enough independent
-/// accumulators to hide the FMA latency that a single `vec_dot` chain waits on.
-pub fn gemm_tile() -> Option<Tile> {
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        return Some(Tile { rows: 2, cols: 4, dot: avx2::tile::<2, 4> });
-    }
-    None
-}
-
-pub fn gemv_tile() -> Option<Tile> {
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        return Some(Tile { rows: 4, cols: 1, dot: avx2::tile::<4, 1> });
-    }
-    None
-}
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::*;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
@@ -239,7 +222,7 @@ mod tests {
 
     #[test]
     fn tiles_equal_vec_dot() {
-        check_tiles(GgmlType::Q4_1, from_f32, GgmlType::Q8_1, q8_1::from_f32, vec_dot_fn(), &[gemm_tile(), gemv_tile()]);
+        check_tiles(GgmlType::Q4_1, from_f32, GgmlType::Q8_1, q8_1::from_f32, vec_dot_fn(), &tiles(GgmlType::Q4_1));
     }
 
     /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is

@@ -2,7 +2,7 @@
 //! Also the activation type that Q4_0, Q5_0, Q8_0 and IQ4_NL weights are multiplied with.
 
 use super::{f16_to_f32, f32_to_f16, use_avx2, use_neon};
-use crate::cpu::types::{Tile, VecDot};
+use crate::cpu::types::VecDot;
 
 pub const QK: usize = 32;
 
@@ -79,25 +79,9 @@ pub fn vec_dot_fn() -> VecDot {
     vec_dot_ref
 }
 
-/// 2 rows × 4 columns for prompts, 4 rows × 1 column for generation (see q4_1.rs).
-pub fn gemm_tile() -> Option<Tile> {
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        return Some(Tile { rows: 2, cols: 4, dot: avx2::tile::<2, 4> });
-    }
-    None
-}
-
-pub fn gemv_tile() -> Option<Tile> {
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        return Some(Tile { rows: 4, cols: 1, dot: avx2::tile::<4, 1> });
-    }
-    None
-}
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::*;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
@@ -227,7 +211,7 @@ mod tests {
 
     #[test]
     fn tiles_equal_vec_dot() {
-        check_tiles(GgmlType::Q8_0, from_f32, GgmlType::Q8_0, from_f32, vec_dot_fn(), &[gemm_tile(), gemv_tile()]);
+        check_tiles(GgmlType::Q8_0, from_f32, GgmlType::Q8_0, from_f32, vec_dot_fn(), &tiles(GgmlType::Q8_0));
     }
 
     #[test]
