@@ -357,28 +357,46 @@ mod tests {
         out
     }
 
-    #[test]
-    fn flash_attn_matches_reference() {
-        let (dk, dv, nq, nh, nkv, nhkv) = (16, 8, 3, 4, 11, 2);
+    /// Shapes and mask of one comparison with `reference`; the mask hides key j from query i
+    /// when j > i + `causal_offset`, other entries are small negative biases.
+    struct Case {
+        dk: usize,
+        dv: usize,
+        nq: usize,
+        nh: usize,
+        nkv: usize,
+        nhkv: usize,
+        mne1: usize,
+        causal_offset: usize,
+        bias_period: usize,
+        bias_step: f32,
+        scale: f32,
+        seed: u32,
+    }
+
+    /// Runs FLASH_ATTN_EXT for K/V in F32 and F16, with/without mask, sinks and softcap, on
+    /// 1 and 3 threads, against `reference` within `tol(kv type)`.
+    fn check_against_reference(c: &Case, variants: &[(bool, bool, f32)], tol: impl Fn(GgmlType) -> f32) {
+        let (dk, dv, nq, nh, nkv, nhkv, mne1) = (c.dk, c.dv, c.nq, c.nh, c.nkv, c.nhkv, c.mne1);
         for kvt in [GgmlType::F32, GgmlType::F16] {
-            for (use_mask, use_sinks, softcap) in [(false, false, 0.0), (true, false, 0.0), (true, true, 0.0), (false, false, 20.0)] {
+            for &(use_mask, use_sinks, softcap) in variants {
                 for nth in [1, 3] {
                     let mut q = TT::new(GgmlType::F32, [dk, nq, nh, 1]);
-                    q.set(&rand_vec(dk * nq * nh, 1, -1.0, 1.0));
+                    q.set(&rand_vec(dk * nq * nh, c.seed, -1.0, 1.0));
                     let mut k = TT::new(kvt, [dk, nkv, nhkv, 1]);
-                    k.set(&rand_vec(dk * nkv * nhkv, 2, -1.0, 1.0));
+                    k.set(&rand_vec(dk * nkv * nhkv, c.seed + 1, -1.0, 1.0));
                     let mut v = TT::new(kvt, [dv, nkv, nhkv, 1]);
-                    v.set(&rand_vec(dv * nkv * nhkv, 3, -1.0, 1.0));
-                    // causal-ish mask with -inf entries, padded to more rows than queries
-                    let mne1 = 4;
-                    let mvals: Vec<f32> = (0..nkv * mne1).map(|x| if x % nkv > 8 + x / nkv { f32::NEG_INFINITY } else { ((x % 5) as f32) * -0.25 }).collect();
+                    v.set(&rand_vec(dv * nkv * nhkv, c.seed + 2, -1.0, 1.0));
+                    // Mask rows padded beyond the queries, as llama.cpp pads them.
+                    let mvals: Vec<f32> = (0..nkv * mne1)
+                        .map(|x| if x % nkv > c.causal_offset + x / nkv { f32::NEG_INFINITY } else { ((x % c.bias_period) as f32) * c.bias_step })
+                        .collect();
                     let mut m = TT::new(GgmlType::F16, [nkv, mne1, 1, 1]);
                     m.set(&mvals);
                     let mut s = TT::new(GgmlType::F32, [nh, 1, 1, 1]);
                     s.set(&[0.5, -1.0, 2.0, 0.0]);
                     let mut d = TT::new(GgmlType::F32, [dv, nh, nq, 1]);
-                    let scale = 0.3;
-                    d.op(op::FLASH_ATTN_EXT).src(0, &q).src(1, &k).src(2, &v).pf(0, scale).pf(1, 0.0).pf(2, softcap);
+                    d.op(op::FLASH_ATTN_EXT).src(0, &q).src(1, &k).src(2, &v).pf(0, c.scale).pf(1, 0.0).pf(2, softcap);
                     if use_mask {
                         d.src(3, &m);
                     }
@@ -390,54 +408,27 @@ mod tests {
                     if kvt == GgmlType::F16 {
                         qv.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
                     }
-                    let want = reference(&qv, &k.get(), &v.get(), use_mask.then_some(&m.get()[..]), use_sinks.then_some(&s.get()[..]), dk, dv, nq, nh, nkv, nhkv, scale, softcap, mne1);
-                    // F16 V with few queries accumulates in f16, as ggml-cpu does: f16 precision.
-                    let tol = if kvt == GgmlType::F16 { 2e-3 } else { 1e-5 };
-                    assert_close(&d.get(), &want, tol);
+                    let want = reference(&qv, &k.get(), &v.get(), use_mask.then_some(&m.get()[..]), use_sinks.then_some(&s.get()[..]), dk, dv, nq, nh, nkv, nhkv, c.scale, softcap, mne1);
+                    assert_close(&d.get(), &want, tol(kvt));
                 }
             }
         }
     }
 
+    #[test]
+    fn flash_attn_matches_reference() {
+        let c = Case { dk: 16, dv: 8, nq: 3, nh: 4, nkv: 11, nhkv: 2, mne1: 4, causal_offset: 8, bias_period: 5, bias_step: -0.25, scale: 0.3, seed: 1 };
+        // F16 V with few queries accumulates in f16, as ggml-cpu does: f16 precision.
+        let tol = |t| if t == GgmlType::F16 { 2e-3 } else { 1e-5 };
+        check_against_reference(&c, &[(false, false, 0.0), (true, false, 0.0), (true, true, 0.0), (false, false, 20.0)], tol);
+    }
+
     /// Enough queries for the tiled path: blocks cut short at both ends, a causal mask hiding
-    /// whole key blocks, GQA, ALiBi, softcap and sinks.
+    /// whole key blocks, GQA, softcap and sinks.
     #[test]
     fn flash_attn_tiled_matches_reference() {
-        let (dk, dv, nq, nh, nkv, nhkv) = (64, 40, 70, 4, 100, 2);
-        for kvt in [GgmlType::F32, GgmlType::F16] {
-            for (use_mask, use_sinks, softcap) in [(true, false, 0.0), (true, true, 0.0), (false, false, 0.0), (true, false, 30.0)] {
-                for nth in [1, 3] {
-                    let mut q = TT::new(GgmlType::F32, [dk, nq, nh, 1]);
-                    q.set(&rand_vec(dk * nq * nh, 11, -1.0, 1.0));
-                    let mut k = TT::new(kvt, [dk, nkv, nhkv, 1]);
-                    k.set(&rand_vec(dk * nkv * nhkv, 12, -1.0, 1.0));
-                    let mut v = TT::new(kvt, [dv, nkv, nhkv, 1]);
-                    v.set(&rand_vec(dv * nkv * nhkv, 13, -1.0, 1.0));
-                    let mne1 = 72;
-                    let mvals: Vec<f32> = (0..nkv * mne1).map(|x| if x % nkv > 30 + x / nkv { f32::NEG_INFINITY } else { ((x % 7) as f32) * -0.125 }).collect();
-                    let mut m = TT::new(GgmlType::F16, [nkv, mne1, 1, 1]);
-                    m.set(&mvals);
-                    let mut s = TT::new(GgmlType::F32, [nh, 1, 1, 1]);
-                    s.set(&[0.5, -1.0, 2.0, 0.0]);
-                    let mut d = TT::new(GgmlType::F32, [dv, nh, nq, 1]);
-                    let scale = 0.125;
-                    d.op(op::FLASH_ATTN_EXT).src(0, &q).src(1, &k).src(2, &v).pf(0, scale).pf(1, 0.0).pf(2, softcap);
-                    if use_mask {
-                        d.src(3, &m);
-                    }
-                    if use_sinks {
-                        d.src(4, &s);
-                    }
-                    run(&d, nth);
-                    let mut qv = q.get();
-                    if kvt == GgmlType::F16 {
-                        qv.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
-                    }
-                    let want = reference(&qv, &k.get(), &v.get(), use_mask.then_some(&m.get()[..]), use_sinks.then_some(&s.get()[..]), dk, dv, nq, nh, nkv, nhkv, scale, softcap, mne1);
-                    assert_close(&d.get(), &want, 1e-5);
-                }
-            }
-        }
+        let c = Case { dk: 64, dv: 40, nq: 70, nh: 4, nkv: 100, nhkv: 2, mne1: 72, causal_offset: 30, bias_period: 7, bias_step: -0.125, scale: 0.125, seed: 11 };
+        check_against_reference(&c, &[(true, false, 0.0), (true, true, 0.0), (false, false, 0.0), (true, false, 30.0)], |_| 1e-5);
     }
 }
 
