@@ -159,23 +159,9 @@ MUL_MAT_KERNELS(q6_k, w_q6_k)
 // rounded block sum `s`, for Q4_1/Q5_1 mins) into corr[row * K/32 + block]. Products with
 // the rounded values then equal ggml-cpu's integer dots up to the
 // order of f32 additions, so the GPU agrees with ggml-cpu as closely as its CPU device does.
-// Max of v over the 32 lanes of a lane group (lanes sharing threadIdx.x / 32): xor masks
-// below 32 never leave the group, on 32- and 64-wide warps alike.
-RF_DEVICE float rf_group32_max(float v) {
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, rf_shfl_xor(v, m));
-    return v;
-}
-
-RF_DEVICE float rf_group32_sum(float v) {
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v += rf_shfl_xor(v, m);
-    return v;
-}
-
 // One group of 32 threads per block of 32 (or 256) values: the block's max and sums are
-// group reductions instead of one thread walking the block, whose serial loads took longer
-// than the matrix-vector product that follows.
+// group reductions, so the block's loads are issued together instead of one thread walking
+// the block one load at a time.
 RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 K, i64 N, i64 ne12, i64 nb11, i64 nb12,
                           i64 nb13) {
     const i64 row = blockIdx.x;
@@ -190,14 +176,14 @@ RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 
     if (mode != 1) {
         for (i64 b = group; b < K / 32; b += ngroups) {
             const float v = xr[b * 32 + lane];
-            const float amax = rf_group32_max(fabsf(v));
+            const float amax = rf_group_max<32>(fabsf(v));
             const float d32 = amax / 127.0f;
             const float d = rf_f16_to_f32(rf_f32_to_f16(d32));
             const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
             const float q = rintf(v * id);
             o[b * 32 + lane] = d * q;
             if (mode == 3) {
-                const float sum = rf_group32_sum(q);  // |sum| <= 32 * 127: exact in f32
+                const float sum = rf_group_sum<32>(q);  // |sum| <= 32 * 127: exact in f32
                 if (lane == 0) corr[row * (K / 32) + b] = rf_f16_to_f32(rf_f32_to_f16(d32 * sum)) - d * sum;
             }
         }
@@ -216,10 +202,10 @@ RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 
                 best_x = v;
             }
         }
-        const float amax = rf_group32_max(best_a);
-        const float first = -rf_group32_max(best_a == amax ? -best_i : -1e9f);
-        const float mx = rf_group32_sum(best_a == amax && best_i == first ? best_x : 0.0f);
-        float* ob = out + row * K + b * 256;
+        const float amax = rf_group_max<32>(best_a);
+        const float first = -rf_group_max<32>(best_a == amax ? -best_i : -1e9f);
+        const float mx = rf_group_sum<32>(best_a == amax && best_i == first ? best_x : 0.0f);
+        float* ob = o + b * 256;
 #pragma unroll
         for (int t = 0; t < 8; t++) {
             float r = 0.0f;

@@ -58,18 +58,23 @@ RF_DEVICE f16_bits rf_f32_to_f16(float f) { return __builtin_bit_cast(f16_bits, 
 RF_DEVICE float rf_neg_inf() { return -__builtin_huge_valf(); }
 #endif
 
-// Sum over the threads of one warp; every lane gets the total.
-RF_DEVICE float rf_warp_sum(float v) {
+// Sum / max over aligned groups of WIDTH lanes (a power of two up to the warp size): xor
+// masks below WIDTH never leave the group. Every lane gets its group's result.
+template <int WIDTH> RF_DEVICE float rf_group_sum(float v) {
 #pragma unroll
-    for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) v += rf_shfl_xor(v, m);
+    for (int m = WIDTH / 2; m > 0; m >>= 1) v += rf_shfl_xor(v, m);
     return v;
 }
 
-RF_DEVICE float rf_warp_max(float v) {
+template <int WIDTH> RF_DEVICE float rf_group_max(float v) {
 #pragma unroll
-    for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) v = fmaxf(v, rf_shfl_xor(v, m));
+    for (int m = WIDTH / 2; m > 0; m >>= 1) v = fmaxf(v, rf_shfl_xor(v, m));
     return v;
 }
+
+// Sum over the threads of one warp; every lane gets the total.
+RF_DEVICE float rf_warp_sum(float v) { return rf_group_sum<RF_WARP_SIZE>(v); }
+RF_DEVICE float rf_warp_max(float v) { return rf_group_max<RF_WARP_SIZE>(v); }
 
 // Block-wide reductions for blocks of up to 1024 threads (a multiple of the warp size).
 // `scratch` holds one float per warp; every thread gets the result.

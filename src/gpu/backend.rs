@@ -147,18 +147,14 @@ impl Backend for GpuBackend {
         for node in nodes {
             self.check_memory(node)?;
         }
-        let launch_all = || -> Result<()> {
-            for node in nodes {
-                ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?;
-            }
-            Ok(())
-        };
+        let launch = |node: &Tensor| ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())));
+        let launch_all = || nodes.iter().try_for_each(launch);
         let (api, ord) = (ctx.api.as_ref(), ctx.ord);
         if let Some(p) = self.profile.as_mut() {
             api.stream_sync(ord, self.stream).map_err(Error::Device)?;
             for node in nodes {
                 let t0 = std::time::Instant::now();
-                ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?;
+                launch(node)?;
                 api.stream_sync(ord, self.stream).map_err(Error::Device)?;
                 let types: Vec<String> = (0..3).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
                 let src0 = node.src(0).map(|s| s.ne()).unwrap_or_default();
@@ -175,27 +171,29 @@ impl Backend for GpuBackend {
             let key = graph_key(nodes, self.scratch.0);
             if key == self.last_key {
                 if !self.exec_current {
-                    // Seen twice in a row: capture it.
-                    let stale = self.exec.take();
-                    let captured = api.capture_begin(ord, self.stream).map_err(Error::Device).and_then(|()| {
+                    // Seen twice in a row: capture it. The old executable is re-pointed at the
+                    // new graph where the runtime allows, else replaced; on failure it is kept
+                    // (and freed with the backend).
+                    let captured = (|| -> Result<GraphExec> {
+                        api.capture_begin(ord, self.stream).map_err(Error::Device)?;
                         let launched = launch_all();
                         let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
                         launched?;
                         let graph = graph?;
-                        let exec = match stale {
+                        let exec = match self.exec {
                             Some(e) if api.graph_exec_update(ord, e, graph) => Ok(e),
-                            _ => {
-                                if let Some(e) = stale {
-                                    api.graph_exec_destroy(ord, e);
-                                }
-                                api.graph_instantiate(ord, graph).map_err(Error::Device)
-                            }
+                            _ => api.graph_instantiate(ord, graph).map_err(Error::Device),
                         };
                         api.graph_destroy(ord, graph);
                         exec
-                    });
+                    })();
                     match captured {
-                        Ok(e) => (self.exec, self.exec_current) = (Some(e), true),
+                        Ok(e) => {
+                            if let Some(old) = self.exec.filter(|&old| old != e) {
+                                api.graph_exec_destroy(ord, old);
+                            }
+                            (self.exec, self.exec_current) = (Some(e), true);
+                        }
                         Err(e) => {
                             crate::log_warn!("{}: graph capture failed, launching kernels one by one from now on: {e}", self.name.to_string_lossy());
                             self.graphs_ok = false;
