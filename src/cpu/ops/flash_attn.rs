@@ -71,8 +71,13 @@ fn per_thread(node: &Tensor) -> usize {
 /// ggml-cpu runs its tiled algorithm for F16/F32 K and V (same type) and 64 queries or more;
 /// we take our tiled path in the same cases, and elsewhere follow its row-by-row arithmetic.
 fn ggml_tiled(node: &Tensor) -> bool {
-    let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
-    matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype() && q.ne()[1] >= 64
+    kv_plain(node) && node.src(0).unwrap().ne()[1] >= 64
+}
+
+/// K and V both F16 or both F32: the cases where ggml-cpu has more than one algorithm.
+fn kv_plain(node: &Tensor) -> bool {
+    let (k, v) = (node.src(1).unwrap(), node.src(2).unwrap());
+    matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype()
 }
 
 fn use_tiled(node: &Tensor) -> bool {
@@ -110,8 +115,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     // ggml-cpu picks one of three algorithms; where it takes its row-by-row one (few queries,
     // short cache) it accumulates F16 V in f16 and dots F16 K with its single-column kernel.
     // We follow it there so generation agrees with ggml's to the bit.
-    let kv_plain = matches!(kt, GgmlType::F16 | GgmlType::F32) && kt == vt;
-    let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain && n_kv >= 512;
+    let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain(node) && n_kv >= 512;
     let row_by_row = !ggml_split_kv && !ggml_tiled(node);
     let f16_acc = row_by_row && vt == GgmlType::F16;
     let f16_k_single = row_by_row && kt == GgmlType::F16;

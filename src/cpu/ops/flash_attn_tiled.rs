@@ -309,15 +309,13 @@ mod avx2 {
         let sink = node.src(4).map(|s| *(s.data() as *const f32).add(iq2));
         let dnb1 = node.nb()[1];
         for r in 0..nq {
-            let (mut m, mut l) = (*ms.add(r), *ls.add(r));
+            let (m, mut l) = (*ms.add(r), *ls.add(r));
             let mut alpha = 1.0f32;
             if let Some(s) = sink {
                 let m_new = m.max(s);
                 alpha = if m == f32::NEG_INFINITY { 0.0 } else { (m - m_new).exp() };
                 l = l * alpha + (s - m_new).exp();
-                m = m_new;
             }
-            let _ = m;
             let inv = if l == 0.0 { 0.0 } else { alpha / l };
             let out = node.data().add((iq3 * qne[1] * qne[2] + (i0 + r) * qne[2] + iq2) * dnb1) as *mut f32;
             let iv = _mm256_set1_ps(inv);
