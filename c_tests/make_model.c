@@ -5,6 +5,11 @@
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
 //   make_model --preset 8b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB).
+//   make_model --preset smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_1]
+//       SmolLM2-135M shapes and types (576 wide, 30 layers, 9/3 heads, ffn 1536, tied Q8_0 embeddings): the speed of the
+//       real model, for benchmarks on machines the 98 MB download cannot reach.
+//   make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf
+//       Only SRC's tokenizer keys (no tensors): a small tokenizer source to carry instead of a whole model.
 //
 // The tokenizer (every `tokenizer.*` key) is copied from SRC.gguf, so the vocabulary size is that of SRC
 // (49152 for SmolLM2). Weights are uniform random with a small standard deviation (0.02; 0.1 for the
@@ -26,6 +31,8 @@ struct shape {
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     int n_expert, n_expert_used, n_ff_exp;
     float rope_base, rms_eps;
+    int tied; // output projection shares token_embd (no output.weight)
+    enum ggml_type embd_type; // token_embd's type where it differs from the matrices' (0 = the same)
 };
 
 static uint64_t rng_state;
@@ -47,7 +54,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
-            "       make_model --preset 8b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n");
+            "       make_model --preset 8b|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
+            "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
     exit(2);
 }
 
@@ -109,9 +117,9 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
     const int64_t KV = (int64_t) s->head_dim * s->n_head_kv, F = s->n_ff;
     const float w = 0.02f, wqk = 0.1f;
     char name[128];
-    const int tied = !strcmp(a, "qwen2") || !strcmp(a, "gemma3");
+    const int tied = s->tied || !strcmp(a, "qwen2") || !strcmp(a, "gemma3");
 
-    add_w(m, wtype, "token_embd.weight", E, n_vocab, 1, w);
+    add_w(m, s->embd_type != GGML_TYPE_F32 ? s->embd_type : wtype, "token_embd.weight", E, n_vocab, 1, w);
     add_norm(m, "output_norm.weight", E);
     if (!tied) add_w(m, wtype, "output.weight", E, n_vocab, 1, w);
 
@@ -231,9 +239,10 @@ static void write_data(FILE * f, size_t off, const struct spec * sp) {
 
 int main(int argc, char ** argv) {
     const char * arch = NULL, * preset = NULL, * type_s = NULL, * out = NULL, * tok = NULL;
-    int layers = 0;
+    int layers = 0, tokenizer_only = 0;
     uint64_t seed = 42;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer-only")) { tokenizer_only = 1; continue; }
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
         if (!strcmp(argv[i], "--arch")) arch = v;
@@ -246,15 +255,27 @@ int main(int argc, char ** argv) {
         else usage();
         i++;
     }
+    if (tokenizer_only && out && tok) {
+        struct gguf_context * g = gguf_init_empty();
+        const int n_vocab = copy_tokenizer(g, tok);
+        if (!gguf_write_to_file(g, out, /*only_meta*/ false)) die("cannot write the output");
+        fprintf(stderr, "make_model: wrote %s (tokenizer only, vocab %d)\n", out, n_vocab);
+        gguf_free(g);
+        return 0;
+    }
     if (!out || !tok || (!arch && !preset)) usage();
     rng_state = seed * 0x9E3779B97F4A7C15ULL + 1;
 
     struct shape s;
     enum ggml_type wtype;
     if (preset) {
-        if (strcmp(preset, "8b") != 0) usage();
-        s = (struct shape) { "llama", 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 500000.0f, 1e-5f };
-        wtype = parse_type(type_s ? type_s : "q4_0");
+        if (!strcmp(preset, "8b")) {
+            s = (struct shape) { "llama", 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 500000.0f, 1e-5f, 0 };
+            wtype = parse_type(type_s ? type_s : "q4_0");
+        } else if (!strcmp(preset, "smollm2")) {
+            s = (struct shape) { "llama", 576, 30, 9, 3, 64, 1536, 8192, 0, 0, 0, 100000.0f, 1e-5f, 1, GGML_TYPE_Q8_0 };
+            wtype = parse_type(type_s ? type_s : "q4_1");
+        } else usage();
     } else {
         wtype = parse_type(type_s ? type_s : "f16");
         // K-quants need rows of 256 values: double the widths for them.
