@@ -31,6 +31,8 @@ pub struct GpuBackend {
     /// ROCMFORGE_GPU_PROFILE=1: every kernel timed alone (stream drained around it), totals
     /// per op and types logged when the backend is freed. Graphs are off meanwhile.
     profile: Option<std::collections::HashMap<String, (u32, f64)>>,
+    /// Runs of nodes fused into one kernel where possible (ops::launch_at); ROCMFORGE_GPU_FUSE=0: never.
+    fuse: bool,
 }
 
 /// What the kernel arguments of a graph are made of: per node its op, parameters and type,
@@ -63,7 +65,8 @@ impl GpuBackend {
         let stream = ctx.api.stream_create(ctx.ord).map_err(Error::Device)?;
         let profile = std::env::var("ROCMFORGE_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default);
         let graphs_ok = profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
-        Ok(GpuBackend { ctx, stream, name, scratch: (0, 0), last_key: Vec::new(), exec: None, exec_current: false, graphs_ok, profile })
+        let fuse = std::env::var("ROCMFORGE_GPU_FUSE").map_or(true, |v| v != "0");
+        Ok(GpuBackend { ctx, stream, name, scratch: (0, 0), last_key: Vec::new(), exec: None, exec_current: false, graphs_ok, profile, fuse })
     }
 
     /// Makes the scratch at least `bytes` large. Work queued earlier may still use the old
@@ -143,25 +146,42 @@ impl Backend for GpuBackend {
             kernels,
             warp_size: ctx.info.warp_size,
             scratch: self.scratch.0,
+            q8: Default::default(),
+            fuse: self.fuse,
         };
         for node in nodes {
             self.check_memory(node)?;
         }
-        let launch = |node: &Tensor| ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())));
-        let launch_all = || nodes.iter().try_for_each(launch);
+        // Node i, fused with what follows where possible: how many nodes it took.
+        let launch = |i: usize, uses: &ops::Uses| {
+            ops::launch_at(nodes, i, uses, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", nodes[i].name())))
+        };
+        let launch_all = || -> Result<()> {
+            let uses = ops::Uses::of(nodes);
+            let mut i = 0;
+            while i < nodes.len() {
+                i += launch(i, &uses)?;
+            }
+            Ok(())
+        };
         let (api, ord) = (ctx.api.as_ref(), ctx.ord);
         if let Some(p) = self.profile.as_mut() {
             api.stream_sync(ord, self.stream).map_err(Error::Device)?;
-            for node in nodes {
+            let uses = ops::Uses::of(nodes);
+            let mut i = 0;
+            while i < nodes.len() {
+                let node = &nodes[i];
                 let t0 = std::time::Instant::now();
-                launch(node)?;
+                let taken = launch(i, &uses)?;
+                i += taken;
                 api.stream_sync(ord, self.stream).map_err(Error::Device)?;
                 let types: Vec<String> = (0..3).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
                 let src0 = node.src(0).map(|s| s.ne()).unwrap_or_default();
                 // The tensor's name without its layer number ("ffn_up-7" → "ffn_up").
                 let name = node.name();
                 let base = name.rsplit_once('-').filter(|(_, n)| n.parse::<u32>().is_ok()).map_or(name.as_str(), |(b, _)| b);
-                let label = format!("op {} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne());
+                let fused = if taken > 1 { format!(" +{} fused", taken - 1) } else { String::new() };
+                let label = format!("op {}{fused} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne());
                 let e = p.entry(label).or_insert((0, 0.0));
                 *e = (e.0 + 1, e.1 + t0.elapsed().as_secs_f64());
             }
