@@ -22,18 +22,18 @@ if has ops; then
     ( time RF_TEST_BIN_DIR=$B RF_TEST_LIB=$NEW timeout 150 $B/test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops rc=$?"
     grep -E "FAIL|passed|failed|real" $OUT/test_ops.log | tail -12
 fi
-if has fusecmp; then  # fusion must not change a single bit of the logits
-    for f in 1 0; do ROCMFORGE_GPU_FUSE=$f $B/llama_run logits -b rocmforge -l $NEW -m /tmp/smol.gguf --device RFGPU0 --fa on -t 8 --positions 4 --gen 16 -o /tmp/logits-$f.bin 2>$OUT/logits-$f.err; echo "logits fuse=$f rc=$? $(md5sum < /tmp/logits-$f.bin)"; done
-    cmp /tmp/logits-1.bin /tmp/logits-0.bin && echo "fusecmp: identical"
-    $B/llama_run logits -b rocmforge -l $BASE -m /tmp/smol.gguf --device RFGPU0 --fa on -t 8 --positions 4 --gen 16 -o /tmp/logits-base.bin 2>/dev/null
-    python3 -c "
-import numpy as np,sys
-a=np.fromfile('/tmp/logits-1.bin',dtype=np.float32); b=np.fromfile('/tmp/logits-base.bin',dtype=np.float32)
-print('new vs base logits: n', a.size, b.size, 'rel l2 diff', float(np.linalg.norm(a-b)/np.linalg.norm(b)) if a.size==b.size else 'size mismatch')"
+if has fusecmp; then  # fusion must not change a single bit: same greedy text with and without
+    for f in 1 0; do ROCMFORGE_GPU_FUSE=$f ROCMFORGE_GPU_DUMP=$f $B/llama_run generate -b rocmforge -l $NEW -m /tmp/smol.gguf --device RFGPU0 --fa on -t 8 -p "Once upon a time" -n 48 > /tmp/gen-$f.txt 2>$OUT/gen-$f.err; echo "generate fuse=$f rc=$? $(md5sum < /tmp/gen-$f.txt)"; done
+    cmp /tmp/gen-1.txt /tmp/gen-0.txt && echo "fusecmp: identical text"
+    $B/llama_run generate -b rocmforge -l $BASE -m /tmp/smol.gguf --device RFGPU0 --fa on -t 8 -p "Once upon a time" -n 48 > /tmp/gen-base.txt 2>/dev/null
+    cmp /tmp/gen-1.txt /tmp/gen-base.txt && echo "new vs main: identical text" || { echo "new vs main text:"; head -c 300 /tmp/gen-1.txt; echo; head -c 300 /tmp/gen-base.txt; echo; }
+    grep -A 90 "graph of" $OUT/gen-1.err | head -92 > $OUT/graph-dump.txt
 fi
-if has bench; then
-    bench base $BASE /tmp/smol.gguf
-    bench new $NEW /tmp/smol.gguf
+if has bench; then  # interleaved: the host's speed drifts between runs
+    for r in 1 2; do
+        bench base$r $BASE /tmp/smol.gguf
+        bench new$r $NEW /tmp/smol.gguf
+    done
     bench new-nofuse $NEW /tmp/smol.gguf ROCMFORGE_GPU_FUSE=0
 fi
 if has prof; then
@@ -63,5 +63,22 @@ if has 8b; then
     ( time $B/make_model --preset 8b --type q4_0 --tokenizer $C/smol-tokenizer.gguf -o /tmp/8b.gguf ) 2>&1 | tail -4
     ls -la /tmp/8b.gguf
     PP=${PP8:-64} REPS=2 bench 8b-new $NEW /tmp/8b.gguf
+    if has 8bncu; then  # achieved DRAM bandwidth of the 8B matrix-vector kernels (clocks not locked)
+        timeout 90 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:mul_mat_vec_q --launch-skip 200 --launch-count 16 \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed --csv \
+            env ROCMFORGE_GPU_GRAPHS=0 $B/llama_run bench -b rocmforge -l $NEW -m /tmp/8b.gguf --device RFGPU0 --fa on -t 8 --pp 8 --tg 4 --reps 1 > $OUT/ncu8b.csv 2>$OUT/ncu8b.err
+        echo "ncu8b rc=$?"
+        python3 - $OUT/ncu8b.csv <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+h = rows[0]; k = h.index("Kernel Name"); m = h.index("Metric Name"); v = h.index("Metric Value"); g = h.index("Grid Size"); i = h.index("ID")
+per = collections.defaultdict(dict)
+for r in rows[1:]:
+    per[(r[i], r[k].split("(")[0], r[g])][r[m]] = float(r[v].replace(",", ""))
+for (id_, name, grid), d in list(per.items())[:16]:
+    t = d.get("gpu__time_duration.sum", 0); b = d.get("dram__bytes_read.sum", 0)
+    print(f"  {name:28s} grid {grid:14s} {t/1e3:7.1f} us {b/1e6:8.2f} MB {b/max(t,1):7.1f} GB/s  {d.get('dram__throughput.avg.pct_of_peak_sustained_elapsed',0):.0f}% peak")
+PY
+    fi
     if has 8bbase; then PP=${PP8:-64} REPS=2 bench 8b-base $BASE /tmp/8b.gguf; fi
 fi

@@ -17,6 +17,7 @@
 
 #define MVQ_ROWS 4
 #define MVQ_COLS 4
+#define MVQ_UNROLL 4
 
 // 4 bytes from memory that is only 2-byte aligned (blocks of 18, 22, 34 and 210 bytes).
 RF_DEVICE int ld_i32_a2(const unsigned char* p) {
@@ -296,14 +297,24 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
     }
     float acc[MVQ_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
     const i64 nparts = K / T::QK * T::NSUB;
-#pragma unroll 2
-    for (i64 it = lane; it < nparts; it += RF_WARP_SIZE) {
-        const i64 blk = it / T::NSUB;
-        const int s = (int)(it % T::NSUB);
-        const typename T::R r = T::load(wr + blk * T::BYTES, s);
+    // MVQ_UNROLL parts per lane are loaded before any is used: more bytes in flight per warp.
+    for (i64 base = lane; base < nparts; base += MVQ_UNROLL * RF_WARP_SIZE) {
+        typename T::R r[MVQ_UNROLL];
 #pragma unroll
-        for (int c = 0; c < MVQ_COLS; c++) {
-            if (c < ncols) acc[c] += T::dot(r, s, (const int*)(xr[c] + blk * T::QK), dr[c] + blk * (T::QK / 32));
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it < nparts) r[u] = T::load(wr + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
+        }
+#pragma unroll
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it >= nparts) break;
+            const i64 blk = it / T::NSUB;
+            const int s = (int)(it % T::NSUB);
+#pragma unroll
+            for (int c = 0; c < MVQ_COLS; c++) {
+                if (c < ncols) acc[c] += T::dot(r[u], s, (const int*)(xr[c] + blk * T::QK), dr[c] + blk * (T::QK / 32));
+            }
         }
     }
     char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
@@ -331,9 +342,9 @@ MVQ_KERNEL(q4_k)
 MVQ_KERNEL(q6_k)
 
 // One block of 32 values (mode 0, ggml-cpu's Q8_0 / Q8_1 rounding: scale from the largest
-// magnitude, f16 scale and f16 sum) by a group of 32 threads; lane = thread in the group.
-RF_DEVICE void quantize_block32(const float* xr, signed char* q, float2* ds, i64 b, int lane) {
-    const float v = xr[b * 32 + lane];
+// magnitude, f16 scale and f16 sum) by a group of 32 threads, each holding value `lane` of
+// block b in v.
+RF_DEVICE void quantize_vals32(float v, signed char* q, float2* ds, i64 b, int lane) {
     const float amax = rf_group_max<32>(fabsf(v));
     const float d32 = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -341,6 +352,9 @@ RF_DEVICE void quantize_block32(const float* xr, signed char* q, float2* ds, i64
     q[b * 32 + lane] = (signed char)(int)qv;
     const float sum = rf_group_sum<32>(qv);  // |sum| <= 32 * 127: exact in f32
     if (lane == 0) ds[b] = make_float2(rf_f16_to_f32(rf_f32_to_f16(d32)), rf_f16_to_f32(rf_f32_to_f16(d32 * sum)));
+}
+RF_DEVICE void quantize_block32(const float* xr, signed char* q, float2* ds, i64 b, int lane) {
+    quantize_vals32(xr[b * 32 + lane], q, ds, b, lane);
 }
 
 // One block of 256 values as ggml-cpu's Q8_K (f32 scale from the value of largest magnitude,

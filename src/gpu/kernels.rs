@@ -63,6 +63,7 @@ pub fn kernel_names() -> Vec<String> {
     }
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v
 }
 
@@ -229,7 +230,10 @@ mod tests {
             // Per-type kernels are stamped out by macros: SOME_KERNELS(suffix, loader).
             let stamped = WEIGHT_TYPES.iter().any(|(_, suf)| name.ends_with(&format!("_{suf}")) && s.contains(&format!("({suf}, w_{suf})")))
                 || MVQ_TYPES.iter().any(|suf| name == format!("mul_mat_vec_q_{suf}") && s.contains(&format!("MVQ_KERNEL({suf})")))
-                || MVQ_TYPES.iter().any(|suf| name == format!("mul_mat_vec_q_glu_{suf}") && s.contains(&format!("MVQ_GLU_KERNEL({suf})")));
+                || MVQ_TYPES.iter().any(|suf| {
+                    (name == format!("mul_mat_vec_q_glu_{suf}") || name == format!("mul_mat_vec_q_glu_q8_{suf}"))
+                        && s.contains(&format!("MVQ_GLU_KERNEL({suf})"))
+                });
             assert!(direct || stamped, "kernel {name} missing from the sources");
         }
         assert!(!s.contains("#include \""));

@@ -134,6 +134,8 @@ fn supports_mul_mat(node: &Tensor) -> bool {
 /// share an activation (attention's Q/K/V, the FFN's gate/up) quantize it once.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Q8Src {
+    /// Byte offset of the quantized values in the scratch (their scales follow, q8_ds_offset).
+    at: usize,
     data: usize,
     bytes: usize,
     ne: [usize; 4],
@@ -192,14 +194,19 @@ fn q8_ds_offset(n: usize) -> usize {
     n.next_multiple_of(256)
 }
 
+/// Bytes of scratch one quantized src1 of `n` values takes (values, scales, alignment).
+fn q8_region(n: usize) -> usize {
+    q8_ds_offset(n) + n.div_ceil(32) * 8 + 256
+}
+
 /// Device scratch a node needs while it runs (its rounded or quantized src1).
 pub fn scratch_bytes(node: &Tensor) -> usize {
     if node.op() != op::MUL_MAT {
         return 0;
     }
     if uses_mvq(node) {
-        let n = node.src(1).map_or(0, |x| x.nelements());
-        return q8_ds_offset(n) + n.div_ceil(32) * 8 + 256;
+        // Room for two: a fused kernel may read one quantized src1 while writing the next.
+        return 2 * q8_region(node.src(1).map_or(0, |x| x.nelements()));
     }
     match (node.src(0), node.src(1)) {
         // Rounded values, then (mode 3) one correction per block of 32.
@@ -257,6 +264,15 @@ pub fn launch(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let r = launch_one(node, lc);
     lc.note_written(node);
     r
+}
+
+impl Q8Src {
+    fn of(at: usize, x: &Tensor, mode: i32) -> Q8Src {
+        Q8Src { at, data: x.data() as usize, bytes: x.nbytes(), ne: x.ne(), nb: x.nb(), mode }
+    }
+    fn same_src(&self, x: &Tensor, mode: i32) -> bool {
+        *self == Q8Src::of(self.at, x, mode)
+    }
 }
 
 impl LaunchCtx<'_> {
@@ -403,10 +419,14 @@ fn launch_rms_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)> {
     let xne = x.ne();
     let (k, n, batches) = (xne[0], xne[1], xne[2] * xne[3]);
+    if let Some(c) = lc.q8.get().filter(|c| c.same_src(x, mode)) {
+        let xq = lc.scratch as usize + c.at;
+        return Ok((xq, xq + q8_ds_offset(x.nelements())));
+    }
     let xq = lc.scratch as usize;
     let xds = xq + q8_ds_offset(x.nelements());
-    let src = Q8Src { data: x.data() as usize, bytes: x.nbytes(), ne: xne, nb: x.nb(), mode };
-    if lc.q8.get() != Some(src) {
+    let src = Q8Src::of(0, x, mode);
+    {
         let groups = if mode == 0 { k / 32 } else { k / 256 };
         let args = Args::default()
             .ptr(x.data())
@@ -835,15 +855,21 @@ impl Uses {
     pub fn of(nodes: &[Tensor]) -> Uses {
         let mut m = std::collections::HashMap::with_capacity(nodes.len() * 2);
         for n in nodes {
+            // A source counts as a use of itself and of every tensor it is a view of: the
+            // backend's node list holds no view nodes, so a consumer of a view is seen here only.
+            let mut count = |t: *const crate::ffi::abi::ggml_tensor| {
+                let mut t = t;
+                while !t.is_null() {
+                    *m.entry(t as usize).or_insert(0) += 1;
+                    t = unsafe { (*t).view_src };
+                }
+            };
             for i in 0..crate::ffi::abi::GGML_MAX_SRC {
                 if let Some(s) = n.src(i) {
-                    *m.entry(s.as_ptr() as usize).or_insert(0) += 1;
+                    count(s.as_ptr());
                 }
             }
-            let v = n.raw().view_src;
-            if !v.is_null() {
-                *m.entry(v as usize).or_insert(0) += 1;
-            }
+            count(n.raw().view_src);
         }
         Uses(m)
     }
@@ -951,13 +977,14 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
         .f32(norm.param_f32(0));
     let rows = norm.nrows();
     if rows > 0 {
-        lc.run("fused_rms_norm", [rows, 1, 1], 256, args)?;
+        // As many threads as rms_norm_f32 takes: the same order of additions.
+        lc.run("fused_rms_norm", [rows, 1, 1], row_block(ne0), args)?;
     }
     for n in &nodes[i..j] {
         lc.note_written(n);
     }
     if qmode >= 0 {
-        lc.q8.set(Some(Q8Src { data: out.data() as usize, bytes: out.nbytes(), ne: out.ne(), nb: out.nb(), mode: qmode }));
+        lc.q8.set(Some(Q8Src::of(0, &out, qmode)));
     }
     Ok(Some(j - i))
 }
@@ -988,21 +1015,39 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
     }
     let (xq, xds) = ensure_q8(&x, mvq_mode(wg.dtype()).unwrap_or(0), lc)?;
     let (k, m) = (wg.ne()[0], wg.ne()[1]);
+    // When the next node is a matrix-vector product of the GLU's output with 32-value blocks,
+    // the kernel quantizes its output too (32 rows per block), after the input's scratch region.
+    let next_q8 = nodes.get(i + 3).is_some_and(|mm| {
+        uses_mvq(mm) && same(glu, mm.src(1)) && mvq_mode(mm.src(0).unwrap().dtype()) == Some(0) && m % 32 == 0
+    });
+    let out_at = q8_region(x.nelements());
+    let oq = lc.scratch as usize + out_at;
+    let ods = oq + q8_ds_offset(m);
     let args = Args::default()
         .ptr(wg.data())
         .ptr(wu.data())
         .ptr(xq as *const u8)
         .ptr(xds as *const u8)
         .ptr(glu.data())
+        .ptr(if next_q8 { oq as *const u8 } else { std::ptr::null() })
+        .ptr(if next_q8 { ods as *const u8 } else { std::ptr::null() })
         .i32(code)
         .i64(k)
         .i64(m)
         .i64(wg.nb()[1])
         .i64(wu.nb()[1]);
     let suffix = weight_suffix(wg.dtype()).unwrap_or("q4_0");
-    lc.run(&format!("mul_mat_vec_q_glu_{suffix}"), [m.div_ceil(MV_ROWS), 1, 1], (MV_ROWS * lc.warp_size as usize) as u32, args)?;
+    if next_q8 {
+        let warps = (1024 / lc.warp_size as usize).min(32);
+        lc.run(&format!("mul_mat_vec_q_glu_q8_{suffix}"), [m / 32, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
+    } else {
+        lc.run(&format!("mul_mat_vec_q_glu_{suffix}"), [m.div_ceil(MV_ROWS), 1, 1], (MV_ROWS * lc.warp_size as usize) as u32, args)?;
+    }
     for n in &nodes[i..i + 3] {
         lc.note_written(n);
+    }
+    if next_q8 {
+        lc.q8.set(Some(Q8Src::of(out_at, glu, 0)));
     }
     Ok(Some(3))
 }
