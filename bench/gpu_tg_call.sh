@@ -59,10 +59,30 @@ for name, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1])[:14]:
     print(f"  {t/1e3:8.1f} us {c:5d} x {t/c:7.0f} ns  {name}")
 PY
 fi
+if has diag; then  # host vs GPU: threads, graphs; GPU time of one generated token (ncu, clocks free)
+    bench new-t1 $NEW /tmp/smol.gguf
+    THR=1; $B/llama_run bench -b rocmforge -l $NEW -m /tmp/smol.gguf --device RFGPU0 --fa on -t 1 --pp 64 --tg 128 --reps 3 2>/dev/null | sed "s/^/new -t 1: /"
+    ROCMFORGE_GPU_GRAPHS=0 $B/llama_run bench -b rocmforge -l $NEW -m /tmp/smol.gguf --device RFGPU0 --fa on -t 8 --pp 64 --tg 128 --reps 3 2>/dev/null | sed "s/^/new graphs=0: /"
+    timeout 100 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 3000 --launch-count 400 \
+        env ROCMFORGE_GPU_GRAPHS=0 $B/llama_run bench -b rocmforge -l $NEW -m /tmp/smol.gguf --device RFGPU0 --fa on -t 8 --pp 8 --tg 16 --reps 1 > $OUT/ncu.csv 2>$OUT/ncu.err
+    python3 - $OUT/ncu.csv <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+h = rows[0]; k = h.index("Kernel Name"); v = h.index("Metric Value")
+agg = collections.defaultdict(lambda: [0, 0.0]); n = 0
+for r in rows[1:]:
+    t = float(r[v].replace(",", "")); a = agg[r[k].split("(")[0]]; a[0] += 1; a[1] += t
+tot = sum(a[1] for a in agg.values()); n = sum(a[0] for a in agg.values())
+print(f"ncu (clocks free): {n} kernels, {tot/1e3:.1f} us, {tot/max(n,1):.0f} ns each; per layer-token ~ {tot/max(n,1)*13/1e3:.1f} us")
+for name, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1])[:10]:
+    print(f"  {t/1e3:8.1f} us {c:5d} x {t/c:7.0f} ns  {name}")
+PY
+fi
 if has 8b; then
     ( time $B/make_model --preset 8b --type q4_0 --tokenizer $C/smol-tokenizer.gguf -o /tmp/8b.gguf ) 2>&1 | tail -4
     ls -la /tmp/8b.gguf
     PP=${PP8:-64} REPS=2 bench 8b-new $NEW /tmp/8b.gguf
+    if has 8bnofuse; then PP=${PP8:-64} REPS=2 bench 8b-nofuse $NEW /tmp/8b.gguf ROCMFORGE_GPU_FUSE=0; fi
     if has 8bncu; then  # achieved DRAM bandwidth of the 8B matrix-vector kernels (clocks not locked)
         timeout 90 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:mul_mat_vec_q --launch-skip 200 --launch-count 16 \
             --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed --csv \
