@@ -58,6 +58,29 @@ RF_DEVICE f16_bits rf_f32_to_f16(float f) { return __builtin_bit_cast(f16_bits, 
 RF_DEVICE float rf_neg_inf() { return -__builtin_huge_valf(); }
 #endif
 
+// dot of four signed bytes of a with four of b, plus c (int8 dot-product instructions where
+// the chip has them: dp4a on NVIDIA sm_61+, v_dot4 on CDNA/RDNA2 (sdot4) and RDNA3+ (sudot4)).
+#if defined(RF_NVIDIA)
+RF_DEVICE int rf_dp4a(int a, int b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+#elif defined(__gfx11__) || defined(__gfx12__) || defined(__GFX11__) || defined(__GFX12__)
+RF_DEVICE int rf_dp4a(int a, int b, int c) { return __builtin_amdgcn_sudot4(true, a, true, b, c, false); }
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || \
+    defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1030__) ||    \
+    defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) ||  \
+    defined(__gfx1036__)
+RF_DEVICE int rf_dp4a(int a, int b, int c) { return __builtin_amdgcn_sdot4(a, b, c, false); }
+#else
+RF_DEVICE int rf_dp4a(int a, int b, int c) {
+#pragma unroll
+    for (int i = 0; i < 32; i += 8) c += (int)(signed char)(a >> i) * (int)(signed char)(b >> i);
+    return c;
+}
+#endif
+
 // Sum / max over aligned groups of WIDTH lanes (a power of two up to the warp size): xor
 // masks below WIDTH never leave the group. Every lane gets its group's result.
 template <int WIDTH> RF_DEVICE float rf_group_sum(float v) {

@@ -20,8 +20,10 @@ pub struct GpuBackend {
     name: CString,
     /// Scratch device memory (address, bytes) for ops that stage an operand; grows on demand.
     scratch: (DevPtr, usize),
-    /// Everything the last graph's launches depended on (see `graph_key`).
+    /// Everything the last graph's launches depended on (see `graph_key`), and the buffer the
+    /// next key is written into.
     last_key: Vec<u64>,
+    key: Vec<u64>,
     /// The executable graph last captured, and whether it was captured for `last_key` (a
     /// stale one is re-pointed at the next capture, which is cheaper than a new one).
     exec: Option<GraphExec>,
@@ -31,12 +33,16 @@ pub struct GpuBackend {
     /// ROCMFORGE_GPU_PROFILE=1: every kernel timed alone (stream drained around it), totals
     /// per op and types logged when the backend is freed. Graphs are off meanwhile.
     profile: Option<std::collections::HashMap<String, (u32, f64)>>,
+    /// Runs of nodes fused into one kernel where possible (ops::launch_at); ROCMFORGE_GPU_FUSE=0: never.
+    fuse: bool,
 }
 
 /// What the kernel arguments of a graph are made of: per node its op, parameters and type,
-/// and address, shape and strides of it and its sources. Equal keys launch identical kernels.
-fn graph_key(nodes: &[Tensor], scratch: DevPtr) -> Vec<u64> {
-    let mut key = Vec::with_capacity(nodes.len() * 64 + 1);
+/// and address, shape and strides of it and its sources. Equal keys launch identical kernels
+/// (fusion decisions included: they follow from ops, flags and which addresses feed which).
+/// Written into `key` (cleared first, capacity kept: this runs for every token).
+fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
+    key.clear();
     key.push(scratch);
     let tensor = |key: &mut Vec<u64>, t: &Tensor| {
         key.push(t.data() as usize as u64);
@@ -45,17 +51,21 @@ fn graph_key(nodes: &[Tensor], scratch: DevPtr) -> Vec<u64> {
         key.extend(t.nb().iter().map(|&v| v as u64));
     };
     for n in nodes {
-        key.push(n.op() as u64);
-        key.extend(n.raw().op_params.iter().map(|&p| p as u32 as u64));
-        tensor(&mut key, n);
-        for i in 0..crate::ffi::abi::GGML_MAX_SRC {
+        let params = &n.raw().op_params;
+        // Flags too: fusion skips writing intermediates that are not graph outputs.
+        key.push(n.op() as u64 | (n.raw().flags as u32 as u64) << 32);
+        key.extend(params.chunks(2).map(|p| p.iter().rev().fold(0u64, |acc, &v| (acc << 32) | v as u32 as u64)));
+        tensor(key, n);
+        // Sources up to the last one present (most nodes have one to three of ten).
+        let nsrc = (0..crate::ffi::abi::GGML_MAX_SRC).rev().find(|&i| n.src(i).is_some()).map_or(0, |i| i + 1);
+        key.push(nsrc as u64);
+        for i in 0..nsrc {
             match n.src(i) {
-                Some(s) => tensor(&mut key, &s),
+                Some(s) => tensor(key, &s),
                 None => key.push(u64::MAX),
             }
         }
     }
-    key
 }
 
 impl GpuBackend {
@@ -63,7 +73,8 @@ impl GpuBackend {
         let stream = ctx.api.stream_create(ctx.ord).map_err(Error::Device)?;
         let profile = std::env::var("ROCMFORGE_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default);
         let graphs_ok = profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
-        Ok(GpuBackend { ctx, stream, name, scratch: (0, 0), last_key: Vec::new(), exec: None, exec_current: false, graphs_ok, profile })
+        let fuse = std::env::var("ROCMFORGE_GPU_FUSE").map_or(true, |v| v != "0");
+        Ok(GpuBackend { ctx, stream, name, scratch: (0, 0), last_key: Vec::new(), key: Vec::new(), exec: None, exec_current: false, graphs_ok, profile, fuse })
     }
 
     /// Makes the scratch at least `bytes` large. Work queued earlier may still use the old
@@ -143,33 +154,66 @@ impl Backend for GpuBackend {
             kernels,
             warp_size: ctx.info.warp_size,
             scratch: self.scratch.0,
+            q8: Default::default(),
+            fuse: self.fuse,
         };
-        for node in nodes {
-            self.check_memory(node)?;
+        // Addresses are checked once per new graph: a repeated key has the addresses checked
+        // when it was first seen.
+        let repeated = self.graphs_ok && {
+            graph_key(&mut self.key, nodes, self.scratch.0);
+            self.key == self.last_key
+        };
+        if !repeated {
+            for node in nodes {
+                self.check_memory(node)?;
+            }
         }
-        let launch = |node: &Tensor| ops::launch(node, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", node.name())));
-        let launch_all = || nodes.iter().try_for_each(launch);
+        // Node i, fused with what follows where possible: how many nodes it took.
+        let launch = |i: usize, uses: &ops::Uses| {
+            ops::launch_at(nodes, i, uses, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", nodes[i].name())))
+        };
+        if std::env::var("ROCMFORGE_GPU_DUMP").is_ok_and(|v| v == "1") && nodes.len() > 40 {
+            // The node sequence (first 90 nodes), to see which runs the fusion could take.
+            let mut out = format!("{} graph of {} nodes:", self.name.to_string_lossy(), nodes.len());
+            for n in nodes.iter().take(90) {
+                let srcs: Vec<String> = (0..3).filter_map(|i| n.src(i)).map(|s| s.name()).collect();
+                out += &format!("\n  op {:2} {:24} <- {}", n.op(), n.name(), srcs.join(", "));
+            }
+            crate::log_info!("{out}");
+        }
+        let launch_all = || -> Result<()> {
+            let uses = ops::Uses::of(nodes);
+            let mut i = 0;
+            while i < nodes.len() {
+                i += launch(i, &uses)?;
+            }
+            Ok(())
+        };
         let (api, ord) = (ctx.api.as_ref(), ctx.ord);
         if let Some(p) = self.profile.as_mut() {
             api.stream_sync(ord, self.stream).map_err(Error::Device)?;
-            for node in nodes {
+            let uses = ops::Uses::of(nodes);
+            let mut i = 0;
+            while i < nodes.len() {
+                let node = &nodes[i];
                 let t0 = std::time::Instant::now();
-                launch(node)?;
+                let taken = launch(i, &uses)?;
+                i += taken;
                 api.stream_sync(ord, self.stream).map_err(Error::Device)?;
                 let types: Vec<String> = (0..3).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
                 let src0 = node.src(0).map(|s| s.ne()).unwrap_or_default();
                 // The tensor's name without its layer number ("ffn_up-7" → "ffn_up").
                 let name = node.name();
                 let base = name.rsplit_once('-').filter(|(_, n)| n.parse::<u32>().is_ok()).map_or(name.as_str(), |(b, _)| b);
-                let label = format!("op {} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne());
+                let fused = if taken > 1 { format!(" +{} fused", taken - 1) } else { String::new() };
+                let label = format!("op {}{fused} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne());
                 let e = p.entry(label).or_insert((0, 0.0));
                 *e = (e.0 + 1, e.1 + t0.elapsed().as_secs_f64());
             }
             return Ok(());
         }
         if self.graphs_ok {
-            let key = graph_key(nodes, self.scratch.0);
-            if key == self.last_key {
+            if repeated {
                 if !self.exec_current {
                     // Seen twice in a row: capture it. The old executable is re-pointed at the
                     // new graph where the runtime allows, else replaced; on failure it is kept
@@ -207,11 +251,11 @@ impl Backend for GpuBackend {
             }
             // A new graph: run it directly; capture waits until it repeats.
             if crate::ffi::log::debug_enabled() {
-                let at = key.iter().zip(&self.last_key).position(|(a, b)| a != b);
-                crate::log_debug!("{}: graph of {} nodes differs from the last one (key word {at:?} of {})", self.name.to_string_lossy(), nodes.len(), key.len());
+                let at = self.key.iter().zip(&self.last_key).position(|(a, b)| a != b);
+                crate::log_debug!("{}: graph of {} nodes differs from the last one (key word {at:?} of {})", self.name.to_string_lossy(), nodes.len(), self.key.len());
             }
             self.exec_current = false;
-            self.last_key = key;
+            std::mem::swap(&mut self.last_key, &mut self.key);
         }
         launch_all()?;
         api.stream_sync(ord, self.stream).map_err(Error::Device)

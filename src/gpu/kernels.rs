@@ -13,6 +13,7 @@ const HEADERS: &[(&str, &str)] = &[("quants.h", include_str!("../../kernels/quan
 /// Every kernel file, compiled together as one program (one module per device).
 const SOURCES: &[(&str, &str)] = &[
     ("mul_mat.hip", include_str!("../../kernels/mul_mat.hip")),
+    ("mmvq.hip", include_str!("../../kernels/mmvq.hip")),
     ("elementwise.hip", include_str!("../../kernels/elementwise.hip")),
     ("cpy.hip", include_str!("../../kernels/cpy.hip")),
     ("rows.hip", include_str!("../../kernels/rows.hip")),
@@ -20,6 +21,8 @@ const SOURCES: &[(&str, &str)] = &[
     ("rope.hip", include_str!("../../kernels/rope.hip")),
     ("activation.hip", include_str!("../../kernels/activation.hip")),
     ("flash_attn.hip", include_str!("../../kernels/flash_attn.hip")),
+    // Last: it uses mmvq.hip's and activation.hip's device functions.
+    ("fused.hip", include_str!("../../kernels/fused.hip")),
 ];
 
 /// Weight types with a loader in quants.h, by kernel-name suffix.
@@ -44,6 +47,9 @@ pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
     WEIGHT_TYPES.iter().find(|(w, _)| *w == t).map(|(_, s)| *s)
 }
 
+/// Weight types with an integer-dot matrix-vector kernel `mul_mat_vec_q_{suffix}` (mmvq.hip).
+pub const MVQ_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q6_k"];
+
 /// Entry points made once per weight type: `{prefix}_{suffix}`.
 const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows"];
 
@@ -55,12 +61,17 @@ pub fn kernel_names() -> Vec<String> {
             v.push(format!("{p}_{suf}"));
         }
     }
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v
 }
 
 /// The `extern "C"` entry points the backend launches.
 pub const KERNEL_NAMES: &[&str] = &[
     "round_src1",
+    "quantize_q8",
+    "fused_rms_norm",
     "binary_f32",
     "scale_f32",
     "cpy_f32_f32",
@@ -217,7 +228,12 @@ mod tests {
         for name in kernel_names() {
             let direct = s.contains(&format!("void {name}("));
             // Per-type kernels are stamped out by macros: SOME_KERNELS(suffix, loader).
-            let stamped = WEIGHT_TYPES.iter().any(|(_, suf)| name.ends_with(&format!("_{suf}")) && s.contains(&format!("({suf}, w_{suf})")));
+            let stamped = WEIGHT_TYPES.iter().any(|(_, suf)| name.ends_with(&format!("_{suf}")) && s.contains(&format!("({suf}, w_{suf})")))
+                || MVQ_TYPES.iter().any(|suf| name == format!("mul_mat_vec_q_{suf}") && s.contains(&format!("MVQ_KERNEL({suf})")))
+                || MVQ_TYPES.iter().any(|suf| {
+                    (name == format!("mul_mat_vec_q_glu_{suf}") || name == format!("mul_mat_vec_q_glu_q8_{suf}"))
+                        && s.contains(&format!("MVQ_GLU_KERNEL({suf})"))
+                });
             assert!(direct || stamped, "kernel {name} missing from the sources");
         }
         assert!(!s.contains("#include \""));

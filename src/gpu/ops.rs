@@ -11,8 +11,11 @@ use std::ffi::c_void;
 const MAX_GRID_YZ: usize = 65535;
 /// Blocks of the element-wise kernels (they loop over the rest).
 const MAX_FLAT_BLOCKS: usize = 1 << 16;
-/// Rows (one warp each) per block of the matrix-vector kernel (MV_ROWS in mul_mat.hip).
+/// Rows (one warp each) per block of the matrix-vector kernels (MV_ROWS in mul_mat.hip,
+/// MVQ_ROWS in mmvq.hip).
 const MV_ROWS: usize = 4;
+/// src1 columns per block of the matrix-vector kernels (MV_COLS, MVQ_COLS).
+const MV_COLS: usize = 4;
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
@@ -127,6 +130,19 @@ fn supports_mul_mat(node: &Tensor) -> bool {
         && xne[1].div_ceil(64) <= MAX_GRID_YZ
 }
 
+/// The src1 whose quantized form (quantize_q8) the scratch holds: matrix-vector products that
+/// share an activation (attention's Q/K/V, the FFN's gate/up) quantize it once.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Q8Src {
+    /// Byte offset of the quantized values in the scratch (their scales follow, q8_ds_offset).
+    at: usize,
+    data: usize,
+    bytes: usize,
+    ne: [usize; 4],
+    nb: [usize; 4],
+    mode: i32,
+}
+
 /// What launching needs: the runtime, the device, its stream and kernels.
 pub struct LaunchCtx<'a> {
     pub api: &'a dyn GpuApi,
@@ -137,6 +153,10 @@ pub struct LaunchCtx<'a> {
     pub warp_size: u32,
     /// Device scratch of at least `scratch_bytes` of every node of the graph.
     pub scratch: super::api::DevPtr,
+    /// What the scratch holds from an earlier node of this graph (see `Q8Src`).
+    pub q8: std::cell::Cell<Option<Q8Src>>,
+    /// Whether runs of nodes may be fused (`launch_at`); ROCMFORGE_GPU_FUSE=0 turns it off.
+    pub fuse: bool,
 }
 
 /// How ggml-cpu rounds src1 before its dot products with weights of type `t` (the mode of
@@ -151,10 +171,42 @@ fn src1_rounding(t: GgmlType) -> Option<i32> {
     }
 }
 
-/// Device scratch a node needs while it runs (its rounded src1).
+/// quantize_q8's mode for the integer-dot matrix-vector kernels (mmvq.hip) of weight type
+/// `t`: 0 = blocks of 32 (ggml-cpu's Q8_0 / Q8_1), 1 = blocks of 256 (Q8_K); None: no kernel.
+fn mvq_mode(t: GgmlType) -> Option<i32> {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
+        GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
+        _ => None,
+    }
+}
+
+/// Whether a MUL_MAT node runs on the integer-dot matrix-vector kernels.
+fn uses_mvq(node: &Tensor) -> bool {
+    match (node.src(0), node.src(1)) {
+        (Some(w), Some(x)) => node.op() == op::MUL_MAT && x.ne()[1] < MUL_MAT_VEC_MAX_COLS && mvq_mode(w.dtype()).is_some(),
+        _ => false,
+    }
+}
+
+/// Byte offset of the per-block scales in the quantized-activation scratch of `n` values.
+fn q8_ds_offset(n: usize) -> usize {
+    n.next_multiple_of(256)
+}
+
+/// Bytes of scratch one quantized src1 of `n` values takes (values, scales, alignment).
+fn q8_region(n: usize) -> usize {
+    q8_ds_offset(n) + n.div_ceil(32) * 8 + 256
+}
+
+/// Device scratch a node needs while it runs (its rounded or quantized src1).
 pub fn scratch_bytes(node: &Tensor) -> usize {
     if node.op() != op::MUL_MAT {
         return 0;
+    }
+    if uses_mvq(node) {
+        // Room for two: a fused kernel may read one quantized src1 while writing the next.
+        return 2 * q8_region(node.src(1).map_or(0, |x| x.nelements()));
     }
     match (node.src(0), node.src(1)) {
         // Rounded values, then (mode 3) one correction per block of 32.
@@ -209,6 +261,37 @@ fn flat_blocks(n: usize, block: usize) -> usize {
 
 /// Queues the kernel(s) computing `node` (accepted by `supports`).
 pub fn launch(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let r = launch_one(node, lc);
+    lc.note_written(node);
+    r
+}
+
+impl Q8Src {
+    fn of(at: usize, x: &Tensor, mode: i32) -> Q8Src {
+        Q8Src { at, data: x.data() as usize, bytes: x.nbytes(), ne: x.ne(), nb: x.nb(), mode }
+    }
+    fn same_src(&self, x: &Tensor, mode: i32) -> bool {
+        *self == Q8Src::of(self.at, x, mode)
+    }
+}
+
+impl LaunchCtx<'_> {
+    /// Forgets the quantized src1 in the scratch once a node overwrote that src1 or used the
+    /// scratch for something else.
+    fn note_written(&self, node: &Tensor) {
+        let Some(c) = self.q8.get() else { return };
+        if matches!(node.op(), op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE) {
+            return;
+        }
+        let (a, e) = (node.data() as usize, node.data() as usize + node.nbytes());
+        let other_scratch = scratch_bytes(node) > 0 && !uses_mvq(node);
+        if other_scratch || (a < c.data + c.bytes && c.data < e) {
+            self.q8.set(None);
+        }
+    }
+}
+
+fn launch_one(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     match node.op() {
         op::DUP | op::CPY | op::CONT => launch_cpy(node, lc),
         op::ADD | op::SUB | op::MUL | op::DIV => launch_binary(node, lc),
@@ -331,7 +414,65 @@ fn launch_rms_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     lc.run("rms_norm_f32", [node.nrows(), 1, 1], row_block(ne[0]), args)
 }
 
+/// Quantizes src1 `x` into the scratch for the integer-dot kernels, unless it is there already;
+/// returns the addresses of the values and of the scales.
+fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)> {
+    let xne = x.ne();
+    let (k, n, batches) = (xne[0], xne[1], xne[2] * xne[3]);
+    if let Some(c) = lc.q8.get().filter(|c| c.same_src(x, mode)) {
+        let xq = lc.scratch as usize + c.at;
+        return Ok((xq, xq + q8_ds_offset(x.nelements())));
+    }
+    let xq = lc.scratch as usize;
+    let xds = xq + q8_ds_offset(x.nelements());
+    let src = Q8Src::of(0, x, mode);
+    {
+        let groups = if mode == 0 { k / 32 } else { k / 256 };
+        let args = Args::default()
+            .ptr(x.data())
+            .ptr(xq as *const u8)
+            .ptr(xds as *const u8)
+            .i32(mode)
+            .i64(k)
+            .i64(n)
+            .i64(xne[2])
+            .i64s(&x.nb()[1..]);
+        lc.run("quantize_q8", [n * batches, groups.div_ceil(8), 1], 256, args)?;
+        lc.q8.set(Some(src));
+    }
+    Ok((xq, xds))
+}
+
+/// Matrix-vector product with integer dots: src1 quantized into the scratch (unless it is
+/// there already), then one warp per weight row.
+fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let (wne, xne) = (w.ne(), x.ne());
+    let (k, m, n) = (wne[0], wne[1], xne[1]);
+    let batches = xne[2] * xne[3];
+    let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
+    let (xq, xds) = ensure_q8(&x, mvq_mode(w.dtype()).unwrap_or(0), lc)?;
+    let args = Args::default()
+        .ptr(w.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .ptr(node.data())
+        .i64(k)
+        .i64(m)
+        .i64(n)
+        .i64(xne[2])
+        .i64(xne[2] / wne[2])
+        .i64(xne[3] / wne[3])
+        .i64s(&w.nb()[1..])
+        .i64s(&node.nb()[1..]);
+    let grid = [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches];
+    lc.run(&format!("mul_mat_vec_q_{suffix}"), grid, (MV_ROWS * lc.warp_size as usize) as u32, args)
+}
+
 fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    if uses_mvq(node) && lc.scratch != 0 {
+        return launch_mul_mat_vec_q(node, lc);
+    }
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let (wne, xne) = (w.ne(), x.ne());
     let (wnb, dnb) = (w.nb(), node.nb());
@@ -376,7 +517,7 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&dnb[1..])
         .ptr(corr);
     if n < MUL_MAT_VEC_MAX_COLS {
-        lc.run(&format!("mul_mat_vec_{suffix}"), [m.div_ceil(MV_ROWS), n.div_ceil(4), batches], (MV_ROWS * lc.warp_size as usize) as u32, args)
+        lc.run(&format!("mul_mat_vec_{suffix}"), [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches], (MV_ROWS * lc.warp_size as usize) as u32, args)
     } else {
         lc.run(&format!("mul_mat_tiled_{suffix}"), [m.div_ceil(64), n.div_ceil(64), batches], 256, args)
     }
@@ -696,4 +837,217 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let kernel = if f16 { "flash_attn_f16_f16" } else { "flash_attn_f32_f32" };
     let warp = lc.warp_size as usize;
     lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args)
+}
+
+
+// ---- fused runs of nodes (token generation) --------------------------------------------
+//
+// A generated token runs a few hundred tiny kernels; each launch costs about as much as the
+// work. Runs of nodes that ggml's graphs always build the same way are computed by one
+// kernel when the intermediate tensors are needed by nothing else (one use in the graph,
+// not a graph output). The decision depends only on the graph, so a captured graph stays
+// valid for every graph with the same key (backend.rs).
+
+/// How many nodes use each tensor (as a source, or as the base of a view), by address.
+pub struct Uses(std::collections::HashMap<usize, u32>);
+
+impl Uses {
+    pub fn of(nodes: &[Tensor]) -> Uses {
+        let mut m = std::collections::HashMap::with_capacity(nodes.len() * 2);
+        for n in nodes {
+            // A source counts as a use of itself and of every tensor it is a view of: the
+            // backend's node list holds no view nodes, so a consumer of a view is seen here only.
+            let mut count = |t: *const crate::ffi::abi::ggml_tensor| {
+                let mut t = t;
+                while !t.is_null() {
+                    *m.entry(t as usize).or_insert(0) += 1;
+                    t = unsafe { (*t).view_src };
+                }
+            };
+            for i in 0..crate::ffi::abi::GGML_MAX_SRC {
+                if let Some(s) = n.src(i) {
+                    count(s.as_ptr());
+                }
+            }
+            count(n.raw().view_src);
+        }
+        Uses(m)
+    }
+
+    fn count(&self, t: &Tensor) -> u32 {
+        self.0.get(&(t.as_ptr() as usize)).copied().unwrap_or(0)
+    }
+}
+
+/// ggml's GGML_TENSOR_FLAG_OUTPUT: the host reads the tensor after the graph.
+const FLAG_OUTPUT: i32 = 2;
+
+/// Whether `t`'s values go to exactly one node and nowhere else.
+fn feeds_only_one(t: &Tensor, uses: &Uses) -> bool {
+    t.raw().flags & FLAG_OUTPUT == 0 && uses.count(t) == 1
+}
+
+fn same(a: &Tensor, b: Option<Tensor>) -> bool {
+    b.is_some_and(|b| a.as_ptr() == b.as_ptr())
+}
+
+fn dense_f32(t: &Tensor) -> bool {
+    t.dtype() == GgmlType::F32 && t.is_contiguous()
+}
+
+/// Queues node `i` of `nodes`, fused with the nodes after it where that pays; returns how
+/// many nodes were computed.
+pub fn launch_at(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<usize> {
+    if lc.fuse {
+        if let Some(n) = try_fused_norm(nodes, i, uses, lc)? {
+            return Ok(n);
+        }
+        if let Some(n) = try_fused_glu(nodes, i, uses, lc)? {
+            return Ok(n);
+        }
+    }
+    launch(&nodes[i], lc)?;
+    Ok(1)
+}
+
+/// [ADD ->] RMS_NORM [-> MUL by a weight row] [-> quantized for the next node, a matrix-vector
+/// product of it]: one kernel (fused_rms_norm). The ADD's sum is still written (the residual
+/// stream needs it); the norm's output only when no MUL follows.
+fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+    let mut j = i;
+    let add = (nodes[i].op() == op::ADD).then_some(nodes[i]);
+    if add.is_some() {
+        j += 1;
+    }
+    let Some(norm) = nodes.get(j).copied() else { return Ok(None) };
+    if norm.op() != op::RMS_NORM || !supports_rms_norm(&norm) || !dense_f32(&norm) {
+        return Ok(None);
+    }
+    let x = norm.src(0).unwrap();
+    if !dense_f32(&x) {
+        return Ok(None);
+    }
+    let mut b: Option<Tensor> = None;
+    if let Some(a) = add {
+        let (Some(a0), Some(a1)) = (a.src(0), a.src(1)) else { return Ok(None) };
+        let ok = same(&a, Some(x)) && dense_f32(&a0) && dense_f32(&a1) && a0.same_shape(&a) && a1.same_shape(&a);
+        if !ok {
+            return Ok(None);
+        }
+        b = Some(a1);
+    }
+    j += 1;
+    let ne0 = norm.ne()[0];
+    let mut out = norm;
+    let mut w: Option<Tensor> = None;
+    if let Some(m) = nodes.get(j).copied() {
+        let wt = m.src(1);
+        let w_ok = wt.is_some_and(|t| dense_f32(&t) && t.ne() == [ne0, 1, 1, 1]);
+        if m.op() == op::MUL && same(&norm, m.src(0)) && w_ok && dense_f32(&m) && m.same_shape(&norm) && feeds_only_one(&norm, uses) {
+            w = wt;
+            out = m;
+            j += 1;
+        }
+    }
+    let mut qmode = -1;
+    if let Some(mm) = nodes.get(j) {
+        if lc.scratch != 0 && uses_mvq(mm) && same(&out, mm.src(1)) {
+            qmode = mvq_mode(mm.src(0).unwrap().dtype()).unwrap_or(-1);
+        }
+    }
+    if add.is_none() && w.is_none() && qmode < 0 {
+        return Ok(None); // a lone RMS_NORM: nothing to gain
+    }
+    let a_in = match add {
+        Some(a) => a.src(0).unwrap(),
+        None => x,
+    };
+    let xq = lc.scratch as usize;
+    let xds = xq + q8_ds_offset(out.nelements());
+    let args = Args::default()
+        .ptr(a_in.data())
+        .opt_ptr(b)
+        .opt_ptr(add)
+        .opt_ptr(w)
+        .ptr(out.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .i32(qmode)
+        .i64(ne0)
+        .f32(norm.param_f32(0));
+    let rows = norm.nrows();
+    if rows > 0 {
+        // As many threads as rms_norm_f32 takes: the same order of additions.
+        lc.run("fused_rms_norm", [rows, 1, 1], row_block(ne0), args)?;
+    }
+    for n in &nodes[i..j] {
+        lc.note_written(n);
+    }
+    if qmode >= 0 {
+        lc.q8.set(Some(Q8Src::of(0, &out, qmode)));
+    }
+    Ok(Some(j - i))
+}
+
+/// MUL_MAT(gate, x), MUL_MAT(up, x), GLU(gate out, up out) for one column x: one kernel
+/// that reads both weight rows and writes act(gate) * up.
+fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+    let (Some(g), Some(u), Some(glu)) = (nodes.get(i), nodes.get(i + 1), nodes.get(i + 2)) else { return Ok(None) };
+    if g.op() != op::MUL_MAT || u.op() != op::MUL_MAT || glu.op() != op::GLU || lc.scratch == 0 {
+        return Ok(None);
+    }
+    if !uses_mvq(g) || !uses_mvq(u) || !supports_mul_mat(g) || !supports_mul_mat(u) || !supports_glu(glu) {
+        return Ok(None);
+    }
+    let (wg, x, wu) = (g.src(0).unwrap(), g.src(1).unwrap(), u.src(0).unwrap());
+    let Some(code) = act_code_glu(glu.param_i32(0)) else { return Ok(None) };
+    let shapes_ok = same(&x, u.src(1))
+        && wg.dtype() == wu.dtype()
+        && wg.ne() == wu.ne()
+        && wg.ne()[2] == 1
+        && wg.ne()[3] == 1
+        && x.ne()[1..] == [1, 1, 1]
+        && dense_f32(glu)
+        && glu.ne() == [wg.ne()[1], 1, 1, 1];
+    let wiring_ok = same(g, glu.src(0)) && same(u, glu.src(1)) && glu.param_i32(1) == 0;
+    if !shapes_ok || !wiring_ok || !feeds_only_one(g, uses) || !feeds_only_one(u, uses) {
+        return Ok(None);
+    }
+    let (xq, xds) = ensure_q8(&x, mvq_mode(wg.dtype()).unwrap_or(0), lc)?;
+    let (k, m) = (wg.ne()[0], wg.ne()[1]);
+    // When the next node is a matrix-vector product of the GLU's output with 32-value blocks,
+    // the kernel quantizes its output too (32 rows per block), after the input's scratch region.
+    let next_q8 = nodes.get(i + 3).is_some_and(|mm| {
+        uses_mvq(mm) && same(glu, mm.src(1)) && mvq_mode(mm.src(0).unwrap().dtype()) == Some(0) && m % 32 == 0
+    });
+    let out_at = q8_region(x.nelements());
+    let oq = lc.scratch as usize + out_at;
+    let ods = oq + q8_ds_offset(m);
+    let args = Args::default()
+        .ptr(wg.data())
+        .ptr(wu.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .ptr(glu.data())
+        .ptr(if next_q8 { oq as *const u8 } else { std::ptr::null() })
+        .ptr(if next_q8 { ods as *const u8 } else { std::ptr::null() })
+        .i32(code)
+        .i64(k)
+        .i64(m)
+        .i64(wg.nb()[1])
+        .i64(wu.nb()[1]);
+    let suffix = weight_suffix(wg.dtype()).unwrap_or("q4_0");
+    if next_q8 {
+        let warps = (1024 / lc.warp_size as usize).min(32);
+        lc.run(&format!("mul_mat_vec_q_glu_q8_{suffix}"), [m / 32, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
+    } else {
+        lc.run(&format!("mul_mat_vec_q_glu_{suffix}"), [m.div_ceil(MV_ROWS), 1, 1], (MV_ROWS * lc.warp_size as usize) as u32, args)?;
+    }
+    for n in &nodes[i..i + 3] {
+        lc.note_written(n);
+    }
+    if next_q8 {
+        lc.q8.set(Some(Q8Src::of(out_at, glu, 0)));
+    }
+    Ok(Some(3))
 }

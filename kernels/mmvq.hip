@@ -1,0 +1,399 @@
+// Matrix-vector MUL_MAT with integer dot products (token generation): src1 is quantized
+// once to 8-bit blocks (quantize_q8, into device scratch), then each weight format's 4-bit,
+// 5-bit, 6-bit or 8-bit values meet the 8-bit activations in dp4a instructions (rf_dp4a),
+// with one float multiply per block and sub-block scale. ggml-cpu computes the same integer
+// sums (it also quantizes src1 to Q8_0 / Q8_1 / Q8_K first), so results agree with it up to
+// the order of float additions.
+//
+// Activations, per src1 row (rows in (i1, i2, i3) order, K values each):
+//   xq  int8 [K]           the quantized values;
+//   xds float2 [K / 32]    per 32 values (d, s): mode 0 (Q8_0 / Q8_1 as ggml-cpu makes them):
+//                          d = f16-rounded scale, s = f16-rounded d * sum(q); mode 1 (Q8_K):
+//                          d = the f32 scale of the 256-value block (same for its 8 parts).
+// Weight layouts: see quants.h. Each warp computes one output row for up to MVQ_COLS src1
+// columns; a lane takes 1/NSUB of a weight block at a time (consecutive lanes, consecutive
+// parts: the warp reads the row contiguously), so every weight byte is read once.
+#include "prelude.h"
+
+#define MVQ_ROWS 4
+#define MVQ_COLS 4
+#define MVQ_UNROLL 4
+
+// 4 bytes from memory that is only 2-byte aligned (blocks of 18, 22, 34 and 210 bytes).
+RF_DEVICE int ld_i32_a2(const unsigned char* p) {
+    const unsigned short* h = (const unsigned short*)p;
+    return (int)((unsigned)h[0] | ((unsigned)h[1] << 16));
+}
+RF_DEVICE int ld_i32_a4(const unsigned char* p) { return *(const int*)p; }
+RF_DEVICE float ld_f16_a2(const unsigned char* p) { return rf_f16_to_f32(*(const f16_bits*)p); }
+
+#define NIB_LO(v) ((v) & 0x0f0f0f0f)
+#define NIB_HI(v) (((v) >> 4) & 0x0f0f0f0f)
+// Bytes of v (each in 0 .. 2*off - 1) minus off, as signed bytes: adding 128 - off never
+// carries into the next byte, and flipping the top bit subtracts 128 modulo 256.
+#define BYTES_MINUS(v, off) (((v) + (0x01010101 * (128 - (off)))) ^ (int)0x80808080)
+
+// Bit i (i < 4) of `bits` moved to bit 4 of byte i (the fifth bit of Q5 values).
+RF_DEVICE int spread4(int bits) {
+    return ((bits & 1) << 4) | ((bits & 2) << 11) | ((bits & 4) << 18) | ((bits & 8) << 25);
+}
+
+#define MQ_MEMBER __device__ __forceinline__ static
+
+// Q4_0: two parts per block, part s: quant bytes 8s..8s+7 (values 8s.. and 16+8s..).
+struct mq_q4_0 {
+    enum { QK = 32, BYTES = 18, NSUB = 2 };
+    struct R {
+        float d;
+        int v0, v1;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.v0 = ld_i32_a2(b + 2 + 8 * s);
+        r.v1 = ld_i32_a2(b + 6 + 8 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
+        int sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v0), 8), xl.x, 0);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v1), 8), xl.y, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v0), 8), xh.x, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v1), 8), xh.y, sumi);
+        return r.d * ds[0].x * (float)sumi;
+    }
+};
+
+// Q4_1: as Q4_0 with unsigned nibbles and a min m (times the activations' block sum s,
+// added once per block).
+struct mq_q4_1 {
+    enum { QK = 32, BYTES = 20, NSUB = 2 };
+    struct R {
+        float d, m;
+        int v0, v1;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.m = ld_f16_a2(b + 2);
+        r.v0 = ld_i32_a4(b + 4 + 8 * s);
+        r.v1 = ld_i32_a4(b + 8 + 8 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
+        int sumi = rf_dp4a(NIB_LO(r.v0), xl.x, 0);
+        sumi = rf_dp4a(NIB_LO(r.v1), xl.y, sumi);
+        sumi = rf_dp4a(NIB_HI(r.v0), xh.x, sumi);
+        sumi = rf_dp4a(NIB_HI(r.v1), xh.y, sumi);
+        const float2 a = ds[0];
+        return r.d * a.x * (float)sumi + (s == 0 ? r.m * a.y : 0.0f);
+    }
+};
+
+// Q5_0: Q4_0's nibbles plus a fifth bit per value from qh (bit j for value j), minus 16.
+struct mq_q5_0 {
+    enum { QK = 32, BYTES = 22, NSUB = 2 };
+    struct R {
+        float d;
+        int v0, v1, qh;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.qh = ld_i32_a2(b + 2);
+        r.v0 = ld_i32_a2(b + 6 + 8 * s);
+        r.v1 = ld_i32_a2(b + 10 + 8 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int h = r.qh >> (8 * s);  // bits of values 8s.. (low) and 16+8s.. (h >> 16)
+        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
+        int sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v0) | spread4(h), 16), xl.x, 0);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v1) | spread4(h >> 4), 16), xl.y, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v0) | spread4(h >> 16), 16), xh.x, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v1) | spread4(h >> 20), 16), xh.y, sumi);
+        return r.d * ds[0].x * (float)sumi;
+    }
+};
+
+// Q5_1: Q4_1 with the fifth bit.
+struct mq_q5_1 {
+    enum { QK = 32, BYTES = 24, NSUB = 2 };
+    struct R {
+        float d, m;
+        int v0, v1, qh;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.m = ld_f16_a2(b + 2);
+        r.qh = ld_i32_a4(b + 4);
+        r.v0 = ld_i32_a4(b + 8 + 8 * s);
+        r.v1 = ld_i32_a4(b + 12 + 8 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int h = r.qh >> (8 * s);
+        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
+        int sumi = rf_dp4a(NIB_LO(r.v0) | spread4(h), xl.x, 0);
+        sumi = rf_dp4a(NIB_LO(r.v1) | spread4(h >> 4), xl.y, sumi);
+        sumi = rf_dp4a(NIB_HI(r.v0) | spread4(h >> 16), xh.x, sumi);
+        sumi = rf_dp4a(NIB_HI(r.v1) | spread4(h >> 20), xh.y, sumi);
+        const float2 a = ds[0];
+        return r.d * a.x * (float)sumi + (s == 0 ? r.m * a.y : 0.0f);
+    }
+};
+
+// Q8_0: part s: values 16s..16s+15.
+struct mq_q8_0 {
+    enum { QK = 32, BYTES = 34, NSUB = 2 };
+    struct R {
+        float d;
+        int v[4];
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+#pragma unroll
+        for (int i = 0; i < 4; i++) r.v[i] = ld_i32_a2(b + 2 + 16 * s + 4 * i);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int4 xv = ((const int4*)x)[s];
+        int sumi = rf_dp4a(r.v[0], xv.x, 0);
+        sumi = rf_dp4a(r.v[1], xv.y, sumi);
+        sumi = rf_dp4a(r.v[2], xv.z, sumi);
+        sumi = rf_dp4a(r.v[3], xv.w, sumi);
+        return r.d * ds[0].x * (float)sumi;
+    }
+};
+
+// IQ4_NL: Q4_0's layout, nibbles index 16 non-linear levels.
+__constant__ signed char mq_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                1,    13,   25,  38,  53,  69,  89,  113};
+RF_DEVICE int iq4nl_map(int nibs) {  // four nibbles, one in each byte's low half
+    int r = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) r |= ((int)(unsigned char)mq_iq4nl_levels[(nibs >> (8 * i)) & 15]) << (8 * i);
+    return r;
+}
+struct mq_iq4_nl {
+    enum { QK = 32, BYTES = 18, NSUB = 2 };
+    typedef mq_q4_0::R R;
+    MQ_MEMBER R load(const unsigned char* b, int s) { return mq_q4_0::load(b, s); }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
+        int sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v0)), xl.x, 0);
+        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v1)), xl.y, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v0)), xh.x, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v1)), xh.y, sumi);
+        return r.d * ds[0].x * (float)sumi;
+    }
+};
+
+// Q4_K: 16 parts per 256-value block; part s = 4c + p takes quant bytes 32c + 8p .. +7:
+// low nibbles are values 64c + 8p.. of sub-block 2c, high nibbles values 64c + 32 + 8p.. of
+// sub-block 2c + 1. Each sub-block has a 6-bit scale and min (12 packed bytes).
+struct mq_q4_k {
+    enum { QK = 256, BYTES = 144, NSUB = 16 };
+    struct R {
+        float d, dmin;
+        int sc_lo, m_lo, sc_hi, m_hi;
+        int v0, v1;
+    };
+    // Scale and min of sub-block j from the 12 packed bytes, held as three words (a run-time
+    // index into a byte array would put it in local memory).
+    MQ_MEMBER void scale_min(int w0, int w1, int w2, int j, int& s, int& m) {
+        const int k = 8 * (j & 3);
+        const int b0 = (w0 >> k) & 255, b1 = (w1 >> k) & 255, b2 = (w2 >> k) & 255;
+        if (j < 4) {
+            s = b0 & 63;
+            m = b1 & 63;
+        } else {
+            s = (b2 & 15) | ((b0 >> 6) << 4);
+            m = (b2 >> 4) | ((b1 >> 6) << 4);
+        }
+    }
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        const int c = s >> 2, p = s & 3;
+        r.d = ld_f16_a2(b);
+        r.dmin = ld_f16_a2(b + 2);
+        const int w0 = ld_i32_a4(b + 4), w1 = ld_i32_a4(b + 8), w2 = ld_i32_a4(b + 12);
+        scale_min(w0, w1, w2, 2 * c, r.sc_lo, r.m_lo);
+        scale_min(w0, w1, w2, 2 * c + 1, r.sc_hi, r.m_hi);
+        r.v0 = ld_i32_a4(b + 16 + 32 * c + 8 * p);
+        r.v1 = ld_i32_a4(b + 20 + 32 * c + 8 * p);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int c = s >> 2, p = s & 3;
+        const int2 xl = ((const int2*)x)[8 * c + p], xh = ((const int2*)x)[8 * c + 4 + p];
+        const int ones = 0x01010101;
+        const int sl = rf_dp4a(NIB_LO(r.v1), xl.y, rf_dp4a(NIB_LO(r.v0), xl.x, 0));
+        const int sh = rf_dp4a(NIB_HI(r.v1), xh.y, rf_dp4a(NIB_HI(r.v0), xh.x, 0));
+        const int xl_sum = rf_dp4a(ones, xl.y, rf_dp4a(ones, xl.x, 0));
+        const int xh_sum = rf_dp4a(ones, xh.y, rf_dp4a(ones, xh.x, 0));
+        const float dl = ds[2 * c].x, dh = ds[2 * c + 1].x;
+        return r.d * (dl * (float)(r.sc_lo * sl) + dh * (float)(r.sc_hi * sh)) -
+               r.dmin * (dl * (float)(r.m_lo * xl_sum) + dh * (float)(r.m_hi * xh_sum));
+    }
+};
+
+// Q6_K: 16 parts per block; part s = 8n + t takes, in half n (128 values), the four values
+// l = 4t..4t+3 of each quarter q (value 128n + 32q + l): low 4 bits from ql (quarters 0, 2 in
+// the low / high nibbles of bytes 64n + l, quarters 1, 3 of bytes 64n + 32 + l), high 2 bits
+// from qh byte 32n + l (bits 2q, 2q + 1); an int8 scale per 16 values; values minus 32.
+struct mq_q6_k {
+    enum { QK = 256, BYTES = 210, NSUB = 16 };
+    struct R {
+        float d;
+        int a, b, h;
+        int sc[4];
+    };
+    MQ_MEMBER R load(const unsigned char* bl, int s) {
+        R r;
+        const int n = s >> 3, l0 = 4 * (s & 7);
+        r.a = ld_i32_a2(bl + 64 * n + l0);
+        r.b = ld_i32_a2(bl + 64 * n + 32 + l0);
+        r.h = ld_i32_a2(bl + 128 + 32 * n + l0);
+#pragma unroll
+        for (int q = 0; q < 4; q++) r.sc[q] = (signed char)bl[192 + 8 * n + 2 * q + (l0 >> 4)];
+        r.d = ld_f16_a2(bl + 208);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int n = s >> 3, l0 = 4 * (s & 7);
+        float acc = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int lo = ((q & 1 ? r.b : r.a) >> (4 * (q >> 1))) & 0x0f0f0f0f;
+            const int hi = ((r.h >> (2 * q)) & 0x03030303) << 4;
+            const int sumi = rf_dp4a(BYTES_MINUS(lo | hi, 32), x[32 * n + 8 * q + (l0 >> 2)], 0);
+            acc += ds[4 * n + q].x * (float)(r.sc[q] * sumi);
+        }
+        return r.d * acc;
+    }
+};
+
+template <typename T>
+RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2* xds, char* d, i64 K, i64 M, i64 N,
+                             i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3) {
+    const int lane = threadIdx.x % RF_WARP_SIZE;
+    const i64 row = (i64)blockIdx.x * MVQ_ROWS + threadIdx.x / RF_WARP_SIZE;
+    if (row >= M) return;  // whole warp leaves together
+    const i64 col0 = (i64)blockIdx.y * MVQ_COLS;
+    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
+    const unsigned char* wr = (const unsigned char*)w + row * nb01 + (i2 / r2) * nb02 + (i3 / r3) * nb03;
+    const int ncols = (int)(N - col0 < MVQ_COLS ? N - col0 : MVQ_COLS);
+    const signed char* xr[MVQ_COLS];
+    const float2* dr[MVQ_COLS];
+#pragma unroll
+    for (int c = 0; c < MVQ_COLS; c++) {
+        const i64 xrow = col0 + (c < ncols ? c : 0) + N * b;
+        xr[c] = xq + xrow * K;
+        dr[c] = xds + xrow * (K / 32);
+    }
+    float acc[MVQ_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const i64 nparts = K / T::QK * T::NSUB;
+    // MVQ_UNROLL parts per lane are loaded before any is used: more bytes in flight per warp.
+    for (i64 base = lane; base < nparts; base += MVQ_UNROLL * RF_WARP_SIZE) {
+        typename T::R r[MVQ_UNROLL];
+#pragma unroll
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it < nparts) r[u] = T::load(wr + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
+        }
+#pragma unroll
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it >= nparts) break;
+            const i64 blk = it / T::NSUB;
+            const int s = (int)(it % T::NSUB);
+#pragma unroll
+            for (int c = 0; c < MVQ_COLS; c++) {
+                if (c < ncols) acc[c] += T::dot(r[u], s, (const int*)(xr[c] + blk * T::QK), dr[c] + blk * (T::QK / 32));
+            }
+        }
+    }
+    char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
+#pragma unroll
+    for (int c = 0; c < MVQ_COLS; c++) {
+        const float s = rf_warp_sum(acc[c]);
+        if (lane == 0 && c < ncols) *(float*)(db + (col0 + c) * nb1) = s;
+    }
+}
+
+#define MVQ_ARGS                                                                                           \
+    const char *w, const signed char *xq, const float2 *xds, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, \
+        i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3
+#define MVQ_PASS w, xq, xds, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb1, nb2, nb3
+#define MVQ_KERNEL(NAME) \
+    RF_KERNEL void mul_mat_vec_q_##NAME(MVQ_ARGS) { mul_mat_vec_q<mq_##NAME>(MVQ_PASS); }
+
+MVQ_KERNEL(q4_0)
+MVQ_KERNEL(q4_1)
+MVQ_KERNEL(q5_0)
+MVQ_KERNEL(q5_1)
+MVQ_KERNEL(q8_0)
+MVQ_KERNEL(iq4_nl)
+MVQ_KERNEL(q4_k)
+MVQ_KERNEL(q6_k)
+
+// One block of 32 values (mode 0, ggml-cpu's Q8_0 / Q8_1 rounding: scale from the largest
+// magnitude, f16 scale and f16 sum) by a group of 32 threads, each holding value `lane` of
+// block b in v.
+RF_DEVICE void quantize_vals32(float v, signed char* q, float2* ds, i64 b, int lane) {
+    const float amax = rf_group_max<32>(fabsf(v));
+    const float d32 = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float qv = rintf(v * id);
+    q[b * 32 + lane] = (signed char)(int)qv;
+    const float sum = rf_group_sum<32>(qv);  // |sum| <= 32 * 127: exact in f32
+    if (lane == 0) ds[b] = make_float2(rf_f16_to_f32(rf_f32_to_f16(d32)), rf_f16_to_f32(rf_f32_to_f16(d32 * sum)));
+}
+RF_DEVICE void quantize_block32(const float* xr, signed char* q, float2* ds, i64 b, int lane) {
+    quantize_vals32(xr[b * 32 + lane], q, ds, b, lane);
+}
+
+// One block of 256 values as ggml-cpu's Q8_K (f32 scale from the value of largest magnitude,
+// the first one on ties) by a group of 32 threads.
+RF_DEVICE void quantize_block256(const float* xr, signed char* q, float2* ds, i64 b, int lane) {
+    const float* xb = xr + b * 256;
+    float best_a = -1.0f, best_i = 0.0f, best_x = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const float v = xb[lane + 32 * t], a = fabsf(v);
+        if (a > best_a) {
+            best_a = a;
+            best_i = (float)(lane + 32 * t);
+            best_x = v;
+        }
+    }
+    const float amax = rf_group_max<32>(best_a);
+    const float first = -rf_group_max<32>(best_a == amax ? -best_i : -1e9f);
+    const float mx = rf_group_sum<32>(best_a == amax && best_i == first ? best_x : 0.0f);
+    const float iscale = amax != 0.0f ? -127.0f / mx : 0.0f;
+#pragma unroll
+    for (int t = 0; t < 8; t++) q[b * 256 + lane + 32 * t] = (signed char)(int)fminf(rintf(iscale * xb[lane + 32 * t]), 127.0f);
+    if (lane < 8) ds[b * 8 + lane] = make_float2(amax != 0.0f ? 1.0f / iscale : 0.0f, 0.0f);
+}
+
+// src1 rows quantized for the kernels above, as ggml-cpu quantizes them (mode 0: blocks of
+// 32, mode 1: blocks of 256). Grid: (src1 rows, value chunks); blocks of 256 threads, a
+// group of 32 threads per block of values.
+RF_KERNEL void quantize_q8(const char* x, signed char* xq, float2* xds, int mode, i64 K, i64 N, i64 ne12, i64 nb11,
+                           i64 nb12, i64 nb13) {
+    const i64 row = blockIdx.x;
+    const i64 i1 = row % N, i2 = (row / N) % ne12, i3 = row / (N * ne12);
+    const float* xr = (const float*)(x + i1 * nb11 + i2 * nb12 + i3 * nb13);
+    const int lane = threadIdx.x % 32, group = threadIdx.x / 32, ngroups = blockDim.x / 32;
+    const i64 b = (i64)blockIdx.y * ngroups + group;
+    if (b >= K / (mode == 0 ? 32 : 256)) return;  // the whole group leaves
+    if (mode == 0) {
+        quantize_block32(xr, xq + row * K, xds + row * (K / 32), b, lane);
+    } else {
+        quantize_block256(xr, xq + row * K, xds + row * (K / 32), b, lane);
+    }
+}
