@@ -20,6 +20,8 @@ const SOURCES: &[(&str, &str)] = &[
     ("rope.hip", include_str!("../../kernels/rope.hip")),
     ("activation.hip", include_str!("../../kernels/activation.hip")),
     ("flash_attn.hip", include_str!("../../kernels/flash_attn.hip")),
+    ("dequant.hip", include_str!("../../kernels/dequant.hip")),
+    ("flash_attn_tiled.hip", include_str!("../../kernels/flash_attn_tiled.hip")),
 ];
 
 /// Weight types with a loader in quants.h, by kernel-name suffix.
@@ -45,7 +47,7 @@ pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
 }
 
 /// Entry points made once per weight type: `{prefix}_{suffix}`.
-const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows"];
+const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows", "dequant_f16"];
 
 /// Every entry point: the fixed ones and the per-weight-type ones.
 pub fn kernel_names() -> Vec<String> {
@@ -76,6 +78,9 @@ pub const KERNEL_NAMES: &[&str] = &[
     "glu_f32",
     "flash_attn_f16_f16",
     "flash_attn_f32_f32",
+    "src1_to_f16",
+    "flash_attn_tiled_f16_f16",
+    "flash_attn_tiled_f32_f32",
 ];
 
 /// One translation unit: the prelude, the shared headers, then each file with its local

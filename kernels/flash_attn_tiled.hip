@@ -1,0 +1,165 @@
+// FLASH_ATTN_EXT for prompts (many query rows): the same function as flash_attn.hip (online
+// softmax over the keys, f32 accumulators, q rounded to f16 for F16 K as ggml-cpu does), but
+// a block takes FT_BQ query rows of one head and walks the keys in tiles of FT_BK staged in
+// shared memory, so each K/V row is read once per FT_BQ queries instead of once per query,
+// and the softmax bookkeeping is done once per tile instead of once per key.
+//
+// 256 threads as 16 x 16: thread (ty, tx) owns query rows ty and ty+16; for the scores it
+// takes keys tx and tx+16 of the tile, for the output the value dims tx + 16*i. A row's 16
+// threads are 16 consecutive lanes, so row max/sum are 16-lane shuffles. Tiles whose every
+// score is masked out (the causal upper triangle) are skipped whole.
+// Head sizes up to FT_DMAX; the launcher uses flash_attn.hip for larger ones.
+#include "prelude.h"
+#include "quants.h"
+
+#define FT_BQ 32
+#define FT_BK 32
+#define FT_DMAX 128
+#define FT_PER_LANE (FT_DMAX / 16)
+
+template <typename KT, typename VT>
+RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, const char* mask, const float* sinks,
+                               char* d, i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2,
+                               i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2,
+                               i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale,
+                               float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q) {
+    __shared__ float Qs[FT_BQ][FT_DMAX + 1];
+    __shared__ float KVs[FT_BK][FT_DMAX + 1];  // the K tile, then the V tile
+    __shared__ float Ps[FT_BQ][FT_BK + 1];
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const i64 q0 = (i64)blockIdx.x * FT_BQ, iq2 = blockIdx.y, iq3 = blockIdx.z;
+    const int dk4 = (int)((DK + 3) / 4 * 4);  // dot products run in steps of 4 over zero-padded rows
+    float slope = 1.0f;
+    if (max_bias > 0.0f) {
+        slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
+    }
+    for (int e = tid; e < FT_BQ * dk4; e += blockDim.x) {
+        const int r = e / dk4, c = e % dk4;
+        float x = 0.0f;
+        if (q0 + r < n_q && c < DK) {
+            x = ((const float*)(q + (q0 + r) * nbq1 + iq2 * nbq2 + iq3 * nbq3))[c];
+            if (round_q) x = rf_f16_to_f32(rf_f32_to_f16(x));
+        }
+        Qs[r][c] = x;
+    }
+    const char* kb = k + (iq2 / rk2) * nbk2 + iq3 * nbk3;
+    const char* vb = v + (iq2 / rv2) * nbv2 + iq3 * nbv3;
+    const f16_bits* mrow[2];
+#pragma unroll
+    for (int a = 0; a < 2; a++) {
+        const i64 qi = q0 + ty + 16 * a;
+        mrow[a] = mask && qi < n_q ? (const f16_bits*)(mask + qi * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3) : 0;
+    }
+    const float NEG_INF = rf_neg_inf();
+    float m_run[2] = {NEG_INF, NEG_INF}, l_run[2] = {0.0f, 0.0f};
+    float acc[2][FT_PER_LANE];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int i = 0; i < FT_PER_LANE; i++) acc[a][i] = 0.0f;
+
+    for (i64 k0 = 0; k0 < n_kv; k0 += FT_BK) {
+        // Mask (times the ALiBi slope) of this thread's 2 x 2 scores; -inf = not visible.
+        float mv[2][2];
+        int any = 0;
+#pragma unroll
+        for (int a = 0; a < 2; a++) {
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const i64 qi = q0 + ty + 16 * a, kj = k0 + tx + 16 * b;
+                float x = NEG_INF;
+                if (qi < n_q && kj < n_kv) x = mrow[a] ? slope * rf_f16_to_f32(mrow[a][kj]) : 0.0f;
+                mv[a][b] = x;
+                any |= x != NEG_INF;
+            }
+        }
+        // Also the barrier after the previous tile's reads of KVs and Ps.
+        if (!__syncthreads_or(any)) continue;
+        for (int e = tid; e < FT_BK * dk4; e += blockDim.x) {
+            const int r = e / dk4, c = e % dk4;
+            KVs[r][c] = (k0 + r < n_kv && c < DK) ? load_w<KT>(kb + (k0 + r) * nbk1, c) : 0.0f;
+        }
+        __syncthreads();
+        float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        for (int c = 0; c < dk4; c += 4) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float qa = Qs[ty][c + u], qb = Qs[ty + 16][c + u];
+                const float ka = KVs[tx][c + u], kb2 = KVs[tx + 16][c + u];
+                s[0][0] += qa * ka;
+                s[0][1] += qa * kb2;
+                s[1][0] += qb * ka;
+                s[1][1] += qb * kb2;
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < 2; a++) {
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                float x = s[a][b] * scale;
+                if (softcap != 0.0f) x = softcap * tanhf(x);
+                s[a][b] = mv[a][b] == NEG_INF ? NEG_INF : x + mv[a][b];
+            }
+            const float m_new = fmaxf(m_run[a], rf_group_max<16>(fmaxf(s[a][0], s[a][1])));
+            float p0 = 0.0f, p1 = 0.0f, ms = 1.0f;
+            if (m_new != NEG_INF) {
+                ms = expf(m_run[a] - m_new);  // 0 while nothing was visible yet
+                p0 = expf(s[a][0] - m_new);
+                p1 = expf(s[a][1] - m_new);
+            }
+            l_run[a] = l_run[a] * ms + rf_group_sum<16>(p0 + p1);
+            m_run[a] = m_new;
+#pragma unroll
+            for (int i = 0; i < FT_PER_LANE; i++) acc[a][i] *= ms;
+            Ps[ty + 16 * a][tx] = p0;
+            Ps[ty + 16 * a][tx + 16] = p1;
+        }
+        __syncthreads();  // scores done with the K tile; P complete
+        for (int e = tid; e < FT_BK * DV; e += blockDim.x) {
+            const int r = (int)(e / DV), c = (int)(e % DV);
+            KVs[r][c] = k0 + r < n_kv ? load_w<VT>(vb + (k0 + r) * nbv1, c) : 0.0f;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < FT_BK; kk++) {
+            const float pa = Ps[ty][kk], pb = Ps[ty + 16][kk];
+#pragma unroll
+            for (int i = 0; i < FT_PER_LANE; i++) {
+                const int c = tx + 16 * i;
+                if (c < DV) {
+                    const float vv = KVs[kk][c];
+                    acc[0][i] += pa * vv;
+                    acc[1][i] += pb * vv;
+                }
+            }
+        }
+    }
+    // Attention sinks: one more logit per head with no value row.
+    const float sink = sinks ? sinks[iq2] : NEG_INF;
+#pragma unroll
+    for (int a = 0; a < 2; a++) {
+        const i64 qi = q0 + ty + 16 * a;
+        if (qi >= n_q) continue;
+        const float m_all = fmaxf(m_run[a], sink);
+        const float f = m_run[a] == NEG_INF ? 0.0f : expf(m_run[a] - m_all);
+        const float total = l_run[a] * f + (sinks && m_all != NEG_INF ? expf(sink - m_all) : 0.0f);
+        const float inv = total == 0.0f ? 0.0f : f / total;
+        float* out = (float*)(d + ((iq3 * n_q + qi) * n_head + iq2) * nbd1);
+#pragma unroll
+        for (int i = 0; i < FT_PER_LANE; i++) {
+            const int c = tx + 16 * i;
+            if (c < DV) out[c] = acc[a][i] * inv;
+        }
+    }
+}
+
+#define FT_ARGS                                                                                                  \
+    const char *q, const char *k, const char *v, const char *mask, const float *sinks, char *d, i64 DK, i64 DV,  \
+        i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1,      \
+        i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3,      \
+        i64 nbd1, float scale, float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q
+#define FT_PASS                                                                                                \
+    q, k, v, mask, sinks, d, DK, DV, n_q, n_head, n_seq, n_kv, rk2, rv2, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, \
+        nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q
+
+RF_KERNEL void flash_attn_tiled_f16_f16(FT_ARGS) { flash_attn_tile<w_f16, w_f16>(FT_PASS); }
+RF_KERNEL void flash_attn_tiled_f32_f32(FT_ARGS) { flash_attn_tile<w_f32, w_f32>(FT_PASS); }
