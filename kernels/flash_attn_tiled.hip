@@ -1,13 +1,14 @@
 // FLASH_ATTN_EXT for prompts (many query rows): the same function as flash_attn.hip (online
 // softmax over the keys, f32 accumulators, q rounded to f16 for F16 K as ggml-cpu does), but
-// a block takes FT_BQ query rows of one head and walks the keys in tiles of FT_BK staged in
-// shared memory, so each K/V row is read once per FT_BQ queries instead of once per query,
-// and the softmax bookkeeping is done once per tile instead of once per key.
+// a block takes BQ query rows of one head and walks the keys in tiles of FT_BK staged in
+// shared memory, so each K/V row is read once per BQ queries instead of once per query, and
+// the softmax bookkeeping is done once per tile instead of once per key.
 //
-// 256 threads (the launch bound: registers for 256, not 1024) as 16 x 16: thread (ty, tx) owns query rows ty and ty+16; for the scores it
-// takes keys tx and tx+16 of the tile, for the output the value dims tx + 16*i. A row's 16
-// threads are 16 consecutive lanes, so row max/sum are 16-lane shuffles. Tiles whose every
-// score is masked out (the causal upper triangle) are skipped whole.
+// 16 x NTY threads (BQ = 2 * NTY; the launch bound gives the registers of that many threads,
+// not of 1024): thread (ty, tx) owns query rows ty and ty + NTY; for the scores it takes keys
+// tx and tx + 16 of the tile, for the output the 4-wide value chunks at tx * 4 + 64 * i. A
+// row's 16 threads are 16 consecutive lanes, so row max/sum are 16-lane shuffles. Tiles whose
+// every score is masked out (the causal upper triangle) are skipped whole.
 // Head sizes up to 128 (tiles laid out for 64 or 128); the launcher uses flash_attn.hip beyond.
 #include "prelude.h"
 #include "quants.h"
@@ -17,7 +18,6 @@ struct __attribute__((aligned(16))) rf_f4 {
     float x, y, z, w;
 };
 
-#define FT_BQ 32
 #define FT_BK 32
 #define FT_PS (FT_BK + 4)  // row stride of the P tile (16-byte aligned rows)
 
@@ -26,28 +26,31 @@ struct __attribute__((aligned(16))) rf_f4 {
 // and 8 consecutive rows start on 8 different 4-bank groups. K and V get separate buffers
 // where they fit the 48 KiB of static shared memory (DP 64: both tiles load at once); at DP
 // 128 they share one.
-template <typename KT, typename VT, int DP>
+template <typename KT, typename VT, int DP, int NTY>
 RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, const char* mask, const float* sinks,
                                char* d, i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2,
                                i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2,
                                i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale,
                                float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q) {
+    constexpr int BQ = 2 * NTY, NT = 16 * NTY;  // query rows, threads
     constexpr int RS = DP + 4;
     constexpr bool SPLIT_KV = DP <= 64;
     constexpr int NV = DP / 64;  // 4-wide value chunks per thread and row
-    __shared__ __attribute__((aligned(16))) float Qs[FT_BQ * RS];
+    __shared__ __attribute__((aligned(16))) float Qs[BQ * RS];
     __shared__ __attribute__((aligned(16))) float Ks[FT_BK * RS];
     __shared__ __attribute__((aligned(16))) float Vbuf[SPLIT_KV ? FT_BK * RS : 4];
-    __shared__ __attribute__((aligned(16))) float Ps[FT_BQ * FT_PS];
+    __shared__ __attribute__((aligned(16))) float Ps[BQ * FT_PS];
     float* Vs = SPLIT_KV ? Vbuf : Ks;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const i64 q0 = (i64)blockIdx.x * FT_BQ, iq2 = blockIdx.y, iq3 = blockIdx.z;
+    // Last query rows first: under a causal mask they see the most keys, and starting the
+    // longest blocks first keeps the tail of the launch short.
+    const i64 q0 = (i64)(gridDim.x - 1 - blockIdx.x) * BQ, iq2 = blockIdx.y, iq3 = blockIdx.z;
     float slope = 1.0f;
     if (max_bias > 0.0f) {
         slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
     }
-    for (int j = 0; j < FT_BQ * DP / 256; j++) {
-        const int e = tid + 256 * j, r = e / DP, c = e % DP;
+    for (int j = 0; j < BQ * DP / NT; j++) {
+        const int e = tid + NT * j, r = e / DP, c = e % DP;
         float x = 0.0f;
         if (q0 + r < n_q && c < DK) {
             x = ((const float*)(q + (q0 + r) * nbq1 + iq2 * nbq2 + iq3 * nbq3))[c];
@@ -60,7 +63,7 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
     const f16_bits* mrow[2];
 #pragma unroll
     for (int a = 0; a < 2; a++) {
-        const i64 qi = q0 + ty + 16 * a;
+        const i64 qi = q0 + ty + NTY * a;
         mrow[a] = mask && qi < n_q ? (const f16_bits*)(mask + qi * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3) : 0;
     }
     const float NEG_INF = rf_neg_inf();
@@ -79,7 +82,7 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
         for (int a = 0; a < 2; a++) {
 #pragma unroll
             for (int b = 0; b < 2; b++) {
-                const i64 qi = q0 + ty + 16 * a, kj = k0 + tx + 16 * b;
+                const i64 qi = q0 + ty + NTY * a, kj = k0 + tx + 16 * b;
                 float x = NEG_INF;
                 if (qi < n_q && kj < n_kv) x = mrow[a] ? slope * rf_f16_to_f32(mrow[a][kj]) : 0.0f;
                 mv[a][b] = x;
@@ -89,8 +92,8 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
         // Also the barrier after the previous tile's reads of the K/V tiles and P.
         if (!__syncthreads_or(any)) continue;
 #pragma unroll
-        for (int j = 0; j < FT_BK * DP / 256; j++) {
-            const int e = tid + 256 * j, r = e / DP, c = e % DP;
+        for (int j = 0; j < FT_BK * DP / NT; j++) {
+            const int e = tid + NT * j, r = e / DP, c = e % DP;
             const bool row_ok = k0 + r < n_kv;
             Ks[r * RS + c] = row_ok && c < DK ? load_w<KT>(kb + (k0 + r) * nbk1, c) : 0.0f;
             if (SPLIT_KV) Vs[r * RS + c] = row_ok && c < DV ? load_w<VT>(vb + (k0 + r) * nbv1, c) : 0.0f;
@@ -99,7 +102,7 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
         float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 #pragma unroll 4
         for (int c = 0; c < DP; c += 4) {
-            const rf_f4 qa = *(const rf_f4*)&Qs[ty * RS + c], qb = *(const rf_f4*)&Qs[(ty + 16) * RS + c];
+            const rf_f4 qa = *(const rf_f4*)&Qs[ty * RS + c], qb = *(const rf_f4*)&Qs[(ty + NTY) * RS + c];
             const rf_f4 ka = *(const rf_f4*)&Ks[tx * RS + c], kc = *(const rf_f4*)&Ks[(tx + 16) * RS + c];
             s[0][0] += qa.x * ka.x + qa.y * ka.y + qa.z * ka.z + qa.w * ka.w;
             s[0][1] += qa.x * kc.x + qa.y * kc.y + qa.z * kc.z + qa.w * kc.w;
@@ -125,21 +128,21 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
             m_run[a] = m_new;
 #pragma unroll
             for (int i = 0; i < NV * 4; i++) acc[a][i] *= ms;
-            Ps[(ty + 16 * a) * FT_PS + tx] = p0;
-            Ps[(ty + 16 * a) * FT_PS + tx + 16] = p1;
+            Ps[(ty + NTY * a) * FT_PS + tx] = p0;
+            Ps[(ty + NTY * a) * FT_PS + tx + 16] = p1;
         }
         __syncthreads();  // P complete (and, sharing one buffer, the scores done with K)
         if (!SPLIT_KV) {
 #pragma unroll
-            for (int j = 0; j < FT_BK * DP / 256; j++) {
-                const int e = tid + 256 * j, r = e / DP, c = e % DP;
+            for (int j = 0; j < FT_BK * DP / NT; j++) {
+                const int e = tid + NT * j, r = e / DP, c = e % DP;
                 Vs[r * RS + c] = k0 + r < n_kv && c < DV ? load_w<VT>(vb + (k0 + r) * nbv1, c) : 0.0f;
             }
             __syncthreads();
         }
 #pragma unroll 2
         for (int kk = 0; kk < FT_BK; kk += 4) {
-            const rf_f4 pa = *(const rf_f4*)&Ps[ty * FT_PS + kk], pb = *(const rf_f4*)&Ps[(ty + 16) * FT_PS + kk];
+            const rf_f4 pa = *(const rf_f4*)&Ps[ty * FT_PS + kk], pb = *(const rf_f4*)&Ps[(ty + NTY) * FT_PS + kk];
             const float pav[4] = {pa.x, pa.y, pa.z, pa.w}, pbv[4] = {pb.x, pb.y, pb.z, pb.w};
 #pragma unroll
             for (int u = 0; u < 4; u++) {
@@ -162,7 +165,7 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
     const float sink = sinks ? sinks[iq2] : NEG_INF;
 #pragma unroll
     for (int a = 0; a < 2; a++) {
-        const i64 qi = q0 + ty + 16 * a;
+        const i64 qi = q0 + ty + NTY * a;
         if (qi >= n_q) continue;
         const float m_all = fmaxf(m_run[a], sink);
         const float f = m_run[a] == NEG_INF ? 0.0f : expf(m_run[a] - m_all);
@@ -189,7 +192,28 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
     q, k, v, mask, sinks, d, DK, DV, n_q, n_head, n_seq, n_kv, rk2, rv2, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, \
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q
 
-RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d64(FT_ARGS) { flash_attn_tile<w_f16, w_f16, 64>(FT_PASS); }
-RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d128(FT_ARGS) { flash_attn_tile<w_f16, w_f16, 128>(FT_PASS); }
-RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d64(FT_ARGS) { flash_attn_tile<w_f32, w_f32, 64>(FT_PASS); }
-RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d128(FT_ARGS) { flash_attn_tile<w_f32, w_f32, 128>(FT_PASS); }
+// flash_attn_tiled_{K}_{V}_d{DP}_q{BQ}: BQ = 16 (128 threads) or 32 (256 threads).
+RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f16_f16_d64_q16(FT_ARGS) {
+    flash_attn_tile<w_f16, w_f16, 64, 8>(FT_PASS);
+}
+RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d64_q32(FT_ARGS) {
+    flash_attn_tile<w_f16, w_f16, 64, 16>(FT_PASS);
+}
+RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f16_f16_d128_q16(FT_ARGS) {
+    flash_attn_tile<w_f16, w_f16, 128, 8>(FT_PASS);
+}
+RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d128_q32(FT_ARGS) {
+    flash_attn_tile<w_f16, w_f16, 128, 16>(FT_PASS);
+}
+RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f32_f32_d64_q16(FT_ARGS) {
+    flash_attn_tile<w_f32, w_f32, 64, 8>(FT_PASS);
+}
+RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d64_q32(FT_ARGS) {
+    flash_attn_tile<w_f32, w_f32, 64, 16>(FT_PASS);
+}
+RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f32_f32_d128_q16(FT_ARGS) {
+    flash_attn_tile<w_f32, w_f32, 128, 8>(FT_PASS);
+}
+RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d128_q32(FT_ARGS) {
+    flash_attn_tile<w_f32, w_f32, 128, 16>(FT_PASS);
+}

@@ -79,10 +79,14 @@ pub const KERNEL_NAMES: &[&str] = &[
     "flash_attn_f16_f16",
     "flash_attn_f32_f32",
     "src1_to_f16",
-    "flash_attn_tiled_f16_f16_d64",
-    "flash_attn_tiled_f16_f16_d128",
-    "flash_attn_tiled_f32_f32_d64",
-    "flash_attn_tiled_f32_f32_d128",
+    "flash_attn_tiled_f16_f16_d64_q16",
+    "flash_attn_tiled_f16_f16_d64_q32",
+    "flash_attn_tiled_f16_f16_d128_q16",
+    "flash_attn_tiled_f16_f16_d128_q32",
+    "flash_attn_tiled_f32_f32_d64_q16",
+    "flash_attn_tiled_f32_f32_d64_q32",
+    "flash_attn_tiled_f32_f32_d128_q16",
+    "flash_attn_tiled_f32_f32_d128_q32",
 ];
 
 /// One translation unit: the prelude, the shared headers, then each file with its local

@@ -731,11 +731,21 @@ fn launch_glu(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 const FA_MAX_HEAD: usize = 256;
 /// Warps per query row in flash attention (FA_WARPS in kernels/flash_attn.hip): they split the keys.
 const FA_WARPS: usize = 8;
-/// Query rows per block of the prompt attention kernel (FT_BQ in kernels/flash_attn_tiled.hip),
-/// its largest head size (FT_DMAX), and from how many query rows on it is used.
-const FA_TILE_Q: usize = 32;
+/// Largest head size of the prompt attention kernel (kernels/flash_attn_tiled.hip), and from
+/// how many query rows on it is used.
 const FA_TILE_MAX_HEAD: usize = 128;
 const FA_TILE_MIN_Q: usize = 32;
+
+/// Query rows per block of the prompt attention kernel: 16 (128 threads) or 32 (256 threads);
+/// `ROCMFORGE_GPU_FA_TILE_ROWS` picks (A/B runs).
+fn fa_tile_rows() -> usize {
+    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| match std::env::var("ROCMFORGE_GPU_FA_TILE_ROWS").as_deref() {
+        Ok("32") => 32,
+        Ok("16") => 16,
+        _ => 16,
+    })
+}
 
 /// `ROCMFORGE_GPU_FA_TILED=0` sends prompts through the row-per-block kernel too (A/B runs).
 fn fa_tiled_enabled() -> bool {
@@ -837,8 +847,10 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if qne[1] >= FA_TILE_MIN_Q && fa_tiled_enabled() && head <= FA_TILE_MAX_HEAD && qne[2] <= MAX_GRID_YZ && qne[3] <= MAX_GRID_YZ {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
         // out for head size 64 or 128.
-        let kernel = format!("flash_attn_tiled_{}_d{}", if f16 { "f16_f16" } else { "f32_f32" }, if head <= 64 { 64 } else { 128 });
-        return lc.run(&kernel, [qne[1].div_ceil(FA_TILE_Q), qne[2], qne[3]], 256, args);
+        let rows = fa_tile_rows();
+        let kv = if f16 { "f16_f16" } else { "f32_f32" };
+        let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
+        return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
     }
     let rows = qne[1] * qne[2] * qne[3];
     let kernel = if f16 { "flash_attn_f16_f16" } else { "flash_attn_f32_f32" };
