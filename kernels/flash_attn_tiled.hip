@@ -42,9 +42,7 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
     __shared__ __attribute__((aligned(16))) float Ps[BQ * FT_PS];
     float* Vs = SPLIT_KV ? Vbuf : Ks;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    // Last query rows first: under a causal mask they see the most keys, and starting the
-    // longest blocks first keeps the tail of the launch short.
-    const i64 q0 = (i64)(gridDim.x - 1 - blockIdx.x) * BQ, iq2 = blockIdx.y, iq3 = blockIdx.z;
+    const i64 q0 = (i64)blockIdx.x * BQ, iq2 = blockIdx.y, iq3 = blockIdx.z;
     float slope = 1.0f;
     if (max_bias > 0.0f) {
         slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
