@@ -223,6 +223,7 @@ static struct ggml_tensor* fa(struct ggml_context* c, int D, int n_q, int n_kv, 
     return r;
 }
 static struct ggml_tensor* fa_prompt(struct ggml_context* c) { return fa(c, 64, 13, 40, 9, 3, 0.0f, 0); }
+static struct ggml_tensor* fa_prompt_tiled(struct ggml_context* c) { return fa(c, 64, 100, 128, 9, 3, 0.0f, 0); }
 static struct ggml_tensor* fa_decode(struct ggml_context* c) { return fa(c, 64, 1, 300, 9, 3, 0.0f, 0); }
 static struct ggml_tensor* fa_softcap_sinks(struct ggml_context* c) { return fa(c, 128, 5, 37, 4, 4, 20.0f, 1); }
 
@@ -304,6 +305,7 @@ static const struct tcase CASES[] = {
     {"glu swiglu split", swiglu_split, 1e-7, 0, 0, 0},
     {"glu geglu swapped", geglu_swapped, 1e-6, 0, 0, 0},
     {"flash_attn_ext prompt gqa causal", fa_prompt, 5e-4, 0, 0, 0},
+    {"flash_attn_ext prompt 100 rows gqa causal (tiled)", fa_prompt_tiled, 5e-4, 0, 0, 0},
     {"flash_attn_ext decode gqa", fa_decode, 5e-4, 0, 0, 0},
     {"flash_attn_ext softcap sinks d128", fa_softcap_sinks, 5e-4, 0, 0, 0},
     {"mul_mat f16 4096x4096 x 1", mm_big_f16_1, 5e-4, 1, 2.0 * 4096 * 4096, 4096.0 * 4096 * 2},
@@ -492,6 +494,35 @@ int main(int argc, char** argv) {
             }
             double nmse = ref > 0 ? err / ref : err;
             if (nmse > tc->max_nmse || isnan(nmse)) bad = 1;
+            // Graph replay: the second identical graph is captured, later ones replay it. The
+            // output is poisoned (all bits set: NaN) before each run, so a replay that skipped
+            // or misaddressed a kernel shows. Skipped where the output shares memory with an
+            // input (poisoning would change the inputs).
+            int shares = g.out->view_src != NULL;
+            for (int k = 0; k < GGML_MAX_SRC; k++) shares |= g.out->src[k] && g.out->src[k]->data == g.out->data;
+            if (!bad && !shares) {
+                size_t nb = ggml_nbytes(g.out);
+                unsigned char* poison = malloc(nb);
+                memset(poison, 0xff, nb);
+                double worst = 0;
+                for (int rep = 0; rep < 3 && !bad; rep++) {
+                    ggml_backend_tensor_set(g.out, poison, 0, nb);
+                    if (ggml_backend_graph_compute(gpu, g.graph) != GGML_STATUS_SUCCESS) bad = 1;
+                    float* vr = result(&g);
+                    double e2 = 0;
+                    for (int64_t k = 0; k < n; k++) {
+                        if (isnan(vr[k]) != isnan(vc[k])) bad = 1;
+                        double e = (double)vr[k] - vc[k];
+                        e2 += e * e;
+                    }
+                    double nr = ref > 0 ? e2 / ref : e2;
+                    if (nr > tc->max_nmse || isnan(nr)) bad = 1;
+                    if (nr > worst) worst = nr;
+                    free(vr);
+                }
+                free(poison);
+                if (bad) printf("  %-55s FAIL on graph replay (worst nmse %.2e)\n", tc->name, worst);
+            }
             printf("  %-55s %s  nmse=%.2e", tc->name, bad ? "FAIL" : "ok  ", nmse);
             if (i == 0) printf("  (first graph incl. kernel load: %.2f s)", t_first);
             if (tc->timed && !bad) {

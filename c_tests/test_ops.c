@@ -309,6 +309,7 @@ static struct ggml_tensor * b_flash_attn(struct ggml_context * ctx, const struct
     struct ggml_tensor * k = in4(ctx, p->t0, D, nkv, nhkv, 1);
     struct ggml_tensor * v = in4(ctx, p->t0, D, nkv, nhkv, 1);
     struct ggml_tensor * m = p->i[5] ? in_mask(ctx, GGML_TYPE_F16, nkv, nq, 1, 1) : NULL;
+    if (p->i[5] == 2) ggml_set_name(m, "mask_causal");
     struct ggml_tensor * r = ggml_flash_attn_ext(ctx, q, k, v, m, p->f[0], p->f[1], p->f[2]);
     if (p->i[6]) ggml_flash_attn_ext_add_sinks(r, in4(ctx, GGML_TYPE_F32, nh, 1, 1, 1));
     return r;
@@ -456,12 +457,15 @@ static void fill_inputs(struct ggml_context * ctx, uint64_t case_seed) {
             }
             ggml_backend_tensor_set(t, v, 0, ggml_nbytes(t));
             free(v);
-        } else if (strcmp(name, "mask") == 0) {
+        } else if (strcmp(name, "mask") == 0 || strcmp(name, "mask_causal") == 0) {
+            // mask_causal: query row i (of ne[1]) sees keys 0 .. i + ne[0] - ne[1], as a prompt does.
+            const int causal = strcmp(name, "mask_causal") == 0;
             float * v = malloc(sizeof(float) * (size_t) n);
             uint64_t s = seed + 5;
             for (int64_t i = 0; i < n; i++) {
                 v[i] = rf_rand_uniform(&s, -1, 1);
-                if (i % t->ne[0] != 0 && rf_rand_u64(&s) % 5 == 0) v[i] = -INFINITY;
+                const int64_t col = i % t->ne[0], row = (i / t->ne[0]) % t->ne[1];
+                if (causal ? col > row + t->ne[0] - t->ne[1] : col != 0 && rf_rand_u64(&s) % 5 == 0) v[i] = -INFINITY;
             }
             if (t->type == GGML_TYPE_F16) {
                 ggml_fp16_t * h = malloc(sizeof(ggml_fp16_t) * (size_t) n);
@@ -754,6 +758,11 @@ static void cases_mul_mat(void) {
             { { K, 9, 1, 2 }, { K, 3, 2, 4 }, 0 },    // broadcast over dims 2 and 3
             { { K, 12, 3, 1 }, { K, 5, 3, 1 }, 1 },   // permuted activations
             { { K, 11, 1, 1 }, { K, 4, 1, 1 }, 2 },   // row-strided weight view
+            // 32+ columns: the GPU's BLAS path (prompts), same layouts.
+            { { 4 * K, 70, 1, 1 }, { 4 * K, 40, 1, 1 }, 0 },
+            { { K, 16, 2, 1 }, { K, 33, 4, 2 }, 0 },  // broadcast over dims 2 and 3
+            { { K, 12, 3, 1 }, { K, 36, 3, 1 }, 1 },  // permuted activations
+            { { K, 11, 1, 1 }, { K, 34, 1, 1 }, 2 },  // row-strided weight view
         };
         for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
             struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .i = { cs[i].layout } };
@@ -969,6 +978,14 @@ static void cases_flash_attn(void) {
         { 64, 4, 8, 8, 32, 1, 0, 0.125f, 8.0f, 0.0f },   // ALiBi
         { 64, 4, 4, 2, 32, 1, 0, 0.02f, 0.0f, 30.0f },   // logit softcap
         { 64, 4, 4, 2, 32, 1, 1, 0.125f, 0.0f, 0.0f },   // sinks
+        // Prompt-sized (32+ query rows: the GPU's tiled kernel), mask 2 = causal.
+        { 64, 70, 4, 2, 96, 2, 0, 0.125f, 0.0f, 0.0f },  // GQA, 3 query tiles, skipped key tiles
+        { 64, 40, 4, 4, 200, 1, 0, 0.125f, 0.0f, 0.0f }, // random mask, key count not a tile multiple
+        { 128, 33, 4, 1, 64, 2, 1, 0.09f, 0.0f, 0.0f },  // MQA, sinks
+        { 80, 35, 2, 2, 50, 0, 0, 0.1f, 0.0f, 0.0f },    // head size 80, no mask
+        { 64, 36, 8, 8, 40, 2, 0, 0.125f, 8.0f, 0.0f },  // ALiBi
+        { 64, 32, 4, 2, 48, 2, 0, 0.02f, 0.0f, 30.0f },  // logit softcap
+        { 256, 32, 2, 2, 40, 2, 0, 0.06f, 0.0f, 0.0f },  // head size over the tiled kernel's
     };
     for (size_t k = 0; k < 3; k++) {
         for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {

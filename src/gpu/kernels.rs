@@ -21,6 +21,8 @@ const SOURCES: &[(&str, &str)] = &[
     ("rope.hip", include_str!("../../kernels/rope.hip")),
     ("activation.hip", include_str!("../../kernels/activation.hip")),
     ("flash_attn.hip", include_str!("../../kernels/flash_attn.hip")),
+    ("dequant.hip", include_str!("../../kernels/dequant.hip")),
+    ("flash_attn_tiled.hip", include_str!("../../kernels/flash_attn_tiled.hip")),
     // Last: it uses mmvq.hip's and activation.hip's device functions.
     ("fused.hip", include_str!("../../kernels/fused.hip")),
 ];
@@ -51,7 +53,7 @@ pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
 pub const MVQ_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q6_k"];
 
 /// Entry points made once per weight type: `{prefix}_{suffix}`.
-const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows"];
+const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows", "dequant_f16"];
 
 /// Every entry point: the fixed ones and the per-weight-type ones.
 pub fn kernel_names() -> Vec<String> {
@@ -87,6 +89,15 @@ pub const KERNEL_NAMES: &[&str] = &[
     "glu_f32",
     "flash_attn_f16_f16",
     "flash_attn_f32_f32",
+    "src1_to_f16",
+    "flash_attn_tiled_f16_f16_d64_q16",
+    "flash_attn_tiled_f16_f16_d64_q32",
+    "flash_attn_tiled_f16_f16_d128_q16",
+    "flash_attn_tiled_f16_f16_d128_q32",
+    "flash_attn_tiled_f32_f32_d64_q16",
+    "flash_attn_tiled_f32_f32_d64_q32",
+    "flash_attn_tiled_f32_f32_d128_q16",
+    "flash_attn_tiled_f32_f32_d128_q32",
 ];
 
 /// One translation unit: the prelude, the shared headers, then each file with its local

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod backend;
+pub mod blas;
 pub mod buffer;
 pub mod cuda;
 pub mod hip;

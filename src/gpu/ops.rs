@@ -199,7 +199,9 @@ fn q8_region(n: usize) -> usize {
     q8_ds_offset(n) + n.div_ceil(32) * 8 + 256
 }
 
-/// Device scratch a node needs while it runs (its rounded or quantized src1).
+/// Device scratch a node needs while it runs: its quantized src1 (integer-dot kernels), its
+/// rounded src1, or for the BLAS path the library's workspace and the f16 operands (whichever
+/// is larger: the BLAS may be missing).
 pub fn scratch_bytes(node: &Tensor) -> usize {
     if node.op() != op::MUL_MAT {
         return 0;
@@ -208,11 +210,132 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
         // Room for two: a fused kernel may read one quantized src1 while writing the next.
         return 2 * q8_region(node.src(1).map_or(0, |x| x.nelements()));
     }
-    match (node.src(0), node.src(1)) {
+    let rounded = match (node.src(0), node.src(1)) {
         // Rounded values, then (mode 3) one correction per block of 32.
         (Some(w), Some(x)) if src1_rounding(w.dtype()).is_some() => x.nelements() * 4 + x.nelements().div_ceil(32) * 4 + 256,
         _ => 0,
+    };
+    let blas = blas_operands(node).map_or(0, |o| super::blas::WORKSPACE_BYTES + o.x16_bytes.next_multiple_of(256) + o.w16_bytes);
+    rounded.max(blas)
+}
+
+/// From this many src1 columns on, MUL_MAT goes through the vendor BLAS where there is one
+/// (`ROCMFORGE_GPU_BLAS_MIN_COLS` overrides). Measured on an H100 (SmolLM2 shapes, pp16):
+/// BLAS 3.3x faster than the tiled kernel, so it takes everything the matrix-vector kernel
+/// does not; the tiled kernel remains for machines without a BLAS.
+fn blas_min_cols() -> usize {
+    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| {
+        std::env::var("ROCMFORGE_GPU_BLAS_MIN_COLS").ok().and_then(|v| v.parse().ok()).unwrap_or(MUL_MAT_VEC_MAX_COLS).max(1)
+    })
+}
+
+/// The f16 operands the BLAS path stages in scratch for a MUL_MAT node: src1 always (it is
+/// F32; rounding it to f16 is what ggml-cpu does for F16 weights, and finer than the 8-bit
+/// blocks it uses for quantized ones), the weight unless it is F16 and usable in place.
+struct BlasOperands {
+    x16_bytes: usize,
+    w16_bytes: usize,
+    w_in_place: bool,
+}
+
+/// None where the BLAS path does not take the node: few columns, F32 weights (ggml-cpu
+/// multiplies those in f32; the tiled kernel does too), or strides the library cannot express.
+fn blas_operands(node: &Tensor) -> Option<BlasOperands> {
+    let (w, x) = (node.src(0)?, node.src(1)?);
+    let (wne, wnb, xne, dnb) = (w.ne(), w.nb(), x.ne(), node.nb());
+    let (k, m, n) = (wne[0], wne[1], xne[1]);
+    if n < blas_min_cols() || w.dtype() == GgmlType::F32 || weight_suffix(w.dtype()).is_none() {
+        return None;
     }
+    if dnb[1..].iter().any(|&s| s % 4 != 0) || dnb[1] < m * 4 || node.data() as usize % 4 != 0 {
+        return None;
+    }
+    let w_in_place = w.dtype() == GgmlType::F16 && w.data() as usize % 2 == 0 && wnb[1..].iter().all(|&s| s % 2 == 0);
+    if !w_in_place && k % 8 != 0 {
+        return None; // the dequantizing kernel writes 8 values at a time
+    }
+    let x16_bytes = k * n * xne[2] * xne[3] * 2;
+    let w16_bytes = if w_in_place { 0 } else { k * m * wne[2] * wne[3] * 2 };
+    Some(BlasOperands { x16_bytes, w16_bytes, w_in_place })
+}
+
+/// MUL_MAT through the vendor BLAS: src1 (and the weight unless it is F16) converted to f16
+/// in scratch, then f16 x f16 products accumulated in f32 straight into dst, batched over
+/// dim 2 where ggml broadcasts the weight. Err only where nothing was queued yet or the
+/// library refused (the caller then runs the kernels, which overwrite every output).
+fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, ops: &BlasOperands) -> ApiResult<()> {
+    use super::blas::{Elem, Gemm, WORKSPACE_BYTES};
+    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let (wne, wnb, xne, xnb, dnb) = (w.ne(), w.nb(), x.ne(), x.nb(), node.nb());
+    let (k, m, n) = (wne[0], wne[1], xne[1]);
+    let (ne12, ne13) = (xne[2], xne[3]);
+    let (r2, r3) = (ne12 / wne[2], ne13 / wne[3]);
+    let workspace = lc.scratch;
+    let x16 = workspace + WORKSPACE_BYTES as u64;
+    let w16 = x16 + ops.x16_bytes.next_multiple_of(256) as u64;
+    // These launches also make the device current on this thread, which the library needs.
+    let rows = n * ne12 * ne13;
+    let args = Args::default()
+        .ptr(x.data())
+        .ptr(x16 as usize as *const u8)
+        .i64(k)
+        .i64(n)
+        .i64(ne12)
+        .i64(rows)
+        .i64s(&xnb[1..]);
+    lc.run("src1_to_f16", [rows.min(MAX_FLAT_BLOCKS), 1, 1], row_block(k), args)?;
+    // Weight matrices as element offsets into what the GEMM reads (f16 elements).
+    let (a_base, lda, a_s2, a_s3) = if ops.w_in_place {
+        (w.data() as usize as u64, wnb[1] / 2, wnb[2] / 2, wnb[3] / 2)
+    } else {
+        let n_rows = m * wne[2] * wne[3];
+        let args = Args::default()
+            .ptr(w.data())
+            .ptr(w16 as usize as *const u8)
+            .i64(k)
+            .i64(m)
+            .i64(wne[2])
+            .i64(n_rows)
+            .i64s(&wnb[1..]);
+        let kernel = format!("dequant_f16_{}", weight_suffix(w.dtype()).unwrap_or("f32"));
+        lc.run(&kernel, [flat_blocks(n_rows * (k / 8), 256), 1, 1], 256, args)?;
+        (w16, k, m * k, wne[2] * m * k)
+    };
+    let (b_s2, b_s3) = (n * k, ne12 * n * k);
+    let gemm = |a_off: usize, stride_a: usize, b_off: usize, c_off: usize, batch: usize| {
+        let g = Gemm {
+            m,
+            n,
+            k,
+            a: a_base + a_off as u64 * 2,
+            a_type: Elem::F16,
+            lda,
+            stride_a,
+            b: x16 + b_off as u64 * 2,
+            b_type: Elem::F16,
+            ldb: k,
+            stride_b: b_s2,
+            c: node.data() as usize as u64 + c_off as u64,
+            ldc: dnb[1] / 4,
+            stride_c: dnb[2] / 4,
+            batch,
+        };
+        blas.gemm(lc.ord, lc.stream, workspace, &g)
+    };
+    for i3 in 0..ne13 {
+        let a3 = (i3 / r3) * a_s3;
+        if r2 == 1 {
+            // A weight matrix per src1 matrix: one batch over dim 2.
+            gemm(a3, a_s2, i3 * b_s3, i3 * dnb[3], ne12)?;
+        } else {
+            // Weight i2w serves src1 matrices i2w*r2 .. (i2w+1)*r2: a batch with stride 0.
+            for i2w in 0..wne[2] {
+                gemm(a3 + i2w * a_s2, 0, i3 * b_s3 + i2w * r2 * b_s2, i3 * dnb[3] + i2w * r2 * dnb[2], r2)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Kernel arguments, each in an 8-byte slot (the runtime reads as many bytes as the
@@ -472,6 +595,14 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if uses_mvq(node) && lc.scratch != 0 {
         return launch_mul_mat_vec_q(node, lc);
+    }
+    if let (Some(ops), Some(blas)) = (blas_operands(node), super::blas::for_vendor(lc.api.vendor())) {
+        if lc.scratch != 0 {
+            match launch_mul_mat_blas(node, lc, blas, &ops) {
+                Ok(()) => return Ok(()),
+                Err(e) => crate::log_warn!("MUL_MAT '{}' through {}: {e}; using rocmforge's kernel", node.name(), blas.name),
+            }
+        }
     }
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let (wne, xne) = (w.ne(), x.ne());
@@ -742,6 +873,24 @@ fn launch_glu(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 const FA_MAX_HEAD: usize = 256;
 /// Warps per query row in flash attention (FA_WARPS in kernels/flash_attn.hip): they split the keys.
 const FA_WARPS: usize = 8;
+/// Largest head size of the prompt attention kernel (kernels/flash_attn_tiled.hip), and from
+/// how many query rows on it is used.
+const FA_TILE_MAX_HEAD: usize = 128;
+const FA_TILE_MIN_Q: usize = 32;
+
+/// Query rows per block of the prompt attention kernel: 32 (256 threads) or 16 (128 threads,
+/// twice the blocks); `ROCMFORGE_GPU_FA_TILE_ROWS=16` picks the latter (A/B runs). On an H100
+/// (SmolLM2 pp512, ncu) a 32-row launch took 86 us, a 16-row one 114 us.
+fn fa_tile_rows() -> usize {
+    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| if std::env::var("ROCMFORGE_GPU_FA_TILE_ROWS").as_deref() == Ok("16") { 16 } else { 32 })
+}
+
+/// `ROCMFORGE_GPU_FA_TILED=0` sends prompts through the row-per-block kernel too (A/B runs).
+fn fa_tiled_enabled() -> bool {
+    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_TILED").map_or(true, |v| v != "0"))
+}
 
 fn supports_flash_attn(node: &Tensor) -> bool {
     let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
@@ -833,6 +982,15 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .f32(m1)
         .i32(n_head_log2 as i32)
         .i32(f16 as i32);
+    let head = qne[0].max(vne[0]);
+    if qne[1] >= FA_TILE_MIN_Q && fa_tiled_enabled() && head <= FA_TILE_MAX_HEAD && qne[2] <= MAX_GRID_YZ && qne[3] <= MAX_GRID_YZ {
+        // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
+        // out for head size 64 or 128.
+        let rows = fa_tile_rows();
+        let kv = if f16 { "f16_f16" } else { "f32_f32" };
+        let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
+        return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
+    }
     let rows = qne[1] * qne[2] * qne[3];
     let kernel = if f16 { "flash_attn_f16_f16" } else { "flash_attn_f32_f32" };
     let warp = lc.warp_size as usize;

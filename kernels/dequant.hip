@@ -1,0 +1,61 @@
+// Operands of the vendor-BLAS MUL_MAT path (src/gpu/blas.rs): weights of any supported type
+// dequantized to a dense f16 matrix, and src1 (F32, any row strides) rounded to dense f16.
+// A tensor-core GEMM with f32 accumulation then computes the product; ggml-cpu rounds src1
+// too before its dots (to 8-bit blocks for quantized weights, to f16 for F16 weights), so
+// the result agrees with it to the same order.
+#include "prelude.h"
+#include "quants.h"
+
+// Eight halves: one 16-byte store.
+struct __attribute__((aligned(16))) rf_h8 {
+    unsigned int v[4];
+};
+
+// out[((i3 * ne2 + i2) * M + row) * K + k] = w[row, k] of matrix (i2, i3); one thread per 8
+// consecutive values of a row (K is a multiple of 32 for every type).
+template <typename W>
+RF_DEVICE void dequant_f16(const char* w, f16_bits* out, i64 K, i64 M, i64 ne2, i64 n_rows, i64 nb01, i64 nb02,
+                           i64 nb03) {
+    const i64 per_row = K / 8, total = per_row * n_rows;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        const i64 c = i % per_row, r = i / per_row;
+        const i64 row = r % M, b = r / M;
+        const char* wr = w + row * nb01 + (b % ne2) * nb02 + (b / ne2) * nb03;
+        rf_h8 h;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned int lo = rf_f32_to_f16(load_w<W>(wr, c * 8 + 2 * j));
+            const unsigned int hi = rf_f32_to_f16(load_w<W>(wr, c * 8 + 2 * j + 1));
+            h.v[j] = lo | (hi << 16);
+        }
+        *(rf_h8*)(out + r * K + c * 8) = h;
+    }
+}
+
+#define DEQUANT_ARGS \
+    const char *w, f16_bits *out, i64 K, i64 M, i64 ne2, i64 n_rows, i64 nb01, i64 nb02, i64 nb03
+#define DEQUANT_KERNEL(NAME, W) \
+    RF_KERNEL void dequant_f16_##NAME(DEQUANT_ARGS) { dequant_f16<W>(w, out, K, M, ne2, n_rows, nb01, nb02, nb03); }
+
+DEQUANT_KERNEL(f32, w_f32)
+DEQUANT_KERNEL(f16, w_f16)
+DEQUANT_KERNEL(q4_0, w_q4_0)
+DEQUANT_KERNEL(q4_1, w_q4_1)
+DEQUANT_KERNEL(q5_0, w_q5_0)
+DEQUANT_KERNEL(q5_1, w_q5_1)
+DEQUANT_KERNEL(q8_0, w_q8_0)
+DEQUANT_KERNEL(iq4_nl, w_iq4_nl)
+DEQUANT_KERNEL(q4_k, w_q4_k)
+DEQUANT_KERNEL(q6_k, w_q6_k)
+
+// src1 rows (i1, i2, i3) -> out[((i3 * ne12 + i2) * N + i1) * K + k] as f16 (round to nearest
+// even, as ggml's f32 -> f16 conversion). One block per row (grid-stride over rows).
+RF_KERNEL void src1_to_f16(const char* x, f16_bits* out, i64 K, i64 N, i64 ne12, i64 n_rows, i64 nb11, i64 nb12,
+                           i64 nb13) {
+    for (i64 row = blockIdx.x; row < n_rows; row += gridDim.x) {
+        const i64 i1 = row % N, i2 = (row / N) % ne12, i3 = row / (N * ne12);
+        const float* xr = (const float*)(x + i1 * nb11 + i2 * nb12 + i3 * nb13);
+        f16_bits* o = out + row * K;
+        for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_f32_to_f16(xr[k]);
+    }
+}
