@@ -774,6 +774,11 @@ static void cases_mul_mat(void) {
                            cs[i].layout == 1 ? " x permuted" : cs[i].layout == 2 ? " w strided" : ""),
                      b_mul_mat, &p, 5e-4, CMP_NMSE);
         }
+        // Rows that are not a multiple of 32 (float weights only): the last K % 32 values count too.
+        for (int64_t n = 1; blk == 1 && n <= 40; n += 39) {
+            struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(67, 19, 1, 1), .b = SHAPE(67, n, 1, 1) };
+            run_case(LABEL("MUL_MAT %s K=67 n=%lld", ggml_type_name(t), (long long) n), b_mul_mat, &p, 5e-4, CMP_NMSE);
+        }
     }
     // F16 activations with F16 weights (ggml-cpu computes them too).
     struct params p = { .t0 = GGML_TYPE_F16, .t1 = GGML_TYPE_F16, .a = SHAPE(64, 13, 1, 1), .b = SHAPE(64, 5, 1, 1) };

@@ -29,7 +29,7 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, 
 #pragma unroll
     for (int c = 0; c < MV_COLS; c++) xr[c] = (const float*)(xb + (col0 + (c < ncols ? c : 0)) * nb11);
     float acc[MV_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // K is a multiple of 32 for every type (block sizes are 32 or 256).
+    // Whole blocks of 32 (every quantized K is a multiple of 32) ...
     for (i64 blk = lane; blk < K / 32; blk += RF_WARP_SIZE) {
         float wv[32];
         load_block32<W>(wr, blk, wv);
@@ -49,6 +49,14 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, 
             for (int c = 0; c < MV_COLS; c++) {
                 if (c < ncols) acc[c] += mw * corr[(col0 + c + N * b) * (K / 32) + blk];
             }
+        }
+    }
+    // ... then, for F32/F16 rows of any length, the last K % 32 values one per lane.
+    for (i64 k = (K / 32) * 32 + lane; k < K; k += RF_WARP_SIZE) {
+        const float wk = load_w<W>(wr, k);
+#pragma unroll
+        for (int c = 0; c < MV_COLS; c++) {
+            if (c < ncols) acc[c] += wk * xr[c][k];
         }
     }
     char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
