@@ -1,11 +1,12 @@
 // FLASH_ATTN_EXT: out = softmax(scale * q.K^T [softcapped] + slope * mask) . V per query
 // row, one pass over the keys with an online softmax (f32 accumulators), as
-// src/cpu/ops/flash_attn.rs. q F32; K and V F16 or F32 (heads broadcast for GQA); mask F16
+// src/cpu/ops/flash_attn.rs. q F32; K and V F16, Q8_0 or F32 (heads broadcast for GQA); mask F16
 // (may be NULL) broadcast over heads/sequences; sinks F32 per head (may be NULL).
 // Output F32 [DV, n_head, n_q, n_seq]. One block per query row: its warps take every
 // FA_WARPS-th key each (lanes across the head dimension, D <= 32 * FA_MAX_PER_LANE), then
 // their partial softmax sums are merged; a single query row (generation) thus still keeps
-// FA_WARPS warps busy per head. q is rounded to f16 for F16 K, as ggml-cpu does.
+// FA_WARPS warps busy per head. q is rounded as ggml-cpu rounds it for its K type (round_q:
+// 1 = to f16 for F16 K, 2 = to Q8_0 blocks for Q8_0 K).
 #include "prelude.h"
 #include "quants.h"
 
@@ -34,7 +35,14 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     for (int j = 0; j < FA_MAX_PER_LANE; j++) {
         const i64 c = lane + (i64)j * RF_WARP_SIZE;
         float x = c < DK ? qr[c] : 0.0f;
-        if (round_q) x = rf_f16_to_f32(rf_f32_to_f16(x));
+        if (round_q == 1) x = rf_f16_to_f32(rf_f32_to_f16(x));
+        if (round_q == 2) {
+            // Q8_0 blocks: 32 consecutive channels are one aligned group of 32 lanes (DK % 32 == 0).
+            const float amax = rf_group_max<32>(fabsf(x));
+            const float d = rf_f16_to_f32(rf_f32_to_f16(amax / 127.0f));
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            x = d * rintf(x * id);
+        }
         qv[j] = x;
         acc[j] = 0.0f;
     }
@@ -115,3 +123,4 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
 
 RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { flash_attn<w_f16, w_f16>(FA_PASS); }
 RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { flash_attn<w_f32, w_f32>(FA_PASS); }
+RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) { flash_attn<w_q8_0, w_q8_0>(FA_PASS); }

@@ -8,6 +8,10 @@
 //   IQ4_NL 18 B / 32: d, qs[16]            x = d * table[nibble]
 //   Q4_K  144 B / 256: d, dmin, scales[12] (6-bit scale/min per 32), qs[128]
 //   Q6_K  210 B / 256: ql[128], qh[64], scales[16] (i8 per 16), d
+//   BF16    2 B / 1:   the top half of an f32
+//   Q2_K   84 B / 256: scales[16] (4-bit scale | 4-bit min << 4, per 16), qs[64], d, dmin
+//   Q3_K  110 B / 256: hmask[32], qs[64], scales[12] (6-bit, +32 biased, per 16), d
+//   Q5_K  176 B / 256: d, dmin, scales[12] (as Q4_K), qh[32], qs[128]
 // Loaders read bytes only (blocks are 2-byte aligned at best).
 #ifndef ROCMFORGE_QUANTS_H
 #define ROCMFORGE_QUANTS_H
@@ -23,6 +27,18 @@ struct w_q8_0 {};
 struct w_iq4_nl {};
 struct w_q4_k {};
 struct w_q6_k {};
+struct w_bf16 {};
+struct w_q2_k {};
+struct w_q3_k {};
+struct w_q5_k {};
+
+// f32 -> bf16 bits as ggml rounds (nearest even; NaN stays a quiet NaN), and the value back.
+RF_DEVICE unsigned short rf_f32_to_bf16(float f) {
+    const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 64);
+    return (unsigned short)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+RF_DEVICE float rf_round_bf16(float f) { return __uint_as_float((unsigned)rf_f32_to_bf16(f) << 16); }
 
 RF_DEVICE float rf_ld_f16(const unsigned char* p) { return rf_f16_to_f32((f16_bits)(p[0] | (p[1] << 8))); }
 
@@ -93,6 +109,44 @@ template <> RF_DEVICE_SPEC float load_w<w_q6_k>(const char* row, i64 k) {
     const int hi = (b[128 + 32 * n + l] >> (2 * quarter)) & 3;
     const float scale = (float)(signed char)b[192 + e / 16];
     return rf_ld_f16(b + 208) * scale * (float)((lo | (hi << 4)) - 32);
+}
+
+template <> RF_DEVICE_SPEC float load_w<w_bf16>(const char* row, i64 k) {
+    return __uint_as_float((unsigned)((const unsigned short*)row)[k] << 16);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q2_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 84;
+    const int e = (int)(k % 256), n = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int q = (b[16 + 32 * n + l] >> (2 * j)) & 3;
+    const int sc = b[e / 16];
+    return rf_ld_f16(b + 80) * (float)(sc & 15) * (float)q - rf_ld_f16(b + 82) * (float)(sc >> 4);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q3_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 110;
+    const int e = (int)(k % 256), n = e / 128, j = (e % 128) / 32, l = e % 32, s = e / 16;
+    const int lo = (b[32 + 32 * n + l] >> (2 * j)) & 3;
+    const int hi = (b[l] >> (4 * n + j)) & 1;
+    const unsigned char* sc = b + 96;
+    const int low = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
+    const int high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    const int scale = (low | (high << 4)) - 32;
+    return rf_ld_f16(b + 108) * (float)scale * (float)((lo | (hi << 2)) - 4);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q5_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 176;
+    const int e = (int)(k % 256), s = e / 32, c = e / 64, l = e % 32;
+    const unsigned char* sc = b + 4;
+    int scale, mn;
+    if (s < 4) {
+        scale = sc[s] & 63;
+        mn = sc[s + 4] & 63;
+    } else {
+        scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const int lo = (b[48 + 32 * c + l] >> ((s & 1) * 4)) & 15;
+    const int hi = (b[16 + l] >> s) & 1;
+    return rf_ld_f16(b) * (float)scale * (float)(lo | (hi << 4)) - rf_ld_f16(b + 2) * (float)mn;
 }
 
 // Elements 32*blk .. 32*blk+31 of a row as f32, for kernels where one thread takes a whole
