@@ -181,6 +181,93 @@ template <> RF_DEVICE_SPEC void load_block32<w_q8_0>(const char* row, i64 blk, f
     for (int j = 0; j < 32; j++) out[j] = d * (float)(signed char)b[2 + j];
 }
 
+// K-quants: a block of 32 lies inside one super-block, so its scales (one per 32, or two
+// per 16) are decoded once, not once per value as load_w does.
+template <> RF_DEVICE_SPEC void load_block32<w_q4_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 144;
+    const int s = (int)(blk % 8);
+    const unsigned char* sc = b + 4;
+    int scale, mn;
+    if (s < 4) {
+        scale = sc[s] & 63;
+        mn = sc[s + 4] & 63;
+    } else {
+        scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const float d = rf_ld_f16(b) * (float)scale, m = rf_ld_f16(b + 2) * (float)mn;
+    const unsigned char* q = b + 16 + 32 * (s / 2);
+    const int sh = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) out[l] = d * (float)((q[l] >> sh) & 15) - m;
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q5_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 176;
+    const int s = (int)(blk % 8);
+    const unsigned char* sc = b + 4;
+    int scale, mn;
+    if (s < 4) {
+        scale = sc[s] & 63;
+        mn = sc[s + 4] & 63;
+    } else {
+        scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const float d = rf_ld_f16(b) * (float)scale, m = rf_ld_f16(b + 2) * (float)mn;
+    const unsigned char* q = b + 48 + 32 * (s / 2);
+    const unsigned char* qh = b + 16;
+    const int sh = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) out[l] = d * (float)(((q[l] >> sh) & 15) | (((qh[l] >> s) & 1) << 4)) - m;
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q6_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 210;
+    const int s = (int)(blk % 8), n = s / 4, quarter = s % 4;
+    const float d = rf_ld_f16(b + 208);
+    const float d0 = d * (float)(signed char)b[192 + 2 * s], d1 = d * (float)(signed char)b[192 + 2 * s + 1];
+    const unsigned char* ql = b + 64 * n + 32 * (quarter & 1);
+    const unsigned char* qh = b + 128 + 32 * n;
+    const int sl = 4 * (quarter >> 1), shh = 2 * quarter;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const int q = ((ql[l] >> sl) & 15) | (((qh[l] >> shh) & 3) << 4);
+        out[l] = (l < 16 ? d0 : d1) * (float)(q - 32);
+    }
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q2_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 84;
+    const int s = (int)(blk % 8), n = s / 4, j = s % 4;
+    const float d = rf_ld_f16(b + 80), dmin = rf_ld_f16(b + 82);
+    const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
+    const float d0 = d * (float)(sc0 & 15), m0 = dmin * (float)(sc0 >> 4);
+    const float d1 = d * (float)(sc1 & 15), m1 = dmin * (float)(sc1 >> 4);
+    const unsigned char* q = b + 16 + 32 * n;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const float v = (float)((q[l] >> (2 * j)) & 3);
+        out[l] = l < 16 ? d0 * v - m0 : d1 * v - m1;
+    }
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q3_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 110;
+    const int s = (int)(blk % 8), n = s / 4, j = s % 4;
+    const unsigned char* sc = b + 96;
+    float dd[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int t = 2 * s + h;
+        const int low = t < 8 ? (sc[t] & 15) : (sc[t - 8] >> 4);
+        const int high = (sc[8 + t % 4] >> (2 * (t / 4))) & 3;
+        dd[h] = rf_ld_f16(b + 108) * (float)((low | (high << 4)) - 32);
+    }
+    const unsigned char* q = b + 32 + 32 * n;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const int v = (((q[l] >> (2 * j)) & 3) | (((b[l] >> (4 * n + j)) & 1) << 2)) - 4;
+        out[l] = (l < 16 ? dd[0] : dd[1]) * (float)v;
+    }
+}
+
 // The min `m` of the block holding element k, for types whose blocks have one (Q4_1, Q5_1),
 // else 0: ggml-cpu adds m times an f16-rounded sum of the activations' block (Q8_1's `s`),
 // which the mat-mul kernels reproduce with a per-block correction.

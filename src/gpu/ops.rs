@@ -670,6 +670,8 @@ fn launch_set_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 
 const ROPE_NORMAL: i32 = 0;
 const ROPE_NEOX: i32 = 2;
+const ROPE_MROPE: i32 = 8;
+const ROPE_IMROPE: i32 = 40;
 
 fn supports_rope(node: &Tensor) -> bool {
     let (Some(a), Some(pos)) = (node.src(0), node.src(1)) else { return false };
@@ -679,11 +681,19 @@ fn supports_rope(node: &Tensor) -> bool {
     }
     let ne = node.ne();
     let (n_dims, mode, n_offs) = (node.param_i32(1), node.param_i32(2), node.param_i32(15));
-    if !matches!(mode, ROPE_NORMAL | ROPE_NEOX) || n_dims < 0 || n_offs < 0 || n_dims % 2 != 0 || n_offs % 2 != 0 {
+    if !matches!(mode, ROPE_NORMAL | ROPE_NEOX | ROPE_MROPE | ROPE_IMROPE) || n_dims < 0 || n_offs < 0 || n_dims % 2 != 0 || n_offs % 2 != 0 {
         return false;
     }
-    if (n_dims + n_offs) as usize > ne[0] || pos.dtype() != GgmlType::I32 || !pos.is_contiguous() || pos.nelements() < ne[2] {
+    let multi = matches!(mode, ROPE_MROPE | ROPE_IMROPE);
+    let n_pos = if multi { 4 * ne[2] } else { ne[2] };
+    if (n_dims + n_offs) as usize > ne[0] || pos.dtype() != GgmlType::I32 || !pos.is_contiguous() || pos.nelements() < n_pos {
         return false;
+    }
+    if multi {
+        let s: Vec<i32> = (11..15).map(|i| node.param_i32(i)).collect();
+        if s.iter().any(|&v| v < 0) || (s[0] <= 0 && s[1] <= 0 && s[2] <= 0) || s.iter().map(|&v| v as usize).sum::<usize>() > ne[0] {
+            return false;
+        }
     }
     if let Some(ff) = node.src(2) {
         if ff.dtype() != GgmlType::F32 || !ff.is_contiguous() || ff.nelements() < n_dims as usize / 2 {
@@ -722,7 +732,16 @@ fn launch_rope(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .f32(ext_factor)
         .f32(attn_factor)
         .f32(corr0)
-        .f32(corr1);
+        .f32(corr1)
+        .i32(match node.param_i32(2) {
+            ROPE_MROPE => 1,
+            ROPE_IMROPE => 2,
+            _ => 0,
+        })
+        .i32(node.param_i32(11))
+        .i32(node.param_i32(12))
+        .i32(node.param_i32(13))
+        .i32(node.param_i32(14));
     let kernel = if node.dtype() == GgmlType::F16 { "rope_f16" } else { "rope_f32" };
     lc.run(kernel, [node.nrows(), 1, 1], 64, args)
 }
