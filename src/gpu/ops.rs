@@ -955,6 +955,13 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         Some(m) => (m.ne(), m.nb()),
         None => ([1; 4], [0; 4]),
     };
+    // ggml-cpu's algorithm for this node (as src/cpu/ops/flash_attn.rs decides): with F16 or
+    // F32 K and V of one type it tiles 64 queries or more and splits a single query's cache
+    // of 512 keys or more; elsewhere it goes row by row, accumulating F16 V in f16.
+    let kv_plain = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype();
+    let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain && kne[1] >= 512;
+    let ggml_tiled = kv_plain && qne[1] >= 64;
+    let f16_acc = v.dtype() == GgmlType::F16 && !ggml_split_kv && !ggml_tiled;
     let (kernel, round_q) = match k.dtype() {
         GgmlType::F16 => ("flash_attn_f16_f16", 1),
         GgmlType::Q8_0 => ("flash_attn_q8_0_q8_0", 2),
@@ -988,10 +995,12 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .f32(m0)
         .f32(m1)
         .i32(n_head_log2 as i32)
-        .i32(round_q);
+        .i32(round_q)
+        .i32(f16_acc as i32);
     let rows = qne[1] * qne[2] * qne[3];
     let warp = lc.warp_size as usize;
-    lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args)
+    let warps = if f16_acc { 1 } else { FA_WARPS };
+    lc.run(kernel, [rows, 1, 1], (warps * warp) as u32, args)
 }
 
 // ---- mixture of experts, norms, reductions, layout --------------------------------------
