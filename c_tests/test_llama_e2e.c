@@ -95,19 +95,21 @@ static double agreement_within_noise(const struct logits * a, const struct logit
 }
 // The rocmforge device under test (--device NAME, e.g. RFGPU0); NULL = its CPU device.
 static const char * g_device = NULL;
+// KV cache type for every run (--kv q8_0 etc.; llama_run quantizes V only with flash attention).
+static const char * g_kv = "f16";
 
 static int produce(const char * exe, const char * backend, const char * lib, const char * model, const char * out,
                    int threads, int fa) {
     char cmd[4096], dev[256] = "";
     if (g_device && !strcmp(backend, "rocmforge")) snprintf(dev, sizeof dev, " --device '%s'", g_device);
-    snprintf(cmd, sizeof cmd, "'%s' logits -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --positions 64 --gen 16%s",
-             exe, backend, lib, model, out, threads, fa ? "on" : "off", dev);
+    snprintf(cmd, sizeof cmd, "'%s' logits -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --kv %s --positions 64 --gen 16%s",
+             exe, backend, lib, model, out, threads, fa ? "on" : "off", g_kv, dev);
     return run(cmd) == 0;
 }
 
 int main(int argc, char ** argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME]\n", argv[0]);
+        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0]\n", argv[0]);
         return 2;
     }
     const char * exe = argv[1], * rf_so = argv[2], * cpu_so = argv[3], * model = argv[4], * dir = argv[5];
@@ -118,6 +120,7 @@ int main(int argc, char ** argv) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--min-stable")) min_stable = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--device")) g_device = argv[i + 1];
+        if (!strcmp(argv[i], "--kv")) g_kv = argv[i + 1];
     }
     if (g_device) printf("rocmforge device under test: %s (reference: ggml-cpu)\n", g_device);
     FILE * probe = fopen(model, "rb");

@@ -1028,6 +1028,14 @@ static void cases_shape2(void) {
                      b_shape2, &p, 1e-7, CMP_NMSE);
         }
     }
+    // CONCAT also takes BF16 and I32 (a copy of elements).
+    static const enum ggml_type ctypes[] = { GGML_TYPE_BF16, GGML_TYPE_I32 };
+    for (size_t t = 0; t < 2; t++) {
+        for (int dim = 0; dim < 4; dim += 3) {
+            struct params p = { .t0 = ctypes[t], .a = SHAPE(10, 5, 3, 2), .i = { 0, dim } };
+            run_case(LABEL("CONCAT %s dim=%d", ggml_type_name(ctypes[t]), dim), b_shape2, &p, 1e-7, CMP_NMSE);
+        }
+    }
     struct params p = { .a = SHAPE(64, 2, 5, 1), .i = { 2, 4 } };
     run_case("ADD_ID f32 n_as=4", b_shape2, &p, 1e-7, CMP_NMSE);
     struct params q = { .f = { 0.0f, 10.0f, 1.0f } };

@@ -45,6 +45,9 @@ static double now_s(void) {
 
 struct opts {
     const char * mode, * backend, * lib, * lib2, * device, * model, * prompt, * out;
+    // KV cache type (--kv f16|q8_0|q4_0): K always, V only with flash attention (llama.cpp
+    // quantizes V only then).
+    enum ggml_type kv;
     int n_predict, threads, fa, positions, gen, pp, tg, reps;
 };
 
@@ -59,6 +62,7 @@ static struct opts parse(int argc, char ** argv) {
     o.mode = argv[1];
     o.backend = "rocmforge";
     o.prompt = DEFAULT_PROMPT;
+    o.kv = GGML_TYPE_F16;
     o.n_predict = 32; o.threads = 2; o.fa = 1; o.positions = 64; o.gen = 16; o.pp = 512; o.tg = 128; o.reps = 2;
     for (int i = 2; i < argc; i++) {
         const char * a = argv[i];
@@ -74,6 +78,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "-n")) o.n_predict = atoi(v);
         else if (!strcmp(a, "-t")) o.threads = atoi(v);
         else if (!strcmp(a, "--fa")) o.fa = !strcmp(v, "on");
+        else if (!strcmp(a, "--kv")) o.kv = !strcmp(v, "q8_0") ? GGML_TYPE_Q8_0 : !strcmp(v, "q4_0") ? GGML_TYPE_Q4_0 : GGML_TYPE_F16;
         else if (!strcmp(a, "--positions")) o.positions = atoi(v);
         else if (!strcmp(a, "--gen")) o.gen = atoi(v);
         else if (!strcmp(a, "--pp")) o.pp = atoi(v);
@@ -119,6 +124,8 @@ static struct llama_context * make_ctx(struct llama_model * model, const struct 
     cp.n_threads = o->threads;
     cp.n_threads_batch = o->threads;
     cp.flash_attn_type = o->fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = o->kv;
+    cp.type_v = o->fa ? o->kv : GGML_TYPE_F16;
     cp.no_perf = true;
     cp.offload_kqv = o->device != NULL;
     if (getenv("LLAMA_RUN_DUMP")) {

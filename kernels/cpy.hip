@@ -1,11 +1,18 @@
-// CPY/DUP/CONT between F32 and F16: element i of src in logical row-major order goes to
+// CPY/DUP/CONT between F32, F16 and BF16: element i of src in logical row-major order goes to
 // element i of dst, each with its own shape and byte strides.
 #include "prelude.h"
+#include "quants.h"
+
+struct cpy_bf16 {};
 
 template <typename T> RF_DEVICE float load_f(const char* p);
 template <> RF_DEVICE_SPEC float load_f<float>(const char* p) { return *(const float*)p; }
 template <> RF_DEVICE_SPEC float load_f<f16_bits>(const char* p) { return rf_f16_to_f32(*(const f16_bits*)p); }
+template <> RF_DEVICE_SPEC float load_f<cpy_bf16>(const char* p) {
+    return __uint_as_float((unsigned)*(const unsigned short*)p << 16);
+}
 template <typename T> RF_DEVICE void store_f(char* p, float v);
+template <> RF_DEVICE_SPEC void store_f<cpy_bf16>(char* p, float v) { *(unsigned short*)p = rf_f32_to_bf16(v); }
 template <> RF_DEVICE_SPEC void store_f<float>(char* p, float v) { *(float*)p = v; }
 template <> RF_DEVICE_SPEC void store_f<f16_bits>(char* p, float v) { *(f16_bits*)p = rf_f32_to_f16(v); }
 
@@ -30,3 +37,8 @@ RF_KERNEL void cpy_f32_f32(CPY_ARGS) { cpy<float, float>(CPY_PASS); }
 RF_KERNEL void cpy_f32_f16(CPY_ARGS) { cpy<float, f16_bits>(CPY_PASS); }
 RF_KERNEL void cpy_f16_f32(CPY_ARGS) { cpy<f16_bits, float>(CPY_PASS); }
 RF_KERNEL void cpy_f16_f16(CPY_ARGS) { cpy<f16_bits, f16_bits>(CPY_PASS); }
+RF_KERNEL void cpy_f32_bf16(CPY_ARGS) { cpy<float, cpy_bf16>(CPY_PASS); }
+RF_KERNEL void cpy_f16_bf16(CPY_ARGS) { cpy<f16_bits, cpy_bf16>(CPY_PASS); }
+RF_KERNEL void cpy_bf16_f32(CPY_ARGS) { cpy<cpy_bf16, float>(CPY_PASS); }
+RF_KERNEL void cpy_bf16_f16(CPY_ARGS) { cpy<cpy_bf16, f16_bits>(CPY_PASS); }
+RF_KERNEL void cpy_bf16_bf16(CPY_ARGS) { cpy<cpy_bf16, cpy_bf16>(CPY_PASS); }

@@ -47,6 +47,10 @@ DEQUANT_KERNEL(q8_0, w_q8_0)
 DEQUANT_KERNEL(iq4_nl, w_iq4_nl)
 DEQUANT_KERNEL(q4_k, w_q4_k)
 DEQUANT_KERNEL(q6_k, w_q6_k)
+DEQUANT_KERNEL(bf16, w_bf16)
+DEQUANT_KERNEL(q2_k, w_q2_k)
+DEQUANT_KERNEL(q3_k, w_q3_k)
+DEQUANT_KERNEL(q5_k, w_q5_k)
 
 // src1 rows (i1, i2, i3) -> out[((i3 * ne12 + i2) * N + i1) * K + k] as f16 (round to nearest
 // even, as ggml's f32 -> f16 conversion). One block per row (grid-stride over rows).

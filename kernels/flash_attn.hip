@@ -1,11 +1,15 @@
 // FLASH_ATTN_EXT: out = softmax(scale * q.K^T [softcapped] + slope * mask) . V per query
 // row, one pass over the keys with an online softmax (f32 accumulators), as
-// src/cpu/ops/flash_attn.rs. q F32; K and V F16 or F32 (heads broadcast for GQA); mask F16
+// src/cpu/ops/flash_attn.rs. q F32; K and V F16, Q8_0 or F32 (heads broadcast for GQA); mask F16
 // (may be NULL) broadcast over heads/sequences; sinks F32 per head (may be NULL).
 // Output F32 [DV, n_head, n_q, n_seq]. One block per query row: its warps take every
 // FA_WARPS-th key each (lanes across the head dimension, D <= 32 * FA_MAX_PER_LANE), then
 // their partial softmax sums are merged; a single query row (generation) thus still keeps
-// FA_WARPS warps busy per head. q is rounded to f16 for F16 K, as ggml-cpu does.
+// FA_WARPS warps busy per head. Where ggml-cpu takes its row-by-row algorithm with F16 V
+// (f16_acc: few queries and a short cache, see src/cpu/ops/flash_attn.rs) the block is one
+// warp taking the keys in order with ggml's f16 accumulator, so generation agrees with
+// ggml-cpu's. q is rounded as ggml-cpu rounds it for its K type (round_q:
+// 1 = to f16 for F16 K, 2 = to Q8_0 blocks for Q8_0 K).
 #include "prelude.h"
 #include "quants.h"
 
@@ -17,7 +21,7 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
                           i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1,
                           i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2,
                           i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale, float softcap,
-                          float max_bias, float m0, float m1, int n_head_log2, int round_q) {
+                          float max_bias, float m0, float m1, int n_head_log2, int round_q, int f16_acc) {
     __shared__ float part_m[FA_WARPS], part_s[FA_WARPS];
     __shared__ float part_acc[FA_WARPS][RF_WARP_SIZE * FA_MAX_PER_LANE];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
@@ -34,7 +38,14 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     for (int j = 0; j < FA_MAX_PER_LANE; j++) {
         const i64 c = lane + (i64)j * RF_WARP_SIZE;
         float x = c < DK ? qr[c] : 0.0f;
-        if (round_q) x = rf_f16_to_f32(rf_f32_to_f16(x));
+        if (round_q == 1) x = rf_f16_to_f32(rf_f32_to_f16(x));
+        if (round_q == 2) {
+            // Q8_0 blocks: 32 consecutive channels are one aligned group of 32 lanes (DK % 32 == 0).
+            const float amax = rf_group_max<32>(fabsf(x));
+            const float d = rf_f16_to_f32(rf_f32_to_f16(amax / 127.0f));
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            x = d * rintf(x * id);
+        }
         qv[j] = x;
         acc[j] = 0.0f;
     }
@@ -63,10 +74,24 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
             vs = expf(s - m_max);
         }
         const char* vr = vb + ic * nbv1;
+        if (f16_acc) {
+            // ggml-cpu's row-by-row F16 V accumulator: scaled on a new maximum, then a fused
+            // multiply-add, each rounded to f16 (one warp per row, keys in order).
 #pragma unroll
-        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
-            const i64 c = lane + (i64)j * RF_WARP_SIZE;
-            if (c < DV) acc[j] = acc[j] * ms + load_w<VT>(vr, c) * vs;
+            for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+                const i64 c = lane + (i64)j * RF_WARP_SIZE;
+                if (c < DV) {
+                    float a = acc[j];
+                    if (ms != 1.0f) a = rf_f16_to_f32(rf_f32_to_f16(a * ms));
+                    acc[j] = rf_f16_to_f32(rf_f32_to_f16(fmaf(load_w<VT>(vr, c), vs, a)));
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+                const i64 c = lane + (i64)j * RF_WARP_SIZE;
+                if (c < DV) acc[j] = acc[j] * ms + load_w<VT>(vr, c) * vs;
+            }
         }
         s_sum = s_sum * ms + vs;
     }
@@ -108,10 +133,13 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     const char *q, const char *k, const char *v, const char *mask, const float *sinks, char *d, i64 DK, i64 DV,  \
         i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1,      \
         i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3,      \
-        i64 nbd1, float scale, float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q
+        i64 nbd1, float scale, float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q, \
+        int f16_acc
 #define FA_PASS                                                                                                \
     q, k, v, mask, sinks, d, DK, DV, n_q, n_head, n_seq, n_kv, rk2, rv2, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, \
-        nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q
+        nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q, \
+        f16_acc
 
 RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { flash_attn<w_f16, w_f16>(FA_PASS); }
 RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { flash_attn<w_f32, w_f32>(FA_PASS); }
+RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) { flash_attn<w_q8_0, w_q8_0>(FA_PASS); }

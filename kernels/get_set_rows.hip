@@ -33,6 +33,10 @@ GET_ROWS_KERNEL(q8_0, w_q8_0)
 GET_ROWS_KERNEL(iq4_nl, w_iq4_nl)
 GET_ROWS_KERNEL(q4_k, w_q4_k)
 GET_ROWS_KERNEL(q6_k, w_q6_k)
+GET_ROWS_KERNEL(bf16, w_bf16)
+GET_ROWS_KERNEL(q2_k, w_q2_k)
+GET_ROWS_KERNEL(q3_k, w_q3_k)
+GET_ROWS_KERNEL(q5_k, w_q5_k)
 
 // dst row ids[i, i02 % ine1, i03 % ine2] of matrix (i02, i03) = src0 row (i, i02, i03).
 RF_KERNEL void set_rows(const char* a, const char* ids, char* d, int src_f16, int dst_f16, int ids_i64, i64 ne0,

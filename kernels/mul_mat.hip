@@ -158,12 +158,16 @@ MUL_MAT_KERNELS(q8_0, w_q8_0)
 MUL_MAT_KERNELS(iq4_nl, w_iq4_nl)
 MUL_MAT_KERNELS(q4_k, w_q4_k)
 MUL_MAT_KERNELS(q6_k, w_q6_k)
+MUL_MAT_KERNELS(bf16, w_bf16)
+MUL_MAT_KERNELS(q2_k, w_q2_k)
+MUL_MAT_KERNELS(q3_k, w_q3_k)
+MUL_MAT_KERNELS(q5_k, w_q5_k)
 
 // src1 rounded the way ggml-cpu feeds it to its dot products, written densely to `out`
 // (K floats per row, rows in (i1, i2, i3) order): mode 0 = quantized to 8-bit blocks of 32
 // with an f16 scale (Q8_0 / Q8_1, for Q4_0/Q4_1/Q5_x/Q8_0/IQ4_NL weights), mode 1 = 8-bit
 // blocks of 256 with an f32 scale (Q8_K, for K-quant weights), mode 2 = rounded to f16 (F16
-// weights), mode 3 = as mode 0 plus, per block, f16(d * sum q) - f16(d) * sum q (Q8_1's
+// weights), mode 4 = rounded to bf16 (BF16 weights), mode 3 = as mode 0 plus, per block, f16(d * sum q) - f16(d) * sum q (Q8_1's
 // rounded block sum `s`, for Q4_1/Q5_1 mins) into corr[row * K/32 + block]. Products with
 // the rounded values then equal ggml-cpu's integer dots up to the
 // order of f32 additions, so the GPU agrees with ggml-cpu as closely as its CPU device does.
@@ -178,6 +182,10 @@ RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 
     float* o = out + row * K;
     if (mode == 2) {
         for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_f16_to_f32(rf_f32_to_f16(xr[k]));
+        return;
+    }
+    if (mode == 4) {
+        for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_round_bf16(xr[k]);
         return;
     }
     const int lane = threadIdx.x % 32, group = threadIdx.x / 32, ngroups = blockDim.x / 32;

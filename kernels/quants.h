@@ -8,6 +8,10 @@
 //   IQ4_NL 18 B / 32: d, qs[16]            x = d * table[nibble]
 //   Q4_K  144 B / 256: d, dmin, scales[12] (6-bit scale/min per 32), qs[128]
 //   Q6_K  210 B / 256: ql[128], qh[64], scales[16] (i8 per 16), d
+//   BF16    2 B / 1:   the top half of an f32
+//   Q2_K   84 B / 256: scales[16] (4-bit scale | 4-bit min << 4, per 16), qs[64], d, dmin
+//   Q3_K  110 B / 256: hmask[32], qs[64], scales[12] (6-bit, +32 biased, per 16), d
+//   Q5_K  176 B / 256: d, dmin, scales[12] (as Q4_K), qh[32], qs[128]
 // Loaders read bytes only (blocks are 2-byte aligned at best).
 #ifndef ROCMFORGE_QUANTS_H
 #define ROCMFORGE_QUANTS_H
@@ -23,6 +27,18 @@ struct w_q8_0 {};
 struct w_iq4_nl {};
 struct w_q4_k {};
 struct w_q6_k {};
+struct w_bf16 {};
+struct w_q2_k {};
+struct w_q3_k {};
+struct w_q5_k {};
+
+// f32 -> bf16 bits as ggml rounds (nearest even; NaN stays a quiet NaN), and the value back.
+RF_DEVICE unsigned short rf_f32_to_bf16(float f) {
+    const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 64);
+    return (unsigned short)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+RF_DEVICE float rf_round_bf16(float f) { return __uint_as_float((unsigned)rf_f32_to_bf16(f) << 16); }
 
 RF_DEVICE float rf_ld_f16(const unsigned char* p) { return rf_f16_to_f32((f16_bits)(p[0] | (p[1] << 8))); }
 
@@ -95,6 +111,44 @@ template <> RF_DEVICE_SPEC float load_w<w_q6_k>(const char* row, i64 k) {
     return rf_ld_f16(b + 208) * scale * (float)((lo | (hi << 4)) - 32);
 }
 
+template <> RF_DEVICE_SPEC float load_w<w_bf16>(const char* row, i64 k) {
+    return __uint_as_float((unsigned)((const unsigned short*)row)[k] << 16);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q2_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 84;
+    const int e = (int)(k % 256), n = e / 128, j = (e % 128) / 32, l = e % 32;
+    const int q = (b[16 + 32 * n + l] >> (2 * j)) & 3;
+    const int sc = b[e / 16];
+    return rf_ld_f16(b + 80) * (float)(sc & 15) * (float)q - rf_ld_f16(b + 82) * (float)(sc >> 4);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q3_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 110;
+    const int e = (int)(k % 256), n = e / 128, j = (e % 128) / 32, l = e % 32, s = e / 16;
+    const int lo = (b[32 + 32 * n + l] >> (2 * j)) & 3;
+    const int hi = (b[l] >> (4 * n + j)) & 1;
+    const unsigned char* sc = b + 96;
+    const int low = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
+    const int high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    const int scale = (low | (high << 4)) - 32;
+    return rf_ld_f16(b + 108) * (float)scale * (float)((lo | (hi << 2)) - 4);
+}
+template <> RF_DEVICE_SPEC float load_w<w_q5_k>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 256) * 176;
+    const int e = (int)(k % 256), s = e / 32, c = e / 64, l = e % 32;
+    const unsigned char* sc = b + 4;
+    int scale, mn;
+    if (s < 4) {
+        scale = sc[s] & 63;
+        mn = sc[s + 4] & 63;
+    } else {
+        scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const int lo = (b[48 + 32 * c + l] >> ((s & 1) * 4)) & 15;
+    const int hi = (b[16 + l] >> s) & 1;
+    return rf_ld_f16(b) * (float)scale * (float)(lo | (hi << 4)) - rf_ld_f16(b + 2) * (float)mn;
+}
+
 // Elements 32*blk .. 32*blk+31 of a row as f32, for kernels where one thread takes a whole
 // block: its loads are independent, so they are all in flight at once. The quantized types
 // most used by real models read their scale once; the rest go through load_w.
@@ -125,6 +179,93 @@ template <> RF_DEVICE_SPEC void load_block32<w_q8_0>(const char* row, i64 blk, f
     const float d = rf_ld_f16(b);
 #pragma unroll
     for (int j = 0; j < 32; j++) out[j] = d * (float)(signed char)b[2 + j];
+}
+
+// K-quants: a block of 32 lies inside one super-block, so its scales (one per 32, or two
+// per 16) are decoded once, not once per value as load_w does.
+template <> RF_DEVICE_SPEC void load_block32<w_q4_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 144;
+    const int s = (int)(blk % 8);
+    const unsigned char* sc = b + 4;
+    int scale, mn;
+    if (s < 4) {
+        scale = sc[s] & 63;
+        mn = sc[s + 4] & 63;
+    } else {
+        scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const float d = rf_ld_f16(b) * (float)scale, m = rf_ld_f16(b + 2) * (float)mn;
+    const unsigned char* q = b + 16 + 32 * (s / 2);
+    const int sh = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) out[l] = d * (float)((q[l] >> sh) & 15) - m;
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q5_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 176;
+    const int s = (int)(blk % 8);
+    const unsigned char* sc = b + 4;
+    int scale, mn;
+    if (s < 4) {
+        scale = sc[s] & 63;
+        mn = sc[s + 4] & 63;
+    } else {
+        scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const float d = rf_ld_f16(b) * (float)scale, m = rf_ld_f16(b + 2) * (float)mn;
+    const unsigned char* q = b + 48 + 32 * (s / 2);
+    const unsigned char* qh = b + 16;
+    const int sh = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) out[l] = d * (float)(((q[l] >> sh) & 15) | (((qh[l] >> s) & 1) << 4)) - m;
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q6_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 210;
+    const int s = (int)(blk % 8), n = s / 4, quarter = s % 4;
+    const float d = rf_ld_f16(b + 208);
+    const float d0 = d * (float)(signed char)b[192 + 2 * s], d1 = d * (float)(signed char)b[192 + 2 * s + 1];
+    const unsigned char* ql = b + 64 * n + 32 * (quarter & 1);
+    const unsigned char* qh = b + 128 + 32 * n;
+    const int sl = 4 * (quarter >> 1), shh = 2 * quarter;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const int q = ((ql[l] >> sl) & 15) | (((qh[l] >> shh) & 3) << 4);
+        out[l] = (l < 16 ? d0 : d1) * (float)(q - 32);
+    }
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q2_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 84;
+    const int s = (int)(blk % 8), n = s / 4, j = s % 4;
+    const float d = rf_ld_f16(b + 80), dmin = rf_ld_f16(b + 82);
+    const int sc0 = b[2 * s], sc1 = b[2 * s + 1];
+    const float d0 = d * (float)(sc0 & 15), m0 = dmin * (float)(sc0 >> 4);
+    const float d1 = d * (float)(sc1 & 15), m1 = dmin * (float)(sc1 >> 4);
+    const unsigned char* q = b + 16 + 32 * n;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const float v = (float)((q[l] >> (2 * j)) & 3);
+        out[l] = l < 16 ? d0 * v - m0 : d1 * v - m1;
+    }
+}
+template <> RF_DEVICE_SPEC void load_block32<w_q3_k>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 8) * 110;
+    const int s = (int)(blk % 8), n = s / 4, j = s % 4;
+    const unsigned char* sc = b + 96;
+    float dd[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int t = 2 * s + h;
+        const int low = t < 8 ? (sc[t] & 15) : (sc[t - 8] >> 4);
+        const int high = (sc[8 + t % 4] >> (2 * (t / 4))) & 3;
+        dd[h] = rf_ld_f16(b + 108) * (float)((low | (high << 4)) - 32);
+    }
+    const unsigned char* q = b + 32 + 32 * n;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const int v = (((q[l] >> (2 * j)) & 3) | (((b[l] >> (4 * n + j)) & 1) << 2)) - 4;
+        out[l] = (l < 16 ? dd[0] : dd[1]) * (float)v;
+    }
 }
 
 // The min `m` of the block holding element k, for types whose blocks have one (Q4_1, Q5_1),

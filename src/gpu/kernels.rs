@@ -21,6 +21,11 @@ const SOURCES: &[(&str, &str)] = &[
     ("rope.hip", include_str!("../../kernels/rope.hip")),
     ("activation.hip", include_str!("../../kernels/activation.hip")),
     ("flash_attn.hip", include_str!("../../kernels/flash_attn.hip")),
+    ("mul_mat_id.hip", include_str!("../../kernels/mul_mat_id.hip")),
+    ("norm.hip", include_str!("../../kernels/norm.hip")),
+    ("reduce.hip", include_str!("../../kernels/reduce.hip")),
+    ("layout.hip", include_str!("../../kernels/layout.hip")),
+    ("quantize.hip", include_str!("../../kernels/quantize.hip")),
     ("dequant.hip", include_str!("../../kernels/dequant.hip")),
     ("flash_attn_tiled.hip", include_str!("../../kernels/flash_attn_tiled.hip")),
     // Last: it uses mmvq.hip's and activation.hip's device functions.
@@ -41,6 +46,10 @@ pub const WEIGHT_TYPES: &[(crate::ggml_types::GgmlType, &str)] = {
         (IQ4_NL, "iq4_nl"),
         (Q4_K, "q4_k"),
         (Q6_K, "q6_k"),
+        (BF16, "bf16"),
+        (Q2_K, "q2_k"),
+        (Q3_K, "q3_k"),
+        (Q5_K, "q5_k"),
     ]
 };
 
@@ -53,7 +62,7 @@ pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
 pub const MVQ_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q6_k"];
 
 /// Entry points made once per weight type: `{prefix}_{suffix}`.
-const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows", "dequant_f16"];
+const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows", "dequant_f16", "mul_mat_id"];
 
 /// Every entry point: the fixed ones and the per-weight-type ones.
 pub fn kernel_names() -> Vec<String> {
@@ -98,6 +107,30 @@ pub const KERNEL_NAMES: &[&str] = &[
     "flash_attn_tiled_f32_f32_d64_q32",
     "flash_attn_tiled_f32_f32_d128_q16",
     "flash_attn_tiled_f32_f32_d128_q32",
+    "flash_attn_q8_0_q8_0",
+    "cpy_f32_bf16",
+    "cpy_f16_bf16",
+    "cpy_bf16_f32",
+    "cpy_bf16_f16",
+    "cpy_bf16_bf16",
+    "binary_typed",
+    "unary_rows_f32",
+    "unary_rows_f16",
+    "glu_f16",
+    "norm_f32",
+    "sum_rows_f32",
+    "sum_f32",
+    "cumsum_f32",
+    "argsort_f32",
+    "concat",
+    "repeat",
+    "pad_f32",
+    "fill",
+    "arange_f32",
+    "diag_mask_inf_f32",
+    "set_rows_q",
+    "cpy_rows_q",
+    "add_id_f32",
 ];
 
 /// One translation unit: the prelude, the shared headers, then each file with its local

@@ -108,7 +108,13 @@ impl Device for GpuDevice {
         Ok(Box::new(backend::GpuBackend::new(self.ctx.clone(), self.name.clone())?))
     }
     fn supports_op(&self, node: &Tensor) -> bool {
-        !self.ctx.kernels_failed() && ops::supports(node)
+        let ok = !self.ctx.kernels_failed() && ops::supports(node);
+        if !ok && crate::ffi::log::debug_enabled() && node.types_known() {
+            // ROCMFORGE_DEBUG: which nodes the scheduler has to place elsewhere, and why.
+            let types: Vec<String> = (0..4).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
+            crate::log_debug!("{}: declines op {} -> {:?} <- [{}] ne {:?}", self.name.to_string_lossy(), node.op(), node.dtype(), types.join(" "), node.ne());
+        }
+        ok
     }
 }
 

@@ -42,18 +42,64 @@ pub fn supports(node: &Tensor) -> bool {
         op::UNARY => supports_unary(node),
         op::GLU => supports_glu(node),
         op::FLASH_ATTN_EXT => supports_flash_attn(node),
+        op::MUL_MAT_ID => supports_mul_mat_id(node),
+        op::ADD_ID => supports_add_id(node),
+        op::NORM | op::L2_NORM => supports_rms_norm(node),
+        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => supports_unary(node),
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => supports_reduce(node),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => supports_layout(node),
         _ => false,
+    }
+}
+
+fn is_float(t: GgmlType) -> bool {
+    matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+/// Type code of the kernels' typed loads/stores: 0 F32, 1 F16, 2 BF16.
+fn float_code(t: GgmlType) -> i32 {
+    match t {
+        GgmlType::F16 => 1,
+        GgmlType::BF16 => 2,
+        _ => 0,
+    }
+}
+
+/// Destination code of quantize.hip (BF16 or a quantized KV-cache type) and its unit size.
+fn quant_dst(t: GgmlType) -> Option<(i32, usize)> {
+    match t {
+        GgmlType::BF16 => Some((2, 1)),
+        GgmlType::Q8_0 => Some((3, 32)),
+        GgmlType::Q4_0 => Some((4, 32)),
+        _ => None,
     }
 }
 
 fn supports_cpy(node: &Tensor) -> bool {
     let Some(s) = node.src(0) else { return false };
-    is_f32_or_f16(s.dtype()) && is_f32_or_f16(node.dtype()) && s.nelements() == node.nelements()
+    if s.nelements() != node.nelements() {
+        return false;
+    }
+    if is_float(s.dtype()) && is_float(node.dtype()) {
+        return true;
+    }
+    // F32 into Q8_0/Q4_0 rows of the same length (whole blocks).
+    matches!(node.dtype(), GgmlType::Q8_0 | GgmlType::Q4_0)
+        && s.dtype() == GgmlType::F32
+        && s.ne()[0] == node.ne()[0]
+        && node.ne()[0] % 32 == 0
+        && s.has_dense_rows()
+        && node.has_dense_rows()
 }
 
 fn supports_binary(node: &Tensor) -> bool {
     let (Some(a), Some(b)) = (node.src(0), node.src(1)) else { return false };
-    [a.dtype(), b.dtype(), node.dtype()].iter().all(|&t| t == GgmlType::F32)
+    use GgmlType::*;
+    let types_ok = matches!(
+        (a.dtype(), b.dtype(), node.dtype()),
+        (F32, F32, F32) | (F16, F16, F16) | (BF16, BF16, BF16) | (BF16, F32, BF16) | (BF16, F32, F32) | (F16, F32, F16) | (F16, F32, F32)
+    );
+    types_ok
         && a.same_shape(node)
         && a.can_repeat_from(&b)
         && a.has_dense_rows()
@@ -100,6 +146,121 @@ fn supports_rms_norm(node: &Tensor) -> bool {
         && node.has_dense_rows()
         && node.param_f32(0) >= 0.0
         && node.nrows() <= i32::MAX as usize
+}
+
+fn supports_mul_mat_id(node: &Tensor) -> bool {
+    let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (wne, xne, ine, dne) = (w.ne(), x.ne(), ids.ne(), node.ne());
+    weight_suffix(w.dtype()).is_some()
+        && x.dtype() == GgmlType::F32
+        && node.dtype() == GgmlType::F32
+        && ids.dtype() == GgmlType::I32
+        && wne[3] == 1
+        && xne[3] == 1
+        && wne[0] == xne[0]
+        && wne[0] % w.dtype().block_size() == 0
+        && wne[0] <= i32::MAX as usize
+        && ine[2] == 1
+        && ine[1] == xne[2]
+        && xne[1] > 0
+        && ine[0] % xne[1] == 0
+        && dne == [wne[1], ine[0], ine[1], 1]
+        && w.has_dense_rows()
+        && x.has_dense_rows()
+        && node.has_dense_rows()
+        && ine[0] <= MAX_GRID_YZ
+        && ine[1] <= MAX_GRID_YZ
+}
+
+fn supports_add_id(node: &Tensor) -> bool {
+    let (Some(a), Some(b), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (ne, bne, ine) = (a.ne(), b.ne(), ids.ne());
+    [a.dtype(), b.dtype(), node.dtype()].iter().all(|&t| t == GgmlType::F32)
+        && ids.dtype() == GgmlType::I32
+        && a.same_shape(node)
+        && bne[0] == ne[0]
+        && ine[0] == ne[1]
+        && ine[1] == ne[2]
+        && a.has_dense_rows()
+        && b.has_dense_rows()
+        && node.has_dense_rows()
+        && node.nrows() <= i32::MAX as usize
+}
+
+fn supports_reduce(node: &Tensor) -> bool {
+    let Some(a) = node.src(0) else { return false };
+    let (ane, dne) = (a.ne(), node.ne());
+    if a.dtype() != GgmlType::F32 || !a.has_dense_rows() || a.nrows() > i32::MAX as usize {
+        return false;
+    }
+    match node.op() {
+        op::SUM => node.dtype() == GgmlType::F32 && node.nelements() == 1,
+        op::SUM_ROWS | op::MEAN => node.dtype() == GgmlType::F32 && dne == [1, ane[1], ane[2], ane[3]] && node.has_dense_rows(),
+        op::CUMSUM => node.dtype() == GgmlType::F32 && dne == ane && node.has_dense_rows(),
+        op::ARGSORT => {
+            node.dtype() == GgmlType::I32
+                && dne == ane
+                && matches!(node.param_i32(0), 0 | 1)
+                && ane[0] <= SORT_MAX
+                && a.is_contiguous_from(1)
+                && node.is_contiguous_from(1)
+        }
+        op::TOP_K => {
+            node.dtype() == GgmlType::I32
+                && dne[0] <= ane[0]
+                && dne[1..] == ane[1..]
+                && ane[0] <= SORT_MAX
+                && a.is_contiguous_from(1)
+                && node.is_contiguous_from(1)
+        }
+        _ => false,
+    }
+}
+
+fn supports_layout(node: &Tensor) -> bool {
+    let t = node.dtype();
+    let ne = node.ne();
+    match node.op() {
+        op::CONCAT => {
+            let (Some(a), Some(b)) = (node.src(0), node.src(1)) else { return false };
+            let d = node.param_i32(0);
+            if !(0..4).contains(&d) || !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::I32) {
+                return false;
+            }
+            let (an, bn) = (a.ne(), b.ne());
+            a.dtype() == t
+                && b.dtype() == t
+                && a.has_dense_rows()
+                && b.has_dense_rows()
+                && (0..4).all(|i| if i == d as usize { ne[i] == an[i] + bn[i] } else { ne[i] == an[i] && ne[i] == bn[i] })
+        }
+        op::REPEAT => {
+            let Some(a) = node.src(0) else { return false };
+            is_f32_or_f16(t) && a.dtype() == t && node.can_repeat_from(&a) && node.is_contiguous()
+        }
+        op::PAD => {
+            let Some(a) = node.src(0) else { return false };
+            let an = a.ne();
+            let p: Vec<i32> = (0..8).map(|i| node.param_i32(i)).collect();
+            t == GgmlType::F32
+                && a.dtype() == t
+                && node.param_i32(8) == 0
+                && node.is_contiguous()
+                && p.iter().all(|&v| v >= 0)
+                && (0..4).all(|i| ne[i] == an[i] + p[2 * i] as usize + p[2 * i + 1] as usize)
+        }
+        op::FILL => is_f32_or_f16(t) && node.has_dense_rows(),
+        op::ARANGE => {
+            let (start, stop, step) = (node.param_f32(0), node.param_f32(1), node.param_f32(2));
+            let steps = ((stop - start) / step).ceil();
+            t == GgmlType::F32 && node.is_contiguous() && steps.is_finite() && steps as i64 == node.nelements() as i64 && ne[1] * ne[2] * ne[3] == 1
+        }
+        op::DIAG_MASK_INF => {
+            let Some(a) = node.src(0) else { return false };
+            t == GgmlType::F32 && a.dtype() == t && a.same_shape(node) && a.is_contiguous() && node.is_contiguous() && node.param_i32(0) >= 0
+        }
+        _ => false,
+    }
 }
 
 fn supports_mul_mat(node: &Tensor) -> bool {
@@ -165,8 +326,9 @@ fn src1_rounding(t: GgmlType) -> Option<i32> {
     match t {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
         GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
-        GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Some(1),
         GgmlType::F16 => Some(2),
+        GgmlType::BF16 => Some(4),
         _ => None,
     }
 }
@@ -203,7 +365,7 @@ fn q8_region(n: usize) -> usize {
 /// rounded src1, or for the BLAS path the library's workspace and the f16 operands (whichever
 /// is larger: the BLAS may be missing).
 pub fn scratch_bytes(node: &Tensor) -> usize {
-    if node.op() != op::MUL_MAT {
+    if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
     }
     if uses_mvq(node) {
@@ -428,6 +590,12 @@ fn launch_one(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         op::UNARY => launch_unary(node, lc),
         op::GLU => launch_glu(node, lc),
         op::FLASH_ATTN_EXT => launch_flash_attn(node, lc),
+        op::MUL_MAT_ID => launch_mul_mat_id(node, lc),
+        op::ADD_ID => launch_add_id(node, lc),
+        op::NORM | op::L2_NORM => launch_norm(node, lc),
+        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => launch_unary(node, lc),
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => launch_reduce(node, lc),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => launch_layout(node, lc),
         op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE => Ok(()),
         other => Err(format!("op {other} has no GPU kernel")),
     }
@@ -435,12 +603,36 @@ fn launch_one(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 
 fn launch_cpy(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let s = node.src(0).unwrap();
-    let kernel = match (s.dtype(), node.dtype()) {
-        (GgmlType::F32, GgmlType::F32) => "cpy_f32_f32",
-        (GgmlType::F32, GgmlType::F16) => "cpy_f32_f16",
-        (GgmlType::F16, GgmlType::F32) => "cpy_f16_f32",
-        _ => "cpy_f16_f16",
+    if !is_float(node.dtype()) {
+        // F32 rows into quantized rows.
+        let (dt, unit) = quant_dst(node.dtype()).unwrap_or((3, 32));
+        let (sne, dne, snb, dnb) = (s.ne(), node.ne(), s.nb(), node.nb());
+        let units = dne[0] / unit;
+        let n = units * node.nrows();
+        let args = Args::default()
+            .ptr(s.data())
+            .ptr(node.data())
+            .i32(0)
+            .i32(dt)
+            .i64(units)
+            .i64(n)
+            .i64(sne[1])
+            .i64(sne[2])
+            .i64s(&snb[1..])
+            .i64(dne[1])
+            .i64(dne[2])
+            .i64s(&dnb[1..]);
+        if n == 0 {
+            return Ok(());
+        }
+        return lc.run("cpy_rows_q", [flat_blocks(n, 128), 1, 1], 128, args);
+    }
+    let name = |t: GgmlType| match t {
+        GgmlType::F16 => "f16",
+        GgmlType::BF16 => "bf16",
+        _ => "f32",
     };
+    let kernel = format!("cpy_{}_{}", name(s.dtype()), name(node.dtype()));
     let (sne, dne, n) = (s.ne(), node.ne(), node.nelements());
     let args = Args::default()
         .ptr(s.data())
@@ -450,7 +642,7 @@ fn launch_cpy(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&dne[..3])
         .i64s(&node.nb())
         .i64(n);
-    lc.run(kernel, [flat_blocks(n, 256), 1, 1], 256, args)
+    lc.run(&kernel, [flat_blocks(n, 256), 1, 1], 256, args)
 }
 
 fn launch_binary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
@@ -461,8 +653,12 @@ fn launch_binary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         op::MUL => 2,
         _ => 3,
     };
-    let args = Args::default()
-        .i32(code)
+    let all_f32 = [a.dtype(), b.dtype(), node.dtype()].iter().all(|&t| t == GgmlType::F32);
+    let mut args = Args::default().i32(code);
+    if !all_f32 {
+        args = args.i32(float_code(a.dtype())).i32(float_code(b.dtype())).i32(float_code(node.dtype()));
+    }
+    let args = args
         .ptr(a.data())
         .ptr(b.data())
         .ptr(node.data())
@@ -471,7 +667,8 @@ fn launch_binary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&a.nb())
         .i64s(&b.nb())
         .i64s(&node.nb());
-    lc.run("binary_f32", [flat_blocks(node.nelements(), 256), 1, 1], 256, args)
+    let kernel = if all_f32 { "binary_f32" } else { "binary_typed" };
+    lc.run(kernel, [flat_blocks(node.nelements(), 256), 1, 1], 256, args)
 }
 
 fn launch_scale(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
@@ -687,7 +884,8 @@ fn launch_get_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 fn supports_set_rows(node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
     is_f32_or_f16(a.dtype())
-        && is_f32_or_f16(node.dtype())
+        && (is_f32_or_f16(node.dtype()) || quant_dst(node.dtype()).is_some())
+        && node.ne()[0] % node.dtype().block_size() == 0
         && crate::op_shapes::set_rows_layout_ok(node)
         && a.nrows() <= i32::MAX as usize
 }
@@ -695,6 +893,31 @@ fn supports_set_rows(node: &Tensor) -> bool {
 fn launch_set_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (a, idx) = (node.src(0).unwrap(), node.src(1).unwrap());
     let (ane, ine) = (a.ne(), idx.ne());
+    if let Some((dt, unit)) = quant_dst(node.dtype()) {
+        let units = ane[0] / unit;
+        let n = units * a.nrows();
+        let args = Args::default()
+            .ptr(a.data())
+            .ptr(idx.data())
+            .ptr(node.data())
+            .i32((a.dtype() == GgmlType::F16) as i32)
+            .i32(dt)
+            .i32((idx.dtype() == GgmlType::I64) as i32)
+            .i64(units)
+            .i64(ane[1])
+            .i64(ane[2])
+            .i64(ine[1])
+            .i64(ine[2])
+            .i64(node.ne()[1])
+            .i64(n)
+            .i64s(&a.nb()[1..])
+            .i64s(&idx.nb()[..3])
+            .i64s(&node.nb()[1..]);
+        if n == 0 {
+            return Ok(());
+        }
+        return lc.run("set_rows_q", [flat_blocks(n, 128), 1, 1], 128, args);
+    }
     let args = Args::default()
         .ptr(a.data())
         .ptr(idx.data())
@@ -719,6 +942,8 @@ fn launch_set_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 
 const ROPE_NORMAL: i32 = 0;
 const ROPE_NEOX: i32 = 2;
+const ROPE_MROPE: i32 = 8;
+const ROPE_IMROPE: i32 = 40;
 
 fn supports_rope(node: &Tensor) -> bool {
     let (Some(a), Some(pos)) = (node.src(0), node.src(1)) else { return false };
@@ -728,11 +953,19 @@ fn supports_rope(node: &Tensor) -> bool {
     }
     let ne = node.ne();
     let (n_dims, mode, n_offs) = (node.param_i32(1), node.param_i32(2), node.param_i32(15));
-    if !matches!(mode, ROPE_NORMAL | ROPE_NEOX) || n_dims < 0 || n_offs < 0 || n_dims % 2 != 0 || n_offs % 2 != 0 {
+    if !matches!(mode, ROPE_NORMAL | ROPE_NEOX | ROPE_MROPE | ROPE_IMROPE) || n_dims < 0 || n_offs < 0 || n_dims % 2 != 0 || n_offs % 2 != 0 {
         return false;
     }
-    if (n_dims + n_offs) as usize > ne[0] || pos.dtype() != GgmlType::I32 || !pos.is_contiguous() || pos.nelements() < ne[2] {
+    let multi = matches!(mode, ROPE_MROPE | ROPE_IMROPE);
+    let n_pos = if multi { 4 * ne[2] } else { ne[2] };
+    if (n_dims + n_offs) as usize > ne[0] || pos.dtype() != GgmlType::I32 || !pos.is_contiguous() || pos.nelements() < n_pos {
         return false;
+    }
+    if multi {
+        let s: Vec<i32> = (11..15).map(|i| node.param_i32(i)).collect();
+        if s.iter().any(|&v| v < 0) || (s[0] <= 0 && s[1] <= 0 && s[2] <= 0) || s.iter().map(|&v| v as usize).sum::<usize>() > ne[0] {
+            return false;
+        }
     }
     if let Some(ff) = node.src(2) {
         if ff.dtype() != GgmlType::F32 || !ff.is_contiguous() || ff.nelements() < n_dims as usize / 2 {
@@ -771,7 +1004,16 @@ fn launch_rope(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .f32(ext_factor)
         .f32(attn_factor)
         .f32(corr0)
-        .f32(corr1);
+        .f32(corr1)
+        .i32(match node.param_i32(2) {
+            ROPE_MROPE => 1,
+            ROPE_IMROPE => 2,
+            _ => 0,
+        })
+        .i32(node.param_i32(11))
+        .i32(node.param_i32(12))
+        .i32(node.param_i32(13))
+        .i32(node.param_i32(14));
     let kernel = if node.dtype() == GgmlType::F16 { "rope_f16" } else { "rope_f32" };
     lc.run(kernel, [node.nrows(), 1, 1], 64, args)
 }
@@ -787,6 +1029,13 @@ fn act_code_unary(u: i32) -> Option<i32> {
         unary::TANH => 5,
         unary::NEG => 6,
         unary::SIGMOID => 7,
+        unary::ABS => 8,
+        unary::SGN => 9,
+        unary::STEP => 10,
+        unary::ELU => 11,
+        unary::HARDSWISH => 12,
+        unary::HARDSIGMOID => 13,
+        unary::EXP => 14,
         _ => return None,
     })
 }
@@ -802,27 +1051,65 @@ fn act_code_glu(g: i32) -> Option<i32> {
     })
 }
 
+/// Activation code of an UNARY node or of the element-wise ops activation.hip computes.
+fn act_code(node: &Tensor) -> Option<i32> {
+    Some(match node.op() {
+        op::UNARY => return act_code_unary(node.param_i32(0)),
+        op::SQR => 15,
+        op::SQRT => 16,
+        op::LOG => 17,
+        op::SIN => 18,
+        op::COS => 19,
+        op::CLAMP => 20,
+        op::LEAKY_RELU => 21,
+        _ => return None,
+    })
+}
+
 fn supports_unary(node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
-    act_code_unary(node.param_i32(0)).is_some()
-        && a.dtype() == GgmlType::F32
-        && node.dtype() == GgmlType::F32
-        && a.same_shape(node)
-        && a.is_contiguous()
-        && node.is_contiguous()
+    let t = a.dtype();
+    if act_code(node).is_none() || !is_f32_or_f16(t) || node.dtype() != t || !a.same_shape(node) {
+        return false;
+    }
+    let layout_ok = match node.op() {
+        // ggml-cpu walks these by flat row index.
+        op::CLAMP | op::LEAKY_RELU => a.is_contiguous_from(1) && node.is_contiguous_from(1),
+        _ => a.has_dense_rows() && node.has_dense_rows(),
+    };
+    layout_ok
 }
 
 fn launch_unary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let a = node.src(0).unwrap();
     let n = node.nelements();
-    let code = act_code_unary(node.param_i32(0)).unwrap_or(0);
-    let args = Args::default().i32(code).ptr(a.data()).ptr(node.data()).i64(n);
-    lc.run("unary_f32", [flat_blocks(n, 256), 1, 1], 256, args)
+    let code = act_code(node).unwrap_or(0);
+    if node.op() == op::UNARY && a.dtype() == GgmlType::F32 && a.is_contiguous() && node.is_contiguous() {
+        let args = Args::default().i32(code).ptr(a.data()).ptr(node.data()).i64(n);
+        return lc.run("unary_f32", [flat_blocks(n, 256), 1, 1], 256, args);
+    }
+    let (p0, p1) = match node.op() {
+        op::CLAMP | op::LEAKY_RELU => (node.param_f32(0), node.param_f32(1)),
+        _ => (0.0, 0.0),
+    };
+    let ne = node.ne();
+    let args = Args::default()
+        .i32(code)
+        .ptr(a.data())
+        .ptr(node.data())
+        .i64s(&ne[..3])
+        .i64(n)
+        .i64s(&a.nb()[1..])
+        .i64s(&node.nb()[1..])
+        .f32(p0)
+        .f32(p1);
+    let kernel = if a.dtype() == GgmlType::F16 { "unary_rows_f16" } else { "unary_rows_f32" };
+    lc.run(kernel, [flat_blocks(n, 256), 1, 1], 256, args)
 }
 
 fn supports_glu(node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
-    if act_code_glu(node.param_i32(0)).is_none() || a.dtype() != GgmlType::F32 || node.dtype() != GgmlType::F32 {
+    if act_code_glu(node.param_i32(0)).is_none() || !is_f32_or_f16(a.dtype()) || node.dtype() != a.dtype() {
         return false;
     }
     if !a.is_contiguous_from(1) || !node.is_contiguous_from(1) || node.nrows() != a.nrows() || !a.has_dense_rows() || !node.has_dense_rows() {
@@ -830,7 +1117,7 @@ fn supports_glu(node: &Tensor) -> bool {
     }
     let nc = match node.src(1) {
         Some(b) => {
-            if b.dtype() != GgmlType::F32 || !b.is_contiguous_from(1) || !b.has_dense_rows() || !b.same_shape(&a) {
+            if b.dtype() != a.dtype() || !b.is_contiguous_from(1) || !b.has_dense_rows() || !b.same_shape(&a) {
                 return false;
             }
             a.ne()[0]
@@ -847,7 +1134,7 @@ fn launch_glu(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (x, g, nbg1) = match node.src(1) {
         Some(b) => (a.data() as *const u8, b.data() as *const u8, b.nb()[1]),
         None => {
-            let half = unsafe { a.data().add(nc * 4) } as *const u8;
+            let half = unsafe { a.data().add(nc * a.dtype().type_size()) } as *const u8;
             if swapped {
                 (half, a.data() as *const u8, a.nb()[1])
             } else {
@@ -866,7 +1153,8 @@ fn launch_glu(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64(a.nb()[1])
         .i64(nbg1)
         .i64(node.nb()[1]);
-    lc.run("glu_f32", [flat_blocks(n, 256), 1, 1], 256, args)
+    let kernel = if a.dtype() == GgmlType::F16 { "glu_f16" } else { "glu_f32" };
+    lc.run(kernel, [flat_blocks(n, 256), 1, 1], 256, args)
 }
 
 /// Largest head size the attention kernel holds (32 lanes x 8 values).
@@ -901,7 +1189,12 @@ fn supports_flash_attn(node: &Tensor) -> bool {
     if !matches!(node.param_i32(3), 0 | 10) {
         return false;
     }
-    let kv_ok = matches!((k.dtype(), v.dtype()), (GgmlType::F16, GgmlType::F16) | (GgmlType::F32, GgmlType::F32));
+    let kv_ok = match (k.dtype(), v.dtype()) {
+        (GgmlType::F16, GgmlType::F16) | (GgmlType::F32, GgmlType::F32) => true,
+        // Whole Q8_0 blocks: q is rounded to them one group of 32 lanes per block.
+        (GgmlType::Q8_0, GgmlType::Q8_0) => qne[0] % 32 == 0 && vne[0] % 32 == 0,
+        _ => false,
+    };
     if !kv_ok || !q.has_dense_rows() || !k.has_dense_rows() || !v.has_dense_rows() {
         return false;
     }
@@ -931,6 +1224,12 @@ fn supports_flash_attn(node: &Tensor) -> bool {
     qne[1] * qne[2] * qne[3] <= i32::MAX as usize
 }
 
+/// ROCMFORGE_GPU_FA_F16_ACC=1: flash attention accumulates F16 V in f16 where ggml-cpu does.
+fn fa_f16_acc_enabled() -> bool {
+    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_F16_ACC").is_ok_and(|v| v == "1"))
+}
+
 fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
     let (mask, sinks) = (node.src(3), node.src(4));
@@ -952,7 +1251,21 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         Some(m) => (m.ne(), m.nb()),
         None => ([1; 4], [0; 4]),
     };
-    let f16 = k.dtype() == GgmlType::F16;
+    // ggml-cpu's algorithm for this node (as src/cpu/ops/flash_attn.rs decides): with F16 or
+    // F32 K and V of one type it tiles 64 queries or more and splits a single query's cache
+    // of 512 keys or more; elsewhere it goes row by row, accumulating F16 V in f16.
+    // Mirroring that f16 accumulator means one warp walking the keys in order: several times
+    // slower for generation, so it is opt-in (ROCMFORGE_GPU_FA_F16_ACC=1, for agreement
+    // studies); by default the GPU accumulates in f32 (as ggml-cuda does).
+    let kv_plain = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype();
+    let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain && kne[1] >= 512;
+    let ggml_tiled = kv_plain && qne[1] >= 64;
+    let f16_acc = fa_f16_acc_enabled() && v.dtype() == GgmlType::F16 && !ggml_split_kv && !ggml_tiled;
+    let (kernel, round_q) = match k.dtype() {
+        GgmlType::F16 => ("flash_attn_f16_f16", 1),
+        GgmlType::Q8_0 => ("flash_attn_q8_0_q8_0", 2),
+        _ => ("flash_attn_f32_f32", 0),
+    };
     let args = Args::default()
         .ptr(q.data())
         .ptr(k.data())
@@ -981,20 +1294,239 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .f32(m0)
         .f32(m1)
         .i32(n_head_log2 as i32)
-        .i32(f16 as i32);
+        .i32(round_q);
     let head = qne[0].max(vne[0]);
-    if qne[1] >= FA_TILE_MIN_Q && fa_tiled_enabled() && head <= FA_TILE_MAX_HEAD && qne[2] <= MAX_GRID_YZ && qne[3] <= MAX_GRID_YZ {
+    let tiled = kv_plain && qne[1] >= FA_TILE_MIN_Q && fa_tiled_enabled() && !f16_acc;
+    if tiled && head <= FA_TILE_MAX_HEAD && qne[2] <= MAX_GRID_YZ && qne[3] <= MAX_GRID_YZ {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
         // out for head size 64 or 128.
         let rows = fa_tile_rows();
-        let kv = if f16 { "f16_f16" } else { "f32_f32" };
+        let kv = if k.dtype() == GgmlType::F16 { "f16_f16" } else { "f32_f32" };
         let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
         return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
     }
+    let args = args.i32(f16_acc as i32);
     let rows = qne[1] * qne[2] * qne[3];
-    let kernel = if f16 { "flash_attn_f16_f16" } else { "flash_attn_f32_f32" };
     let warp = lc.warp_size as usize;
-    lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args)
+    let warps = if f16_acc { 1 } else { FA_WARPS };
+    lc.run(kernel, [rows, 1, 1], (warps * warp) as u32, args)
+}
+
+// ---- mixture of experts, norms, reductions, layout --------------------------------------
+
+/// Rows (one warp each) per block of the MUL_MAT_ID kernel (MMID_ROWS in mul_mat_id.hip).
+const MMID_ROWS: usize = 4;
+/// Longest row ARGSORT / TOP_K sort (SORT_MAX in kernels/reduce.hip).
+const SORT_MAX: usize = 4096;
+
+fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (w, x, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
+    let (k, m) = (wne[0], wne[1]);
+    let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
+    // src1 rounded as ggml-cpu rounds it (round_src1 of mul_mat.hip), dense rows (i1, token).
+    let mut corr: *const u8 = std::ptr::null();
+    let (xp, xnb1, xnb2) = match src1_rounding(w.dtype()) {
+        Some(mode) if lc.scratch != 0 => {
+            let corr_at = (lc.scratch as usize + x.nelements() * 4).next_multiple_of(256);
+            if mode == 3 {
+                corr = corr_at as *const u8;
+            }
+            let args = Args::default()
+                .ptr(x.data())
+                .ptr(lc.scratch as usize as *const u8)
+                .ptr(corr_at as *const u8)
+                .i32(mode)
+                .i64(k)
+                .i64(xne[1])
+                .i64(xne[2])
+                .i64s(&x.nb()[1..]);
+            lc.run("round_src1", [xne[1] * xne[2], 1, 1], 256, args)?;
+            (lc.scratch as usize as *const u8, k * 4, k * 4 * xne[1])
+        }
+        _ => (x.data() as *const u8, x.nb()[1], x.nb()[2]),
+    };
+    let args = Args::default()
+        .ptr(w.data())
+        .ptr(xp)
+        .ptr(ids.data())
+        .ptr(node.data())
+        .i64(k)
+        .i64(m)
+        .i64(wne[2])
+        .i64(xne[1])
+        .i64(w.nb()[1])
+        .i64(w.nb()[2])
+        .i64(xnb1)
+        .i64(xnb2)
+        .i64(ids.nb()[0])
+        .i64(ids.nb()[1])
+        .i64(node.nb()[1])
+        .i64(node.nb()[2])
+        .ptr(corr);
+    if m == 0 || ine[0] == 0 || ine[1] == 0 {
+        return Ok(());
+    }
+    lc.run(&format!("mul_mat_id_{suffix}"), [m.div_ceil(MMID_ROWS), ine[0], ine[1]], (MMID_ROWS * lc.warp_size as usize) as u32, args)
+}
+
+fn launch_add_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (a, b, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let ne = node.ne();
+    let args = Args::default()
+        .ptr(a.data())
+        .ptr(b.data())
+        .ptr(ids.data())
+        .ptr(node.data())
+        .i64s(&ne[..3])
+        .i64(b.ne()[1])
+        .i64s(&a.nb()[1..])
+        .i64(b.nb()[1])
+        .i64(ids.nb()[0])
+        .i64(ids.nb()[1])
+        .i64s(&node.nb()[1..]);
+    if node.nrows() == 0 {
+        return Ok(());
+    }
+    lc.run("add_id_f32", [node.nrows(), 1, 1], row_block(ne[0]), args)
+}
+
+fn launch_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let a = node.src(0).unwrap();
+    let ne = node.ne();
+    let args = Args::default()
+        .i32((node.op() == op::L2_NORM) as i32)
+        .ptr(a.data())
+        .ptr(node.data())
+        .i64s(&ne[..3])
+        .i64s(&a.nb()[1..])
+        .i64s(&node.nb()[1..])
+        .f32(node.param_f32(0));
+    if node.nrows() == 0 {
+        return Ok(());
+    }
+    lc.run("norm_f32", [node.nrows(), 1, 1], row_block(ne[0]), args)
+}
+
+fn launch_reduce(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let a = node.src(0).unwrap();
+    let (ane, anb, dnb) = (a.ne(), a.nb(), node.nb());
+    let rows = a.nrows();
+    if rows == 0 && node.op() != op::SUM {
+        return Ok(());
+    }
+    match node.op() {
+        op::SUM => {
+            let args = Args::default().ptr(a.data()).ptr(node.data()).i64s(&ane[..3]).i64(rows).i64s(&anb[1..]);
+            lc.run("sum_f32", [1, 1, 1], 1024, args)
+        }
+        op::SUM_ROWS | op::MEAN => {
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(node.data())
+                .i32((node.op() == op::MEAN) as i32)
+                .i64s(&ane[..3])
+                .i64s(&anb[1..])
+                .i64s(&dnb[1..]);
+            lc.run("sum_rows_f32", [rows, 1, 1], row_block(ane[0]), args)
+        }
+        op::CUMSUM => {
+            let args = Args::default().ptr(a.data()).ptr(node.data()).i64s(&ane[..3]).i64s(&anb[1..]).i64s(&dnb[1..]);
+            lc.run("cumsum_f32", [rows, 1, 1], lc.warp_size, args)
+        }
+        _ => {
+            // ARGSORT (all ids, param 0: 1 = descending) or TOP_K (first k of the descending order).
+            let top_k = node.op() == op::TOP_K;
+            let desc = if top_k { 1 } else { node.param_i32(0) };
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(node.data())
+                .i32(desc)
+                .i64(ane[0])
+                .i64(node.ne()[0])
+                .i64(ane[0].next_power_of_two())
+                .i64(ane[1])
+                .i64(ane[2])
+                .i64s(&anb[1..])
+                .i64s(&dnb[1..]);
+            lc.run("argsort_f32", [rows, 1, 1], 256, args)
+        }
+    }
+}
+
+fn launch_layout(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (ne, nb) = (node.ne(), node.nb());
+    let n = node.nelements();
+    if n == 0 {
+        return Ok(());
+    }
+    let grid = [flat_blocks(n, 256), 1, 1];
+    let size = node.dtype().type_size() as i32;
+    match node.op() {
+        op::CONCAT => {
+            let (a, b) = (node.src(0).unwrap(), node.src(1).unwrap());
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(b.data())
+                .ptr(node.data())
+                .i32(size)
+                .i32(node.param_i32(0))
+                .i64s(&ne[..3])
+                .i64(n)
+                .i64s(&a.ne())
+                .i64s(&a.nb())
+                .i64s(&b.nb())
+                .i64s(&nb);
+            lc.run("concat", grid, 256, args)
+        }
+        op::REPEAT => {
+            let a = node.src(0).unwrap();
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(node.data())
+                .i32(size)
+                .i64s(&ne[..3])
+                .i64(n)
+                .i64s(&a.ne())
+                .i64s(&a.nb())
+                .i64s(&nb);
+            lc.run("repeat", grid, 256, args)
+        }
+        op::PAD => {
+            let a = node.src(0).unwrap();
+            let lp: Vec<usize> = (0..4).map(|i| node.param_i32(2 * i) as usize).collect();
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(node.data())
+                .i64s(&ne[..3])
+                .i64(n)
+                .i64s(&a.ne())
+                .i64s(&lp)
+                .i64s(&a.nb())
+                .i64s(&nb);
+            lc.run("pad_f32", grid, 256, args)
+        }
+        op::FILL => {
+            let args = Args::default()
+                .ptr(node.data())
+                .i32((node.dtype() == GgmlType::F16) as i32)
+                .f32(node.param_f32(0))
+                .i64s(&ne[..3])
+                .i64(n)
+                .i64s(&nb);
+            lc.run("fill", grid, 256, args)
+        }
+        op::ARANGE => {
+            let args = Args::default().ptr(node.data()).f32(node.param_f32(0)).f32(node.param_f32(2)).i64(n);
+            lc.run("arange_f32", grid, 256, args)
+        }
+        _ => {
+            // DIAG_MASK_INF
+            let a = node.src(0).unwrap();
+            let args = Args::default().ptr(a.data()).ptr(node.data()).i64(ne[0]).i64(ne[1]).i64(n).i32(node.param_i32(0));
+            lc.run("diag_mask_inf_f32", grid, 256, args)
+        }
+    }
 }
 
 
