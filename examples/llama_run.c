@@ -11,7 +11,8 @@
 //
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv); without it all runs on the
-// library's CPU device. -L LIB2 loads a second backend library, for hosts whose GPU library
+// library's CPU device. --mmap off reads the file instead of mapping it (libllama then uploads
+// GPU weights through the device's pinned host buffers and events, where it has them). -L LIB2 loads a second backend library, for hosts whose GPU library
 // has no CPU device of its own (ggml-cuda needs ggml-cpu beside it).
 
 #include "ggml-backend.h"
@@ -45,7 +46,7 @@ static double now_s(void) {
 
 struct opts {
     const char * mode, * backend, * lib, * lib2, * device, * model, * prompt, * out;
-    int n_predict, threads, fa, positions, gen, pp, tg, reps;
+    int n_predict, threads, fa, positions, gen, pp, tg, reps, no_mmap;
 };
 
 static void usage(void) {
@@ -74,6 +75,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "-n")) o.n_predict = atoi(v);
         else if (!strcmp(a, "-t")) o.threads = atoi(v);
         else if (!strcmp(a, "--fa")) o.fa = !strcmp(v, "on");
+        else if (!strcmp(a, "--mmap")) o.no_mmap = !strcmp(v, "off");
         else if (!strcmp(a, "--positions")) o.positions = atoi(v);
         else if (!strcmp(a, "--gen")) o.gen = atoi(v);
         else if (!strcmp(a, "--pp")) o.pp = atoi(v);
@@ -151,6 +153,7 @@ int main(int argc, char ** argv) {
 
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    if (o.no_mmap) mp.load_mode = LLAMA_LOAD_MODE_NONE;
     ggml_backend_dev_t devs[2] = { NULL, NULL };
     if (o.device) {
         devs[0] = ggml_backend_dev_by_name(o.device);
