@@ -373,16 +373,20 @@ static void test_copies_and_events(ggml_backend_t be1, ggml_backend_t be2) {
 typedef struct ggml_tensor * (*unary_fn)(struct ggml_context *, struct ggml_tensor *);
 
 struct net {
-    struct ggml_context * ctx;
+    struct ggml_context *wctx, *ctx;
+    ggml_backend_buffer_t wbuf;
     struct ggml_cgraph * gf;
     struct ggml_tensor *w1, *b1, *w2, *x, *mid, *out;
 };
 
-static void net_build(struct net * m, unary_fn cpu_only) {
+// The weights live in `wbe`'s memory (as a model's do); the rest is left to the caller.
+static void net_build(struct net * m, unary_fn cpu_only, ggml_backend_t wbe) {
+    m->wctx = new_ctx(4);
+    m->w1 = ggml_new_tensor_2d(m->wctx, GGML_TYPE_F16, 256, 192);
+    m->b1 = ggml_new_tensor_1d(m->wctx, GGML_TYPE_F32, 192);
+    m->w2 = ggml_new_tensor_2d(m->wctx, GGML_TYPE_F32, 192, 128);
+    m->wbuf = wbe ? ggml_backend_alloc_ctx_tensors(m->wctx, wbe) : NULL;
     m->ctx = new_ctx(32);
-    m->w1 = ggml_new_tensor_2d(m->ctx, GGML_TYPE_F16, 256, 192);
-    m->b1 = ggml_new_tensor_1d(m->ctx, GGML_TYPE_F32, 192);
-    m->w2 = ggml_new_tensor_2d(m->ctx, GGML_TYPE_F32, 192, 128);
     m->x = ggml_new_tensor_2d(m->ctx, GGML_TYPE_F32, 256, 17);
     ggml_set_input(m->x);
     struct ggml_tensor * h = ggml_add(m->ctx, ggml_mul_mat(m->ctx, m->w1, m->x), m->b1);
@@ -395,11 +399,16 @@ static void net_build(struct net * m, unary_fn cpu_only) {
     ggml_build_forward_expand(m->gf, m->out);
 }
 
-static void net_fill(struct net * m, uint64_t xseed) {
+static void net_free(struct net * m) {
+    ggml_free(m->ctx);
+    if (m->wbuf) ggml_backend_buffer_free(m->wbuf);
+    ggml_free(m->wctx);
+}
+
+static void net_fill_weights(struct net * m) {
     rf_fill_tensor(m->w1, 21, -1, 1);
     rf_fill_tensor(m->b1, 22, -1, 1);
     rf_fill_tensor(m->w2, 23, -1, 1);
-    rf_fill_tensor(m->x, xseed, -1, 1);
 }
 
 static void test_sched(ggml_backend_t gpu, ggml_backend_t cpu) {
@@ -410,12 +419,12 @@ static void test_sched(ggml_backend_t gpu, ggml_backend_t cpu) {
     unary_fn cpu_only = NULL;
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0] && !cpu_only; i++) {
         struct net probe;
-        net_build(&probe, candidates[i].fn);
+        net_build(&probe, candidates[i].fn, NULL);
         if (!ggml_backend_dev_supports_op(g_gpu, probe.mid) && ggml_backend_dev_supports_op(g_cpu_dev, probe.mid)) {
             cpu_only = candidates[i].fn;
             printf("sched: op the GPU does not claim: %s\n", candidates[i].name);
         }
-        ggml_free(probe.ctx);
+        net_free(&probe);
     }
     CHECK(cpu_only != NULL, "the GPU claims every candidate op; extend the list");
     if (!cpu_only) return;
@@ -425,18 +434,20 @@ static void test_sched(ggml_backend_t gpu, ggml_backend_t cpu) {
         ggml_backend_sched_t sched = ggml_backend_sched_new(backends, NULL, 2, GGML_DEFAULT_GRAPH_SIZE, parallel, true);
         CHECK(sched != NULL, "sched_new");
         struct net m;
-        net_build(&m, cpu_only);
+        net_build(&m, cpu_only, gpu);
+        net_fill_weights(&m);
         for (int run = 0; run < 3; run++) {
             struct net ref;
-            net_build(&ref, cpu_only);
+            net_build(&ref, cpu_only, cpu);
             ggml_backend_buffer_t rb = ggml_backend_alloc_ctx_tensors(ref.ctx, cpu);
-            net_fill(&ref, 100 + run);
+            net_fill_weights(&ref);
+            rf_fill_tensor(ref.x, 100 + run, -1, 1);
             ggml_backend_graph_compute(cpu, ref.gf);
             float * want = rf_tensor_to_float(ref.out);
 
             ggml_backend_sched_reset(sched);
             CHECK(ggml_backend_sched_alloc_graph(sched, m.gf), "sched_alloc_graph");
-            net_fill(&m, 100 + run);
+            rf_fill_tensor(m.x, 100 + run, -1, 1);
             CHECK(ggml_backend_sched_graph_compute_async(sched, m.gf) == GGML_STATUS_SUCCESS, "sched compute");
             ggml_backend_sched_synchronize(sched);
             int on_gpu = 0, on_cpu = 0;
@@ -454,10 +465,10 @@ static void test_sched(ggml_backend_t gpu, ggml_backend_t cpu) {
             free(want);
             free(got);
             ggml_backend_buffer_free(rb);
-            ggml_free(ref.ctx);
+            net_free(&ref);
         }
         ggml_backend_sched_free(sched);
-        ggml_free(m.ctx);
+        net_free(&m);
     }
 }
 

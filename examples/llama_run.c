@@ -178,6 +178,7 @@ int main(int argc, char ** argv) {
         fflush(stdout);
         double t0 = now_s();
         if (llama_decode(ctx, llama_batch_get_one(toks, n_prompt))) { fprintf(stderr, "decode failed\n"); return 1; }
+        llama_synchronize(ctx);  // an asynchronous backend may still be computing
         double t1 = now_s();
         int n_gen = 0;
         llama_token tok = llama_sampler_sample(smpl, ctx, -1);
@@ -236,6 +237,7 @@ int main(int argc, char ** argv) {
             llama_memory_clear(llama_get_memory(ctx), true);
             double t0 = now_s();
             if (llama_decode(ctx, llama_batch_get_one(toks, o.pp))) { fprintf(stderr, "decode failed\n"); return 1; }
+            llama_synchronize(ctx);  // as llama-bench: asynchronous backends return before the GPU is done
             double t1 = now_s();
             if (o.pp / (t1 - t0) > best_pp) best_pp = o.pp / (t1 - t0);
             // tg: generation after a 1-token prompt, as llama-bench measures it.
