@@ -11,7 +11,8 @@
 //
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv); without it all runs on the
-// library's CPU device. -L LIB2 loads a second backend library, for hosts whose GPU library
+// library's CPU device. --mmap off reads the file instead of mapping it (libllama then uploads
+// GPU weights through the device's pinned host buffers and events, where it has them). -L LIB2 loads a second backend library, for hosts whose GPU library
 // has no CPU device of its own (ggml-cuda needs ggml-cpu beside it).
 
 #include "ggml-backend.h"
@@ -48,7 +49,7 @@ struct opts {
     // KV cache type (--kv f16|q8_0|q4_0): K always, V only with flash attention (llama.cpp
     // quantizes V only then).
     enum ggml_type kv;
-    int n_predict, threads, fa, positions, gen, pp, tg, reps;
+    int n_predict, threads, fa, positions, gen, pp, tg, reps, no_mmap;
 };
 
 static void usage(void) {
@@ -79,6 +80,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "-t")) o.threads = atoi(v);
         else if (!strcmp(a, "--fa")) o.fa = !strcmp(v, "on");
         else if (!strcmp(a, "--kv")) o.kv = !strcmp(v, "q8_0") ? GGML_TYPE_Q8_0 : !strcmp(v, "q4_0") ? GGML_TYPE_Q4_0 : GGML_TYPE_F16;
+        else if (!strcmp(a, "--mmap")) o.no_mmap = !strcmp(v, "off");
         else if (!strcmp(a, "--positions")) o.positions = atoi(v);
         else if (!strcmp(a, "--gen")) o.gen = atoi(v);
         else if (!strcmp(a, "--pp")) o.pp = atoi(v);
@@ -158,6 +160,7 @@ int main(int argc, char ** argv) {
 
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    if (o.no_mmap) mp.load_mode = LLAMA_LOAD_MODE_NONE;
     ggml_backend_dev_t devs[2] = { NULL, NULL };
     if (o.device) {
         devs[0] = ggml_backend_dev_by_name(o.device);
@@ -182,6 +185,7 @@ int main(int argc, char ** argv) {
         fflush(stdout);
         double t0 = now_s();
         if (llama_decode(ctx, llama_batch_get_one(toks, n_prompt))) { fprintf(stderr, "decode failed\n"); return 1; }
+        llama_synchronize(ctx);  // an asynchronous backend may still be computing
         double t1 = now_s();
         int n_gen = 0;
         llama_token tok = llama_sampler_sample(smpl, ctx, -1);
@@ -240,6 +244,7 @@ int main(int argc, char ** argv) {
             llama_memory_clear(llama_get_memory(ctx), true);
             double t0 = now_s();
             if (llama_decode(ctx, llama_batch_get_one(toks, o.pp))) { fprintf(stderr, "decode failed\n"); return 1; }
+            llama_synchronize(ctx);  // as llama-bench: asynchronous backends return before the GPU is done
             double t1 = now_s();
             if (o.pp / (t1 - t0) > best_pp) best_pp = o.pp / (t1 - t0);
             // tg: generation after a 1-token prompt, as llama-bench measures it.

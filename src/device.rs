@@ -41,6 +41,9 @@ pub struct DeviceCaps {
     pub host_buffer: bool,
     pub buffer_from_host_ptr: bool,
     pub events: bool,
+    /// libllama may load weights from a memory-mapped file (it turns mmap off for every
+    /// device when one device says false).
+    pub mmap_support: bool,
 }
 
 /// A region of memory holding tensors. Offsets are relative to `base()`.
@@ -88,6 +91,33 @@ pub trait Backend: Send {
         Ok(())
     }
     fn set_n_threads(&mut self, _n: usize) {}
+
+    // ---- Asynchronous copies and events (defaults: not supported; ggml then falls back to
+    // synchronous copies). Work queued here is finished by `synchronize` or an event. ----
+
+    /// Queues a copy of `len` bytes from host `src` to device address `dst` (inside a tensor of
+    /// this backend's device). `src` stays valid until the backend is synchronized. Ok(false):
+    /// not done.
+    fn set_async(&mut self, _dst: *mut u8, _src: *const u8, _len: usize) -> Result<bool> {
+        Ok(false)
+    }
+    /// Queues a copy of `len` bytes from device address `src` to host `dst`.
+    fn get_async(&mut self, _dst: *mut u8, _src: *const u8, _len: usize) -> Result<bool> {
+        Ok(false)
+    }
+    /// The GPU backend behind this one, for copies and events between our GPU backends.
+    fn as_gpu(&mut self) -> Option<&mut crate::gpu::backend::GpuBackend> {
+        None
+    }
+}
+
+/// A marker in a backend's queue (`ggml_backend_event_t`).
+pub trait Event: Send + Sync {
+    /// Waits on the host until the work before the marker's last record is done.
+    fn synchronize(&self) -> Result<()>;
+    fn as_gpu(&self) -> Option<&crate::gpu::GpuEvent> {
+        None
+    }
 }
 
 /// A device: what ggml sees as `ggml_backend_dev_t`.
@@ -109,5 +139,12 @@ pub trait Device: Send + Sync {
     /// Whether a node whose weights live elsewhere should still run here.
     fn offload_op(&self, _node: &Tensor) -> bool {
         false
+    }
+    /// Host memory this device copies to and from fastest (pinned), if it has such a type.
+    fn host_buffer_type(&self) -> Option<&dyn BufferType> {
+        None
+    }
+    fn new_event(&self) -> Option<Result<Box<dyn Event>>> {
+        None
     }
 }

@@ -72,7 +72,7 @@ impl Device for CpuDevice {
         DeviceKind::Cpu
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_: false, host_buffer: false, buffer_from_host_ptr: true, events: false }
+        DeviceCaps { async_: false, host_buffer: false, buffer_from_host_ptr: true, events: false, mmap_support: true }
     }
     fn buffer_type(&self) -> &dyn BufferType {
         &self.buffer_type

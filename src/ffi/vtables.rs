@@ -5,7 +5,7 @@
 use super::abi::*;
 use super::ggml_rt::GGML;
 use super::guard::guard;
-use crate::device::{Backend, Buffer, Device, DeviceKind};
+use crate::device::{Backend, Buffer, BufferType, Device, DeviceKind, Event};
 use crate::ggml_types::op;
 use crate::tensor::Tensor;
 use std::ffi::{c_char, c_void, CStr};
@@ -15,12 +15,14 @@ use std::ptr::null_mut;
 // Device entries: one per device, at a fixed address for the life of the process.
 // ---------------------------------------------------------------------------------------------
 
-/// Everything ggml needs for one device. `dev` and `buft` are handed to ggml by address;
-/// their `context` points back to this entry.
+/// Everything ggml needs for one device. `dev`, `buft` and `host_buft` are handed to ggml by
+/// address; their `context` points back to this entry. `host_buft` is the device's pinned host
+/// buffer type (`get_host_buffer_type`), used only where the device has one.
 #[repr(C)]
 pub struct DeviceEntry {
     pub dev: ggml_backend_device,
     pub buft: ggml_backend_buffer_type,
+    pub host_buft: ggml_backend_buffer_type,
     pub imp: Box<dyn Device>,
     pub guid: &'static ggml_guid,
 }
@@ -34,6 +36,7 @@ impl DeviceEntry {
         let entry = Box::leak(Box::new(DeviceEntry {
             dev: ggml_backend_device { iface: DEVICE_IFACE, reg, context: null_mut() },
             buft: ggml_backend_buffer_type { iface: BUFT_IFACE, device: null_mut(), context: null_mut() },
+            host_buft: ggml_backend_buffer_type { iface: BUFT_IFACE, device: null_mut(), context: null_mut() },
             imp,
             guid,
         }));
@@ -41,6 +44,8 @@ impl DeviceEntry {
         entry.dev.context = p as *mut c_void;
         entry.buft.device = &mut entry.dev;
         entry.buft.context = p as *mut c_void;
+        entry.host_buft.device = &mut entry.dev;
+        entry.host_buft.context = p as *mut c_void;
         entry
     }
 
@@ -51,15 +56,34 @@ impl DeviceEntry {
     pub fn buft_ptr(&'static self) -> ggml_backend_buffer_type_t {
         &self.buft as *const _ as *mut _
     }
+
+    /// The pinned host buffer type, NULL where the device has none.
+    pub fn host_buft_ptr(&'static self) -> ggml_backend_buffer_type_t {
+        match self.imp.host_buffer_type() {
+            Some(_) => &self.host_buft as *const _ as *mut _,
+            None => null_mut(),
+        }
+    }
 }
 
 unsafe fn entry_of_dev(dev: ggml_backend_dev_t) -> Option<&'static DeviceEntry> {
     dev.as_ref().and_then(|d| (d.context as *const DeviceEntry).as_ref())
 }
 
-unsafe fn entry_of_buft(buft: ggml_backend_buffer_type_t) -> Option<&'static DeviceEntry> {
-    // Only buffer types of our own devices (others may come from any backend).
-    super::registry::devices().iter().copied().find(|e| std::ptr::eq(e.buft_ptr(), buft))
+/// One of our buffer types (others may come from any backend): its device and implementation.
+unsafe fn buft_of(buft: ggml_backend_buffer_type_t) -> Option<(&'static DeviceEntry, &'static dyn BufferType)> {
+    if buft.is_null() {
+        return None;
+    }
+    for &e in super::registry::devices() {
+        if std::ptr::eq(e.buft_ptr(), buft) {
+            return Some((e, e.imp.buffer_type()));
+        }
+        if std::ptr::eq(e.host_buft_ptr(), buft) {
+            return e.imp.host_buffer_type().map(|bt| (e, bt));
+        }
+    }
+    None
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -74,14 +98,14 @@ const DEVICE_IFACE: ggml_backend_device_i = ggml_backend_device_i {
     get_props: Some(dev_get_props),
     init_backend: Some(dev_init_backend),
     get_buffer_type: Some(dev_get_buffer_type),
-    get_host_buffer_type: None,
+    get_host_buffer_type: Some(dev_get_host_buffer_type),
     buffer_from_host_ptr: Some(dev_buffer_from_host_ptr),
     supports_op: Some(dev_supports_op),
     supports_buft: Some(dev_supports_buft),
     offload_op: Some(dev_offload_op),
-    event_new: None,
-    event_free: None,
-    event_synchronize: None,
+    event_new: Some(dev_event_new),
+    event_free: Some(dev_event_free),
+    event_synchronize: Some(dev_event_synchronize),
 };
 
 unsafe extern "C" fn dev_get_name(dev: ggml_backend_dev_t) -> *const c_char {
@@ -140,7 +164,7 @@ unsafe extern "C" fn dev_get_props(dev: ggml_backend_dev_t, props: *mut ggml_bac
                 host_buffer: caps.host_buffer,
                 buffer_from_host_ptr: caps.buffer_from_host_ptr,
                 events: caps.events,
-                mmap_support: caps.buffer_from_host_ptr,
+                mmap_support: caps.mmap_support,
             },
         };
     })
@@ -155,6 +179,10 @@ unsafe extern "C" fn dev_init_backend(dev: ggml_backend_dev_t, _params: *const c
 
 unsafe extern "C" fn dev_get_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
     guard("dev_get_buffer_type", null_mut(), || entry_of_dev(dev).map(|e| e.buft_ptr()).unwrap_or(null_mut()))
+}
+
+unsafe extern "C" fn dev_get_host_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
+    guard("dev_get_host_buffer_type", null_mut(), || entry_of_dev(dev).map(|e| e.host_buft_ptr()).unwrap_or(null_mut()))
 }
 
 unsafe extern "C" fn dev_buffer_from_host_ptr(
@@ -172,7 +200,7 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
         match e.imp.buffer_from_host_ptr(ptr as *mut u8, size) {
             Some(b) => wrap_buffer(e.buft_ptr(), b),
             None => {
-                log_warn!("{}: cannot wrap host memory", e.imp.name().to_string_lossy());
+                log_warn!("{}: cannot wrap host memory ({} bytes at {:p})", e.imp.name().to_string_lossy(), size, ptr);
                 null_mut()
             }
         }
@@ -208,6 +236,53 @@ unsafe extern "C" fn dev_offload_op(dev: ggml_backend_dev_t, node: *const ggml_t
 }
 
 // ---------------------------------------------------------------------------------------------
+// Events: a `ggml_backend_event` whose context is a `Box<dyn Event>`.
+// ---------------------------------------------------------------------------------------------
+
+unsafe extern "C" fn dev_event_new(dev: ggml_backend_dev_t) -> ggml_backend_event_t {
+    guard("event_new", null_mut(), || {
+        let Some(e) = entry_of_dev(dev) else { return null_mut() };
+        match e.imp.new_event() {
+            None => null_mut(),
+            Some(Err(err)) => {
+                log_error!("{}: cannot create an event: {}", e.imp.name().to_string_lossy(), err);
+                null_mut()
+            }
+            Some(Ok(ev)) => {
+                let ctx = Box::into_raw(Box::new(ev)) as *mut c_void;
+                Box::into_raw(Box::new(ggml_backend_event { device: e.dev_ptr(), context: ctx }))
+            }
+        }
+    })
+}
+
+/// Our event behind `event` (made by `dev_event_new` for one of our devices), or None.
+unsafe fn event_of<'a>(event: ggml_backend_event_t) -> Option<&'a dyn Event> {
+    let ev = event.as_ref()?;
+    let ours = super::registry::devices().iter().any(|e| std::ptr::eq(e.dev_ptr(), ev.device));
+    if !ours || ev.context.is_null() {
+        return None;
+    }
+    Some((*(ev.context as *const Box<dyn Event>)).as_ref())
+}
+
+unsafe extern "C" fn dev_event_free(_dev: ggml_backend_dev_t, event: ggml_backend_event_t) {
+    guard("event_free", (), || {
+        if event_of(event).is_some() {
+            let ev = Box::from_raw(event);
+            drop(Box::from_raw(ev.context as *mut Box<dyn Event>));
+        }
+    })
+}
+
+unsafe extern "C" fn dev_event_synchronize(_dev: ggml_backend_dev_t, event: ggml_backend_event_t) {
+    guard("event_synchronize", (), || match event_of(event) {
+        Some(ev) => report(ev.synchronize(), "event_synchronize"),
+        None => log_error!("event_synchronize: not an event of this library"),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
 // Buffer type
 // ---------------------------------------------------------------------------------------------
 
@@ -223,16 +298,15 @@ const BUFT_IFACE: ggml_backend_buffer_type_i = ggml_backend_buffer_type_i {
 };
 
 unsafe extern "C" fn buft_get_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
-    guard("buft_get_name", c"?".as_ptr(), || match entry_of_buft(buft) {
-        Some(e) => e.imp.buffer_type().name().as_ptr(),
+    guard("buft_get_name", c"?".as_ptr(), || match buft_of(buft) {
+        Some((_, bt)) => bt.name().as_ptr(),
         None => c"?".as_ptr(),
     })
 }
 
 unsafe extern "C" fn buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t {
     guard("buft_alloc_buffer", null_mut(), || {
-        let Some(e) = entry_of_buft(buft) else { return null_mut() };
-        let bt = e.imp.buffer_type();
+        let Some((_, bt)) = buft_of(buft) else { return null_mut() };
         if size > bt.max_size() {
             log_error!("{}: cannot allocate {} bytes (max {})", bt.name().to_string_lossy(), size, bt.max_size());
             return null_mut();
@@ -248,25 +322,25 @@ unsafe extern "C" fn buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: u
 }
 
 unsafe extern "C" fn buft_get_alignment(buft: ggml_backend_buffer_type_t) -> usize {
-    guard("buft_get_alignment", 64, || entry_of_buft(buft).map(|e| e.imp.buffer_type().alignment()).unwrap_or(64))
+    guard("buft_get_alignment", 64, || buft_of(buft).map(|(_, bt)| bt.alignment()).unwrap_or(64))
 }
 
 unsafe extern "C" fn buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
     guard("buft_get_max_size", usize::MAX, || {
-        entry_of_buft(buft).map(|e| e.imp.buffer_type().max_size()).unwrap_or(usize::MAX)
+        buft_of(buft).map(|(_, bt)| bt.max_size()).unwrap_or(usize::MAX)
     })
 }
 
 unsafe extern "C" fn buft_get_alloc_size(buft: ggml_backend_buffer_type_t, t: *const ggml_tensor) -> usize {
-    guard("buft_get_alloc_size", 0, || match (entry_of_buft(buft), Tensor::from_ptr(t)) {
-        (Some(e), Some(t)) => e.imp.buffer_type().alloc_size(&t),
+    guard("buft_get_alloc_size", 0, || match (buft_of(buft), Tensor::from_ptr(t)) {
+        (Some((_, bt)), Some(t)) => bt.alloc_size(&t),
         (None, Some(t)) => t.nbytes(),
         _ => 0,
     })
 }
 
 unsafe extern "C" fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-    guard("buft_is_host", false, || entry_of_buft(buft).map(|e| e.imp.buffer_type().is_host()).unwrap_or(false))
+    guard("buft_is_host", false, || buft_of(buft).map(|(_, bt)| bt.is_host()).unwrap_or(false))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -481,13 +555,23 @@ const BACKEND_IFACE: ggml_backend_i = ggml_backend_i {
     graph_optimize: None,
 };
 
+/// Backends of devices with `caps.async_`: copies queued on the stream, events.
+const ASYNC_BACKEND_IFACE: ggml_backend_i = ggml_backend_i {
+    set_tensor_async: Some(backend_set_tensor_async),
+    get_tensor_async: Some(backend_get_tensor_async),
+    cpy_tensor_async: Some(backend_cpy_tensor_async),
+    event_record: Some(backend_event_record),
+    event_wait: Some(backend_event_wait),
+    ..BACKEND_IFACE
+};
+
 pub fn new_backend(e: &'static DeviceEntry) -> ggml_backend_t {
     match e.imp.new_backend() {
         Ok(imp) => {
             let b = Box::new(BackendBox {
                 c: ggml_backend {
                     guid: e.guid as *const ggml_guid as *mut ggml_guid,
-                    iface: BACKEND_IFACE,
+                    iface: if e.imp.caps().async_ { ASYNC_BACKEND_IFACE } else { BACKEND_IFACE },
                     device: e.dev_ptr(),
                     context: null_mut(),
                 },
@@ -530,6 +614,149 @@ unsafe extern "C" fn backend_synchronize(backend: ggml_backend_t) {
     guard("backend_synchronize", (), || {
         if let Some(b) = backend_of(backend) {
             report(b.imp.synchronize(), "synchronize");
+        }
+    })
+}
+
+/// The buffer holding `t`'s data (a view's is its source's).
+unsafe fn tensor_buffer(t: *const ggml_tensor) -> ggml_backend_buffer_t {
+    let Some(t) = t.as_ref() else { return null_mut() };
+    match t.view_src.as_ref() {
+        Some(v) => v.buffer,
+        None => t.buffer,
+    }
+}
+
+unsafe extern "C" fn backend_set_tensor_async(
+    backend: ggml_backend_t,
+    t: *mut ggml_tensor,
+    data: *const c_void,
+    offset: usize,
+    size: usize,
+) {
+    guard("set_tensor_async", (), || {
+        let Some(b) = backend_of(backend) else { return };
+        if size == 0 || t.is_null() || data.is_null() || (*t).data.is_null() {
+            return;
+        }
+        let dst = ((*t).data as *mut u8).wrapping_add(offset);
+        match b.imp.set_async(dst, data as *const u8, size) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Not this device's memory: what ggml does without set_tensor_async.
+                report(b.imp.synchronize(), "synchronize");
+                let buf = tensor_buffer(t);
+                match buf.as_ref().and_then(|bb| bb.iface.set_tensor) {
+                    Some(set) => set(buf, t, data, offset, size),
+                    None => log_error!("set_tensor_async: tensor has no buffer"),
+                }
+            }
+            Err(e) => log_error!("{}: set_tensor_async: {e}", b.imp.name().to_string_lossy()),
+        }
+    })
+}
+
+unsafe extern "C" fn backend_get_tensor_async(
+    backend: ggml_backend_t,
+    t: *const ggml_tensor,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
+    guard("get_tensor_async", (), || {
+        let Some(b) = backend_of(backend) else { return };
+        if size == 0 || t.is_null() || data.is_null() || (*t).data.is_null() {
+            return;
+        }
+        let src = ((*t).data as *const u8).wrapping_add(offset);
+        match b.imp.get_async(data as *mut u8, src, size) {
+            Ok(true) => {}
+            Ok(false) => {
+                report(b.imp.synchronize(), "synchronize");
+                let buf = tensor_buffer(t);
+                match buf.as_ref().and_then(|bb| bb.iface.get_tensor) {
+                    Some(get) => get(buf, t, data, offset, size),
+                    None => log_error!("get_tensor_async: tensor has no buffer"),
+                }
+            }
+            Err(e) => log_error!("{}: get_tensor_async: {e}", b.imp.name().to_string_lossy()),
+        }
+    })
+}
+
+/// Copies between tensors in device memory of our GPU backends, queued on their streams;
+/// false for anything else (ggml then synchronizes both backends and copies through the host).
+unsafe extern "C" fn backend_cpy_tensor_async(
+    backend_src: ggml_backend_t,
+    backend_dst: ggml_backend_t,
+    src: *const ggml_tensor,
+    dst: *mut ggml_tensor,
+) -> bool {
+    guard("cpy_tensor_async", false, || {
+        let (Some(s), Some(d)) = (Tensor::from_ptr(src), Tensor::from_ptr(dst)) else { return false };
+        let n = s.nbytes();
+        if s.data().is_null() || d.data().is_null() || d.nbytes() != n {
+            return false;
+        }
+        // Both in the default (device) buffer type of one of our devices.
+        let in_device_memory = |t: *const ggml_tensor| {
+            let buf = tensor_buffer(t);
+            !buf.is_null() && super::registry::devices().iter().any(|e| std::ptr::eq(e.buft_ptr(), (*buf).buft) && e.imp.kind() == DeviceKind::Gpu)
+        };
+        if !in_device_memory(src) || !in_device_memory(dst) {
+            return false;
+        }
+        let Some(bd) = backend_of(backend_dst) else { return false };
+        let r = if std::ptr::eq(backend_src, backend_dst) {
+            match bd.imp.as_gpu() {
+                Some(g) => g.copy_local(d.data(), s.data(), n),
+                None => return false,
+            }
+        } else {
+            let Some(bs) = backend_of(backend_src) else { return false };
+            match (bd.imp.as_gpu(), bs.imp.as_gpu()) {
+                (Some(gd), Some(gs)) => gd.copy_from(gs, d.data(), s.data(), n),
+                _ => return false,
+            }
+        };
+        r.unwrap_or_else(|e| {
+            log_error!("cpy_tensor_async: {e}");
+            false
+        })
+    })
+}
+
+unsafe extern "C" fn backend_event_record(backend: ggml_backend_t, event: ggml_backend_event_t) {
+    guard("event_record", (), || {
+        let (Some(b), Some(ev)) = (backend_of(backend), event_of(event)) else {
+            log_error!("event_record: not a backend and event of this library");
+            return;
+        };
+        match (b.imp.as_gpu(), ev.as_gpu()) {
+            (Some(g), Some(e)) => report(g.record(e), "event_record"),
+            _ => log_error!("event_record: {} has no events", b.imp.name().to_string_lossy()),
+        }
+    })
+}
+
+unsafe extern "C" fn backend_event_wait(backend: ggml_backend_t, event: ggml_backend_event_t) {
+    guard("event_wait", (), || {
+        let Some(b) = backend_of(backend) else { return };
+        let Some(ev) = event_of(event) else {
+            // Not ours: all we can do is wait on the host for everything queued here.
+            log_warn!("event_wait: foreign event; synchronizing {} instead", b.imp.name().to_string_lossy());
+            report(b.imp.synchronize(), "synchronize");
+            return;
+        };
+        match (b.imp.as_gpu(), ev.as_gpu()) {
+            (Some(g), Some(e)) => {
+                if let Err(err) = g.wait(e) {
+                    // Another runtime's event: wait for it on the host instead.
+                    log_debug!("event_wait: {err}; waiting on the host");
+                    report(ev.synchronize(), "event_synchronize");
+                }
+            }
+            _ => report(ev.synchronize(), "event_synchronize"),
         }
     })
 }

@@ -20,6 +20,9 @@ pub struct Function(pub usize);
 pub struct Graph(pub usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphExec(pub usize);
+/// A CUevent / hipEvent_t (created without timing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event(pub usize);
 
 pub type ApiResult<T> = std::result::Result<T, String>;
 
@@ -86,6 +89,36 @@ pub trait GpuApi: Send + Sync {
     fn graph_launch(&self, ord: usize, e: GraphExec, s: Stream) -> ApiResult<()>;
     fn graph_destroy(&self, ord: usize, g: Graph);
     fn graph_exec_destroy(&self, ord: usize, e: GraphExec);
+
+    // ---- Pinned host memory, registered host ranges, asynchronous copies, events ----
+
+    /// Page-locked host memory usable by every device of this runtime (fast, truly
+    /// asynchronous DMA). Never NULL on success.
+    fn host_alloc(&self, ord: usize, size: usize) -> ApiResult<*mut u8>;
+    fn host_free(&self, ord: usize, ptr: *mut u8);
+    /// Page-locks and maps [ptr, ptr+size) for device `ord` and returns the address the device
+    /// sees it at. `read_only`: the range may be a read-only mapping (the device only reads it).
+    fn host_register(&self, ord: usize, ptr: *mut u8, size: usize, read_only: bool) -> ApiResult<DevPtr>;
+    fn host_unregister(&self, ord: usize, ptr: *mut u8);
+    /// Waits for all work queued on device `ord`, by any stream.
+    fn device_sync(&self, ord: usize) -> ApiResult<()>;
+    /// Copies queued on `s`, ordered with the kernels on it. The host memory must stay valid
+    /// (and, for `copy_dtoh_async`, unread) until the stream or a later event is synchronized.
+    fn copy_htod_async(&self, ord: usize, dst: DevPtr, src: *const u8, size: usize, s: Stream) -> ApiResult<()>;
+    fn copy_dtoh_async(&self, ord: usize, dst: *mut u8, src: DevPtr, size: usize, s: Stream) -> ApiResult<()>;
+    fn copy_dtod_async(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize, s: Stream) -> ApiResult<()>;
+    /// Device `src_ord`'s memory to device `dst_ord`'s, queued on `s` (a stream of `stream_ord`).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_peer_async(&self, dst_ord: usize, dst: DevPtr, src_ord: usize, src: DevPtr, size: usize, stream_ord: usize, s: Stream) -> ApiResult<()>;
+    fn event_create(&self, ord: usize) -> ApiResult<Event>;
+    /// Marks the point after the work queued on `s` so far (`s` is a stream of device `ord`).
+    fn event_record(&self, ord: usize, e: Event, s: Stream) -> ApiResult<()>;
+    /// Waits on the host until the work before the last record of `e` is done.
+    fn event_sync(&self, ord: usize, e: Event) -> ApiResult<()>;
+    /// Makes work queued on `s` (a stream of device `ord`) after this call wait for `e`, which
+    /// may belong to another device of the same runtime.
+    fn stream_wait_event(&self, ord: usize, s: Stream, e: Event) -> ApiResult<()>;
+    fn event_destroy(&self, ord: usize, e: Event);
 }
 
 /// Opens the first library of `names` that loads; also tries each under `dirs`.

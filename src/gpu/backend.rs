@@ -1,14 +1,22 @@
-//! An RFGPU backend: one stream. A graph's kernels are queued in order on the stream, then
-//! the stream is synchronized, so results are ready when `graph_compute` returns.
+//! An RFGPU backend: one stream. A graph's kernels are queued in order on the stream and
+//! `graph_compute` returns without waiting for them (ggml's `ggml_backend_graph_compute` and
+//! the scheduler call `synchronize` when results are needed), so the host prepares the next
+//! split or copy while the GPU computes. Copies to and from the host, between our GPU
+//! backends, and events are queued on the same stream (`set_async`, `copy_from`, `record`).
+//!
+//! Queued work must never lose what it reads: buffers are freed by the driver only after the
+//! device is idle (cuMemFree/hipFree wait), the scratch is replaced only after the stream
+//! drained, and the stream is drained before a graph is captured and when the backend goes.
+//! Errors of queued work surface at `synchronize` (logged, and returned by the next compute).
 //!
 //! Token generation runs the same ggml graph again and again (same nodes, same addresses;
 //! only the data changes). The second time a graph is seen its launches are captured into a
 //! runtime graph, and from then on that graph is replayed with one launch call instead of
 //! hundreds: the per-kernel launch cost is what bounds small-batch speed otherwise.
 
-use super::api::{DevPtr, GraphExec, Stream};
+use super::api::{DevPtr, Event, GraphExec, Stream};
 use super::ops;
-use super::GpuCtx;
+use super::{GpuCtx, GpuEvent};
 use crate::device::{Backend, Error, Result};
 use crate::tensor::Tensor;
 use std::ffi::{CStr, CString};
@@ -35,6 +43,15 @@ pub struct GpuBackend {
     profile: Option<std::collections::HashMap<String, (u32, f64)>>,
     /// Runs of nodes fused into one kernel where possible (ops::launch_at); ROCMFORGE_GPU_FUSE=0: never.
     fuse: bool,
+    /// Marks this stream's position for copies between backends (made on first use).
+    copy_event: Option<Event>,
+    /// An error that queued work reported at `synchronize`; the next compute returns it.
+    failed: Option<String>,
+}
+
+/// Whether two contexts come from the same vendor runtime (copies and events between them work).
+fn same_runtime(a: &GpuCtx, b: &GpuCtx) -> bool {
+    std::ptr::eq(Arc::as_ptr(&a.api) as *const u8, Arc::as_ptr(&b.api) as *const u8)
 }
 
 /// What the kernel arguments of a graph are made of: per node its op, parameters and type,
@@ -74,7 +91,80 @@ impl GpuBackend {
         let profile = std::env::var("ROCMFORGE_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default);
         let graphs_ok = profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
         let fuse = std::env::var("ROCMFORGE_GPU_FUSE").map_or(true, |v| v != "0");
-        Ok(GpuBackend { ctx, stream, name, scratch: (0, 0), last_key: Vec::new(), key: Vec::new(), exec: None, exec_current: false, graphs_ok, profile, fuse })
+        Ok(GpuBackend {
+            ctx,
+            stream,
+            name,
+            scratch: (0, 0),
+            last_key: Vec::new(),
+            key: Vec::new(),
+            exec: None,
+            exec_current: false,
+            graphs_ok,
+            profile,
+            fuse,
+            copy_event: None,
+            failed: None,
+        })
+    }
+
+    fn copy_event(&mut self) -> Result<Event> {
+        if let Some(e) = self.copy_event {
+            return Ok(e);
+        }
+        let e = self.ctx.api.event_create(self.ctx.ord).map_err(Error::Device)?;
+        self.copy_event = Some(e);
+        Ok(e)
+    }
+
+    /// Queues a copy of `len` bytes inside this device's memory on this stream.
+    pub fn copy_local(&mut self, dst: *mut u8, src: *const u8, len: usize) -> Result<bool> {
+        let (dst, src) = (dst as usize as DevPtr, src as usize as DevPtr);
+        if !self.ctx.owns_device(dst, len) || !self.ctx.owns_device(src, len) {
+            return Ok(false);
+        }
+        self.ctx.api.copy_dtod_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
+        Ok(true)
+    }
+
+    /// Queues a copy of `len` bytes from `src` (device memory of `from`'s device) to `dst`
+    /// (this device's memory). It runs after the work queued so far on both streams, and work
+    /// queued later on either runs after it. Ok(false): not between our device memories.
+    pub fn copy_from(&mut self, from: &mut GpuBackend, dst: *mut u8, src: *const u8, len: usize) -> Result<bool> {
+        let (dst, src) = (dst as usize as DevPtr, src as usize as DevPtr);
+        if !same_runtime(&self.ctx, &from.ctx) || !self.ctx.owns_device(dst, len) || !from.ctx.owns_device(src, len) {
+            return Ok(false);
+        }
+        let api = self.ctx.api.clone();
+        let (dord, sord) = (self.ctx.ord, from.ctx.ord);
+        let here = self.copy_event()?;
+        api.event_record(dord, here, self.stream).map_err(Error::Device)?;
+        api.stream_wait_event(sord, from.stream, here).map_err(Error::Device)?;
+        if dord == sord {
+            api.copy_dtod_async(sord, dst, src, len, from.stream).map_err(Error::Device)?;
+        } else {
+            api.copy_peer_async(dord, dst, sord, src, len, sord, from.stream).map_err(Error::Device)?;
+        }
+        let there = from.copy_event()?;
+        api.event_record(sord, there, from.stream).map_err(Error::Device)?;
+        api.stream_wait_event(dord, self.stream, there).map_err(Error::Device)?;
+        Ok(true)
+    }
+
+    /// Records `e` (an event of this device) after the work queued so far.
+    pub fn record(&mut self, e: &GpuEvent) -> Result<()> {
+        if !Arc::ptr_eq(&e.ctx, &self.ctx) {
+            return Err(Error::Unsupported(format!("event of another device recorded on {}", self.name.to_string_lossy())));
+        }
+        self.ctx.api.event_record(self.ctx.ord, e.event, self.stream).map_err(Error::Device)
+    }
+
+    /// Makes work queued later on this stream wait for `e` (of any device of this runtime).
+    pub fn wait(&mut self, e: &GpuEvent) -> Result<()> {
+        if !same_runtime(&e.ctx, &self.ctx) {
+            return Err(Error::Unsupported(format!("event of another runtime waited for on {}", self.name.to_string_lossy())));
+        }
+        self.ctx.api.stream_wait_event(self.ctx.ord, self.stream, e.event).map_err(Error::Device)
     }
 
     /// Makes the scratch at least `bytes` large. Work queued earlier may still use the old
@@ -100,11 +190,14 @@ impl GpuBackend {
     fn check_memory(&self, node: &Tensor) -> Result<()> {
         let mut ts = vec![*node];
         ts.extend((0..crate::ffi::abi::GGML_MAX_SRC).filter_map(|i| node.src(i)));
-        for t in ts {
+        for (i, t) in ts.into_iter().enumerate() {
             if t.is_empty() {
                 continue;
             }
-            if !self.ctx.owns(t.data() as usize as u64, t.nbytes()) {
+            let (at, len) = (t.data() as usize as u64, t.nbytes());
+            // The output (first) is written: a read-only host mapping will not do for it.
+            let ok = if i == 0 { self.ctx.owns_writable(at, len) } else { self.ctx.owns(at, len) };
+            if !ok {
                 return Err(Error::Unsupported(format!("tensor '{}' is not in {} memory", t.name(), self.name.to_string_lossy())));
             }
         }
@@ -125,6 +218,9 @@ impl Drop for GpuBackend {
             crate::log_info!("{out}");
         }
         let _ = self.ctx.api.stream_sync(self.ctx.ord, self.stream);
+        if let Some(e) = self.copy_event.take() {
+            self.ctx.api.event_destroy(self.ctx.ord, e);
+        }
         if let Some(e) = self.exec.take() {
             self.ctx.api.graph_exec_destroy(self.ctx.ord, e);
         }
@@ -141,6 +237,9 @@ impl Backend for GpuBackend {
     }
 
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
+        if let Some(e) = self.failed.take() {
+            return Err(Error::Device(format!("earlier work on this stream failed: {e}")));
+        }
         let need = nodes.iter().map(ops::scratch_bytes).max().unwrap_or(0);
         if need > 0 {
             self.ensure_scratch(need)?;
@@ -217,8 +316,10 @@ impl Backend for GpuBackend {
                 if !self.exec_current {
                     // Seen twice in a row: capture it. The old executable is re-pointed at the
                     // new graph where the runtime allows, else replaced; on failure it is kept
-                    // (and freed with the backend).
+                    // (and freed with the backend). The stream is drained first, so the old
+                    // executable is not running while it is updated or destroyed.
                     let captured = (|| -> Result<GraphExec> {
+                        api.stream_sync(ord, self.stream).map_err(Error::Device)?;
                         api.capture_begin(ord, self.stream).map_err(Error::Device)?;
                         let launched = launch_all();
                         let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
@@ -245,8 +346,7 @@ impl Backend for GpuBackend {
                     }
                 }
                 if let (Some(e), true) = (self.exec, self.exec_current) {
-                    api.graph_launch(ord, e, self.stream).map_err(Error::Device)?;
-                    return api.stream_sync(ord, self.stream).map_err(Error::Device);
+                    return api.graph_launch(ord, e, self.stream).map_err(Error::Device);
                 }
             }
             // A new graph: run it directly; capture waits until it repeats.
@@ -257,11 +357,36 @@ impl Backend for GpuBackend {
             self.exec_current = false;
             std::mem::swap(&mut self.last_key, &mut self.key);
         }
-        launch_all()?;
-        api.stream_sync(ord, self.stream).map_err(Error::Device)
+        launch_all()
     }
 
     fn synchronize(&mut self) -> Result<()> {
-        self.ctx.api.stream_sync(self.ctx.ord, self.stream).map_err(Error::Device)
+        let r = self.ctx.api.stream_sync(self.ctx.ord, self.stream).map_err(Error::Device);
+        if let Err(e) = &r {
+            self.failed = Some(e.to_string());
+        }
+        r
+    }
+
+    fn set_async(&mut self, dst: *mut u8, src: *const u8, len: usize) -> Result<bool> {
+        let dst = dst as usize as DevPtr;
+        if !self.ctx.owns_device(dst, len) {
+            return Ok(false);
+        }
+        self.ctx.api.copy_htod_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
+        Ok(true)
+    }
+
+    fn get_async(&mut self, dst: *mut u8, src: *const u8, len: usize) -> Result<bool> {
+        let src = src as usize as DevPtr;
+        if !self.ctx.owns_device(src, len) {
+            return Ok(false);
+        }
+        self.ctx.api.copy_dtoh_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
+        Ok(true)
+    }
+
+    fn as_gpu(&mut self) -> Option<&mut GpuBackend> {
+        Some(self)
     }
 }

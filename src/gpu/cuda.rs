@@ -12,6 +12,7 @@ type CuModule = *mut c_void;
 type CuFunction = *mut c_void;
 type CuGraph = *mut c_void;
 type CuGraphExec = *mut c_void;
+type CuEvent = *mut c_void;
 
 const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
@@ -19,6 +20,15 @@ const CU_DEVICE_ATTRIBUTE_WARP_SIZE: c_int = 10;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+const CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: c_int = 91;
+const CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: c_int = 113;
+
+const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x01;
+const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 0x02;
+const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
+const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x02;
+const CU_MEMHOSTREGISTER_READ_ONLY: c_uint = 0x08;
+const CU_EVENT_DISABLE_TIMING: c_uint = 0x02;
 
 #[derive(Clone, Copy)]
 struct Driver {
@@ -59,6 +69,28 @@ struct Driver {
     ) -> CuResult,
     /// None with drivers older than CUDA 12 (then graphs are simply not used).
     graphs: Option<Graphs>,
+    io: Io,
+}
+
+/// Pinned and registered host memory, asynchronous copies, events.
+#[derive(Clone, Copy)]
+struct Io {
+    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
+    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    mem_host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult,
+    mem_host_unregister: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    mem_host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult,
+    ctx_synchronize: unsafe extern "C" fn() -> CuResult,
+    memcpy_htod_async: unsafe extern "C" fn(u64, *const c_void, usize, CuStream) -> CuResult,
+    memcpy_dtoh_async: unsafe extern "C" fn(*mut c_void, u64, usize, CuStream) -> CuResult,
+    memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, CuStream) -> CuResult,
+    /// (dst, dst context, src, src context, bytes, stream)
+    memcpy_peer_async: unsafe extern "C" fn(u64, CuContext, u64, CuContext, usize, CuStream) -> CuResult,
+    event_create: unsafe extern "C" fn(*mut CuEvent, c_uint) -> CuResult,
+    event_record: unsafe extern "C" fn(CuEvent, CuStream) -> CuResult,
+    event_synchronize: unsafe extern "C" fn(CuEvent) -> CuResult,
+    event_destroy: unsafe extern "C" fn(CuEvent) -> CuResult,
+    stream_wait_event: unsafe extern "C" fn(CuStream, CuEvent, c_uint) -> CuResult,
 }
 
 #[derive(Clone, Copy)]
@@ -169,6 +201,23 @@ impl CudaApi {
                     })
                 })()
                 .ok(),
+                io: Io {
+                    mem_host_alloc: sym(&lib, "cuMemHostAlloc")?,
+                    mem_free_host: sym(&lib, "cuMemFreeHost")?,
+                    mem_host_register: sym(&lib, "cuMemHostRegister_v2")?,
+                    mem_host_unregister: sym(&lib, "cuMemHostUnregister")?,
+                    mem_host_get_device_pointer: sym(&lib, "cuMemHostGetDevicePointer_v2")?,
+                    ctx_synchronize: sym(&lib, "cuCtxSynchronize")?,
+                    memcpy_htod_async: sym(&lib, "cuMemcpyHtoDAsync_v2")?,
+                    memcpy_dtoh_async: sym(&lib, "cuMemcpyDtoHAsync_v2")?,
+                    memcpy_dtod_async: sym(&lib, "cuMemcpyDtoDAsync_v2")?,
+                    memcpy_peer_async: sym(&lib, "cuMemcpyPeerAsync")?,
+                    event_create: sym(&lib, "cuEventCreate")?,
+                    event_record: sym(&lib, "cuEventRecord")?,
+                    event_synchronize: sym(&lib, "cuEventSynchronize")?,
+                    event_destroy: sym(&lib, "cuEventDestroy_v2")?,
+                    stream_wait_event: sym(&lib, "cuStreamWaitEvent")?,
+                },
             }
         };
         let check = |r: CuResult, what: &str| -> ApiResult<()> { cu_check(&drv, r, what) };
@@ -219,6 +268,10 @@ impl CudaApi {
 
     fn graphs(&self) -> ApiResult<Graphs> {
         self.drv.graphs.ok_or_else(|| "this CUDA driver has no graph API".to_string())
+    }
+
+    fn ctx(&self, ord: usize) -> ApiResult<CuContext> {
+        Ok(self.devices.get(ord).ok_or("no such CUDA device")?.1 as CuContext)
     }
 
     fn attr(&self, ord: usize, a: c_int) -> ApiResult<c_int> {
@@ -471,6 +524,110 @@ impl GpuApi for CudaApi {
     fn graph_exec_destroy(&self, ord: usize, e: GraphExec) {
         if let (Ok(()), Some(gr)) = (self.current(ord), self.drv.graphs) {
             unsafe { (gr.graph_exec_destroy)(e.0 as CuGraphExec) };
+        }
+    }
+
+    fn host_alloc(&self, ord: usize, size: usize) -> ApiResult<*mut u8> {
+        self.current(ord)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // Portable: pinned for every context; device-mapped: kernels could read it (unused).
+        let flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+        self.check(unsafe { (self.drv.io.mem_host_alloc)(&mut p, size.max(1), flags) }, "cuMemHostAlloc")?;
+        if p.is_null() {
+            return Err("cuMemHostAlloc returned NULL".into());
+        }
+        Ok(p as *mut u8)
+    }
+
+    fn host_free(&self, ord: usize, ptr: *mut u8) {
+        if self.current(ord).is_ok() {
+            if let Err(e) = self.check(unsafe { (self.drv.io.mem_free_host)(ptr as *mut c_void) }, "cuMemFreeHost") {
+                crate::log_warn!("{e}");
+            }
+        }
+    }
+
+    fn host_register(&self, ord: usize, ptr: *mut u8, size: usize, read_only: bool) -> ApiResult<DevPtr> {
+        self.current(ord)?;
+        let mut flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+        if read_only {
+            if self.attr(ord, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED)? == 0 {
+                return Err("this device cannot map read-only host memory".into());
+            }
+            flags |= CU_MEMHOSTREGISTER_READ_ONLY;
+        }
+        let io = self.drv.io;
+        self.check(unsafe { (io.mem_host_register)(ptr as *mut c_void, size, flags) }, "cuMemHostRegister")?;
+        let mut d = 0u64;
+        let r = self.check(unsafe { (io.mem_host_get_device_pointer)(&mut d, ptr as *mut c_void, 0) }, "cuMemHostGetDevicePointer");
+        if let Err(e) = r {
+            unsafe { (io.mem_host_unregister)(ptr as *mut c_void) };
+            return Err(e);
+        }
+        // Devices with this attribute reach registered memory at the host's own address.
+        let same = self.attr(ord, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM).unwrap_or(0) != 0;
+        Ok(if same { ptr as u64 } else { d })
+    }
+
+    fn host_unregister(&self, ord: usize, ptr: *mut u8) {
+        if self.current(ord).is_ok() {
+            if let Err(e) = self.check(unsafe { (self.drv.io.mem_host_unregister)(ptr as *mut c_void) }, "cuMemHostUnregister") {
+                crate::log_warn!("{e}");
+            }
+        }
+    }
+
+    fn device_sync(&self, ord: usize) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.io.ctx_synchronize)() }, "cuCtxSynchronize")
+    }
+
+    fn copy_htod_async(&self, ord: usize, dst: DevPtr, src: *const u8, size: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.io.memcpy_htod_async)(dst, src as *const c_void, size, s.0 as CuStream) }, "cuMemcpyHtoDAsync")
+    }
+
+    fn copy_dtoh_async(&self, ord: usize, dst: *mut u8, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.io.memcpy_dtoh_async)(dst as *mut c_void, src, size, s.0 as CuStream) }, "cuMemcpyDtoHAsync")
+    }
+
+    fn copy_dtod_async(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.io.memcpy_dtod_async)(dst, src, size, s.0 as CuStream) }, "cuMemcpyDtoDAsync")
+    }
+
+    fn copy_peer_async(&self, dst_ord: usize, dst: DevPtr, src_ord: usize, src: DevPtr, size: usize, stream_ord: usize, s: Stream) -> ApiResult<()> {
+        let (dctx, sctx) = (self.ctx(dst_ord)?, self.ctx(src_ord)?);
+        self.current(stream_ord)?;
+        self.check(unsafe { (self.drv.io.memcpy_peer_async)(dst, dctx, src, sctx, size, s.0 as CuStream) }, "cuMemcpyPeerAsync")
+    }
+
+    fn event_create(&self, ord: usize) -> ApiResult<Event> {
+        self.current(ord)?;
+        let mut e: CuEvent = std::ptr::null_mut();
+        self.check(unsafe { (self.drv.io.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) }, "cuEventCreate")?;
+        Ok(Event(e as usize))
+    }
+
+    fn event_record(&self, ord: usize, e: Event, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.io.event_record)(e.0 as CuEvent, s.0 as CuStream) }, "cuEventRecord")
+    }
+
+    fn event_sync(&self, ord: usize, e: Event) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.io.event_synchronize)(e.0 as CuEvent) }, "cuEventSynchronize")
+    }
+
+    fn stream_wait_event(&self, ord: usize, s: Stream, e: Event) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.drv.io.stream_wait_event)(s.0 as CuStream, e.0 as CuEvent, 0) }, "cuStreamWaitEvent")
+    }
+
+    fn event_destroy(&self, ord: usize, e: Event) {
+        if self.current(ord).is_ok() {
+            unsafe { (self.drv.io.event_destroy)(e.0 as CuEvent) };
         }
     }
 }

@@ -10,12 +10,23 @@ type HipModule = *mut c_void;
 type HipFunction = *mut c_void;
 type HipGraph = *mut c_void;
 type HipGraphExec = *mut c_void;
+type HipEvent = *mut c_void;
 
 const HIP_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 const HIP_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 const HIP_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
+
+const HIP_HOST_MALLOC_PORTABLE: c_uint = 0x1;
+const HIP_HOST_MALLOC_MAPPED: c_uint = 0x2;
+const HIP_HOST_REGISTER_PORTABLE: c_uint = 0x1;
+const HIP_HOST_REGISTER_MAPPED: c_uint = 0x2;
+/// hipHostRegisterReadOnly in recent ROCm (where AMD ignores it); the same bit is
+/// hipExtHostRegisterCoarseGrained in older headers, which is also fine for memory the
+/// device only reads.
+const HIP_HOST_REGISTER_READ_ONLY: c_uint = 0x8;
+const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
 
 #[derive(Clone, Copy)]
 struct Runtime {
@@ -52,6 +63,27 @@ struct Runtime {
     ) -> HipError,
     /// None where this ROCm has no graph API (then graphs are simply not used).
     graphs: Option<Graphs>,
+    io: Io,
+}
+
+/// Pinned and registered host memory, asynchronous copies, events.
+#[derive(Clone, Copy)]
+struct Io {
+    host_malloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> HipError,
+    host_free: unsafe extern "C" fn(*mut c_void) -> HipError,
+    host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> HipError,
+    host_unregister: unsafe extern "C" fn(*mut c_void) -> HipError,
+    host_get_device_pointer: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> HipError,
+    device_synchronize: unsafe extern "C" fn() -> HipError,
+    /// (dst, src, bytes, hipMemcpyKind, stream)
+    memcpy_async: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, HipStream) -> HipError,
+    /// (dst, dst device, src, src device, bytes, stream)
+    memcpy_peer_async: unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, usize, HipStream) -> HipError,
+    event_create_with_flags: unsafe extern "C" fn(*mut HipEvent, c_uint) -> HipError,
+    event_record: unsafe extern "C" fn(HipEvent, HipStream) -> HipError,
+    event_synchronize: unsafe extern "C" fn(HipEvent) -> HipError,
+    event_destroy: unsafe extern "C" fn(HipEvent) -> HipError,
+    stream_wait_event: unsafe extern "C" fn(HipStream, HipEvent, c_uint) -> HipError,
 }
 
 #[derive(Clone, Copy)]
@@ -197,6 +229,22 @@ impl HipApi {
                     })
                 })()
                 .ok(),
+                io: Io {
+                    // hipHostMalloc is deprecated in recent ROCm in favour of hipHostAlloc (same arguments).
+                    host_malloc: sym(&lib, "hipHostMalloc").or_else(|_| sym(&lib, "hipHostAlloc"))?,
+                    host_free: sym(&lib, "hipHostFree")?,
+                    host_register: sym(&lib, "hipHostRegister")?,
+                    host_unregister: sym(&lib, "hipHostUnregister")?,
+                    host_get_device_pointer: sym(&lib, "hipHostGetDevicePointer")?,
+                    device_synchronize: sym(&lib, "hipDeviceSynchronize")?,
+                    memcpy_async: sym(&lib, "hipMemcpyAsync")?,
+                    memcpy_peer_async: sym(&lib, "hipMemcpyPeerAsync")?,
+                    event_create_with_flags: sym(&lib, "hipEventCreateWithFlags")?,
+                    event_record: sym(&lib, "hipEventRecord")?,
+                    event_synchronize: sym(&lib, "hipEventSynchronize")?,
+                    event_destroy: sym(&lib, "hipEventDestroy")?,
+                    stream_wait_event: sym(&lib, "hipStreamWaitEvent")?,
+                },
             }
         };
         let r = unsafe { (rt.init)(0) };
@@ -481,6 +529,127 @@ impl GpuApi for HipApi {
     fn graph_exec_destroy(&self, ord: usize, e: GraphExec) {
         if let (Ok(()), Some(gr)) = (self.current(ord), self.rt.graphs) {
             unsafe { (gr.graph_exec_destroy)(e.0 as HipGraphExec) };
+        }
+    }
+
+    fn host_alloc(&self, ord: usize, size: usize) -> ApiResult<*mut u8> {
+        self.current(ord)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        let flags = HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_MAPPED;
+        self.check(unsafe { (self.rt.io.host_malloc)(&mut p, size.max(1), flags) }, "hipHostMalloc")?;
+        if p.is_null() {
+            return Err("hipHostMalloc returned NULL".into());
+        }
+        Ok(p as *mut u8)
+    }
+
+    fn host_free(&self, ord: usize, ptr: *mut u8) {
+        if self.current(ord).is_ok() {
+            if let Err(e) = self.check(unsafe { (self.rt.io.host_free)(ptr as *mut c_void) }, "hipHostFree") {
+                crate::log_warn!("{e}");
+            }
+        }
+    }
+
+    fn host_register(&self, ord: usize, ptr: *mut u8, size: usize, read_only: bool) -> ApiResult<DevPtr> {
+        self.current(ord)?;
+        let mut flags = HIP_HOST_REGISTER_PORTABLE | HIP_HOST_REGISTER_MAPPED;
+        if read_only {
+            flags |= HIP_HOST_REGISTER_READ_ONLY;
+        }
+        let io = self.rt.io;
+        self.check(unsafe { (io.host_register)(ptr as *mut c_void, size, flags) }, "hipHostRegister")?;
+        let mut d: *mut c_void = std::ptr::null_mut();
+        let r = self.check(unsafe { (io.host_get_device_pointer)(&mut d, ptr as *mut c_void, 0) }, "hipHostGetDevicePointer");
+        match r {
+            Ok(()) if !d.is_null() => Ok(d as u64),
+            r => {
+                unsafe { (io.host_unregister)(ptr as *mut c_void) };
+                Err(r.err().unwrap_or_else(|| "registered memory has no device address".into()))
+            }
+        }
+    }
+
+    fn host_unregister(&self, ord: usize, ptr: *mut u8) {
+        if self.current(ord).is_ok() {
+            if let Err(e) = self.check(unsafe { (self.rt.io.host_unregister)(ptr as *mut c_void) }, "hipHostUnregister") {
+                crate::log_warn!("{e}");
+            }
+        }
+    }
+
+    fn device_sync(&self, ord: usize) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.rt.io.device_synchronize)() }, "hipDeviceSynchronize")
+    }
+
+    fn copy_htod_async(&self, ord: usize, dst: DevPtr, src: *const u8, size: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        let r = unsafe {
+            (self.rt.io.memcpy_async)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_HOST_TO_DEVICE, s.0 as HipStream)
+        };
+        self.check(r, "hipMemcpyAsync(HtoD)")
+    }
+
+    fn copy_dtoh_async(&self, ord: usize, dst: *mut u8, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        let r = unsafe {
+            (self.rt.io.memcpy_async)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_DEVICE_TO_HOST, s.0 as HipStream)
+        };
+        self.check(r, "hipMemcpyAsync(DtoH)")
+    }
+
+    fn copy_dtod_async(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        let r = unsafe {
+            (self.rt.io.memcpy_async)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_DEVICE_TO_DEVICE, s.0 as HipStream)
+        };
+        self.check(r, "hipMemcpyAsync(DtoD)")
+    }
+
+    fn copy_peer_async(&self, dst_ord: usize, dst: DevPtr, src_ord: usize, src: DevPtr, size: usize, stream_ord: usize, s: Stream) -> ApiResult<()> {
+        if dst_ord >= self.count || src_ord >= self.count {
+            return Err("no such HIP device".into());
+        }
+        self.current(stream_ord)?;
+        let r = unsafe {
+            (self.rt.io.memcpy_peer_async)(
+                dst as *mut c_void,
+                dst_ord as c_int,
+                src as *const c_void,
+                src_ord as c_int,
+                size,
+                s.0 as HipStream,
+            )
+        };
+        self.check(r, "hipMemcpyPeerAsync")
+    }
+
+    fn event_create(&self, ord: usize) -> ApiResult<Event> {
+        self.current(ord)?;
+        let mut e: HipEvent = std::ptr::null_mut();
+        self.check(unsafe { (self.rt.io.event_create_with_flags)(&mut e, HIP_EVENT_DISABLE_TIMING) }, "hipEventCreateWithFlags")?;
+        Ok(Event(e as usize))
+    }
+
+    fn event_record(&self, ord: usize, e: Event, s: Stream) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.rt.io.event_record)(e.0 as HipEvent, s.0 as HipStream) }, "hipEventRecord")
+    }
+
+    fn event_sync(&self, ord: usize, e: Event) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.rt.io.event_synchronize)(e.0 as HipEvent) }, "hipEventSynchronize")
+    }
+
+    fn stream_wait_event(&self, ord: usize, s: Stream, e: Event) -> ApiResult<()> {
+        self.current(ord)?;
+        self.check(unsafe { (self.rt.io.stream_wait_event)(s.0 as HipStream, e.0 as HipEvent, 0) }, "hipStreamWaitEvent")
+    }
+
+    fn event_destroy(&self, ord: usize, e: Event) {
+        if self.current(ord).is_ok() {
+            unsafe { (self.rt.io.event_destroy)(e.0 as HipEvent) };
         }
     }
 }

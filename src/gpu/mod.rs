@@ -12,7 +12,7 @@ pub mod hip;
 pub mod kernels;
 pub mod ops;
 
-use crate::device::{Backend, BufferType, Device, DeviceCaps, DeviceKind, Result};
+use crate::device::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Error, Event, Result};
 use crate::tensor::Tensor;
 use api::{DevPtr, DeviceInfo, GpuApi};
 use kernels::Kernels;
@@ -21,14 +21,24 @@ use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::sync::{Arc, Mutex};
 
+/// What kind of memory a tracked range is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Device memory.
+    Device,
+    /// Host memory registered for the device (buffer_from_host_ptr), readable and writable,
+    /// or only readable (a read-only file mapping).
+    Host { writable: bool },
+}
+
 /// What the device, its buffers and its backends share.
 pub struct GpuCtx {
     pub api: Arc<dyn GpuApi>,
     pub ord: usize,
     pub info: DeviceInfo,
     kernels: OnceCell<std::result::Result<Kernels, String>>,
-    /// Live allocations (base -> size): kernels only ever get addresses inside these.
-    allocs: Mutex<BTreeMap<DevPtr, usize>>,
+    /// Live allocations (base -> size, kind): kernels only ever get addresses inside these.
+    allocs: Mutex<BTreeMap<DevPtr, (usize, Memory)>>,
 }
 
 impl GpuCtx {
@@ -50,21 +60,56 @@ impl GpuCtx {
         matches!(self.kernels.get(), Some(Err(_)))
     }
 
-    pub fn track(&self, ptr: DevPtr, size: usize) {
-        self.allocs.lock().unwrap_or_else(|e| e.into_inner()).insert(ptr, size);
+    pub fn track(&self, ptr: DevPtr, size: usize, kind: Memory) {
+        self.allocs.lock().unwrap_or_else(|e| e.into_inner()).insert(ptr, (size, kind));
     }
 
     pub fn untrack(&self, ptr: DevPtr) {
         self.allocs.lock().unwrap_or_else(|e| e.into_inner()).remove(&ptr);
     }
 
-    /// Whether [ptr, ptr+len) lies inside one of our allocations.
+    /// Whether [ptr, ptr+len) lies inside one of our ranges (kernels may read it).
     pub fn owns(&self, ptr: DevPtr, len: usize) -> bool {
+        self.region(ptr, len).is_some()
+    }
+
+    /// Whether kernels may write [ptr, ptr+len).
+    pub fn owns_writable(&self, ptr: DevPtr, len: usize) -> bool {
+        matches!(self.region(ptr, len), Some(Memory::Device | Memory::Host { writable: true }))
+    }
+
+    /// Whether [ptr, ptr+len) lies in device memory (what the copy engines take as device addresses).
+    pub fn owns_device(&self, ptr: DevPtr, len: usize) -> bool {
+        self.region(ptr, len) == Some(Memory::Device)
+    }
+
+    /// The kind of the one range holding [ptr, ptr+len), if any.
+    fn region(&self, ptr: DevPtr, len: usize) -> Option<Memory> {
         let allocs = self.allocs.lock().unwrap_or_else(|e| e.into_inner());
-        match allocs.range(..=ptr).next_back() {
-            Some((&base, &size)) => ptr.checked_add(len as u64).is_some_and(|end| end <= base + size as u64),
-            None => false,
-        }
+        let (&base, &(size, kind)) = allocs.range(..=ptr).next_back()?;
+        let end = ptr.checked_add(len as u64)?;
+        (end <= base + size as u64).then_some(kind)
+    }
+}
+
+/// A `ggml_backend_event` of a GPU device.
+pub struct GpuEvent {
+    pub ctx: Arc<GpuCtx>,
+    pub event: api::Event,
+}
+
+impl Drop for GpuEvent {
+    fn drop(&mut self) {
+        self.ctx.api.event_destroy(self.ctx.ord, self.event);
+    }
+}
+
+impl Event for GpuEvent {
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.api.event_sync(self.ctx.ord, self.event).map_err(Error::Device)
+    }
+    fn as_gpu(&self) -> Option<&GpuEvent> {
+        Some(self)
     }
 }
 
@@ -73,6 +118,7 @@ pub struct GpuDevice {
     name: CString,
     description: CString,
     buffer_type: buffer::GpuBufferType,
+    host_buffer_type: buffer::GpuHostBufferType,
 }
 
 impl GpuDevice {
@@ -81,7 +127,9 @@ impl GpuDevice {
         let description = CString::new(info.name.replace('\0', "")).unwrap_or_default();
         let ctx = Arc::new(GpuCtx { api, ord, info, kernels: OnceCell::new(), allocs: Mutex::new(BTreeMap::new()) });
         let buffer_type = buffer::GpuBufferType::new(ctx.clone(), name.clone());
-        GpuDevice { ctx, name, description, buffer_type }
+        let host_name = CString::new(format!("RFGPU{index}_Host")).unwrap();
+        let host_buffer_type = buffer::GpuHostBufferType::new(ctx.clone(), host_name);
+        GpuDevice { ctx, name, description, buffer_type, host_buffer_type }
     }
 }
 
@@ -99,7 +147,20 @@ impl Device for GpuDevice {
         DeviceKind::Gpu
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_: false, host_buffer: false, buffer_from_host_ptr: false, events: false }
+        DeviceCaps {
+            async_: true,
+            host_buffer: true,
+            // False although `buffer_from_host_ptr` works where the driver allows (as ggml-cuda
+            // reports): with it, libllama (llama-model.cpp, load_tensors) would wrap every
+            // mmap'd weight of this device in host memory instead of copying it to the GPU,
+            // so kernels would read the weights over PCIe on every token, and a NULL from us
+            // (driver without it) aborts the model load. Hosts may still call it directly.
+            buffer_from_host_ptr: false,
+            events: true,
+            // Loading from a mapped file works: weights are copied from the mapping into
+            // device memory. (False here would turn mmap off for the whole model.)
+            mmap_support: true,
+        }
     }
     fn buffer_type(&self) -> &dyn BufferType {
         &self.buffer_type
@@ -115,6 +176,22 @@ impl Device for GpuDevice {
             crate::log_debug!("{}: declines op {} -> {:?} <- [{}] ne {:?}", self.name.to_string_lossy(), node.op(), node.dtype(), types.join(" "), node.ne());
         }
         ok
+    }
+    fn host_buffer_type(&self) -> Option<&dyn BufferType> {
+        Some(&self.host_buffer_type)
+    }
+    fn buffer_from_host_ptr(&self, ptr: *mut u8, size: usize) -> Option<Box<dyn Buffer>> {
+        match buffer::RegisteredHostBuffer::new(self.ctx.clone(), ptr, size) {
+            Ok(b) => Some(Box::new(b)),
+            Err(e) => {
+                crate::log_info!("{}: host memory not usable by the device: {e}", self.name.to_string_lossy());
+                None
+            }
+        }
+    }
+    fn new_event(&self) -> Option<Result<Box<dyn Event>>> {
+        let made = self.ctx.api.event_create(self.ctx.ord).map_err(Error::Device);
+        Some(made.map(|event| Box::new(GpuEvent { ctx: self.ctx.clone(), event }) as Box<dyn Event>))
     }
 }
 
