@@ -4,6 +4,8 @@
 //! which picks the fastest dot product the machine runs (AVX2 or NEON where written) once, when the
 //! traits are looked up, so the hot loop pays no dispatch.
 
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
 pub mod iq4_nl;
 pub mod q2_k;
 pub mod q3_k;
@@ -24,9 +26,11 @@ use crate::ggml_types::GgmlType;
 /// Elements per K-quant super-block.
 pub const QK_K: usize = 256;
 
-/// Adds a format's register-blocked AVX2 kernel `avx2::tile::<R, C>` to its traits: 2 rows ×
-/// 4 columns for prompts, 4 rows × 1 column for generation, enough independent accumulators
-/// to hide the FMA latency that a single `vec_dot` chain waits on.
+/// Adds a format's register-blocked kernels to its traits: 2 rows × 4 columns for prompts,
+/// 4 rows × 1 column for generation (`avx2::tile::<R, C>`), enough independent accumulators to
+/// hide the FMA latency that a single `vec_dot` chain waits on. Formats with AVX-512 tiles
+/// (`, avx512`) take those where the CPU has it: 4 × 4 and 8 × 1 (32 vector registers), with
+/// VNNI where present.
 macro_rules! with_tiles {
     ($t:expr, $format:ident) => {{
         #[cfg(target_arch = "x86_64")]
@@ -43,6 +47,21 @@ macro_rules! with_tiles {
         let t = $t;
         t
     }};
+    ($t:expr, $format:ident, avx512) => {{
+        #[cfg(target_arch = "x86_64")]
+        let t = if use_avx512() {
+            let vnni = crate::cpu::simd::has_avx512_vnni();
+            use crate::cpu::types::{DotTile, Tile};
+            let (gemm, gemv): (DotTile, DotTile) =
+                if vnni { ($format::avx512::tile_vnni::<4, 4>, $format::avx512::tile_vnni::<8, 1>) } else { ($format::avx512::tile_bw::<4, 4>, $format::avx512::tile_bw::<8, 1>) };
+            TypeTraits { gemm: Some(Tile { rows: 4, cols: 4, dot: gemm }), gemv: Some(Tile { rows: 8, cols: 1, dot: gemv }), ..$t }
+        } else {
+            with_tiles!($t, $format)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let t = with_tiles!($t, $format);
+        t
+    }};
 }
 
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
@@ -50,17 +69,17 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
     let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot), gemm: None, gemv: None });
     match t {
-        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| with_tiles!(t, q4_0)),
-        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| with_tiles!(t, q4_1)),
+        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| with_tiles!(t, q4_0, avx512)),
+        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| with_tiles!(t, q4_1, avx512)),
         Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
         Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
-        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| with_tiles!(t, q8_0)),
+        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| with_tiles!(t, q8_0, avx512)),
         Q2_K => full(q2_k::to_f32, q2_k::from_f32, Q8_K, q2_k::vec_dot_fn()),
         Q3_K => full(q3_k::to_f32, q3_k::from_f32, Q8_K, q3_k::vec_dot_fn()),
         Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
         Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
         Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
-        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| with_tiles!(t, iq4_nl)),
+        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| with_tiles!(t, iq4_nl, avx512)),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
         Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None, gemm: None, gemv: None }),
@@ -83,6 +102,12 @@ pub fn f32_to_f16(v: f32) -> u16 {
 #[inline]
 pub fn use_avx2() -> bool {
     super::simd::level() >= super::simd::Level::Avx2
+}
+
+/// True when the AVX-512 kernels may run.
+#[inline]
+pub fn use_avx512() -> bool {
+    super::simd::level() >= super::simd::Level::Avx512
 }
 
 /// True when the NEON kernels may run.
@@ -580,6 +605,98 @@ pub mod testutil {
         }
     }
 
+    /// Random raw blocks (every code pattern; the f16 fields at byte offsets `f16_at` of each
+    /// block finite) for `rows` rows of `n` elements.
+    pub fn raw_rows(t: GgmlType, f16_at: &[usize], n: usize, rows: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9).max(1);
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        let mut q: Vec<u8> = (0..t.row_size(n) * rows).map(|_| next() as u8).collect();
+        for block in q.chunks_exact_mut(t.type_size()) {
+            for &o in f16_at {
+                let h = super::f32_to_f16((next() % 2001) as f32 / 1000.0 - 1.0);
+                block[o..o + 2].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        q
+    }
+
+    /// Every result of each tile equals `dot` of its row and column to the bit, on raw random
+    /// weight blocks against full-scale activations (codes ±127: where integer sums come
+    /// closest to overflowing).
+    pub fn check_tiles_raw(t: GgmlType, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, dot: VecDot, tiles: &[Tile]) {
+        for tile in tiles {
+            for nb in [1, 3, 7, 33] {
+                let n = nb * t.block_size();
+                let (xs, ys, os) = (t.row_size(n), yt.row_size(n), 4 * tile.rows + 8);
+                let qx = raw_rows(t, f16_at, n, tile.rows, nb as u32);
+                let mut qy = vec![];
+                for c in 0..tile.cols {
+                    let mut s = 77u32 + c as u32 * 31 + nb as u32;
+                    let v: Vec<f32> = (0..n)
+                        .map(|_| {
+                            s ^= s << 13;
+                            s ^= s >> 17;
+                            s ^= s << 5;
+                            if c % 2 == 1 || s & 1 != 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        })
+                        .collect();
+                    qy.extend(quantize(yt, yfrom, &v));
+                }
+                let mut out = vec![0u8; os * tile.cols];
+                unsafe { (tile.dot)(n, qx.as_ptr(), xs, qy.as_ptr(), ys, out.as_mut_ptr(), os) };
+                for r in 0..tile.rows {
+                    for c in 0..tile.cols {
+                        let want = unsafe { dot(n, qx.as_ptr().add(r * xs), qy.as_ptr().add(c * ys)) };
+                        let got = f32::from_le_bytes(out[r * 4 + c * os..][..4].try_into().unwrap());
+                        assert_eq!(got.to_bits(), want.to_bits(), "{t:?} raw {}x{} n={n} ({r},{c}): {got} vs {want}", tile.rows, tile.cols);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A format's AVX-512 tiles (with VNNI and without) against its AVX2 `vec_dot`, bit for
+    /// bit, on quantized and on raw blocks. Runs where the CPU has AVX-512 (VNNI), whatever
+    /// `ROCMFORGE_SIMD` forces, and says so on stdout; where it has not, says that it skipped.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_avx512_tiles(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, avx2_dot: VecDot, vnni: &[Tile], bw: &[Tile]) {
+        use crate::cpu::simd;
+        if !simd::has_avx512() {
+            println!("{t:?} AVX-512 tiles: SKIPPED, this CPU has no AVX-512");
+            return;
+        }
+        let mut ran = vec!["AVX-512BW"];
+        let mut sets = vec![bw];
+        if simd::has_avx512_vnni_cpu() {
+            ran.push("AVX-512 VNNI");
+            sets.push(vnni);
+        } else {
+            println!("{t:?} AVX-512 VNNI tiles: SKIPPED, this CPU has AVX-512 but no VNNI");
+        }
+        for tiles in sets {
+            let some: Vec<Option<Tile>> = tiles.iter().map(|&t| Some(t)).collect();
+            check_tiles(t, from, yt, yfrom, avx2_dot, &some);
+            check_tiles_raw(t, f16_at, yt, yfrom, avx2_dot, tiles);
+        }
+        if super::use_avx512() {
+            let [gemm, gemv] = self::tiles(t).map(Option::unwrap);
+            assert_eq!((gemm.rows, gemm.cols, gemv.rows, gemv.cols), (4, 4, 8, 1), "{t:?}: AVX-512 tiles not dispatched");
+            let want = if simd::has_avx512_vnni() { vnni } else { bw };
+            assert!(want.iter().any(|w| w.dot as usize == gemm.dot as usize), "{t:?}: not the expected AVX-512 gemm tile");
+        }
+        println!("{t:?} AVX-512 tiles: ran {} (dispatched level {:?}, VNNI {})", ran.join(" and "), simd::level(), simd::has_avx512_vnni());
+    }
+
     pub fn check_vec_dot(
         t: GgmlType,
         from: FromF32,
@@ -782,6 +899,103 @@ mod bench {
                 let gbs = (row * ROWS * reps) as f64 / start.elapsed().as_secs_f64() / 1e9;
                 eprintln!("gemv {t:?} {}: {gbs:6.2} GB/s ({})", ["vec_dot", "tile"][pass], out[7]);
             }
+        }
+    }
+
+    /// The tiles of each instruction set side by side, one thread: AVX2, AVX-512BW and
+    /// AVX-512 VNNI (where the CPU has them) on a weight matrix that stays in L2 (64 rows ×
+    /// 4096) against 16 columns (prompts) and 1 column (generation), and streaming a matrix
+    /// larger than the caches against 1 column. Prints G multiply-adds/s.
+    /// `cargo test --release -- --ignored bench_tiles --nocapture`
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_tiles() {
+        use crate::cpu::simd;
+        use crate::cpu::types::{DotTile, Tile};
+        use GgmlType::*;
+        let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
+        type Set = [(&'static str, Tile, Tile); 3];
+        let sets: [(GgmlType, Set); 4] = [
+            (Q4_0, [("avx2", tile(2, 4, q4_0::avx2::tile::<2, 4>), tile(4, 1, q4_0::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, q4_0::avx512::tile_bw::<4, 4>), tile(8, 1, q4_0::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, q4_0::avx512::tile_vnni::<4, 4>), tile(8, 1, q4_0::avx512::tile_vnni::<8, 1>))]),
+            (Q4_1, [("avx2", tile(2, 4, q4_1::avx2::tile::<2, 4>), tile(4, 1, q4_1::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, q4_1::avx512::tile_bw::<4, 4>), tile(8, 1, q4_1::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, q4_1::avx512::tile_vnni::<4, 4>), tile(8, 1, q4_1::avx512::tile_vnni::<8, 1>))]),
+            (Q8_0, [("avx2", tile(2, 4, q8_0::avx2::tile::<2, 4>), tile(4, 1, q8_0::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, q8_0::avx512::tile_bw::<4, 4>), tile(8, 1, q8_0::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, q8_0::avx512::tile_vnni::<4, 4>), tile(8, 1, q8_0::avx512::tile_vnni::<8, 1>))]),
+            (IQ4_NL, [("avx2", tile(2, 4, iq4_nl::avx2::tile::<2, 4>), tile(4, 1, iq4_nl::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, iq4_nl::avx512::tile_bw::<4, 4>), tile(8, 1, iq4_nl::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, iq4_nl::avx512::tile_vnni::<4, 4>), tile(8, 1, iq4_nl::avx512::tile_vnni::<8, 1>))]),
+        ];
+        let runs = |name: &str| match name {
+            "avx2" => simd::level() >= simd::Level::Avx2,
+            "avx512bw" => simd::has_avx512(),
+            _ => simd::has_avx512_vnni_cpu(),
+        };
+        // Rows × columns of `tl` over a rows × cols block, reps times; returns G MAC/s.
+        let time = |tl: Tile, n: usize, qx: &[u8], xs: usize, rows: usize, qy: &[u8], ys: usize, cols: usize, reps: usize| {
+            let mut out = vec![0f32; rows * cols];
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                for j in (0..cols).step_by(tl.cols) {
+                    for i in (0..rows).step_by(tl.rows) {
+                        unsafe { (tl.dot)(n, qx.as_ptr().add(i * xs), xs, qy.as_ptr().add(j * ys), ys, out.as_mut_ptr().add(i + j * rows) as *mut u8, rows * 4) };
+                    }
+                }
+            }
+            std::hint::black_box(&out);
+            (n * rows * cols * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+        };
+        for (t, set) in sets {
+            let tr = all_traits(t).unwrap();
+            let yt = tr.vec_dot_type;
+            let yfrom = all_traits(yt).unwrap().from_f32.unwrap();
+            let (n, rows) = (4096, 64);
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
+            let qy = testutil::quantize(yt, yfrom, &testutil::data(n * 16, 2));
+            let (xs, ys) = (t.row_size(n), yt.row_size(n));
+            let (sn, srows) = (576, 1 << 16);
+            let sqx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(sn * srows, 3));
+            let sqy = testutil::quantize(yt, yfrom, &testutil::data(sn, 4));
+            for (name, gemm, gemv) in set {
+                if !runs(name) {
+                    println!("bench_tiles {t:?} {name}: SKIPPED (not on this CPU)");
+                    continue;
+                }
+                let a = time(gemm, n, &qx, xs, rows, &qy, ys, 16, 100);
+                let b = time(gemv, n, &qx, xs, rows, &qy, ys, 1, 1000);
+                let c = time(gemv, sn, &sqx, t.row_size(sn), srows, &sqy, 0, 1, 10);
+                println!("bench_tiles {t:?} {name:10}: gemm {}x{} {a:6.2} | gemv {}x1 in L2 {b:6.2} | gemv streaming {c:6.2} G MAC/s", gemm.rows, gemm.cols, gemv.rows);
+            }
+        }
+    }
+
+    /// The float dots, AVX2 against AVX-512, one thread, 4096 elements in L1/L2.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_float_dots() {
+        use crate::cpu::simd::{self, x86};
+        if !simd::has_avx512() {
+            println!("bench_float_dots: SKIPPED, no AVX-512");
+            return;
+        }
+        let n = 4096;
+        let a = testutil::data(n, 1);
+        let b = testutil::data(n, 2);
+        let a16: Vec<u16> = a.iter().map(|&v| f32_to_f16(v)).collect();
+        let b16: Vec<u16> = b.iter().map(|&v| f32_to_f16(v)).collect();
+        let reps = 200_000;
+        let go = |name: &str, f: &dyn Fn() -> f32| {
+            let start = std::time::Instant::now();
+            let mut s = 0f32;
+            for _ in 0..reps {
+                s += std::hint::black_box(f());
+            }
+            println!("bench_float_dots {name:22}: {:6.2} G elements/s ({s})", (n * reps) as f64 / start.elapsed().as_secs_f64() / 1e9);
+        };
+        unsafe {
+            go("f32 avx2", &|| x86::dot_f32_avx2(&a, &b));
+            go("f32 avx512", &|| x86::dot_f32_avx512(&a, &b));
+            go("f16·f32 avx2", &|| x86::dot_f16_f32_avx2(&a16, &b));
+            go("f16·f32 avx512", &|| x86::dot_f16_f32_avx512(&a16, &b));
+            go("f16·f16 4acc avx2", &|| x86::dot_f16_f16_4acc_avx2(&a16, &b16));
+            go("f16·f16 4acc avx512", &|| x86::dot_f16_f16_4acc_avx512(&a16, &b16));
         }
     }
 

@@ -1,0 +1,218 @@
+//! AVX-512 building blocks of the int8 matmul tiles, and the tile shared by the formats whose
+//! blocks are 32 codes with one f16 scale, multiplied with Q8_0 (Q4_0, Q8_0, IQ4_NL).
+//!
+//! Float order: one 512-bit register holds two of the AVX2 tile's 256-bit accumulators (two
+//! columns of one row for prompts, two rows of one column for generation). Each half sums its
+//! blocks in order, with the same scale products and FMAs as the AVX2 `vec_dot`, and is reduced
+//! by the same horizontal sum. So every result equals the AVX2 dot (and with it ggml-cpu's) to the
+//! bit; only the integer work is wider: VNNI `vpdpbusd`, or 512-bit `vpmaddubsw` without VNNI.
+//! The i32 lanes are the same in every variant: each is the exact sum of 4 adjacent products.
+//!
+//! One-row dots stay the AVX2 ones: their single accumulator chain (ggml's order) waits on FMA
+//! latency, which wider integer work does not shorten.
+
+use super::q8_0::BlockQ8_0;
+use super::x86::f16_load;
+use std::arch::x86_64::*;
+
+/// `acc` plus, per i32 lane, the 4 products of its bytes in `u` (unsigned) and `s` (signed).
+pub trait Dpbusd {
+    const VNNI: bool;
+    unsafe fn dpbusd(acc: __m512i, u: __m512i, s: __m512i) -> __m512i;
+}
+
+/// AVX-512 VNNI: one `vpdpbusd`, exact for all byte values.
+pub struct Vnni;
+
+/// AVX-512BW without VNNI: `vpmaddubsw` saturates its i16 pair sums, so only for u ≤ 128 with
+/// |s| ≤ 127 (pair sums up to 32512).
+pub struct Bw;
+
+impl Dpbusd for Vnni {
+    const VNNI: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dpbusd(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+        _mm512_dpbusd_epi32(acc, u, s)
+    }
+}
+
+impl Dpbusd for Bw {
+    const VNNI: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn dpbusd(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
+        _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)))
+    }
+}
+
+/// `[lo | hi]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// The AVX2 horizontal sums of the two halves of `v`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn hsum_halves(v: __m512) -> (f32, f32) {
+    let (lo, hi) = crate::cpu::simd::x86::halves(v);
+    (crate::cpu::simd::x86::hsum(lo), crate::cpu::simd::x86::hsum(hi))
+}
+
+/// Lane `a` of `v` in the low 8 lanes and lane `b` in the high 8.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn lane_pair(v: __m512, a: usize, b: usize) -> __m512 {
+    let idx = _mm512_inserti64x4::<1>(_mm512_set1_epi32(a as i32), _mm256_set1_epi32(b as i32));
+    _mm512_permutexvar_ps(idx, v)
+}
+
+/// N ≤ 8 f16 values `h(0..N)` as f32 lanes (upper lanes 0). Packed in general registers first:
+/// 16-bit inserts would merge into (and wait for) unrelated registers (see `x86::f16_pair`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn f16s<const N: usize>(h: impl Fn(usize) -> u16) -> __m512 {
+    const { assert!(N <= 8) };
+    let w = |k: usize| if k < N { h(k) as u64 } else { 0 };
+    let lo = w(0) | w(1) << 16 | w(2) << 32 | w(3) << 48;
+    let hi = w(4) | w(5) << 16 | w(6) << 32 | w(7) << 48;
+    _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi64x(hi as i64, lo as i64)))
+}
+
+/// N ≤ 8 32-bit words `w(0..N)`, each a pair of f16, as 2N f32 lanes (upper lanes 0).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn f16_pairs<const N: usize>(w: impl Fn(usize) -> u32) -> __m512 {
+    const { assert!(N <= 8) };
+    let q = |k: usize| {
+        let v = |j: usize| if j < N { w(j) as u64 } else { 0 };
+        (v(2 * k) | v(2 * k + 1) << 32) as i64
+    };
+    _mm512_cvtph_ps(_mm256_set_epi64x(q(3), q(2), q(1), q(0)))
+}
+
+/// 16 packed bytes → 32 bytes: the low nibbles, then the high nibbles.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn nibbles(p: *const u8) -> __m256i {
+    super::x86::nibbles(p)
+}
+
+/// A block of 32 codes and one f16 scale d: element = d · (code − OFFSET), codes unsigned bytes.
+pub trait CodesBlock {
+    /// The offset as a byte (128 is -128).
+    const OFFSET: i8;
+    /// What `codes` needs in a register (a lookup table), loaded once per tile.
+    unsafe fn setup() -> __m256i;
+    unsafe fn d(&self) -> u16;
+    /// The 32 codes in element order.
+    unsafe fn codes(&self, setup: __m256i) -> __m256i;
+}
+
+/// The R × C tile of a `CodesBlock` format with Q8_0 columns: C even pairs columns (prompts),
+/// C = 1 pairs rows (generation). Result (r, c) goes to `out + r * 4 + c * os`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
+    n: usize,
+    x: *const u8,
+    xs: usize,
+    y: *const u8,
+    ys: usize,
+    out: *mut u8,
+    os: usize,
+) {
+    const { assert!((C % 2 == 0 && C <= 8 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
+    let setup = B::setup();
+    let off = _mm512_set1_epi8(B::OFFSET);
+    let zero = _mm512_setzero_si512();
+    let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const B).add(i);
+    let by = |c: usize, i: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
+    // Σ (u − OFFSET)·y: with VNNI as vpdpbusd(−OFFSET·Σy, u, y), the y term once per column;
+    // without, as |x|·(±y) like the AVX2 kernels (vpmaddubsw cannot take u up to 255).
+    let int_dot = |u: __m512i, yv: __m512i, negcorr: __m512i| {
+        if D::VNNI {
+            D::dpbusd(negcorr, u, yv)
+        } else {
+            let xv = _mm512_sub_epi8(u, off);
+            let neg = _mm512_movepi8_mask(xv);
+            D::dpbusd(zero, _mm512_abs_epi8(xv), _mm512_mask_sub_epi8(yv, neg, zero, yv))
+        }
+    };
+    let negcorr = |yv: __m512i| if D::VNNI { _mm512_sub_epi32(zero, D::dpbusd(zero, off, yv)) } else { zero };
+    let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
+    let mut acc = [[_mm512_setzero_ps(); C]; R];
+    if C == 1 {
+        // acc[q][0] holds rows 2q and 2q + 1.
+        for i in 0..n / 32 {
+            let b = by(0, i);
+            let yv = join(load(b.qs.as_ptr()), load(b.qs.as_ptr()));
+            let nc = negcorr(yv);
+            // dx·dy per row: the product vec_dot forms.
+            let s = _mm512_mul_ps(f16s::<R>(|r| bx(r, i).d()), _mm512_set1_ps(f16_load(&b.d)));
+            for q in 0..R / 2 {
+                let (b0, b1) = (bx(2 * q, i), bx(2 * q + 1, i));
+                // One column streams the matrix once: fetch the next tile's rows meanwhile.
+                _mm_prefetch::<_MM_HINT_T0>((b0 as *const B as *const i8).add(R * xs));
+                _mm_prefetch::<_MM_HINT_T0>((b1 as *const B as *const i8).add(R * xs));
+                let u = join(b0.codes(setup), b1.codes(setup));
+                let p = int_dot(u, yv, nc);
+                acc[q][0] = _mm512_fmadd_ps(lane_pair(s, 2 * q, 2 * q + 1), _mm512_cvtepi32_ps(p), acc[q][0]);
+            }
+        }
+        for q in 0..R / 2 {
+            let (a, b) = hsum_halves(acc[q][0]);
+            *(out.add(2 * q * 4) as *mut f32) = a;
+            *(out.add((2 * q + 1) * 4) as *mut f32) = b;
+        }
+    } else {
+        // acc[r][p] holds columns 2p and 2p + 1 of row r.
+        for i in 0..n / 32 {
+            let dy = f16s::<C>(|c| by(c, i).d);
+            let dx = f16s::<R>(|r| bx(r, i).d());
+            let mut yv = [zero; C];
+            let mut nc = [zero; C];
+            let mut dyv = [_mm512_setzero_ps(); C];
+            for p in 0..C / 2 {
+                yv[p] = join(load(by(2 * p, i).qs.as_ptr()), load(by(2 * p + 1, i).qs.as_ptr()));
+                nc[p] = negcorr(yv[p]);
+                dyv[p] = lane_pair(dy, 2 * p, 2 * p + 1);
+            }
+            for r in 0..R {
+                let c = bx(r, i).codes(setup);
+                let u = join(c, c);
+                let dxr = lane_pair(dx, r, r);
+                for p in 0..C / 2 {
+                    let prod = int_dot(u, yv[p], nc[p]);
+                    acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dxr, dyv[p]), _mm512_cvtepi32_ps(prod), acc[r][p]);
+                }
+            }
+        }
+        for r in 0..R {
+            for p in 0..C / 2 {
+                let (a, b) = hsum_halves(acc[r][p]);
+                *(out.add(r * 4 + 2 * p * os) as *mut f32) = a;
+                *(out.add(r * 4 + (2 * p + 1) * os) as *mut f32) = b;
+            }
+        }
+    }
+}
+
+/// Stamps out a format's AVX-512 tiles, `tile_vnni::<R, C>` and `tile_bw::<R, C>`, over
+/// `tile_codes`, each compiled for its instruction set.
+macro_rules! codes_tiles {
+    ($block:ty) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn tile_vnni<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+            crate::cpu::quants::avx512::tile_codes::<$block, crate::cpu::quants::avx512::Vnni, R, C>(n, x, xs, y, ys, out, os)
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        pub unsafe fn tile_bw<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+            crate::cpu::quants::avx512::tile_codes::<$block, crate::cpu::quants::avx512::Bw, R, C>(n, x, xs, y, ys, out, os)
+        }
+    };
+}
+pub(crate) use codes_tiles;
