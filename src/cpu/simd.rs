@@ -15,8 +15,8 @@ pub enum Level {
 
 static LEVEL: Lazy<Level> = Lazy::new(detect);
 
-/// `ROCMFORGE_SIMD`, which forces a lower level than the machine has: `scalar`, `avx2`,
-/// `avx512-novnni` (the AVX-512 kernels without VNNI), for A/B runs and tests on one machine.
+/// `ROCMFORGE_SIMD`, which forces a lower level than the machine has: `scalar`, `avx2` (no
+/// VNNI either), `avx512-novnni` (the AVX-512 kernels without VNNI), for A/B runs and tests.
 fn forced() -> Option<String> {
     std::env::var("ROCMFORGE_SIMD").ok()
 }
@@ -89,6 +89,23 @@ pub fn has_avx512_vnni() -> bool {
     *VNNI
 }
 
+static AVX_VNNI: Lazy<bool> = Lazy::new(|| {
+    #[cfg(target_arch = "x86_64")]
+    {
+        level() >= Level::Avx2 && !matches!(forced().as_deref(), Some("avx2" | "avx512-novnni")) && is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+});
+
+/// Whether the int8 dot products may use AVX-VNNI (the VEX-encoded 256-bit `vpdpbusd` of
+/// Alder Lake and later, Zen 5).
+pub fn has_avx_vnni() -> bool {
+    *AVX_VNNI
+}
+
 /// Whether SDOT (FEAT_DotProd) is present, for the int8 dot products on aarch64.
 pub fn has_dotprod() -> bool {
     #[cfg(target_arch = "aarch64")]
@@ -115,6 +132,9 @@ pub fn features() -> Vec<(String, String)> {
     }
     if has_avx512_vnni() {
         v.push(("AVX512_VNNI".into(), "1".into()));
+    }
+    if has_avx_vnni() {
+        v.push(("AVX_VNNI".into(), "1".into()));
     }
     if l == Level::Neon {
         v.push(("NEON".into(), "1".into()));

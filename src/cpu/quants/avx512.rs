@@ -104,11 +104,25 @@ pub unsafe fn nibbles(p: *const u8) -> __m256i {
 pub trait CodesBlock {
     /// The offset as a byte (128 is -128).
     const OFFSET: i8;
+    /// Whether the AVX2 `vec_dot` sums even and odd blocks in two accumulators (added before the
+    /// horizontal sum) and an odd last block after it, by a scalar FMA of its integer sum.
+    const EVEN_ODD: bool;
     /// What `codes` needs in a register (a lookup table), loaded once per tile.
     unsafe fn setup() -> __m256i;
     unsafe fn d(&self) -> u16;
     /// The 32 codes in element order.
     unsafe fn codes(&self, setup: __m256i) -> __m256i;
+}
+
+/// `total` plus the last block of an `EVEN_ODD` format, as its AVX2 `vec_dot` adds it.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn odd_tail<B: CodesBlock>(bx: &B, by: &BlockQ8_0, setup: __m256i, total: f32) -> f32 {
+    let mut c = [0u8; 32];
+    _mm256_storeu_si256(c.as_mut_ptr() as *mut __m256i, bx.codes(setup));
+    let off = B::OFFSET as u8 as i32;
+    let sumi: i32 = c.iter().zip(&by.qs).map(|(&u, &y)| (u as i32 - off) * y as i32).sum();
+    (sumi as f32).mul_add(super::x86::f16_mul(by.d, bx.d()), total)
 }
 
 /// The R × C tile of a `CodesBlock` format with Q8_0 columns: C even pairs columns (prompts),
@@ -125,6 +139,7 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
     os: usize,
 ) {
     const { assert!((C % 2 == 0 && C <= 8 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
+    let nb = n / 32;
     let setup = B::setup();
     let off = _mm512_set1_epi8(B::OFFSET);
     let zero = _mm512_setzero_si512();
@@ -143,10 +158,10 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
     };
     let negcorr = |yv: __m512i| if D::VNNI { _mm512_sub_epi32(zero, D::dpbusd(zero, off, yv)) } else { zero };
     let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
-    let mut acc = [[_mm512_setzero_ps(); C]; R];
-    if C == 1 {
-        // acc[q][0] holds rows 2q and 2q + 1.
-        for i in 0..n / 32 {
+    // Block i into acc: with C = 1, acc[q][0] holds rows 2q and 2q + 1; else acc[r][p] holds
+    // columns 2p and 2p + 1 of row r.
+    let step = |i: usize, acc: &mut [[__m512; C]; R]| {
+        if C == 1 {
             let b = by(0, i);
             let yv = join(load(b.qs.as_ptr()), load(b.qs.as_ptr()));
             let nc = negcorr(yv);
@@ -161,15 +176,7 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
                 let p = int_dot(u, yv, nc);
                 acc[q][0] = _mm512_fmadd_ps(lane_pair(s, 2 * q, 2 * q + 1), _mm512_cvtepi32_ps(p), acc[q][0]);
             }
-        }
-        for q in 0..R / 2 {
-            let (a, b) = hsum_halves(acc[q][0]);
-            *(out.add(2 * q * 4) as *mut f32) = a;
-            *(out.add((2 * q + 1) * 4) as *mut f32) = b;
-        }
-    } else {
-        // acc[r][p] holds columns 2p and 2p + 1 of row r.
-        for i in 0..n / 32 {
+        } else {
             let dy = f16s::<C>(|c| by(c, i).d);
             let dx = f16s::<R>(|r| bx(r, i).d());
             let mut yv = [zero; C];
@@ -190,18 +197,156 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
                 }
             }
         }
+    };
+    let mut acc = [[[_mm512_setzero_ps(); C]; R]; 2];
+    if B::EVEN_ODD {
+        for i in (0..nb & !1).step_by(2) {
+            step(i, &mut acc[0]);
+            step(i + 1, &mut acc[1]);
+        }
+        for r in 0..R {
+            for c in 0..C {
+                acc[0][r][c] = _mm512_add_ps(acc[0][r][c], acc[1][r][c]);
+            }
+        }
+    } else {
+        for i in 0..nb {
+            step(i, &mut acc[0]);
+        }
+    }
+    let put = |r: usize, c: usize, total: f32| {
+        let total = if B::EVEN_ODD && nb & 1 != 0 { odd_tail(bx(r, nb - 1), by(c, nb - 1), setup, total) } else { total };
+        *(out.add(r * 4 + c * os) as *mut f32) = total;
+    };
+    let acc = acc[0];
+    if C == 1 {
+        for q in 0..R / 2 {
+            let (a, b) = hsum_halves(acc[q][0]);
+            put(2 * q, 0, a);
+            put(2 * q + 1, 0, b);
+        }
+    } else {
         for r in 0..R {
             for p in 0..C / 2 {
                 let (a, b) = hsum_halves(acc[r][p]);
-                *(out.add(r * 4 + 2 * p * os) as *mut f32) = a;
-                *(out.add(r * 4 + (2 * p + 1) * os) as *mut f32) = b;
+                put(r, 2 * p, a);
+                put(r, 2 * p + 1, b);
             }
         }
     }
 }
 
-/// Stamps out a format's AVX-512 tiles, `tile_vnni::<R, C>` and `tile_bw::<R, C>`, over
-/// `tile_codes`, each compiled for its instruction set.
+/// `acc` plus, per i32 lane, the 4 products of its bytes in `u` (unsigned) and `s` (signed):
+/// 256-bit VNNI, for generation (no 512-bit instructions) and CPUs with AVX-VNNI only.
+pub trait Dpbusd256 {
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// The EVEX form (AVX-512 VNNI + VL).
+pub struct VnniVl;
+
+/// The VEX form (AVX-VNNI: Alder Lake and later, Zen 5).
+pub struct AvxVnni;
+
+/// No VNNI: AVX2 `vpmaddubsw` + `vpmaddwd` (only for u·s pairs within i16).
+pub struct Maddubs;
+
+impl Dpbusd256 for VnniVl {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, u, s)
+    }
+}
+
+impl Dpbusd256 for AvxVnni {
+    #[inline]
+    #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, u, s)
+    }
+}
+
+impl Dpbusd256 for Maddubs {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, super::x86::dot_u8_i8(u, s))
+    }
+}
+
+/// The AVX2 tile of a `CodesBlock` format (one 256-bit accumulator per row and column, pairs
+/// of them for `EVEN_ODD` formats) with the integer dot as VNNI `vpdpbusd(−OFFSET·Σy, u, y)`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tile_codes256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(
+    n: usize,
+    x: *const u8,
+    xs: usize,
+    y: *const u8,
+    ys: usize,
+    out: *mut u8,
+    os: usize,
+) {
+    let nb = n / 32;
+    let setup = B::setup();
+    let off = _mm256_set1_epi8(B::OFFSET);
+    let zero = _mm256_setzero_si256();
+    let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const B).add(i);
+    let by = |c: usize, i: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
+    let step = |i: usize, acc: &mut [[__m256; C]; R]| {
+        let mut dy = [0f32; C];
+        let mut yv = [zero; C];
+        let mut nc = [zero; C];
+        for c in 0..C {
+            dy[c] = f16_load(&by(c, i).d);
+            yv[c] = _mm256_loadu_si256(by(c, i).qs.as_ptr() as *const __m256i);
+            nc[c] = _mm256_sub_epi32(zero, D::dpbusd(zero, off, yv[c]));
+        }
+        for r in 0..R {
+            let b = bx(r, i);
+            if C == 1 {
+                // One column streams the matrix once: fetch the next tile's rows meanwhile.
+                _mm_prefetch::<_MM_HINT_T0>((b as *const B as *const i8).add(R * xs));
+            }
+            let dx = f16_load(&b.d());
+            let u = b.codes(setup);
+            for c in 0..C {
+                let p = D::dpbusd(nc[c], u, yv[c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[c]), _mm256_cvtepi32_ps(p), acc[r][c]);
+            }
+        }
+    };
+    let mut acc = [[[_mm256_setzero_ps(); C]; R]; 2];
+    if B::EVEN_ODD {
+        for i in (0..nb & !1).step_by(2) {
+            step(i, &mut acc[0]);
+            step(i + 1, &mut acc[1]);
+        }
+        for r in 0..R {
+            for c in 0..C {
+                acc[0][r][c] = _mm256_add_ps(acc[0][r][c], acc[1][r][c]);
+            }
+        }
+    } else {
+        for i in 0..nb {
+            step(i, &mut acc[0]);
+        }
+    }
+    for r in 0..R {
+        for c in 0..C {
+            let mut total = crate::cpu::simd::x86::hsum(acc[0][r][c]);
+            if B::EVEN_ODD && nb & 1 != 0 {
+                total = odd_tail(bx(r, nb - 1), by(c, nb - 1), setup, total);
+            }
+            *(out.add(r * 4 + c * os) as *mut f32) = total;
+        }
+    }
+}
+
+/// Stamps out a format's tiles beyond AVX2 over `tile_codes` and `tile_codes256`, each
+/// compiled for its instruction set: `tile_vnni` and `tile_bw` (512-bit, with and without
+/// VNNI), `tile_vnni256` (256-bit, EVEX) and `tile_avxvnni` (256-bit, VEX).
 macro_rules! codes_tiles {
     ($block:ty) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -212,6 +357,16 @@ macro_rules! codes_tiles {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
         pub unsafe fn tile_bw<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
             crate::cpu::quants::avx512::tile_codes::<$block, crate::cpu::quants::avx512::Bw, R, C>(n, x, xs, y, ys, out, os)
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn tile_vnni256<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+            crate::cpu::quants::avx512::tile_codes256::<$block, crate::cpu::quants::avx512::VnniVl, R, C>(n, x, xs, y, ys, out, os)
+        }
+
+        #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
+        pub unsafe fn tile_avxvnni<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+            crate::cpu::quants::avx512::tile_codes256::<$block, crate::cpu::quants::avx512::AvxVnni, R, C>(n, x, xs, y, ys, out, os)
         }
     };
 }

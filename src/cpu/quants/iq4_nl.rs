@@ -228,6 +228,7 @@ pub(super) mod avx512 {
     impl CodesBlock for BlockIq4Nl {
         // Codes: table level + 128, offset 128.
         const OFFSET: i8 = -128;
+        const EVEN_ODD: bool = true;
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn setup() -> __m256i {
@@ -265,7 +266,7 @@ mod tests {
     use crate::cpu::quants::{q8_0, testutil::*};
     use crate::ggml_types::GgmlType;
 
-    /// The AVX-512 tiles of every shape used (and smaller ones) equal the AVX2 dot to the bit.
+    /// The tiles beyond AVX2, of every shape used (and others), equal the AVX2 dot to the bit.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_tiles_equal_avx2_dot() {
@@ -273,7 +274,9 @@ mod tests {
         let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
         let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
         let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
-        check_avx512_tiles(GgmlType::IQ4_NL, from_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &vnni, &bw);
+        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
+        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
+        check_avx512_tiles(GgmlType::IQ4_NL, from_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
     }
 
     #[test]

@@ -26,11 +26,10 @@ use crate::ggml_types::GgmlType;
 /// Elements per K-quant super-block.
 pub const QK_K: usize = 256;
 
-/// Adds a format's register-blocked kernels to its traits: 2 rows × 4 columns for prompts,
-/// 4 rows × 1 column for generation (`avx2::tile::<R, C>`), enough independent accumulators to
-/// hide the FMA latency that a single `vec_dot` chain waits on. Formats with AVX-512 tiles
-/// (`, avx512`) take those where the CPU has it: 4 × 4 and 8 × 1 (32 vector registers), with
-/// VNNI where present.
+/// Adds a format's register-blocked kernels to its traits (`avx2::tile::<R, C>`: 2 rows ×
+/// 4 columns for prompts, 4 rows × 1 column for generation), enough independent accumulators
+/// to hide the FMA latency that a single `vec_dot` chain waits on. Formats with tiles beyond
+/// AVX2 (`, avx512`: see `quants/avx512.rs`) take what `tile_isa` picks for the machine.
 macro_rules! with_tiles {
     ($t:expr, $format:ident) => {{
         #[cfg(target_arch = "x86_64")]
@@ -49,19 +48,81 @@ macro_rules! with_tiles {
     }};
     ($t:expr, $format:ident, avx512) => {{
         #[cfg(target_arch = "x86_64")]
-        let t = if use_avx512() {
-            let vnni = crate::cpu::simd::has_avx512_vnni();
-            use crate::cpu::types::{DotTile, Tile};
-            let (gemm, gemv): (DotTile, DotTile) =
-                if vnni { ($format::avx512::tile_vnni::<4, 4>, $format::avx512::tile_vnni::<8, 1>) } else { ($format::avx512::tile_bw::<4, 4>, $format::avx512::tile_bw::<8, 1>) };
-            TypeTraits { gemm: Some(Tile { rows: 4, cols: 4, dot: gemm }), gemv: Some(Tile { rows: 8, cols: 1, dot: gemv }), ..$t }
-        } else {
-            with_tiles!($t, $format)
+        let t = {
+            use crate::cpu::types::Tile;
+            use TileIsa::*;
+            let tile = |isa: Option<TileIsa>, gemv: bool| -> Option<Tile> {
+                let t = |rows, cols, dot| Some(Tile { rows, cols, dot });
+                match (isa?, gemv) {
+                    (Avx2, false) => t(2, 4, $format::avx2::tile::<2, 4>),
+                    (Avx2, true) => t(4, 1, $format::avx2::tile::<4, 1>),
+                    (AvxVnni256, false) => t(2, 4, $format::avx512::tile_avxvnni::<2, 4>),
+                    (AvxVnni256, true) => t(4, 1, $format::avx512::tile_avxvnni::<4, 1>),
+                    (Vnni256, false) => t(2, 4, $format::avx512::tile_vnni256::<2, 4>),
+                    (Vnni256, true) => t(4, 1, $format::avx512::tile_vnni256::<4, 1>),
+                    // 32 vector registers: 4 × 4 and 8 × 1.
+                    (Avx512, false) => t(4, 4, $format::avx512::tile_bw::<4, 4>),
+                    (Avx512, true) => t(8, 1, $format::avx512::tile_bw::<8, 1>),
+                    (Avx512Vnni, false) => t(4, 4, $format::avx512::tile_vnni::<4, 4>),
+                    (Avx512Vnni, true) => t(8, 1, $format::avx512::tile_vnni::<8, 1>),
+                }
+            };
+            TypeTraits { gemm: tile(tile_isa(false), false), gemv: tile(tile_isa(true), true), ..$t }
         };
         #[cfg(not(target_arch = "x86_64"))]
         let t = with_tiles!($t, $format);
         t
     }};
+}
+
+/// Instruction set of the int8 matmul tiles (formats with tiles beyond AVX2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileIsa {
+    Avx2,
+    /// 256-bit VNNI, VEX form (AVX-VNNI).
+    AvxVnni256,
+    /// 256-bit VNNI, EVEX form (AVX-512 VNNI + VL).
+    Vnni256,
+    /// 512-bit without VNNI (AVX-512BW).
+    Avx512,
+    Avx512Vnni,
+}
+
+/// What the machine runs best, and what `ROCMFORGE_GEMM` / `ROCMFORGE_GEMV` (`avx2`,
+/// `vnni256`, `avx512`) ask for instead (prompts / generation; for A/B runs). Looked up once.
+fn pick_tile_isa(var: &str) -> Option<TileIsa> {
+    use super::simd::{has_avx512_vnni, has_avx_vnni};
+    use TileIsa::*;
+    if !use_avx2() {
+        return None;
+    }
+    let vnni256 = if has_avx512_vnni() {
+        Some(Vnni256)
+    } else if has_avx_vnni() {
+        Some(AvxVnni256)
+    } else {
+        None
+    };
+    let avx512 = use_avx512().then_some(if has_avx512_vnni() { Avx512Vnni } else { Avx512 });
+    let best = avx512.or(vnni256).unwrap_or(Avx2);
+    Some(match std::env::var(var).as_deref() {
+        Ok("avx2") => Avx2,
+        Ok("vnni256") => vnni256.unwrap_or(Avx2),
+        Ok("avx512") => best,
+        _ => best,
+    })
+}
+
+static GEMM_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMM"));
+static GEMV_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMV"));
+
+/// The tile instruction set for generation (one column) or prompts.
+pub fn tile_isa(gemv: bool) -> Option<TileIsa> {
+    if gemv {
+        *GEMV_ISA
+    } else {
+        *GEMM_ISA
+    }
 }
 
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
@@ -664,37 +725,44 @@ pub mod testutil {
         }
     }
 
-    /// A format's AVX-512 tiles (with VNNI and without) against its AVX2 `vec_dot`, bit for
-    /// bit, on quantized and on raw blocks. Runs where the CPU has AVX-512 (VNNI), whatever
-    /// `ROCMFORGE_SIMD` forces, and says so on stdout; where it has not, says that it skipped.
+    /// A format's tiles beyond AVX2 (512-bit with VNNI and without, 256-bit VNNI in EVEX and
+    /// VEX form) against its AVX2 `vec_dot`, bit for bit, on quantized and on raw blocks. Each
+    /// runs where the CPU has it, whatever `ROCMFORGE_SIMD` forces, and says so on stdout;
+    /// where it has not, says that it skipped.
     #[cfg(target_arch = "x86_64")]
     #[allow(clippy::too_many_arguments)]
-    pub fn check_avx512_tiles(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, avx2_dot: VecDot, vnni: &[Tile], bw: &[Tile]) {
+    pub fn check_avx512_tiles(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, avx2_dot: VecDot, vnni: &[Tile], bw: &[Tile], vnni256: &[Tile], avxvnni: &[Tile]) {
         use crate::cpu::simd;
-        if !simd::has_avx512() {
-            println!("{t:?} AVX-512 tiles: SKIPPED, this CPU has no AVX-512");
-            return;
-        }
-        let mut ran = vec!["AVX-512BW"];
-        let mut sets = vec![bw];
-        if simd::has_avx512_vnni_cpu() {
-            ran.push("AVX-512 VNNI");
-            sets.push(vnni);
+        let (mut ran, mut sets) = (vec![], vec![]);
+        if is_x86_feature_detected!("avxvnni") && simd::level() >= simd::Level::Avx2 {
+            ran.push("AVX-VNNI 256");
+            sets.push(avxvnni);
         } else {
-            println!("{t:?} AVX-512 VNNI tiles: SKIPPED, this CPU has AVX-512 but no VNNI");
+            println!("{t:?} AVX-VNNI (256-bit) tiles: SKIPPED, this CPU has no AVX-VNNI");
+        }
+        if simd::has_avx512() {
+            ran.push("AVX-512BW");
+            sets.push(bw);
+        } else {
+            println!("{t:?} AVX-512 tiles: SKIPPED, this CPU has no AVX-512");
+        }
+        if simd::has_avx512_vnni_cpu() {
+            ran.extend(["AVX-512 VNNI", "AVX-512 VNNI 256"]);
+            sets.extend([vnni, vnni256]);
+        } else {
+            println!("{t:?} AVX-512 VNNI tiles: SKIPPED, this CPU has no AVX-512 VNNI");
         }
         for tiles in sets {
             let some: Vec<Option<Tile>> = tiles.iter().map(|&t| Some(t)).collect();
             check_tiles(t, from, yt, yfrom, avx2_dot, &some);
             check_tiles_raw(t, f16_at, yt, yfrom, avx2_dot, tiles);
         }
-        if super::use_avx512() {
-            let [gemm, gemv] = self::tiles(t).map(Option::unwrap);
-            assert_eq!((gemm.rows, gemm.cols, gemv.rows, gemv.cols), (4, 4, 8, 1), "{t:?}: AVX-512 tiles not dispatched");
+        if super::tile_isa(false) == Some(super::TileIsa::Avx512Vnni) || super::tile_isa(false) == Some(super::TileIsa::Avx512) {
+            let gemm = self::tiles(t)[0].unwrap();
             let want = if simd::has_avx512_vnni() { vnni } else { bw };
             assert!(want.iter().any(|w| w.dot as usize == gemm.dot as usize), "{t:?}: not the expected AVX-512 gemm tile");
         }
-        println!("{t:?} AVX-512 tiles: ran {} (dispatched level {:?}, VNNI {})", ran.join(" and "), simd::level(), simd::has_avx512_vnni());
+        println!("{t:?} tiles beyond AVX2: ran {} (level {:?}, gemm {:?}, gemv {:?})", ran.join(", "), simd::level(), super::tile_isa(false), super::tile_isa(true));
     }
 
     pub fn check_vec_dot(
@@ -902,8 +970,8 @@ mod bench {
         }
     }
 
-    /// The tiles of each instruction set side by side, one thread: AVX2, AVX-512BW and
-    /// AVX-512 VNNI (where the CPU has them) on a weight matrix that stays in L2 (64 rows ×
+    /// The tiles of each instruction set side by side, one thread: AVX2, 256-bit VNNI (VEX,
+    /// EVEX), AVX-512BW and AVX-512 VNNI (where the CPU has them) on a weight matrix that stays in L2 (64 rows ×
     /// 4096) against 16 columns (prompts) and 1 column (generation), and streaming a matrix
     /// larger than the caches against 1 column. Prints G multiply-adds/s.
     /// `cargo test --release -- --ignored bench_tiles --nocapture`
@@ -915,15 +983,21 @@ mod bench {
         use crate::cpu::types::{DotTile, Tile};
         use GgmlType::*;
         let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-        type Set = [(&'static str, Tile, Tile); 3];
-        let sets: [(GgmlType, Set); 4] = [
-            (Q4_0, [("avx2", tile(2, 4, q4_0::avx2::tile::<2, 4>), tile(4, 1, q4_0::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, q4_0::avx512::tile_bw::<4, 4>), tile(8, 1, q4_0::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, q4_0::avx512::tile_vnni::<4, 4>), tile(8, 1, q4_0::avx512::tile_vnni::<8, 1>))]),
-            (Q4_1, [("avx2", tile(2, 4, q4_1::avx2::tile::<2, 4>), tile(4, 1, q4_1::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, q4_1::avx512::tile_bw::<4, 4>), tile(8, 1, q4_1::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, q4_1::avx512::tile_vnni::<4, 4>), tile(8, 1, q4_1::avx512::tile_vnni::<8, 1>))]),
-            (Q8_0, [("avx2", tile(2, 4, q8_0::avx2::tile::<2, 4>), tile(4, 1, q8_0::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, q8_0::avx512::tile_bw::<4, 4>), tile(8, 1, q8_0::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, q8_0::avx512::tile_vnni::<4, 4>), tile(8, 1, q8_0::avx512::tile_vnni::<8, 1>))]),
-            (IQ4_NL, [("avx2", tile(2, 4, iq4_nl::avx2::tile::<2, 4>), tile(4, 1, iq4_nl::avx2::tile::<4, 1>)), ("avx512bw", tile(4, 4, iq4_nl::avx512::tile_bw::<4, 4>), tile(8, 1, iq4_nl::avx512::tile_bw::<8, 1>)), ("avx512vnni", tile(4, 4, iq4_nl::avx512::tile_vnni::<4, 4>), tile(8, 1, iq4_nl::avx512::tile_vnni::<8, 1>))]),
-        ];
+        macro_rules! set {
+            ($f:ident) => {
+                [
+                    ("avx2", tile(2, 4, $f::avx2::tile::<2, 4>), tile(4, 1, $f::avx2::tile::<4, 1>)),
+                    ("avxvnni256", tile(2, 4, $f::avx512::tile_avxvnni::<2, 4>), tile(4, 1, $f::avx512::tile_avxvnni::<4, 1>)),
+                    ("vnni256", tile(2, 4, $f::avx512::tile_vnni256::<2, 4>), tile(4, 1, $f::avx512::tile_vnni256::<4, 1>)),
+                    ("avx512bw", tile(4, 4, $f::avx512::tile_bw::<4, 4>), tile(8, 1, $f::avx512::tile_bw::<8, 1>)),
+                    ("avx512vnni", tile(4, 4, $f::avx512::tile_vnni::<4, 4>), tile(8, 1, $f::avx512::tile_vnni::<8, 1>)),
+                ]
+            };
+        }
+        let sets = [(Q4_0, set!(q4_0)), (Q4_1, set!(q4_1)), (Q8_0, set!(q8_0)), (IQ4_NL, set!(iq4_nl))];
         let runs = |name: &str| match name {
             "avx2" => simd::level() >= simd::Level::Avx2,
+            "avxvnni256" => is_x86_feature_detected!("avxvnni"),
             "avx512bw" => simd::has_avx512(),
             _ => simd::has_avx512_vnni_cpu(),
         };

@@ -120,6 +120,13 @@ pub(super) mod avx2 {
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        tile_with::<crate::cpu::quants::avx512::Maddubs, R, C>(n, x, xs, y, ys, out, os)
+    }
+
+    /// `tile` with the integer dot of the codes (unsigned 0..15, so any variant takes them as
+    /// they are) done by `D`: AVX2 here, 256-bit VNNI in `avx512::tile_vnni256`/`tile_avxvnni`.
+    #[inline(always)]
+    pub(in crate::cpu::quants) unsafe fn tile_with<D: crate::cpu::quants::avx512::Dpbusd256, const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
         const { assert!(C <= 4) };
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         // Lane 2c+1 of summs[r] sums row r's min terms with column c (even lanes unused).
@@ -142,7 +149,7 @@ pub(super) mod avx2 {
                 summs[r] = _mm256_add_ps(summs[r], prod);
                 let q = nibbles(bx.qs.as_ptr());
                 for c in 0..C {
-                    let p = dot_u8_i8(q, _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i));
+                    let p = D::dpbusd(_mm256_setzero_si256(), q, _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i));
                     let scale = _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(2 * c as i32));
                     acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[r][c]);
                 }
@@ -250,6 +257,16 @@ pub(super) mod avx512 {
     pub unsafe fn tile_bw<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
         tile::<Bw, R, C>(n, x, xs, y, ys, out, os)
     }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn tile_vnni256<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        super::avx2::tile_with::<VnniVl, R, C>(n, x, xs, y, ys, out, os)
+    }
+
+    #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
+    pub unsafe fn tile_avxvnni<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        super::avx2::tile_with::<AvxVnni, R, C>(n, x, xs, y, ys, out, os)
+    }
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -304,7 +321,7 @@ mod tests {
     use crate::cpu::quants::{q8_1, testutil::*};
     use crate::ggml_types::GgmlType;
 
-    /// The AVX-512 tiles of every shape used (and smaller ones) equal the AVX2 dot to the bit.
+    /// The tiles beyond AVX2, of every shape used (and others), equal the AVX2 dot to the bit.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_tiles_equal_avx2_dot() {
@@ -312,7 +329,9 @@ mod tests {
         let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
         let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
         let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
-        check_avx512_tiles(GgmlType::Q4_1, from_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, avx2::vec_dot, &vnni, &bw);
+        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
+        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
+        check_avx512_tiles(GgmlType::Q4_1, from_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
     }
 
     #[test]
