@@ -125,6 +125,68 @@ unsafe fn odd_tail<B: CodesBlock>(bx: &B, by: &BlockQ8_0, setup: __m256i, total:
     (sumi as f32).mul_add(super::x86::f16_mul(by.d, bx.d()), total)
 }
 
+/// Block i of the R × C tile of `tile_codes` into `acc`: with C = 1, acc[q][0] holds rows 2q
+/// and 2q + 1; else acc[r][p] holds columns 2p and 2p + 1 of row r. A function, not a closure:
+/// `inline(always)` makes sure it lands in the caller compiled for the instruction set (a
+/// closure called twice may stay out of line, with every intrinsic a call).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(i: usize, acc: &mut [[__m512; C]; R], x: *const u8, xs: usize, y: *const u8, ys: usize, setup: __m256i) {
+    let off = _mm512_set1_epi8(B::OFFSET);
+    let zero = _mm512_setzero_si512();
+    let bx = |r: usize| &*(x.add(r * xs) as *const B).add(i);
+    let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
+    // Σ (u − OFFSET)·y: with VNNI as vpdpbusd(−OFFSET·Σy, u, y), the y term once per column;
+    // without, as |x|·(±y) like the AVX2 kernels (vpmaddubsw cannot take u up to 255).
+    let int_dot = |u: __m512i, yv: __m512i, negcorr: __m512i| {
+        if D::VNNI {
+            D::dpbusd(negcorr, u, yv)
+        } else {
+            let xv = _mm512_sub_epi8(u, off);
+            let neg = _mm512_movepi8_mask(xv);
+            D::dpbusd(zero, _mm512_abs_epi8(xv), _mm512_mask_sub_epi8(yv, neg, zero, yv))
+        }
+    };
+    let negcorr = |yv: __m512i| if D::VNNI { _mm512_sub_epi32(zero, D::dpbusd(zero, off, yv)) } else { zero };
+    let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
+    if C == 1 {
+        let b = by(0);
+        let yv = join(load(b.qs.as_ptr()), load(b.qs.as_ptr()));
+        let nc = negcorr(yv);
+        // dx·dy per row: the product vec_dot forms.
+        let s = _mm512_mul_ps(f16s::<R>(|r| bx(r).d()), _mm512_set1_ps(f16_load(&b.d)));
+        for q in 0..R / 2 {
+            let (b0, b1) = (bx(2 * q), bx(2 * q + 1));
+            // One column streams the matrix once: fetch the next tile's rows meanwhile.
+            _mm_prefetch::<_MM_HINT_T0>((b0 as *const B as *const i8).add(R * xs));
+            _mm_prefetch::<_MM_HINT_T0>((b1 as *const B as *const i8).add(R * xs));
+            let u = join(b0.codes(setup), b1.codes(setup));
+            let p = int_dot(u, yv, nc);
+            acc[q][0] = _mm512_fmadd_ps(lane_pair(s, 2 * q, 2 * q + 1), _mm512_cvtepi32_ps(p), acc[q][0]);
+        }
+    } else {
+        let dy = f16s::<C>(|c| by(c).d);
+        let dx = f16s::<R>(|r| bx(r).d());
+        let mut yv = [zero; C];
+        let mut nc = [zero; C];
+        let mut dyv = [_mm512_setzero_ps(); C];
+        for p in 0..C / 2 {
+            yv[p] = join(load(by(2 * p).qs.as_ptr()), load(by(2 * p + 1).qs.as_ptr()));
+            nc[p] = negcorr(yv[p]);
+            dyv[p] = lane_pair(dy, 2 * p, 2 * p + 1);
+        }
+        for r in 0..R {
+            let c = bx(r).codes(setup);
+            let u = join(c, c);
+            let dxr = lane_pair(dx, r, r);
+            for p in 0..C / 2 {
+                let prod = int_dot(u, yv[p], nc[p]);
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dxr, dyv[p]), _mm512_cvtepi32_ps(prod), acc[r][p]);
+            }
+        }
+    }
+}
+
 /// The R × C tile of a `CodesBlock` format with Q8_0 columns: C even pairs columns (prompts),
 /// C = 1 pairs rows (generation). Result (r, c) goes to `out + r * 4 + c * os`.
 #[inline(always)]
@@ -141,68 +203,11 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
     const { assert!((C % 2 == 0 && C <= 8 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
     let nb = n / 32;
     let setup = B::setup();
-    let off = _mm512_set1_epi8(B::OFFSET);
-    let zero = _mm512_setzero_si512();
-    let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const B).add(i);
-    let by = |c: usize, i: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
-    // Σ (u − OFFSET)·y: with VNNI as vpdpbusd(−OFFSET·Σy, u, y), the y term once per column;
-    // without, as |x|·(±y) like the AVX2 kernels (vpmaddubsw cannot take u up to 255).
-    let int_dot = |u: __m512i, yv: __m512i, negcorr: __m512i| {
-        if D::VNNI {
-            D::dpbusd(negcorr, u, yv)
-        } else {
-            let xv = _mm512_sub_epi8(u, off);
-            let neg = _mm512_movepi8_mask(xv);
-            D::dpbusd(zero, _mm512_abs_epi8(xv), _mm512_mask_sub_epi8(yv, neg, zero, yv))
-        }
-    };
-    let negcorr = |yv: __m512i| if D::VNNI { _mm512_sub_epi32(zero, D::dpbusd(zero, off, yv)) } else { zero };
-    let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
-    // Block i into acc: with C = 1, acc[q][0] holds rows 2q and 2q + 1; else acc[r][p] holds
-    // columns 2p and 2p + 1 of row r.
-    let step = |i: usize, acc: &mut [[__m512; C]; R]| {
-        if C == 1 {
-            let b = by(0, i);
-            let yv = join(load(b.qs.as_ptr()), load(b.qs.as_ptr()));
-            let nc = negcorr(yv);
-            // dx·dy per row: the product vec_dot forms.
-            let s = _mm512_mul_ps(f16s::<R>(|r| bx(r, i).d()), _mm512_set1_ps(f16_load(&b.d)));
-            for q in 0..R / 2 {
-                let (b0, b1) = (bx(2 * q, i), bx(2 * q + 1, i));
-                // One column streams the matrix once: fetch the next tile's rows meanwhile.
-                _mm_prefetch::<_MM_HINT_T0>((b0 as *const B as *const i8).add(R * xs));
-                _mm_prefetch::<_MM_HINT_T0>((b1 as *const B as *const i8).add(R * xs));
-                let u = join(b0.codes(setup), b1.codes(setup));
-                let p = int_dot(u, yv, nc);
-                acc[q][0] = _mm512_fmadd_ps(lane_pair(s, 2 * q, 2 * q + 1), _mm512_cvtepi32_ps(p), acc[q][0]);
-            }
-        } else {
-            let dy = f16s::<C>(|c| by(c, i).d);
-            let dx = f16s::<R>(|r| bx(r, i).d());
-            let mut yv = [zero; C];
-            let mut nc = [zero; C];
-            let mut dyv = [_mm512_setzero_ps(); C];
-            for p in 0..C / 2 {
-                yv[p] = join(load(by(2 * p, i).qs.as_ptr()), load(by(2 * p + 1, i).qs.as_ptr()));
-                nc[p] = negcorr(yv[p]);
-                dyv[p] = lane_pair(dy, 2 * p, 2 * p + 1);
-            }
-            for r in 0..R {
-                let c = bx(r, i).codes(setup);
-                let u = join(c, c);
-                let dxr = lane_pair(dx, r, r);
-                for p in 0..C / 2 {
-                    let prod = int_dot(u, yv[p], nc[p]);
-                    acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dxr, dyv[p]), _mm512_cvtepi32_ps(prod), acc[r][p]);
-                }
-            }
-        }
-    };
     let mut acc = [[[_mm512_setzero_ps(); C]; R]; 2];
     if B::EVEN_ODD {
         for i in (0..nb & !1).step_by(2) {
-            step(i, &mut acc[0]);
-            step(i + 1, &mut acc[1]);
+            step512::<B, D, R, C>(i, &mut acc[0], x, xs, y, ys, setup);
+            step512::<B, D, R, C>(i + 1, &mut acc[1], x, xs, y, ys, setup);
         }
         for r in 0..R {
             for c in 0..C {
@@ -211,11 +216,15 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
         }
     } else {
         for i in 0..nb {
-            step(i, &mut acc[0]);
+            step512::<B, D, R, C>(i, &mut acc[0], x, xs, y, ys, setup);
         }
     }
     let put = |r: usize, c: usize, total: f32| {
-        let total = if B::EVEN_ODD && nb & 1 != 0 { odd_tail(bx(r, nb - 1), by(c, nb - 1), setup, total) } else { total };
+        let total = if B::EVEN_ODD && nb & 1 != 0 {
+            odd_tail(&*(x.add(r * xs) as *const B).add(nb - 1), &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1), setup, total)
+        } else {
+            total
+        };
         *(out.add(r * 4 + c * os) as *mut f32) = total;
     };
     let acc = acc[0];
@@ -275,6 +284,36 @@ impl Dpbusd256 for Maddubs {
     }
 }
 
+/// Block i of `tile_codes256` into `acc` (a function for the reason given at `step512`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(i: usize, acc: &mut [[__m256; C]; R], x: *const u8, xs: usize, y: *const u8, ys: usize, setup: __m256i) {
+    let off = _mm256_set1_epi8(B::OFFSET);
+    let zero = _mm256_setzero_si256();
+    let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
+    let mut dy = [0f32; C];
+    let mut yv = [zero; C];
+    let mut nc = [zero; C];
+    for c in 0..C {
+        dy[c] = f16_load(&by(c).d);
+        yv[c] = _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i);
+        nc[c] = _mm256_sub_epi32(zero, D::dpbusd(zero, off, yv[c]));
+    }
+    for r in 0..R {
+        let b = &*(x.add(r * xs) as *const B).add(i);
+        if C == 1 {
+            // One column streams the matrix once: fetch the next tile's rows meanwhile.
+            _mm_prefetch::<_MM_HINT_T0>((b as *const B as *const i8).add(R * xs));
+        }
+        let dx = f16_load(&b.d());
+        let u = b.codes(setup);
+        for c in 0..C {
+            let p = D::dpbusd(nc[c], u, yv[c]);
+            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[c]), _mm256_cvtepi32_ps(p), acc[r][c]);
+        }
+    }
+}
+
 /// The AVX2 tile of a `CodesBlock` format (one 256-bit accumulator per row and column, pairs
 /// of them for `EVEN_ODD` formats) with the integer dot as VNNI `vpdpbusd(−OFFSET·Σy, u, y)`.
 #[inline(always)]
@@ -290,38 +329,11 @@ pub unsafe fn tile_codes256<B: CodesBlock, D: Dpbusd256, const R: usize, const C
 ) {
     let nb = n / 32;
     let setup = B::setup();
-    let off = _mm256_set1_epi8(B::OFFSET);
-    let zero = _mm256_setzero_si256();
-    let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const B).add(i);
-    let by = |c: usize, i: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
-    let step = |i: usize, acc: &mut [[__m256; C]; R]| {
-        let mut dy = [0f32; C];
-        let mut yv = [zero; C];
-        let mut nc = [zero; C];
-        for c in 0..C {
-            dy[c] = f16_load(&by(c, i).d);
-            yv[c] = _mm256_loadu_si256(by(c, i).qs.as_ptr() as *const __m256i);
-            nc[c] = _mm256_sub_epi32(zero, D::dpbusd(zero, off, yv[c]));
-        }
-        for r in 0..R {
-            let b = bx(r, i);
-            if C == 1 {
-                // One column streams the matrix once: fetch the next tile's rows meanwhile.
-                _mm_prefetch::<_MM_HINT_T0>((b as *const B as *const i8).add(R * xs));
-            }
-            let dx = f16_load(&b.d());
-            let u = b.codes(setup);
-            for c in 0..C {
-                let p = D::dpbusd(nc[c], u, yv[c]);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[c]), _mm256_cvtepi32_ps(p), acc[r][c]);
-            }
-        }
-    };
     let mut acc = [[[_mm256_setzero_ps(); C]; R]; 2];
     if B::EVEN_ODD {
         for i in (0..nb & !1).step_by(2) {
-            step(i, &mut acc[0]);
-            step(i + 1, &mut acc[1]);
+            step256::<B, D, R, C>(i, &mut acc[0], x, xs, y, ys, setup);
+            step256::<B, D, R, C>(i + 1, &mut acc[1], x, xs, y, ys, setup);
         }
         for r in 0..R {
             for c in 0..C {
@@ -330,14 +342,14 @@ pub unsafe fn tile_codes256<B: CodesBlock, D: Dpbusd256, const R: usize, const C
         }
     } else {
         for i in 0..nb {
-            step(i, &mut acc[0]);
+            step256::<B, D, R, C>(i, &mut acc[0], x, xs, y, ys, setup);
         }
     }
     for r in 0..R {
         for c in 0..C {
             let mut total = crate::cpu::simd::x86::hsum(acc[0][r][c]);
             if B::EVEN_ODD && nb & 1 != 0 {
-                total = odd_tail(bx(r, nb - 1), by(c, nb - 1), setup, total);
+                total = odd_tail(&*(x.add(r * xs) as *const B).add(nb - 1), &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1), setup, total);
             }
             *(out.add(r * 4 + c * os) as *mut f32) = total;
         }

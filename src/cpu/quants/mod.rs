@@ -75,6 +75,7 @@ macro_rules! with_tiles {
     }};
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Instruction set of the int8 matmul tiles (formats with tiles beyond AVX2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TileIsa {
@@ -88,6 +89,7 @@ pub enum TileIsa {
     Avx512Vnni,
 }
 
+#[cfg(target_arch = "x86_64")]
 /// What the machine runs best, and what `ROCMFORGE_GEMM` / `ROCMFORGE_GEMV` (`avx2`,
 /// `vnni256`, `avx512`) ask for instead (prompts / generation; for A/B runs). Looked up once.
 fn pick_tile_isa(var: &str) -> Option<TileIsa> {
@@ -113,9 +115,12 @@ fn pick_tile_isa(var: &str) -> Option<TileIsa> {
     })
 }
 
+#[cfg(target_arch = "x86_64")]
 static GEMM_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMM"));
+#[cfg(target_arch = "x86_64")]
 static GEMV_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMV"));
 
+#[cfg(target_arch = "x86_64")]
 /// The tile instruction set for generation (one column) or prompts.
 pub fn tile_isa(gemv: bool) -> Option<TileIsa> {
     if gemv {
@@ -666,6 +671,7 @@ pub mod testutil {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     /// Random raw blocks (every code pattern; the f16 fields at byte offsets `f16_at` of each
     /// block finite) for `rows` rows of `n` elements.
     pub fn raw_rows(t: GgmlType, f16_at: &[usize], n: usize, rows: usize, seed: u32) -> Vec<u8> {
@@ -686,6 +692,7 @@ pub mod testutil {
         q
     }
 
+    #[cfg(target_arch = "x86_64")]
     /// Every result of each tile equals `dot` of its row and column to the bit, on raw random
     /// weight blocks against full-scale activations (codes ±127: where integer sums come
     /// closest to overflowing).
