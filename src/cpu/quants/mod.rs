@@ -732,6 +732,31 @@ pub mod testutil {
         }
     }
 
+    /// Two dots of one format (an AVX-512 one and the AVX2 one) agree to the bit, on quantized
+    /// data and on raw random blocks against full-scale activations. Runs where the CPU has
+    /// AVX-512, whatever `ROCMFORGE_SIMD` forces; says when it skipped.
+    #[cfg(target_arch = "x86_64")]
+    pub fn check_same_dot(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, dot: VecDot, avx2_dot: VecDot) {
+        use crate::cpu::simd;
+        if !simd::has_avx512() {
+            println!("{t:?} AVX-512 dot: SKIPPED, this CPU has no AVX-512");
+            return;
+        }
+        for nb in [1, 2, 3, 8, 17] {
+            let n = nb * t.block_size();
+            for (k, qx) in [quantize(t, from, &data(n, nb as u32)), raw_rows(t, f16_at, n, 1, nb as u32)].iter().enumerate() {
+                let yv: Vec<f32> = if k == 0 { data(n, nb as u32 + 100) } else { (0..n).map(|i| if (i * 7919) % 3 == 0 { -1.0 } else { 1.0 }).collect() };
+                let qy = quantize(yt, yfrom, &yv);
+                let (a, b) = unsafe { (dot(n, qx.as_ptr(), qy.as_ptr()), avx2_dot(n, qx.as_ptr(), qy.as_ptr())) };
+                assert_eq!(a.to_bits(), b.to_bits(), "{t:?} n={n} {}: {a} vs AVX2 {b}", ["quantized", "raw"][k]);
+            }
+        }
+        if super::use_avx512() {
+            assert_eq!(crate::cpu::types::traits(t).unwrap().vec_dot.unwrap() as usize, dot as usize, "{t:?}: AVX-512 dot not dispatched");
+        }
+        println!("{t:?} AVX-512 dot: ran (level {:?})", simd::level());
+    }
+
     /// A format's tiles beyond AVX2 (512-bit with VNNI and without, 256-bit VNNI in EVEX and
     /// VEX form) against its AVX2 `vec_dot`, bit for bit, on quantized and on raw blocks. Each
     /// runs where the CPU has it, whatever `ROCMFORGE_SIMD` forces, and says so on stdout;
@@ -1042,6 +1067,36 @@ mod bench {
                 let b = time(gemv, n, &qx, xs, rows, &qy, ys, 1, 1000);
                 let c = time(gemv, sn, &sqx, t.row_size(sn), srows, &sqy, 0, 1, 10);
                 println!("bench_tiles {t:?} {name:10}: gemm {}x{} {a:6.2} | gemv {}x1 in L2 {b:6.2} | gemv streaming {c:6.2} G MAC/s", gemm.rows, gemm.cols, gemv.rows);
+            }
+        }
+    }
+
+    /// The K-quant dots, AVX2 against AVX-512, one thread, 64 rows × 4096 in L2.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_kquant_dots() {
+        use crate::cpu::types::VecDot;
+        use GgmlType::*;
+        if !crate::cpu::simd::has_avx512() {
+            println!("bench_kquant_dots: SKIPPED, no AVX-512");
+            return;
+        }
+        let dots: [(GgmlType, VecDot, VecDot); 2] = [(Q4_K, q4_k::avx2::vec_dot, q4_k::avx512::vec_dot), (Q6_K, q6_k::avx2::vec_dot, q6_k::avx512::vec_dot)];
+        for (t, a2, a5) in dots {
+            let (n, rows) = (4096, 64);
+            let tr = all_traits(t).unwrap();
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
+            let qy = testutil::quantize(Q8_K, all_traits(Q8_K).unwrap().from_f32.unwrap(), &testutil::data(n, 2));
+            for (name, dot) in [("avx2", a2), ("avx512", a5)] {
+                let start = std::time::Instant::now();
+                let mut s = 0f32;
+                for _ in 0..200 {
+                    for r in 0..rows {
+                        s += unsafe { dot(n, qx.as_ptr().add(r * t.row_size(n)), qy.as_ptr()) };
+                    }
+                }
+                println!("bench_kquant_dots {t:?} {name:6}: {:6.2} G MAC/s ({s})", (n * rows * 200) as f64 / start.elapsed().as_secs_f64() / 1e9);
             }
         }
     }
