@@ -502,6 +502,14 @@ pub mod neon {
         acc
     }
 
+    /// 16 bits → 16 bytes: 0x10 where bit j is set (the fifth bit of Q5 codes), else 0.
+    #[inline(always)]
+    pub unsafe fn bit4_bytes(h: u16) -> uint8x16_t {
+        let b = vcombine_u8(vdup_n_u8(h as u8), vdup_n_u8((h >> 8) as u8));
+        let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+        vandq_u8(vtstq_u8(b, bit), vdupq_n_u8(0x10))
+    }
+
     /// `f16(a) * f16(b)`.
     #[inline(always)]
     pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
@@ -618,7 +626,7 @@ pub mod testutil {
     }
 
     /// Formats with a NEON dot; the others run their scalar reference on aarch64.
-    const NEON_DOTS: [GgmlType; 5] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
+    const NEON_DOTS: [GgmlType; 8] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_NL];
 
     /// Every format has an AVX2 dot, some a NEON one: where it may run it must be what is
     /// dispatched, or the checks below compare the reference with itself.
