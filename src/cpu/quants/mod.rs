@@ -625,8 +625,9 @@ pub mod testutil {
         assert!(dequantize(to, &quantize(t, from, &z), bs).iter().all(|&v| v == 0.0), "{t:?} zeros");
     }
 
-    /// Formats with a NEON dot; the others run their scalar reference on aarch64.
-    const NEON_DOTS: [GgmlType; 8] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_NL];
+    /// Formats with a NEON dot (every format with a dot; one without runs its scalar
+    /// reference on aarch64).
+    const NEON_DOTS: [GgmlType; 11] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL];
 
     /// Every format has an AVX2 dot, some a NEON one: where it may run it must be what is
     /// dispatched, or the checks below compare the reference with itself.
