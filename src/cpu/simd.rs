@@ -15,27 +15,23 @@ pub enum Level {
 
 static LEVEL: Lazy<Level> = Lazy::new(detect);
 
+/// `ROCMFORGE_SIMD`, which forces a lower level than the machine has: `scalar`, `avx2` (no
+/// VNNI either), `avx512-novnni` (the AVX-512 kernels without VNNI), for A/B runs and tests.
+fn forced() -> Option<String> {
+    std::env::var("ROCMFORGE_SIMD").ok()
+}
+
 fn detect() -> Level {
-    if let Ok(v) = std::env::var("ROCMFORGE_SIMD") {
-        // Forcing a lower level lets tests cover every path on one machine.
-        match v.as_str() {
-            "scalar" => return Level::Scalar,
-            "avx2" if has_avx2() => return Level::Avx2,
-            _ => {}
-        }
+    match forced().as_deref() {
+        Some("scalar") => return Level::Scalar,
+        Some("avx2") if has_avx2() => return Level::Avx2,
+        _ => {}
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if has_avx2()
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-        {
-            return Level::Avx512;
-        }
-        if has_avx2() {
-            return Level::Avx2;
-        }
+    if has_avx512() {
+        return Level::Avx512;
+    }
+    if has_avx2() {
+        return Level::Avx2;
     }
     #[cfg(target_arch = "aarch64")]
     {
@@ -57,20 +53,57 @@ fn has_avx2() -> bool {
     }
 }
 
-pub fn level() -> Level {
-    *LEVEL
-}
-
-/// Whether AVX-512 VNNI is present (used by the int8 dot products).
-pub fn has_avx512_vnni() -> bool {
+/// What the AVX-512 kernels are compiled for (`#[target_feature(enable = "avx512f,avx512bw,
+/// avx512vl,...")]`), whatever level is forced: tests use it to run those kernels directly.
+pub fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        level() >= Level::Avx512 && is_x86_feature_detected!("avx512vnni")
+        has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
     }
+}
+
+/// Whether the CPU has AVX-512 VNNI (`vpdpbusd`), whatever level is forced.
+pub fn has_avx512_vnni_cpu() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx512() && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+pub fn level() -> Level {
+    *LEVEL
+}
+
+static VNNI: Lazy<bool> = Lazy::new(|| level() >= Level::Avx512 && has_avx512_vnni_cpu() && forced().as_deref() != Some("avx512-novnni"));
+
+/// Whether the int8 dot products use AVX-512 VNNI (`vpdpbusd`).
+pub fn has_avx512_vnni() -> bool {
+    *VNNI
+}
+
+static AVX_VNNI: Lazy<bool> = Lazy::new(|| {
+    #[cfg(target_arch = "x86_64")]
+    {
+        level() >= Level::Avx2 && !matches!(forced().as_deref(), Some("avx2" | "avx512-novnni")) && is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+});
+
+/// Whether the int8 dot products may use AVX-VNNI (the VEX-encoded 256-bit `vpdpbusd` of
+/// Alder Lake and later, Zen 5).
+pub fn has_avx_vnni() -> bool {
+    *AVX_VNNI
 }
 
 /// Whether SDOT (FEAT_DotProd) is present, for the int8 dot products on aarch64.
@@ -99,6 +132,9 @@ pub fn features() -> Vec<(String, String)> {
     }
     if has_avx512_vnni() {
         v.push(("AVX512_VNNI".into(), "1".into()));
+    }
+    if has_avx_vnni() {
+        v.push(("AVX_VNNI".into(), "1".into()));
     }
     if l == Level::Neon {
         v.push(("NEON".into(), "1".into()));
@@ -163,6 +199,10 @@ pub fn dot_f16_f16(a: &[u16], b: &[u16]) -> f32 {
 pub fn dot_f16_f16_single_column(a: &[u16], b: &[u16]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx512 {
+        return unsafe { x86::dot_f16_f16_4acc_avx512(a, b) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_f16_f16_4acc_avx2(a, b) };
     }
@@ -175,6 +215,10 @@ pub fn dot_f16_f16_single_column(a: &[u16], b: &[u16]) -> f32 {
 
 pub fn dot_bf16_bf16(a: &[u16], b: &[u16]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx512 {
+        return unsafe { x86::dot_bf16_bf16_avx512(a, b) };
+    }
     #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_bf16_bf16_avx2(a, b) };
@@ -189,6 +233,10 @@ pub fn dot_bf16_bf16(a: &[u16], b: &[u16]) -> f32 {
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx512 {
+        return unsafe { x86::dot_f32_avx512(a, b) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_f32_avx2(a, b) };
     }
@@ -202,6 +250,10 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 pub fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx512 {
+        return unsafe { x86::dot_f16_f32_avx512(a, b) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_f16_f32_avx2(a, b) };
     }
@@ -214,6 +266,10 @@ pub fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
 
 pub fn dot_bf16_f32(a: &[u16], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx512 {
+        return unsafe { x86::dot_bf16_f32_avx512(a, b) };
+    }
     #[cfg(target_arch = "x86_64")]
     if level() >= Level::Avx2 {
         return unsafe { x86::dot_bf16_f32_avx2(a, b) };
@@ -405,6 +461,143 @@ pub mod x86 {
         }
         s
     }
+
+    // AVX-512 versions: one 512-bit register holds two of the AVX2 kernel's 256-bit
+    // accumulators (the same lanes over the same elements), and the final reduction combines
+    // them in the AVX2 kernel's order, so the results are the same to the bit.
+
+    /// The two 256-bit halves of `v`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn halves(v: __m512) -> (__m256, __m256) {
+        (_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))))
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        // [acc0 | acc1], [acc2 | acc3] of dot_f32_avx2.
+        let mut z = [_mm512_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 32 <= n {
+            for k in 0..2 {
+                z[k] = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i + 16 * k)), _mm512_loadu_ps(pb.add(i + 16 * k)), z[k]);
+            }
+            i += 32;
+        }
+        let ((mut a0, a1), (a2, a3)) = (halves(z[0]), halves(z[1]));
+        while i + 8 <= n {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), a0);
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        while i < n {
+            s += a[i] * b[i];
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_f16_f32_avx512(a: &[u16], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut z = [_mm512_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 32 <= n {
+            for k in 0..2 {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(pa.add(i + 16 * k) as *const __m256i));
+                z[k] = _mm512_fmadd_ps(x, _mm512_loadu_ps(pb.add(i + 16 * k)), z[k]);
+            }
+            i += 32;
+        }
+        let ((mut a0, a1), (a2, a3)) = (halves(z[0]), halves(z[1]));
+        while i + 8 <= n {
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i) as *const __m128i));
+            a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i)), a0);
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        while i < n {
+            s += half::f16::from_bits(a[i]).to_f32() * b[i];
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_f16_f16_4acc_avx512(a: &[u16], b: &[u16]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut z = [_mm512_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 32 <= n {
+            for k in 0..2 {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(pa.add(i + 16 * k) as *const __m256i));
+                let y = _mm512_cvtph_ps(_mm256_loadu_si256(pb.add(i + 16 * k) as *const __m256i));
+                z[k] = _mm512_fmadd_ps(x, y, z[k]);
+            }
+            i += 32;
+        }
+        // [acc0 + acc2 | acc1 + acc3], then their sum: the AVX2 kernel's a02 + a13.
+        let (a02, a13) = halves(_mm512_add_ps(z[0], z[1]));
+        let v = _mm256_add_ps(a02, a13);
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let t1 = _mm_hadd_ps(t0, t0);
+        let mut s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1)) as f64;
+        while i < n {
+            s += (half::f16::from_bits(a[i]).to_f32() * half::f16::from_bits(b[i]).to_f32()) as f64;
+            i += 1;
+        }
+        s as f32
+    }
+
+    /// 16 bf16 as f32.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn bf16x16(p: *const u16) -> __m512 {
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i))))
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_bf16_bf16_avx512(a: &[u16], b: &[u16]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        // [acc0 | acc1] of dot_bf16_bf16_avx2.
+        let mut z = _mm512_setzero_ps();
+        let mut i = 0;
+        while i + 16 <= n {
+            z = _mm512_fmadd_ps(bf16x16(pa.add(i)), bf16x16(pb.add(i)), z);
+            i += 16;
+        }
+        let (a0, a1) = halves(z);
+        let mut s = hsum(_mm256_add_ps(a0, a1));
+        while i < n {
+            s += f32::from_bits((a[i] as u32) << 16) * f32::from_bits((b[i] as u32) << 16);
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_bf16_f32_avx512(a: &[u16], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut z = _mm512_setzero_ps();
+        let mut i = 0;
+        while i + 16 <= n {
+            z = _mm512_fmadd_ps(bf16x16(pa.add(i)), _mm512_loadu_ps(pb.add(i)), z);
+            i += 16;
+        }
+        let (a0, a1) = halves(z);
+        let mut s = hsum(_mm256_add_ps(a0, a1));
+        while i < n {
+            s += f32::from_bits((a[i] as u32) << 16) * b[i];
+            i += 1;
+        }
+        s
+    }
 }
 
 /// NEON float dots: one kernel over pairs of element kinds, 16 elements a step into four
@@ -576,6 +769,37 @@ mod tests {
         assert_eq!(&out[..4], &[0.0; 4]);
         assert!(out[4..7].iter().all(|v| v.is_finite() && *v > 1e38));
         assert_eq!(out[7], 1.0);
+    }
+
+    /// The AVX-512 float dots give the AVX2 kernels' results to the bit (same lanes, same
+    /// reduction order). Runs where the CPU has AVX-512, whatever `ROCMFORGE_SIMD` forces.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_float_dots_equal_avx2() {
+        if !has_avx512() {
+            println!("avx512_float_dots_equal_avx2: SKIPPED, this CPU has no AVX-512");
+            return;
+        }
+        for n in [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 47, 63, 64, 100, 257, 4096 + 24] {
+            let a = data(n, 3);
+            let b = data(n, 4);
+            let a16: Vec<u16> = a.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            let b16: Vec<u16> = b.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            let ab: Vec<u16> = a.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+            let bb: Vec<u16> = b.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+            let same = |x: f32, y: f32, what: &str| assert_eq!(x.to_bits(), y.to_bits(), "{what} n={n}: avx512 {x} vs avx2 {y}");
+            unsafe {
+                same(x86::dot_f32_avx512(&a, &b), x86::dot_f32_avx2(&a, &b), "f32");
+                same(x86::dot_f16_f32_avx512(&a16, &b), x86::dot_f16_f32_avx2(&a16, &b), "f16·f32");
+                same(x86::dot_f16_f16_4acc_avx512(&a16, &b16), x86::dot_f16_f16_4acc_avx2(&a16, &b16), "f16·f16 4acc");
+                same(x86::dot_bf16_bf16_avx512(&ab, &bb), x86::dot_bf16_bf16_avx2(&ab, &bb), "bf16·bf16");
+                same(x86::dot_bf16_f32_avx512(&ab, &b), x86::dot_bf16_f32_avx2(&ab, &b), "bf16·f32");
+            }
+            if level() == Level::Avx512 {
+                same(dot_f32(&a, &b), unsafe { x86::dot_f32_avx512(&a, &b) }, "dispatched f32");
+            }
+        }
+        println!("avx512_float_dots_equal_avx2: ran on AVX-512 (level {:?})", level());
     }
 
     /// The NEON f16 conversions against `half`: every f16, and f32s spread over all exponents.

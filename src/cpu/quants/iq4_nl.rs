@@ -104,6 +104,10 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::use_neon() {
+        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+    }
     let _ = use_avx2;
     vec_dot_ref
 }
@@ -218,11 +222,114 @@ pub(super) mod avx2 {
     }
 }
 
+/// AVX-512 tiles: see `quants/avx512.rs`. Same results as `avx2::vec_dot` to the bit.
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512 {
+    use super::*;
+    use crate::cpu::quants::avx512::{codes_tiles, CodesBlock};
+    use std::arch::x86_64::*;
+
+    impl CodesBlock for BlockIq4Nl {
+        // Codes: table level + 128, offset 128.
+        const OFFSET: i8 = -128;
+        const EVEN_ODD: bool = true;
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn setup() -> __m256i {
+            let t = _mm_loadu_si128(TABLE_U8.as_ptr() as *const __m128i);
+            _mm256_set_m128i(t, t)
+        }
+        #[inline]
+        unsafe fn d(&self) -> u16 {
+            self.d
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn codes(&self, setup: __m256i) -> __m256i {
+            _mm256_shuffle_epi8(setup, crate::cpu::quants::x86::nibbles(self.qs.as_ptr()))
+        }
+    }
+
+    /// The levels plus 128, as unsigned bytes.
+    static TABLE_U8: [u8; 16] = {
+        let mut t = [0u8; 16];
+        let mut k = 0;
+        while k < 16 {
+            t[k] = (TABLE[k] as i16 + 128) as u8;
+            k += 1;
+        }
+        t
+    };
+
+    codes_tiles!(BlockIq4Nl);
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::*;
+    use std::arch::aarch64::*;
+
+    #[inline(always)]
+    unsafe fn block<D: I8Dot>(table: int8x16_t, bx: &BlockIq4Nl, by: &BlockQ8_0, acc: float32x4_t) -> float32x4_t {
+        // A table lookup turns the 4-bit indices into levels: elements 0..15, then 16..31.
+        let q = vld1q_u8(bx.qs.as_ptr());
+        let lo = vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0x0f)));
+        let hi = vqtbl1q_s8(table, vshrq_n_u8::<4>(q));
+        let y = by.qs.as_ptr();
+        let p = D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y.add(16)));
+        vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16_mul(bx.d, by.d))
+    }
+
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockIq4Nl, y as *const BlockQ8_0);
+        let table = vld1q_s8(TABLE.as_ptr());
+        vaddvq_f32(sum_blocks(n / QK, |i, acc| block::<D>(table, &*x.add(i), &*y.add(i), acc)))
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpu::quants::{q8_0, testutil::*};
     use crate::ggml_types::GgmlType;
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
+    /// checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        assert_eq!(vec_dot_fn() as usize, want as usize, "IQ4_NL: not the expected NEON kernel");
+        for dot in [neon::vec_dot, vec_dot_fn()] {
+            check_vec_dot(GgmlType::IQ4_NL, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, dot, vec_dot_ref);
+            check_vec_dot_extremes(GgmlType::IQ4_NL, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, dot, vec_dot_ref);
+        }
+    }
+
+    /// The tiles beyond AVX2, of every shape used (and others), equal the AVX2 dot to the bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_tiles_equal_avx2_dot() {
+        use crate::cpu::types::{DotTile, Tile};
+        let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
+        let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
+        let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
+        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
+        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
+        check_avx512_tiles(GgmlType::IQ4_NL, from_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
+    }
 
     #[test]
     fn round_trip() {

@@ -4,6 +4,8 @@
 //! which picks the fastest dot product the machine runs (AVX2 or NEON where written) once, when the
 //! traits are looked up, so the hot loop pays no dispatch.
 
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
 pub mod iq4_nl;
 pub mod q2_k;
 pub mod q3_k;
@@ -24,9 +26,10 @@ use crate::ggml_types::GgmlType;
 /// Elements per K-quant super-block.
 pub const QK_K: usize = 256;
 
-/// Adds a format's register-blocked AVX2 kernel `avx2::tile::<R, C>` to its traits: 2 rows ×
-/// 4 columns for prompts, 4 rows × 1 column for generation, enough independent accumulators
-/// to hide the FMA latency that a single `vec_dot` chain waits on.
+/// Adds a format's register-blocked kernels to its traits (`avx2::tile::<R, C>`: 2 rows ×
+/// 4 columns for prompts, 4 rows × 1 column for generation), enough independent accumulators
+/// to hide the FMA latency that a single `vec_dot` chain waits on. Formats with tiles beyond
+/// AVX2 (`, avx512`: see `quants/avx512.rs`) take what `tile_isa` picks for the machine.
 macro_rules! with_tiles {
     ($t:expr, $format:ident) => {{
         #[cfg(target_arch = "x86_64")]
@@ -43,6 +46,88 @@ macro_rules! with_tiles {
         let t = $t;
         t
     }};
+    ($t:expr, $format:ident, avx512) => {{
+        #[cfg(target_arch = "x86_64")]
+        let t = {
+            use crate::cpu::types::Tile;
+            use TileIsa::*;
+            let tile = |isa: Option<TileIsa>, gemv: bool| -> Option<Tile> {
+                let t = |rows, cols, dot| Some(Tile { rows, cols, dot });
+                match (isa?, gemv) {
+                    (Avx2, false) => t(2, 4, $format::avx2::tile::<2, 4>),
+                    (Avx2, true) => t(4, 1, $format::avx2::tile::<4, 1>),
+                    (AvxVnni256, false) => t(2, 4, $format::avx512::tile_avxvnni::<2, 4>),
+                    (AvxVnni256, true) => t(4, 1, $format::avx512::tile_avxvnni::<4, 1>),
+                    (Vnni256, false) => t(2, 4, $format::avx512::tile_vnni256::<2, 4>),
+                    (Vnni256, true) => t(4, 1, $format::avx512::tile_vnni256::<4, 1>),
+                    // 32 vector registers: 4 × 4 and 8 × 1.
+                    (Avx512, false) => t(4, 4, $format::avx512::tile_bw::<4, 4>),
+                    (Avx512, true) => t(8, 1, $format::avx512::tile_bw::<8, 1>),
+                    (Avx512Vnni, false) => t(4, 4, $format::avx512::tile_vnni::<4, 4>),
+                    (Avx512Vnni, true) => t(8, 1, $format::avx512::tile_vnni::<8, 1>),
+                }
+            };
+            TypeTraits { gemm: tile(tile_isa(false), false), gemv: tile(tile_isa(true), true), ..$t }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let t = with_tiles!($t, $format);
+        t
+    }};
+}
+
+#[cfg(target_arch = "x86_64")]
+/// Instruction set of the int8 matmul tiles (formats with tiles beyond AVX2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileIsa {
+    Avx2,
+    /// 256-bit VNNI, VEX form (AVX-VNNI).
+    AvxVnni256,
+    /// 256-bit VNNI, EVEX form (AVX-512 VNNI + VL).
+    Vnni256,
+    /// 512-bit without VNNI (AVX-512BW).
+    Avx512,
+    Avx512Vnni,
+}
+
+#[cfg(target_arch = "x86_64")]
+/// What the machine runs best, and what `ROCMFORGE_GEMM` / `ROCMFORGE_GEMV` (`avx2`,
+/// `vnni256`, `avx512`) ask for instead (prompts / generation; for A/B runs). Looked up once.
+fn pick_tile_isa(var: &str) -> Option<TileIsa> {
+    use super::simd::{has_avx512_vnni, has_avx_vnni};
+    use TileIsa::*;
+    if !use_avx2() {
+        return None;
+    }
+    let vnni256 = if has_avx512_vnni() {
+        Some(Vnni256)
+    } else if has_avx_vnni() {
+        Some(AvxVnni256)
+    } else {
+        None
+    };
+    let avx512 = use_avx512().then_some(if has_avx512_vnni() { Avx512Vnni } else { Avx512 });
+    let best = avx512.or(vnni256).unwrap_or(Avx2);
+    Some(match std::env::var(var).as_deref() {
+        Ok("avx2") => Avx2,
+        Ok("vnni256") => vnni256.unwrap_or(Avx2),
+        Ok("avx512") => best,
+        _ => best,
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+static GEMM_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMM"));
+#[cfg(target_arch = "x86_64")]
+static GEMV_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMV"));
+
+#[cfg(target_arch = "x86_64")]
+/// The tile instruction set for generation (one column) or prompts.
+pub fn tile_isa(gemv: bool) -> Option<TileIsa> {
+    if gemv {
+        *GEMV_ISA
+    } else {
+        *GEMM_ISA
+    }
 }
 
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
@@ -50,17 +135,17 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
     let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot), gemm: None, gemv: None });
     match t {
-        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| with_tiles!(t, q4_0)),
-        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| with_tiles!(t, q4_1)),
+        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| with_tiles!(t, q4_0, avx512)),
+        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| with_tiles!(t, q4_1, avx512)),
         Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
         Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
-        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| with_tiles!(t, q8_0)),
+        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| with_tiles!(t, q8_0, avx512)),
         Q2_K => full(q2_k::to_f32, q2_k::from_f32, Q8_K, q2_k::vec_dot_fn()),
         Q3_K => full(q3_k::to_f32, q3_k::from_f32, Q8_K, q3_k::vec_dot_fn()),
         Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
         Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
         Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
-        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| with_tiles!(t, iq4_nl)),
+        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| with_tiles!(t, iq4_nl, avx512)),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
         Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None, gemm: None, gemv: None }),
@@ -83,6 +168,12 @@ pub fn f32_to_f16(v: f32) -> u16 {
 #[inline]
 pub fn use_avx2() -> bool {
     super::simd::level() >= super::simd::Level::Avx2
+}
+
+/// True when the AVX-512 kernels may run.
+#[inline]
+pub fn use_avx512() -> bool {
+    super::simd::level() >= super::simd::Level::Avx512
 }
 
 /// True when the NEON kernels may run.
@@ -411,6 +502,14 @@ pub mod neon {
         acc
     }
 
+    /// 16 bits → 16 bytes: 0x10 where bit j is set (the fifth bit of Q5 codes), else 0.
+    #[inline(always)]
+    pub unsafe fn bit4_bytes(h: u16) -> uint8x16_t {
+        let b = vcombine_u8(vdup_n_u8(h as u8), vdup_n_u8((h >> 8) as u8));
+        let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+        vandq_u8(vtstq_u8(b, bit), vdupq_n_u8(0x10))
+    }
+
     /// `f16(a) * f16(b)`.
     #[inline(always)]
     pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
@@ -526,8 +625,9 @@ pub mod testutil {
         assert!(dequantize(to, &quantize(t, from, &z), bs).iter().all(|&v| v == 0.0), "{t:?} zeros");
     }
 
-    /// Formats with a NEON dot; the others run their scalar reference on aarch64.
-    const NEON_DOTS: [GgmlType; 5] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
+    /// Formats with a NEON dot (every format with a dot; one without runs its scalar
+    /// reference on aarch64).
+    const NEON_DOTS: [GgmlType; 11] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL];
 
     /// Every format has an AVX2 dot, some a NEON one: where it may run it must be what is
     /// dispatched, or the checks below compare the reference with itself.
@@ -578,6 +678,132 @@ pub mod testutil {
                 }
             }
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    /// Random raw blocks (every code pattern; the f16 fields at byte offsets `f16_at` of each
+    /// block finite) for `rows` rows of `n` elements.
+    pub fn raw_rows(t: GgmlType, f16_at: &[usize], n: usize, rows: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9).max(1);
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        let mut q: Vec<u8> = (0..t.row_size(n) * rows).map(|_| next() as u8).collect();
+        for block in q.chunks_exact_mut(t.type_size()) {
+            for &o in f16_at {
+                let h = super::f32_to_f16((next() % 2001) as f32 / 1000.0 - 1.0);
+                block[o..o + 2].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        q
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    /// Every result of each tile equals `dot` of its row and column to the bit, on raw random
+    /// weight blocks against full-scale activations (codes ±127: where integer sums come
+    /// closest to overflowing).
+    pub fn check_tiles_raw(t: GgmlType, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, dot: VecDot, tiles: &[Tile]) {
+        for tile in tiles {
+            for nb in [1, 3, 7, 33] {
+                let n = nb * t.block_size();
+                let (xs, ys, os) = (t.row_size(n), yt.row_size(n), 4 * tile.rows + 8);
+                let qx = raw_rows(t, f16_at, n, tile.rows, nb as u32);
+                let mut qy = vec![];
+                for c in 0..tile.cols {
+                    let mut s = 77u32 + c as u32 * 31 + nb as u32;
+                    let v: Vec<f32> = (0..n)
+                        .map(|_| {
+                            s ^= s << 13;
+                            s ^= s >> 17;
+                            s ^= s << 5;
+                            if c % 2 == 1 || s & 1 != 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        })
+                        .collect();
+                    qy.extend(quantize(yt, yfrom, &v));
+                }
+                let mut out = vec![0u8; os * tile.cols];
+                unsafe { (tile.dot)(n, qx.as_ptr(), xs, qy.as_ptr(), ys, out.as_mut_ptr(), os) };
+                for r in 0..tile.rows {
+                    for c in 0..tile.cols {
+                        let want = unsafe { dot(n, qx.as_ptr().add(r * xs), qy.as_ptr().add(c * ys)) };
+                        let got = f32::from_le_bytes(out[r * 4 + c * os..][..4].try_into().unwrap());
+                        assert_eq!(got.to_bits(), want.to_bits(), "{t:?} raw {}x{} n={n} ({r},{c}): {got} vs {want}", tile.rows, tile.cols);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Two dots of one format (an AVX-512 one and the AVX2 one) agree to the bit, on quantized
+    /// data and on raw random blocks against full-scale activations. Runs where the CPU has
+    /// AVX-512, whatever `ROCMFORGE_SIMD` forces; says when it skipped.
+    #[cfg(target_arch = "x86_64")]
+    pub fn check_same_dot(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, dot: VecDot, avx2_dot: VecDot) {
+        use crate::cpu::simd;
+        if !simd::has_avx512() {
+            println!("{t:?} AVX-512 dot: SKIPPED, this CPU has no AVX-512");
+            return;
+        }
+        for nb in [1, 2, 3, 8, 17] {
+            let n = nb * t.block_size();
+            for (k, qx) in [quantize(t, from, &data(n, nb as u32)), raw_rows(t, f16_at, n, 1, nb as u32)].iter().enumerate() {
+                let yv: Vec<f32> = if k == 0 { data(n, nb as u32 + 100) } else { (0..n).map(|i| if (i * 7919) % 3 == 0 { -1.0 } else { 1.0 }).collect() };
+                let qy = quantize(yt, yfrom, &yv);
+                let (a, b) = unsafe { (dot(n, qx.as_ptr(), qy.as_ptr()), avx2_dot(n, qx.as_ptr(), qy.as_ptr())) };
+                assert_eq!(a.to_bits(), b.to_bits(), "{t:?} n={n} {}: {a} vs AVX2 {b}", ["quantized", "raw"][k]);
+            }
+        }
+        if super::use_avx512() {
+            assert_eq!(crate::cpu::types::traits(t).unwrap().vec_dot.unwrap() as usize, dot as usize, "{t:?}: AVX-512 dot not dispatched");
+        }
+        println!("{t:?} AVX-512 dot: ran (level {:?})", simd::level());
+    }
+
+    /// A format's tiles beyond AVX2 (512-bit with VNNI and without, 256-bit VNNI in EVEX and
+    /// VEX form) against its AVX2 `vec_dot`, bit for bit, on quantized and on raw blocks. Each
+    /// runs where the CPU has it, whatever `ROCMFORGE_SIMD` forces, and says so on stdout;
+    /// where it has not, says that it skipped.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_avx512_tiles(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, avx2_dot: VecDot, vnni: &[Tile], bw: &[Tile], vnni256: &[Tile], avxvnni: &[Tile]) {
+        use crate::cpu::simd;
+        let (mut ran, mut sets) = (vec![], vec![]);
+        if is_x86_feature_detected!("avxvnni") && simd::level() >= simd::Level::Avx2 {
+            ran.push("AVX-VNNI 256");
+            sets.push(avxvnni);
+        } else {
+            println!("{t:?} AVX-VNNI (256-bit) tiles: SKIPPED, this CPU has no AVX-VNNI");
+        }
+        if simd::has_avx512() {
+            ran.push("AVX-512BW");
+            sets.push(bw);
+        } else {
+            println!("{t:?} AVX-512 tiles: SKIPPED, this CPU has no AVX-512");
+        }
+        if simd::has_avx512_vnni_cpu() {
+            ran.extend(["AVX-512 VNNI", "AVX-512 VNNI 256"]);
+            sets.extend([vnni, vnni256]);
+        } else {
+            println!("{t:?} AVX-512 VNNI tiles: SKIPPED, this CPU has no AVX-512 VNNI");
+        }
+        for tiles in sets {
+            let some: Vec<Option<Tile>> = tiles.iter().map(|&t| Some(t)).collect();
+            check_tiles(t, from, yt, yfrom, avx2_dot, &some);
+            check_tiles_raw(t, f16_at, yt, yfrom, avx2_dot, tiles);
+        }
+        if super::tile_isa(false) == Some(super::TileIsa::Avx512Vnni) || super::tile_isa(false) == Some(super::TileIsa::Avx512) {
+            let gemm = self::tiles(t)[0].unwrap();
+            let want = if simd::has_avx512_vnni() { vnni } else { bw };
+            assert!(want.iter().any(|w| w.dot as usize == gemm.dot as usize), "{t:?}: not the expected AVX-512 gemm tile");
+        }
+        println!("{t:?} tiles beyond AVX2: ran {} (level {:?}, gemm {:?}, gemv {:?})", ran.join(", "), simd::level(), super::tile_isa(false), super::tile_isa(true));
     }
 
     pub fn check_vec_dot(
@@ -782,6 +1008,139 @@ mod bench {
                 let gbs = (row * ROWS * reps) as f64 / start.elapsed().as_secs_f64() / 1e9;
                 eprintln!("gemv {t:?} {}: {gbs:6.2} GB/s ({})", ["vec_dot", "tile"][pass], out[7]);
             }
+        }
+    }
+
+    /// The tiles of each instruction set side by side, one thread: AVX2, 256-bit VNNI (VEX,
+    /// EVEX), AVX-512BW and AVX-512 VNNI (where the CPU has them) on a weight matrix that stays in L2 (64 rows ×
+    /// 4096) against 16 columns (prompts) and 1 column (generation), and streaming a matrix
+    /// larger than the caches against 1 column. Prints G multiply-adds/s.
+    /// `cargo test --release -- --ignored bench_tiles --nocapture`
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_tiles() {
+        use crate::cpu::simd;
+        use crate::cpu::types::{DotTile, Tile};
+        use GgmlType::*;
+        let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
+        macro_rules! set {
+            ($f:ident) => {
+                [
+                    ("avx2", tile(2, 4, $f::avx2::tile::<2, 4>), tile(4, 1, $f::avx2::tile::<4, 1>)),
+                    ("avxvnni256", tile(2, 4, $f::avx512::tile_avxvnni::<2, 4>), tile(4, 1, $f::avx512::tile_avxvnni::<4, 1>)),
+                    ("vnni256", tile(2, 4, $f::avx512::tile_vnni256::<2, 4>), tile(4, 1, $f::avx512::tile_vnni256::<4, 1>)),
+                    ("avx512bw", tile(4, 4, $f::avx512::tile_bw::<4, 4>), tile(8, 1, $f::avx512::tile_bw::<8, 1>)),
+                    ("avx512vnni", tile(4, 4, $f::avx512::tile_vnni::<4, 4>), tile(8, 1, $f::avx512::tile_vnni::<8, 1>)),
+                ]
+            };
+        }
+        let sets = [(Q4_0, set!(q4_0)), (Q4_1, set!(q4_1)), (Q8_0, set!(q8_0)), (IQ4_NL, set!(iq4_nl))];
+        let runs = |name: &str| match name {
+            "avx2" => simd::level() >= simd::Level::Avx2,
+            "avxvnni256" => is_x86_feature_detected!("avxvnni"),
+            "avx512bw" => simd::has_avx512(),
+            _ => simd::has_avx512_vnni_cpu(),
+        };
+        // Rows × columns of `tl` over a rows × cols block, reps times; returns G MAC/s.
+        let time = |tl: Tile, n: usize, qx: &[u8], xs: usize, rows: usize, qy: &[u8], ys: usize, cols: usize, reps: usize| {
+            let mut out = vec![0f32; rows * cols];
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                for j in (0..cols).step_by(tl.cols) {
+                    for i in (0..rows).step_by(tl.rows) {
+                        unsafe { (tl.dot)(n, qx.as_ptr().add(i * xs), xs, qy.as_ptr().add(j * ys), ys, out.as_mut_ptr().add(i + j * rows) as *mut u8, rows * 4) };
+                    }
+                }
+            }
+            std::hint::black_box(&out);
+            (n * rows * cols * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+        };
+        for (t, set) in sets {
+            let tr = all_traits(t).unwrap();
+            let yt = tr.vec_dot_type;
+            let yfrom = all_traits(yt).unwrap().from_f32.unwrap();
+            let (n, rows) = (4096, 64);
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
+            let qy = testutil::quantize(yt, yfrom, &testutil::data(n * 16, 2));
+            let (xs, ys) = (t.row_size(n), yt.row_size(n));
+            let (sn, srows) = (576, 1 << 16);
+            let sqx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(sn * srows, 3));
+            let sqy = testutil::quantize(yt, yfrom, &testutil::data(sn, 4));
+            for (name, gemm, gemv) in set {
+                if !runs(name) {
+                    println!("bench_tiles {t:?} {name}: SKIPPED (not on this CPU)");
+                    continue;
+                }
+                let a = time(gemm, n, &qx, xs, rows, &qy, ys, 16, 100);
+                let b = time(gemv, n, &qx, xs, rows, &qy, ys, 1, 1000);
+                let c = time(gemv, sn, &sqx, t.row_size(sn), srows, &sqy, 0, 1, 10);
+                println!("bench_tiles {t:?} {name:10}: gemm {}x{} {a:6.2} | gemv {}x1 in L2 {b:6.2} | gemv streaming {c:6.2} G MAC/s", gemm.rows, gemm.cols, gemv.rows);
+            }
+        }
+    }
+
+    /// The K-quant dots, AVX2 against AVX-512, one thread, 64 rows × 4096 in L2.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_kquant_dots() {
+        use crate::cpu::types::VecDot;
+        use GgmlType::*;
+        if !crate::cpu::simd::has_avx512() {
+            println!("bench_kquant_dots: SKIPPED, no AVX-512");
+            return;
+        }
+        let dots: [(GgmlType, VecDot, VecDot); 2] = [(Q4_K, q4_k::avx2::vec_dot, q4_k::avx512::vec_dot), (Q6_K, q6_k::avx2::vec_dot, q6_k::avx512::vec_dot)];
+        for (t, a2, a5) in dots {
+            let (n, rows) = (4096, 64);
+            let tr = all_traits(t).unwrap();
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
+            let qy = testutil::quantize(Q8_K, all_traits(Q8_K).unwrap().from_f32.unwrap(), &testutil::data(n, 2));
+            for (name, dot) in [("avx2", a2), ("avx512", a5)] {
+                let start = std::time::Instant::now();
+                let mut s = 0f32;
+                for _ in 0..200 {
+                    for r in 0..rows {
+                        s += unsafe { dot(n, qx.as_ptr().add(r * t.row_size(n)), qy.as_ptr()) };
+                    }
+                }
+                println!("bench_kquant_dots {t:?} {name:6}: {:6.2} G MAC/s ({s})", (n * rows * 200) as f64 / start.elapsed().as_secs_f64() / 1e9);
+            }
+        }
+    }
+
+    /// The float dots, AVX2 against AVX-512, one thread, 4096 elements in L1/L2.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_float_dots() {
+        use crate::cpu::simd::{self, x86};
+        if !simd::has_avx512() {
+            println!("bench_float_dots: SKIPPED, no AVX-512");
+            return;
+        }
+        let n = 4096;
+        let a = testutil::data(n, 1);
+        let b = testutil::data(n, 2);
+        let a16: Vec<u16> = a.iter().map(|&v| f32_to_f16(v)).collect();
+        let b16: Vec<u16> = b.iter().map(|&v| f32_to_f16(v)).collect();
+        let reps = 200_000;
+        let go = |name: &str, f: &dyn Fn() -> f32| {
+            let start = std::time::Instant::now();
+            let mut s = 0f32;
+            for _ in 0..reps {
+                s += std::hint::black_box(f());
+            }
+            println!("bench_float_dots {name:22}: {:6.2} G elements/s ({s})", (n * reps) as f64 / start.elapsed().as_secs_f64() / 1e9);
+        };
+        unsafe {
+            go("f32 avx2", &|| x86::dot_f32_avx2(&a, &b));
+            go("f32 avx512", &|| x86::dot_f32_avx512(&a, &b));
+            go("f16·f32 avx2", &|| x86::dot_f16_f32_avx2(&a16, &b));
+            go("f16·f32 avx512", &|| x86::dot_f16_f32_avx512(&a16, &b));
+            go("f16·f16 4acc avx2", &|| x86::dot_f16_f16_4acc_avx2(&a16, &b16));
+            go("f16·f16 4acc avx512", &|| x86::dot_f16_f16_4acc_avx512(&a16, &b16));
         }
     }
 

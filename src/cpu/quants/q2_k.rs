@@ -103,6 +103,10 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::use_neon() {
+        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+    }
     let _ = use_avx2;
     vec_dot_ref
 }
@@ -157,11 +161,78 @@ mod avx2 {
     }
 }
 
+/// Integer sums per sub-block as `vec_dot_ref` forms them.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::*;
+    use std::arch::aarch64::*;
+
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ2K, y as *const BlockQ8K);
+        let m3 = vdupq_n_u8(3);
+        let mut sum = 0f32;
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            let dd = f16x4((&bx.d as *const u16 as *const u32).read_unaligned() as u64);
+            let packed = vld1q_u8(bx.scales.as_ptr());
+            let (sc, mn) = (vandq_u8(packed, vdupq_n_u8(0x0f)), vshrq_n_u8::<4>(packed));
+            // Mins meet the activations only through their sums per 16.
+            let (bs0, bs1) = (vld1q_s16(by.bsums.as_ptr()), vld1q_s16(by.bsums.as_ptr().add(8)));
+            let (m0, m1) = (vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mn))), vreinterpretq_s16_u16(vmovl_high_u8(mn)));
+            let sm = vmlal_high_s16(vmlal_s16(vmlal_high_s16(vmull_s16(vget_low_s16(m0), vget_low_s16(bs0)), m0, bs0), vget_low_s16(m1), vget_low_s16(bs1)), m1, bs1);
+            let summ = vaddvq_s32(sm);
+            // One i32x4 per sub-block of 16: value 128n + 32j + l sits at bits 2j of
+            // qs[32n + l], in sub-block 8n + 2j + l / 16.
+            let mut p = [vdupq_n_s32(0); 16];
+            for n in 0..2 {
+                for h in 0..2 {
+                    let q2 = vld1q_u8(bx.qs.as_ptr().add(32 * n + 16 * h));
+                    for j in 0..4 {
+                        let q = vandq_u8(vshlq_u8(q2, vdupq_n_s8(-2 * j as i8)), m3);
+                        let yq = vld1q_s8(by.qs.as_ptr().add(128 * n + 32 * j + 16 * h));
+                        p[8 * n + 2 * j + h] = D::dot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), yq);
+                    }
+                }
+            }
+            let (s0, s1) = (vmovl_u8(vget_low_u8(sc)), vmovl_high_u8(sc));
+            let sc32 = [vmovl_u16(vget_low_u16(s0)), vmovl_high_u16(s0), vmovl_u16(vget_low_u16(s1)), vmovl_high_u16(s1)].map(|v| vreinterpretq_s32_u32(v));
+            let sumi = scaled_sum(&p, &sc32);
+            sum += by.d * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
+        }
+        sum
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpu::quants::{q8_k, testutil::*};
     use crate::ggml_types::GgmlType;
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
+    /// checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        assert_eq!(vec_dot_fn() as usize, want as usize, "Q2_K: not the expected NEON kernel");
+        for dot in [neon::vec_dot, vec_dot_fn()] {
+            check_vec_dot(GgmlType::Q2_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+            check_vec_dot_extremes(GgmlType::Q2_K, to_f32, &[80, 82], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+        }
+    }
 
     #[test]
     fn round_trip() {

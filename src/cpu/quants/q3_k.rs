@@ -135,6 +135,10 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::use_neon() {
+        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+    }
     let _ = use_avx2;
     vec_dot_ref
 }
@@ -203,11 +207,72 @@ mod avx2 {
     }
 }
 
+/// Integer sums per sub-block as `vec_dot_ref` forms them.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::*;
+    use std::arch::aarch64::*;
+
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ3K, y as *const BlockQ8K);
+        let (m3, four) = (vdupq_n_u8(3), vdupq_n_s8(4));
+        let mut sum = 0f32;
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            // One i32x4 per sub-block of 16: value 128n + 32j + l has its low bits at bits 2j
+            // of qs[32n + l] and bit 2 at bit 4n + j of hmask[l]; sub-block 8n + 2j + l / 16.
+            let mut p = [vdupq_n_s32(0); 16];
+            for h in 0..2 {
+                let hm = vld1q_u8(bx.hmask.as_ptr().add(16 * h));
+                for n in 0..2 {
+                    let q2 = vld1q_u8(bx.qs.as_ptr().add(32 * n + 16 * h));
+                    for j in 0..4 {
+                        let lo = vandq_u8(vshlq_u8(q2, vdupq_n_s8(-2 * j as i8)), m3);
+                        let hi = vandq_u8(vshlq_u8(hm, vdupq_n_s8(2 - (4 * n + j) as i8)), vdupq_n_u8(4));
+                        let q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), four);
+                        let yq = vld1q_s8(by.qs.as_ptr().add(128 * n + 32 * j + 16 * h));
+                        p[8 * n + 2 * j + h] = D::dot(vdupq_n_s32(0), q, yq);
+                    }
+                }
+            }
+            let sc = unpack_scales(&bx.scales);
+            let sc32: [int32x4_t; 4] = std::array::from_fn(|k| vld1q_s32(sc.as_ptr().add(4 * k)));
+            sum += by.d * f16(bx.d) * scaled_sum(&p, &sc32) as f32;
+        }
+        sum
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpu::quants::{q8_k, testutil::*};
     use crate::ggml_types::GgmlType;
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
+    /// checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        assert_eq!(vec_dot_fn() as usize, want as usize, "Q3_K: not the expected NEON kernel");
+        for dot in [neon::vec_dot, vec_dot_fn()] {
+            check_vec_dot(GgmlType::Q3_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+            check_vec_dot_extremes(GgmlType::Q3_K, to_f32, &[108], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+        }
+    }
 
     #[test]
     fn scale_packing_round_trips() {

@@ -140,6 +140,35 @@ pub(super) mod avx2 {
     }
 }
 
+/// AVX-512 tiles: see `quants/avx512.rs`. Same results as `avx2::vec_dot` to the bit.
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512 {
+    use super::*;
+    use crate::cpu::quants::avx512::{codes_tiles, CodesBlock};
+    use std::arch::x86_64::*;
+
+    impl CodesBlock for BlockQ4_0 {
+        const OFFSET: i8 = 8;
+        const EVEN_ODD: bool = false;
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn setup() -> __m256i {
+            _mm256_setzero_si256()
+        }
+        #[inline]
+        unsafe fn d(&self) -> u16 {
+            self.d
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn codes(&self, _: __m256i) -> __m256i {
+            crate::cpu::quants::x86::nibbles(self.qs.as_ptr())
+        }
+    }
+
+    codes_tiles!(BlockQ4_0);
+}
+
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::*;
@@ -179,6 +208,37 @@ mod tests {
     use super::*;
     use crate::cpu::quants::{q8_0, testutil::*};
     use crate::ggml_types::GgmlType;
+
+    /// The tiles beyond AVX2, of every shape used (and others), equal the AVX2 dot to the bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_tiles_equal_avx2_dot() {
+        use crate::cpu::types::{DotTile, Tile};
+        let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
+        let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
+        let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
+        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
+        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
+        check_avx512_tiles(GgmlType::Q4_0, from_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
+    }
+
+    /// The generic 256-bit VNNI tile with the AVX2 integer dot in place of `vpdpbusd` (valid
+    /// for Q4_0, whose codes are at most 15): checks its structure on any AVX2 machine.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn tile_codes256_on_avx2() {
+        use crate::cpu::quants::avx512::{tile_codes256, Maddubs};
+        use crate::cpu::types::{DotTile, Tile};
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn t<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+            tile_codes256::<BlockQ4_0, Maddubs, R, C>(n, x, xs, y, ys, out, os)
+        }
+        if !crate::cpu::quants::use_avx2() {
+            return;
+        }
+        let tile = |rows, cols, dot: DotTile| Some(Tile { rows, cols, dot });
+        check_tiles(GgmlType::Q4_0, from_f32, GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &[tile(2, 4, t::<2, 4>), tile(4, 1, t::<4, 1>), tile(3, 2, t::<3, 2>)]);
+    }
 
     #[test]
     fn round_trip() {

@@ -120,6 +120,13 @@ pub(super) mod avx2 {
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        tile_with::<crate::cpu::quants::avx512::Maddubs, R, C>(n, x, xs, y, ys, out, os)
+    }
+
+    /// `tile` with the integer dot of the codes (unsigned 0..15, so any variant takes them as
+    /// they are) done by `D`: AVX2 here, 256-bit VNNI in `avx512::tile_vnni256`/`tile_avxvnni`.
+    #[inline(always)]
+    pub(in crate::cpu::quants) unsafe fn tile_with<D: crate::cpu::quants::avx512::Dpbusd256, const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
         const { assert!(C <= 4) };
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         // Lane 2c+1 of summs[r] sums row r's min terms with column c (even lanes unused).
@@ -142,7 +149,7 @@ pub(super) mod avx2 {
                 summs[r] = _mm256_add_ps(summs[r], prod);
                 let q = nibbles(bx.qs.as_ptr());
                 for c in 0..C {
-                    let p = dot_u8_i8(q, _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i));
+                    let p = D::dpbusd(_mm256_setzero_si256(), q, _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i));
                     let scale = _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(2 * c as i32));
                     acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[r][c]);
                 }
@@ -155,6 +162,110 @@ pub(super) mod avx2 {
                 *(out.add(r * 4 + c * os) as *mut f32) = hsum_f32(acc[r][c]) + s[2 * c + 1];
             }
         }
+    }
+}
+
+/// AVX-512 tiles (see `quants/avx512.rs`): same results as `avx2::vec_dot` to the bit. Codes
+/// are unsigned 0..15, so every variant multiplies them as they are.
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512 {
+    use super::*;
+    use crate::cpu::quants::avx512::*;
+    use crate::cpu::simd::x86::hsum;
+    use std::arch::x86_64::*;
+
+    #[inline(always)]
+    unsafe fn tile<D: Dpbusd, const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        const { assert!((C % 2 == 0 && C <= 4 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
+        let zero = _mm512_setzero_si512();
+        let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const BlockQ4_1).add(i);
+        let by = |c: usize, i: usize| &*(y.add(c * ys) as *const BlockQ8_1).add(i);
+        let word = |p: *const u16| (p as *const u32).read_unaligned();
+        let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        if C == 1 {
+            // acc[q][0] holds rows 2q and 2q + 1; lane 2r + 1 of summs sums row r's min terms.
+            let mut summs = _mm512_setzero_ps();
+            for i in 0..n / QK {
+                let b = by(0, i);
+                let yv = join(load(b.qs.as_ptr()), load(b.qs.as_ptr()));
+                // [dy, sy] in every lane pair.
+                let yds = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_set1_epi32(word(&b.d) as i32)));
+                // [dx·dy, mx·sy] of each row: the products vec_dot forms.
+                let prod = _mm512_mul_ps(f16_pairs::<R>(|r| word(&bx(r, i).d)), yds);
+                summs = _mm512_add_ps(summs, prod);
+                for q in 0..R / 2 {
+                    let (b0, b1) = (bx(2 * q, i), bx(2 * q + 1, i));
+                    // One column streams the matrix once: fetch the next tile's rows meanwhile.
+                    _mm_prefetch::<_MM_HINT_T0>((b0 as *const BlockQ4_1 as *const i8).add(R * xs));
+                    _mm_prefetch::<_MM_HINT_T0>((b1 as *const BlockQ4_1 as *const i8).add(R * xs));
+                    let p = D::dpbusd(zero, join(nibbles(b0.qs.as_ptr()), nibbles(b1.qs.as_ptr())), yv);
+                    acc[q][0] = _mm512_fmadd_ps(lane_pair(prod, 4 * q, 4 * q + 2), _mm512_cvtepi32_ps(p), acc[q][0]);
+                }
+            }
+            let mut s = [0f32; 16];
+            _mm512_storeu_ps(s.as_mut_ptr(), summs);
+            for q in 0..R / 2 {
+                let (a, b) = hsum_halves(acc[q][0]);
+                *(out.add(2 * q * 4) as *mut f32) = a + s[4 * q + 1];
+                *(out.add((2 * q + 1) * 4) as *mut f32) = b + s[4 * q + 3];
+            }
+        } else {
+            // acc[r][p] holds columns 2p and 2p + 1 of row r; lane 2c + 1 of summs[r] sums row
+            // r's min terms with column c.
+            let mut summs = [_mm256_setzero_ps(); R];
+            for i in 0..n / QK {
+                // [dy0, sy0, dy1, sy1, ..]
+                let ydv = _mm512_castps512_ps256(f16_pairs::<C>(|c| word(&by(c, i).d)));
+                let mut yv = [zero; C];
+                for p in 0..C / 2 {
+                    yv[p] = join(load(by(2 * p, i).qs.as_ptr()), load(by(2 * p + 1, i).qs.as_ptr()));
+                }
+                for r in 0..R {
+                    let b = bx(r, i);
+                    let xdm = _mm_cvtph_ps(_mm_set1_epi32(word(&b.d) as i32));
+                    // [dx·dy0, mx·sy0, dx·dy1, mx·sy1, ..]: the products vec_dot forms.
+                    let prod = _mm256_mul_ps(_mm256_set_m128(xdm, xdm), ydv);
+                    summs[r] = _mm256_add_ps(summs[r], prod);
+                    let q = nibbles(b.qs.as_ptr());
+                    let u = join(q, q);
+                    let prodz = _mm512_castps256_ps512(prod);
+                    for p in 0..C / 2 {
+                        let pi = D::dpbusd(zero, u, yv[p]);
+                        acc[r][p] = _mm512_fmadd_ps(lane_pair(prodz, 4 * p, 4 * p + 2), _mm512_cvtepi32_ps(pi), acc[r][p]);
+                    }
+                }
+            }
+            for r in 0..R {
+                let mut s = [0f32; 8];
+                _mm256_storeu_ps(s.as_mut_ptr(), summs[r]);
+                for p in 0..C / 2 {
+                    let (lo, hi) = crate::cpu::simd::x86::halves(acc[r][p]);
+                    *(out.add(r * 4 + 2 * p * os) as *mut f32) = hsum(lo) + s[4 * p + 1];
+                    *(out.add(r * 4 + (2 * p + 1) * os) as *mut f32) = hsum(hi) + s[4 * p + 3];
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn tile_vnni<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        tile::<Vnni, R, C>(n, x, xs, y, ys, out, os)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn tile_bw<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        tile::<Bw, R, C>(n, x, xs, y, ys, out, os)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn tile_vnni256<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        super::avx2::tile_with::<VnniVl, R, C>(n, x, xs, y, ys, out, os)
+    }
+
+    #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
+    pub unsafe fn tile_avxvnni<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        super::avx2::tile_with::<AvxVnni, R, C>(n, x, xs, y, ys, out, os)
     }
 }
 
@@ -209,6 +320,19 @@ mod tests {
     use super::*;
     use crate::cpu::quants::{q8_1, testutil::*};
     use crate::ggml_types::GgmlType;
+
+    /// The tiles beyond AVX2, of every shape used (and others), equal the AVX2 dot to the bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_tiles_equal_avx2_dot() {
+        use crate::cpu::types::{DotTile, Tile};
+        let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
+        let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
+        let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
+        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
+        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
+        check_avx512_tiles(GgmlType::Q4_1, from_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
+    }
 
     #[test]
     fn round_trip() {

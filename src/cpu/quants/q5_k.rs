@@ -90,6 +90,10 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::use_neon() {
+        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+    }
     let _ = use_avx2;
     vec_dot_ref
 }
@@ -149,11 +153,80 @@ mod avx2 {
     }
 }
 
+/// Q4_K's NEON kernel with the fifth bits ORed into the codes (0..31, still i8).
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::*;
+    use crate::cpu::quants::q4_k::unpack_scales_u64;
+    use std::arch::aarch64::*;
+
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ5K, y as *const BlockQ8K);
+        let (m4, bit4) = (vdupq_n_u8(0x0f), vdupq_n_u8(0x10));
+        let mut sum = 0f32;
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            let dd = f16x4((bx as *const BlockQ5K as *const u32).read_unaligned() as u64);
+            let (sc, mn) = unpack_scales_u64(&bx.scales);
+            // Mins meet the activations only through their sums per 32 (pairs of bsums).
+            let bs = vpaddq_s16(vld1q_s16(by.bsums.as_ptr()), vld1q_s16(by.bsums.as_ptr().add(8)));
+            let mn16 = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
+            let summ = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn16), vget_low_s16(bs)), mn16, bs));
+            // One i32x4 per sub-block: chunk c of 32 code bytes holds sub-block 2c in its low
+            // nibbles and 2c + 1 in its high ones; their fifth bits are bits 2c and 2c + 1 of qh.
+            let qh = [vld1q_u8(bx.qh.as_ptr()), vld1q_u8(bx.qh.as_ptr().add(16))];
+            let mut p = [vdupq_n_s32(0); 8];
+            for c in 0..4 {
+                let (qx, qy) = (bx.qs.as_ptr().add(32 * c), by.qs.as_ptr().add(64 * c));
+                // Shifts that move bit 2c (2c + 1) to bit 4 (negative: right).
+                let (sl, sh) = (vdupq_n_s8(4 - 2 * c as i8), vdupq_n_s8(3 - 2 * c as i8));
+                for h in 0..2 {
+                    let q = vld1q_u8(qx.add(16 * h));
+                    let lo = vorrq_u8(vandq_u8(q, m4), vandq_u8(vshlq_u8(qh[h], sl), bit4));
+                    let hi = vorrq_u8(vshrq_n_u8::<4>(q), vandq_u8(vshlq_u8(qh[h], sh), bit4));
+                    p[2 * c] = D::dot(p[2 * c], vreinterpretq_s8_u8(lo), vld1q_s8(qy.add(16 * h)));
+                    p[2 * c + 1] = D::dot(p[2 * c + 1], vreinterpretq_s8_u8(hi), vld1q_s8(qy.add(32 + 16 * h)));
+                }
+            }
+            let sc16 = vmovl_u8(vcreate_u8(sc));
+            let sc32 = [vmovl_u16(vget_low_u16(sc16)), vmovl_high_u16(sc16)].map(|v| vreinterpretq_s32_u32(v));
+            let sumi = scaled_sum(&p, &sc32);
+            sum += by.d * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
+        }
+        sum
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpu::quants::{q8_k, testutil::*};
     use crate::ggml_types::GgmlType;
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
+    /// checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        assert_eq!(vec_dot_fn() as usize, want as usize, "Q5_K: not the expected NEON kernel");
+        for dot in [neon::vec_dot, vec_dot_fn()] {
+            check_vec_dot(GgmlType::Q5_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+            check_vec_dot_extremes(GgmlType::Q5_K, to_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+        }
+    }
 
     #[test]
     fn round_trip() {

@@ -103,6 +103,10 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
 
 pub fn vec_dot_fn() -> VecDot {
     #[cfg(target_arch = "x86_64")]
+    if super::use_avx512() {
+        return avx512::vec_dot;
+    }
+    #[cfg(target_arch = "x86_64")]
     if use_avx2() {
         return avx2::vec_dot;
     }
@@ -115,7 +119,7 @@ pub fn vec_dot_fn() -> VecDot {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::*;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
@@ -155,6 +159,59 @@ mod avx2 {
             }
             // Codes are used unsigned (0..63); the -32 comes back through the per-16 sums,
             // subtracted in integers before the one conversion, as ggml-cpu does (bit-exact).
+            let bsums = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
+            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc, bsums), 5));
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        }
+        hsum_f32(acc)
+    }
+}
+
+/// AVX-512: the AVX2 kernel with two of its 32-byte code vectors per instruction (k = 0, 1 and
+/// k = 2, 3 of each half, over 64 contiguous code and activation bytes); the halves are added
+/// before the one conversion per super-block, so the i32 lanes, and with them the result, are
+/// the AVX2 kernel's to the bit.
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512 {
+    use super::*;
+    use crate::cpu::quants::avx512::join;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockQ6K, y as *const BlockQ8K);
+        let m4 = _mm512_set1_epi8(0x0f);
+        let m30 = _mm512_set1_epi8(0x30);
+        // qh's 16-bit shifts: left by 4 | 2 for k = 0 | 1, right by 0 | 2 for k = 2 | 3.
+        let shl = join(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
+        let shr = join(_mm256_setzero_si256(), _mm256_set1_epi16(2));
+        let pairs = scale_pairs();
+        let tabs = [join(pairs[0], pairs[1]), join(pairs[2], pairs[3])];
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            let dv = f16_pair((bx.scales.as_ptr().add(14) as *const u32).read_unaligned());
+            let d = _mm256_set1_ps(by.d * _mm_cvtss_f32(_mm_movehdup_ps(dv)));
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr() as *const __m128i));
+            let mut sumi = _mm512_setzero_si512();
+            for h in 0..2 {
+                let ql = _mm512_loadu_si512(bx.ql.as_ptr().add(64 * h) as *const _);
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(bx.qh.as_ptr().add(32 * h) as *const __m256i));
+                // 16-bit shifts leak bits across bytes; the 0x30 mask drops exactly those.
+                let q = [
+                    _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30)),
+                ];
+                // The 8 scales of this half, as i16, in every 128-bit lane.
+                let sh = _mm512_broadcast_i32x4(if h == 0 { _mm256_castsi256_si128(sc) } else { _mm256_extracti128_si256::<1>(sc) });
+                for k in 0..2 {
+                    let yk = _mm512_loadu_si512(by.qs.as_ptr().add(128 * h + 64 * k) as *const _);
+                    let s = _mm512_shuffle_epi8(sh, tabs[k]);
+                    sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q[k], yk), s));
+                }
+            }
+            let mut sumi = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64::<1>(sumi));
             let bsums = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
             sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc, bsums), 5));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
@@ -220,6 +277,13 @@ mod tests {
     use super::*;
     use crate::cpu::quants::{q8_k, testutil::*};
     use crate::ggml_types::GgmlType;
+
+    /// The AVX-512 dot equals the AVX2 one to the bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_dot_equals_avx2() {
+        check_same_dot(GgmlType::Q6_K, from_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, avx512::vec_dot, avx2::vec_dot);
+    }
 
     #[test]
     fn round_trip() {
