@@ -40,19 +40,28 @@ template <typename KT> RF_DEVICE float fas_dot(const float* qs, const char* kr, 
     for (int c = 0; c < DK; c++) s += qs[c] * load_w<KT>(kr, c);
     return s;
 }
+// Eight f16 key values (one 16-byte load) against eight q values.
+RF_DEVICE float fas_dot8_f16(const float* qs, const fas_u4* k4, int b) {
+    const fas_u4 w = k4[b];
+    const fas_f4 qa = ((const fas_f4*)qs)[2 * b], qb = ((const fas_f4*)qs)[2 * b + 1];
+    float s = qa.x * rf_f16_to_f32((f16_bits)(w.x & 0xffff)) + qa.y * rf_f16_to_f32((f16_bits)(w.x >> 16));
+    s += qa.z * rf_f16_to_f32((f16_bits)(w.y & 0xffff)) + qa.w * rf_f16_to_f32((f16_bits)(w.y >> 16));
+    s += qb.x * rf_f16_to_f32((f16_bits)(w.z & 0xffff)) + qb.y * rf_f16_to_f32((f16_bits)(w.z >> 16));
+    s += qb.z * rf_f16_to_f32((f16_bits)(w.w & 0xffff)) + qb.w * rf_f16_to_f32((f16_bits)(w.w >> 16));
+    return s;
+}
 template <> RF_DEVICE_SPEC float fas_dot<w_f16>(const float* qs, const char* kr, int DK) {
     float s = 0.0f;
     if (DK % 8 == 0 && ((unsigned long long)kr & 15) == 0) {
         const fas_u4* k4 = (const fas_u4*)kr;
-#pragma unroll 4
-        for (int b = 0; b < DK / 8; b++) {
-            const fas_u4 w = k4[b];
-            const fas_f4 qa = ((const fas_f4*)qs)[2 * b], qb = ((const fas_f4*)qs)[2 * b + 1];
-            s += qa.x * rf_f16_to_f32((f16_bits)(w.x & 0xffff)) + qa.y * rf_f16_to_f32((f16_bits)(w.x >> 16));
-            s += qa.z * rf_f16_to_f32((f16_bits)(w.y & 0xffff)) + qa.w * rf_f16_to_f32((f16_bits)(w.y >> 16));
-            s += qb.x * rf_f16_to_f32((f16_bits)(w.z & 0xffff)) + qb.y * rf_f16_to_f32((f16_bits)(w.z >> 16));
-            s += qb.z * rf_f16_to_f32((f16_bits)(w.w & 0xffff)) + qb.w * rf_f16_to_f32((f16_bits)(w.w >> 16));
+        if (DK == 64) {
+            // The common head size: every load in flight at once.
+#pragma unroll
+            for (int b = 0; b < 8; b++) s += fas_dot8_f16(qs, k4, b);
+            return s;
         }
+#pragma unroll 4
+        for (int b = 0; b < DK / 8; b++) s += fas_dot8_f16(qs, k4, b);
         return s;
     }
     for (int c = 0; c < DK; c++) s += qs[c] * load_w<w_f16>(kr, c);
@@ -88,6 +97,7 @@ template <> RF_DEVICE_SPEC float fas_dot<w_q8_0>(const float* qs, const char* kr
 
 // Merges the block's warps' (max, sum, acc) in shared memory. Warp 0 returns the merged
 // values in m, s and acc (other warps' results are meaningless).
+template <int NJ>
 RF_DEVICE void fas_merge_warps(float& m, float& s, float* acc, float* sm, float* ss, float (*sacc)[FAS_MAX_D]) {
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     const int nwarps = blockDim.x / RF_WARP_SIZE;
@@ -97,26 +107,26 @@ RF_DEVICE void fas_merge_warps(float& m, float& s, float* acc, float* sm, float*
         ss[warp] = s;
     }
 #pragma unroll
-    for (int j = 0; j < FAS_PER_LANE; j++) sacc[warp][lane + j * RF_WARP_SIZE] = acc[j];
+    for (int j = 0; j < NJ; j++) sacc[warp][lane + j * RF_WARP_SIZE] = acc[j];
     __syncthreads();
     if (warp != 0) return;
     float m_all = rf_neg_inf();
     for (int w = 0; w < nwarps; w++) m_all = fmaxf(m_all, sm[w]);
     float total = 0.0f;
 #pragma unroll
-    for (int j = 0; j < FAS_PER_LANE; j++) acc[j] = 0.0f;
+    for (int j = 0; j < NJ; j++) acc[j] = 0.0f;
     for (int w = 0; w < nwarps; w++) {
         if (sm[w] == rf_neg_inf()) continue;  // this warp saw no visible key
         const float f = expf(sm[w] - m_all);
         total += ss[w] * f;
 #pragma unroll
-        for (int j = 0; j < FAS_PER_LANE; j++) acc[j] += sacc[w][lane + j * RF_WARP_SIZE] * f;
+        for (int j = 0; j < NJ; j++) acc[j] += sacc[w][lane + j * RF_WARP_SIZE] * f;
     }
     m = m_all;
     s = total;
 }
 
-template <typename KT, typename VT>
+template <typename KT, typename VT, int NJ>
 RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, const char* mask, float* part, i64 DK,
                                 i64 DV, i64 n_q, i64 n_head, i64 n_kv, i64 split_keys, i64 rk2, i64 rv2, i64 nbq1,
                                 i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3,
@@ -158,9 +168,9 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
     const f16_bits* mrow = mask ? (const f16_bits*)(mask + iq1 * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3) : 0;
     const i64 ic0 = split * split_keys;
     const i64 ic1 = ic0 + split_keys < n_kv ? ic0 + split_keys : n_kv;
-    float m_max = rf_neg_inf(), s_sum = 0.0f, acc[FAS_PER_LANE];
+    float m_max = rf_neg_inf(), s_sum = 0.0f, acc[NJ];
 #pragma unroll
-    for (int j = 0; j < FAS_PER_LANE; j++) acc[j] = 0.0f;
+    for (int j = 0; j < NJ; j++) acc[j] = 0.0f;
     for (i64 base = ic0 + (i64)warp * RF_WARP_SIZE; base < ic1; base += (i64)nwarps * RF_WARP_SIZE) {
         // Scores: one key per lane.
         const i64 ic = base + lane;
@@ -181,29 +191,28 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
         m_max = m_new;
         s_sum = s_sum * ms + rf_warp_sum(p);
 #pragma unroll
-        for (int j = 0; j < FAS_PER_LANE; j++) acc[j] *= ms;
-        // Values: lanes across the channels, the chunk's keys in turn. Keys past the end
-        // are read at the last key (in bounds) and, like masked keys, add nothing.
+        for (int j = 0; j < NJ; j++) acc[j] *= ms;
+        // Values: lanes across the channels, the chunk's keys in turn. Loads are never
+        // skipped (so they can all be in flight): keys past the end are read at the last key
+        // and channels past DV at the last channel, and like masked keys add nothing.
         const int nk = (int)(ic1 - base < RF_WARP_SIZE ? ic1 - base : RF_WARP_SIZE);
-#pragma unroll 8
+#pragma unroll
         for (int kk = 0; kk < RF_WARP_SIZE; kk++) {
             const float pk = fas_shfl(p, kk);
             const char* vr = vb + (base + (kk < nk ? kk : nk - 1)) * nbv1;
 #pragma unroll
-            for (int j = 0; j < FAS_PER_LANE; j++) {
-                const i64 c = lane + (i64)j * RF_WARP_SIZE;
-                if (c < DV) {
-                    const float x = load_w<VT>(vr, c);
-                    acc[j] = pk != 0.0f ? fmaf(pk, x, acc[j]) : acc[j];
-                }
+            for (int j = 0; j < NJ; j++) {
+                const int c = lane + j * RF_WARP_SIZE;
+                const float x = load_w<VT>(vr, c < DV ? c : (int)DV - 1);
+                acc[j] = pk != 0.0f ? fmaf(pk, x, acc[j]) : acc[j];
             }
         }
     }
-    fas_merge_warps(m_max, s_sum, acc, sm, ss, sacc);
+    fas_merge_warps<NJ>(m_max, s_sum, acc, sm, ss, sacc);
     if (warp != 0) return;
     float* out = part + (r * n_split + split) * (DV + 2);
 #pragma unroll
-    for (int j = 0; j < FAS_PER_LANE; j++) {
+    for (int j = 0; j < NJ; j++) {
         const i64 c = lane + (i64)j * RF_WARP_SIZE;
         if (c < DV) out[c] = acc[j];
     }
@@ -222,9 +231,17 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
     q, k, v, mask, part, DK, DV, n_q, n_head, n_kv, split_keys, rk2, rv2, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, \
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, scale, softcap, max_bias, m0, m1, n_head_log2, round_q
 
-RF_KERNEL void flash_attn_split_f16_f16(FAS_ARGS) { flash_attn_split<w_f16, w_f16>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_f32_f32(FAS_ARGS) { flash_attn_split<w_f32, w_f32>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_q8_0_q8_0(FAS_ARGS) { flash_attn_split<w_q8_0, w_q8_0>(FAS_PASS); }
+// _dN: head sizes up to N (values per lane fixed at compile time).
+#define FAS_NJ(N) ((N) / RF_WARP_SIZE > 0 ? (N) / RF_WARP_SIZE : 1)
+RF_KERNEL void flash_attn_split_f16_f16_d64(FAS_ARGS) { flash_attn_split<w_f16, w_f16, FAS_NJ(64)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f16_f16_d128(FAS_ARGS) { flash_attn_split<w_f16, w_f16, FAS_NJ(128)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f16_f16_d256(FAS_ARGS) { flash_attn_split<w_f16, w_f16, FAS_NJ(256)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f32_f32_d64(FAS_ARGS) { flash_attn_split<w_f32, w_f32, FAS_NJ(64)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f32_f32_d128(FAS_ARGS) { flash_attn_split<w_f32, w_f32, FAS_NJ(128)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f32_f32_d256(FAS_ARGS) { flash_attn_split<w_f32, w_f32, FAS_NJ(256)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_q8_0_q8_0_d64(FAS_ARGS) { flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(64)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_q8_0_q8_0_d128(FAS_ARGS) { flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(128)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_q8_0_q8_0_d256(FAS_ARGS) { flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(256)>(FAS_PASS); }
 
 // One block per row: its warps take the row's partials in turn (online merge), then the
 // warps are merged, the sink (one more logit per head, with no value row) added and the
@@ -254,7 +271,7 @@ RF_KERNEL void flash_attn_split_combine(const float* part, const float* sinks, c
         }
         m = m_new;
     }
-    fas_merge_warps(m, s, acc, sm, ss, sacc);
+    fas_merge_warps<FAS_PER_LANE>(m, s, acc, sm, ss, sacc);
     if (warp != 0) return;
     float total = s;
     if (sinks) {

@@ -1235,10 +1235,16 @@ fn fa_f16_acc_enabled() -> bool {
     *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_F16_ACC").is_ok_and(|v| v == "1"))
 }
 
-/// `ROCMFORGE_GPU_FA_SPLIT=0` keeps few-row attention on the row-per-block kernel (A/B runs).
-fn fa_split_enabled() -> bool {
-    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_SPLIT").map_or(true, |v| v != "0"))
+/// Split-KV for few query rows: 1 (default) the row kernel (flash_attn.hip) with each row's
+/// keys split over blocks, 2 the key-per-lane kernel (flash_attn_split.hip), 0 no split
+/// (`ROCMFORGE_GPU_FA_SPLIT`, for A/B runs).
+fn fa_split_mode() -> u8 {
+    static V: once_cell::sync::OnceCell<u8> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| match std::env::var("ROCMFORGE_GPU_FA_SPLIT").as_deref() {
+        Ok("0") => 0,
+        Ok("2") => 2,
+        _ => 1,
+    })
 }
 
 /// Whether this node takes ggml-cpu's f16 V accumulator (opt-in, see launch_flash_attn):
@@ -1286,10 +1292,19 @@ fn fa_part_floats(node: &Tensor) -> usize {
 fn fa_split_max_parts(node: &Tensor) -> Option<usize> {
     let q = node.src(0)?;
     let rows = q.ne()[1] * q.ne()[2] * q.ne()[3];
-    if !fa_split_enabled() || fa_tiled(node) || fa_f16_acc(node) || rows == 0 || rows * 2 > FA_SPLIT_MAX_PARTS {
+    if fa_split_mode() == 0 || fa_tiled(node) || fa_f16_acc(node) || rows == 0 || rows * 2 > FA_SPLIT_MAX_PARTS {
         return None;
     }
     Some((rows * FA_MAX_SPLITS).min(FA_SPLIT_MAX_PARTS))
+}
+
+/// How the row kernel splits `n_kv` keys of each of `rows` rows (split-KV mode 1): (splits,
+/// keys per split). About two blocks per compute unit, at least 64 keys (8 per warp) a split.
+fn fa_row_split_plan(rows: usize, n_kv: usize, compute_units: usize, max_parts: usize) -> (usize, usize) {
+    let max_splits = FA_MAX_SPLITS.min(max_parts / rows).max(1);
+    let splits = (2 * compute_units.max(1)).div_ceil(rows).min(n_kv.div_ceil(64)).clamp(1, max_splits);
+    let split_keys = n_kv.div_ceil(splits).max(1);
+    (n_kv.div_ceil(split_keys).max(1), split_keys)
 }
 
 /// How the split-KV kernel divides `n_kv` keys of each of `rows` rows: (splits, keys per
@@ -1341,55 +1356,6 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         GgmlType::Q8_0 => ("flash_attn_q8_0_q8_0", 2),
         _ => ("flash_attn_f32_f32", 0),
     };
-    let rows = qne[1] * qne[2] * qne[3];
-    if let Some(max_parts) = fa_split_max_parts(node).filter(|_| lc.scratch != 0) {
-        // Few query rows (generation): each row's keys split over several blocks writing
-        // partial softmaxes into the scratch, then merged into dst.
-        let warp = lc.warp_size as usize;
-        let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
-        let (splits, split_keys, warps) = fa_split_plan(rows, kne[1], warp, cu, max_parts);
-        let kernel = format!("flash_attn_split_{}", &kernel["flash_attn_".len()..]);
-        let part = lc.scratch as usize as *const u8;
-        let args = Args::default()
-            .ptr(q.data())
-            .ptr(k.data())
-            .ptr(v.data())
-            .opt_ptr(mask)
-            .ptr(part)
-            .i64(qne[0])
-            .i64(vne[0])
-            .i64(qne[1])
-            .i64(n_head)
-            .i64(kne[1])
-            .i64(split_keys)
-            .i64(n_head / kne[2])
-            .i64(n_head / vne[2])
-            .i64s(&q.nb()[1..])
-            .i64s(&k.nb()[1..])
-            .i64s(&v.nb()[1..])
-            .i64(mne[2])
-            .i64(mne[3])
-            .i64s(&nbm[1..])
-            .f32(scale)
-            .f32(softcap)
-            .f32(max_bias)
-            .f32(m0)
-            .f32(m1)
-            .i32(n_head_log2 as i32)
-            .i32(round_q);
-        lc.run(&kernel, [rows, splits, 1], (warps * warp) as u32, args)?;
-        let args = Args::default()
-            .ptr(part)
-            .opt_ptr(sinks)
-            .ptr(node.data())
-            .i64(vne[0])
-            .i64(qne[1])
-            .i64(n_head)
-            .i64(splits)
-            .i64(node.nb()[1]);
-        let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
-        return lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * warp) as u32, args);
-    }
     let args = Args::default()
         .ptr(q.data())
         .ptr(k.data())
@@ -1419,6 +1385,70 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .f32(m1)
         .i32(n_head_log2 as i32)
         .i32(round_q);
+    let rows = qne[1] * qne[2] * qne[3];
+    if let Some(max_parts) = fa_split_max_parts(node).filter(|_| lc.scratch != 0) {
+        // Few query rows (generation): each row's keys split over several blocks writing
+        // partial softmaxes into the scratch, then merged into dst.
+        let warp = lc.warp_size as usize;
+        let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
+        let part = lc.scratch as usize as *const u8;
+        let combine = |splits: usize| {
+            let args = Args::default()
+                .ptr(part)
+                .opt_ptr(sinks)
+                .ptr(node.data())
+                .i64(vne[0])
+                .i64(qne[1])
+                .i64(n_head)
+                .i64(splits)
+                .i64(node.nb()[1]);
+            let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
+            lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * warp) as u32, args)
+        };
+        if fa_split_mode() == 1 {
+            let (splits, split_keys) = fa_row_split_plan(rows, kne[1], cu, max_parts);
+            if splits > 1 {
+                let args = args.i32(0).ptr(part).i64(split_keys);
+                lc.run(kernel, [rows, splits, 1], (FA_WARPS * warp) as u32, args)?;
+                return combine(splits);
+            }
+            let args = args.i32(0).ptr(std::ptr::null()).i64(kne[1]);
+            return lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args);
+        }
+        let (splits, split_keys, warps) = fa_split_plan(rows, kne[1], warp, cu, max_parts);
+        let head = qne[0].max(vne[0]);
+        let bucket = if head <= 64 { 64 } else if head <= 128 { 128 } else { 256 };
+        let kernel = format!("flash_attn_split_{}_d{bucket}", &kernel["flash_attn_".len()..]);
+        let args = Args::default()
+            .ptr(q.data())
+            .ptr(k.data())
+            .ptr(v.data())
+            .opt_ptr(mask)
+            .ptr(part)
+            .i64(qne[0])
+            .i64(vne[0])
+            .i64(qne[1])
+            .i64(n_head)
+            .i64(kne[1])
+            .i64(split_keys)
+            .i64(n_head / kne[2])
+            .i64(n_head / vne[2])
+            .i64s(&q.nb()[1..])
+            .i64s(&k.nb()[1..])
+            .i64s(&v.nb()[1..])
+            .i64(mne[2])
+            .i64(mne[3])
+            .i64s(&nbm[1..])
+            .f32(scale)
+            .f32(softcap)
+            .f32(max_bias)
+            .f32(m0)
+            .f32(m1)
+            .i32(n_head_log2 as i32)
+            .i32(round_q);
+        lc.run(&kernel, [rows, splits, 1], (warps * warp) as u32, args)?;
+        return combine(splits);
+    }
     let head = qne[0].max(vne[0]);
     if fa_tiled(node) {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
@@ -1428,7 +1458,7 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
         return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
     }
-    let args = args.i32(f16_acc as i32);
+    let args = args.i32(f16_acc as i32).ptr(std::ptr::null()).i64(kne[1]);
     let warp = lc.warp_size as usize;
     let warps = if f16_acc { 1 } else { FA_WARPS };
     lc.run(kernel, [rows, 1, 1], (warps * warp) as u32, args)
