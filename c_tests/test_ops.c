@@ -302,7 +302,8 @@ static struct ggml_tensor * b_set_rows(struct ggml_context * ctx, const struct p
 }
 
 // q F32 [D, n_q, n_head, 1]; k/v t0 [D, n_kv, n_head_kv, 1]; i[0] D, i[1] n_q, i[2] n_head,
-// i[3] n_head_kv, i[4] n_kv, i[5] mask, i[6] sinks; f[0] scale, f[1] max_bias, f[2] softcap.
+// i[3] n_head_kv, i[4] n_kv, i[5] mask (1 random, 2 causal, 3 a third filled), i[6] sinks;
+// f[0] scale, f[1] max_bias, f[2] softcap.
 static struct ggml_tensor * b_flash_attn(struct ggml_context * ctx, const struct params * p) {
     const int D = p->i[0], nq = p->i[1], nh = p->i[2], nhkv = p->i[3], nkv = p->i[4];
     struct ggml_tensor * q = in4(ctx, GGML_TYPE_F32, D, nq, nh, 1);
@@ -310,6 +311,7 @@ static struct ggml_tensor * b_flash_attn(struct ggml_context * ctx, const struct
     struct ggml_tensor * v = in4(ctx, p->t0, D, nkv, nhkv, 1);
     struct ggml_tensor * m = p->i[5] ? in_mask(ctx, GGML_TYPE_F16, nkv, nq, 1, 1) : NULL;
     if (p->i[5] == 2) ggml_set_name(m, "mask_causal");
+    if (p->i[5] == 3) ggml_set_name(m, "mask_pad");
     struct ggml_tensor * r = ggml_flash_attn_ext(ctx, q, k, v, m, p->f[0], p->f[1], p->f[2]);
     if (p->i[6]) ggml_flash_attn_ext_add_sinks(r, in4(ctx, GGML_TYPE_F32, nh, 1, 1, 1));
     return r;
@@ -457,15 +459,19 @@ static void fill_inputs(struct ggml_context * ctx, uint64_t case_seed) {
             }
             ggml_backend_tensor_set(t, v, 0, ggml_nbytes(t));
             free(v);
-        } else if (strcmp(name, "mask") == 0 || strcmp(name, "mask_causal") == 0) {
+        } else if (strcmp(name, "mask") == 0 || strcmp(name, "mask_causal") == 0 || strcmp(name, "mask_pad") == 0) {
             // mask_causal: query row i (of ne[1]) sees keys 0 .. i + ne[0] - ne[1], as a prompt does.
-            const int causal = strcmp(name, "mask_causal") == 0;
+            // mask_pad: row i sees keys 0 .. i + ne[0] / 3, as a cache filled to a third.
+            const int causal = strcmp(name, "mask_causal") == 0, pad = strcmp(name, "mask_pad") == 0;
             float * v = malloc(sizeof(float) * (size_t) n);
             uint64_t s = seed + 5;
             for (int64_t i = 0; i < n; i++) {
                 v[i] = rf_rand_uniform(&s, -1, 1);
                 const int64_t col = i % t->ne[0], row = (i / t->ne[0]) % t->ne[1];
-                if (causal ? col > row + t->ne[0] - t->ne[1] : col != 0 && rf_rand_u64(&s) % 5 == 0) v[i] = -INFINITY;
+                if (pad ? col > row + t->ne[0] / 3
+                        : causal ? col > row + t->ne[0] - t->ne[1] : col != 0 && rf_rand_u64(&s) % 5 == 0) {
+                    v[i] = -INFINITY;
+                }
             }
             if (t->type == GGML_TYPE_F16) {
                 ggml_fp16_t * h = malloc(sizeof(ggml_fp16_t) * (size_t) n);
@@ -991,6 +997,17 @@ static void cases_flash_attn(void) {
         { 64, 36, 8, 8, 40, 2, 0, 0.125f, 8.0f, 0.0f },  // ALiBi
         { 64, 32, 4, 2, 48, 2, 0, 0.02f, 0.0f, 30.0f },  // logit softcap
         { 256, 32, 2, 2, 40, 2, 0, 0.06f, 0.0f, 0.0f },  // head size over the tiled kernel's
+        // Generation (1..few query rows: the GPU's split-KV kernel), SmolLM2-like 9/3 heads.
+        { 64, 1, 9, 3, 1, 1, 1, 0.125f, 0.0f, 0.0f },    // a single key
+        { 64, 1, 9, 3, 7, 1, 0, 0.125f, 0.0f, 0.0f },
+        { 64, 1, 9, 3, 256, 1, 1, 0.125f, 0.0f, 0.0f },
+        { 64, 1, 9, 3, 700, 1, 0, 0.02f, 0.0f, 30.0f },  // logit softcap, partial last chunk
+        { 64, 1, 9, 3, 4096, 1, 1, 0.125f, 0.0f, 0.0f }, // long cache, many splits
+        { 64, 2, 9, 3, 4096, 2, 0, 0.125f, 0.0f, 0.0f }, // causal mask, two rows
+        { 64, 1, 9, 3, 4096, 3, 1, 0.125f, 0.0f, 0.0f }, // cache a third filled: whole splits masked
+        { 128, 3, 8, 2, 1000, 1, 1, 0.09f, 8.0f, 0.0f }, // ALiBi, sinks
+        { 80, 1, 4, 4, 333, 0, 0, 0.1f, 0.0f, 0.0f },    // head size 80 (narrow loads), no mask
+        { 256, 1, 2, 1, 600, 1, 0, 0.06f, 0.0f, 0.0f },  // largest head size
     };
     for (size_t k = 0; k < 3; k++) {
         for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {

@@ -9,7 +9,8 @@
 // (f16_acc: few queries and a short cache, see src/cpu/ops/flash_attn.rs) the block is one
 // warp taking the keys in order with ggml's f16 accumulator, so generation agrees with
 // ggml-cpu's. q is rounded as ggml-cpu rounds it for its K type (round_q:
-// 1 = to f16 for F16 K, 2 = to Q8_0 blocks for Q8_0 K).
+// 1 = to f16 for F16 K, 2 = to Q8_0 blocks for Q8_0 K). With `part` set, blocks (row, split)
+// each take a range of keys and write partial results (split-KV, see flash_attn_split.hip).
 #include "prelude.h"
 #include "quants.h"
 
@@ -21,7 +22,8 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
                           i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1,
                           i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2,
                           i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale, float softcap,
-                          float max_bias, float m0, float m1, int n_head_log2, int round_q, int f16_acc) {
+                          float max_bias, float m0, float m1, int n_head_log2, int round_q, int f16_acc,
+                          float* part, i64 split_keys) {
     __shared__ float part_m[FA_WARPS], part_s[FA_WARPS];
     __shared__ float part_acc[FA_WARPS][RF_WARP_SIZE * FA_MAX_PER_LANE];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
@@ -52,8 +54,12 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     const char* kb = k + (iq2 / rk2) * nbk2 + iq3 * nbk3;
     const char* vb = v + (iq2 / rv2) * nbv2 + iq3 * nbv3;
     const f16_bits* mrow = mask ? (const f16_bits*)(mask + iq1 * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3) : 0;
+    // Split-KV (part != 0): block y takes keys [y * split_keys, (y + 1) * split_keys) and
+    // writes a partial result for flash_attn_split_combine (flash_attn_split.hip).
+    const i64 ic0 = part ? (i64)blockIdx.y * split_keys : 0;
+    const i64 ic1 = part && ic0 + split_keys < n_kv ? ic0 + split_keys : n_kv;
     float m_max = rf_neg_inf(), s_sum = 0.0f;
-    for (i64 ic = warp; ic < n_kv; ic += nwarps) {
+    for (i64 ic = ic0 + warp; ic < ic1; ic += nwarps) {
         const float mv = mrow ? slope * rf_f16_to_f32(mrow[ic]) : 0.0f;
         if (mv == rf_neg_inf()) continue;
         const char* kr = kb + ic * nbk1;
@@ -106,6 +112,32 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     if (warp != 0) return;
     float m_all = rf_neg_inf();
     for (int w = 0; w < nwarps; w++) m_all = fmaxf(m_all, part_m[w]);
+    if (part) {
+        // Partial result: unnormalized outputs, maximum, sum of weights (the sink is added
+        // when the partials are merged).
+        float* pr = part + ((i64)blockIdx.x * gridDim.y + blockIdx.y) * (DV + 2);
+        float total = 0.0f;
+        float out_acc[FA_MAX_PER_LANE];
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) out_acc[j] = 0.0f;
+        for (int w = 0; w < nwarps; w++) {
+            if (part_m[w] == rf_neg_inf()) continue;
+            const float f = expf(part_m[w] - m_all);
+            total += part_s[w] * f;
+#pragma unroll
+            for (int j = 0; j < FA_MAX_PER_LANE; j++) out_acc[j] += part_acc[w][lane + j * RF_WARP_SIZE] * f;
+        }
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+            const i64 c = lane + (i64)j * RF_WARP_SIZE;
+            if (c < DV) pr[c] = out_acc[j];
+        }
+        if (lane == 0) {
+            pr[DV] = m_all;
+            pr[DV + 1] = total;
+        }
+        return;
+    }
     // Attention sinks: one more logit per head with no value row.
     const float sink = sinks ? sinks[iq2] : rf_neg_inf();
     m_all = fmaxf(m_all, sink);
@@ -134,11 +166,11 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
         i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1,      \
         i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3,      \
         i64 nbd1, float scale, float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q, \
-        int f16_acc
+        int f16_acc, float *part, i64 split_keys
 #define FA_PASS                                                                                                \
     q, k, v, mask, sinks, d, DK, DV, n_q, n_head, n_seq, n_kv, rk2, rv2, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, \
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q, \
-        f16_acc
+        f16_acc, part, split_keys
 
 RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { flash_attn<w_f16, w_f16>(FA_PASS); }
 RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { flash_attn<w_f32, w_f32>(FA_PASS); }

@@ -252,6 +252,7 @@ impl Backend for GpuBackend {
             stream: self.stream,
             kernels,
             warp_size: ctx.info.warp_size,
+            compute_units: ctx.info.compute_units,
             scratch: self.scratch.0,
             q8: Default::default(),
             fuse: self.fuse,

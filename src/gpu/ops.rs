@@ -312,6 +312,8 @@ pub struct LaunchCtx<'a> {
     pub kernels: &'a super::kernels::Kernels,
     /// Threads of a warp / wavefront on this device.
     pub warp_size: u32,
+    /// Multiprocessors / compute units (0 where the runtime does not say).
+    pub compute_units: u32,
     /// Device scratch of at least `scratch_bytes` of every node of the graph.
     pub scratch: super::api::DevPtr,
     /// What the scratch holds from an earlier node of this graph (see `Q8Src`).
@@ -365,6 +367,9 @@ fn q8_region(n: usize) -> usize {
 /// rounded src1, or for the BLAS path the library's workspace and the f16 operands (whichever
 /// is larger: the BLAS may be missing).
 pub fn scratch_bytes(node: &Tensor) -> usize {
+    if node.op() == op::FLASH_ATTN_EXT {
+        return fa_split_max_parts(node).map_or(0, |parts| parts * fa_part_floats(node) * 4);
+    }
     if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
     }
@@ -1230,6 +1235,94 @@ fn fa_f16_acc_enabled() -> bool {
     *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_F16_ACC").is_ok_and(|v| v == "1"))
 }
 
+/// Split-KV for few query rows: 1 (default) the row kernel (flash_attn.hip) with each row's
+/// keys split over blocks, 2 the key-per-lane kernel (flash_attn_split.hip), 0 no split
+/// (`ROCMFORGE_GPU_FA_SPLIT`, for A/B runs).
+fn fa_split_mode() -> u8 {
+    static V: once_cell::sync::OnceCell<u8> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| match std::env::var("ROCMFORGE_GPU_FA_SPLIT").as_deref() {
+        Ok("0") => 0,
+        Ok("2") => 2,
+        _ => 1,
+    })
+}
+
+/// Whether this node takes ggml-cpu's f16 V accumulator (opt-in, see launch_flash_attn):
+/// ggml-cpu's row-by-row algorithm with F16 V, i.e. neither its single-query split over
+/// 512+ keys nor its tiling of 64+ queries (as src/cpu/ops/flash_attn.rs decides).
+fn fa_f16_acc(node: &Tensor) -> bool {
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (qne, kne) = (q.ne(), k.ne());
+    let kv_plain = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype();
+    let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain && kne[1] >= 512;
+    let ggml_tiled = kv_plain && qne[1] >= 64;
+    fa_f16_acc_enabled() && v.dtype() == GgmlType::F16 && !ggml_split_kv && !ggml_tiled
+}
+
+/// Whether the node goes to the tiled prompt kernel (kernels/flash_attn_tiled.hip).
+fn fa_tiled(node: &Tensor) -> bool {
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let qne = q.ne();
+    let kv_plain = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype();
+    let head = qne[0].max(v.ne()[0]);
+    kv_plain
+        && qne[1] >= FA_TILE_MIN_Q
+        && fa_tiled_enabled()
+        && !fa_f16_acc(node)
+        && head <= FA_TILE_MAX_HEAD
+        && qne[2] <= MAX_GRID_YZ
+        && qne[3] <= MAX_GRID_YZ
+}
+
+/// Most splits of one row's keys in the split-KV kernel, most partial results in all, and
+/// most query rows it takes (at least two splits each).
+const FA_MAX_SPLITS: usize = 64;
+const FA_SPLIT_MAX_PARTS: usize = 2048;
+/// Most warps per block of the split-KV kernel (FAS_MAX_WARPS in flash_attn_split.hip is 8).
+const FA_SPLIT_WARPS: usize = 4;
+
+/// Floats of one partial result of the split-KV kernel: DV outputs, maximum, sum.
+fn fa_part_floats(node: &Tensor) -> usize {
+    node.src(2).map_or(0, |v| v.ne()[0]) + 2
+}
+
+/// The most partial results the split-KV path (kernels/flash_attn_split.hip) may write for
+/// this node, or None where it does not take the node: the prompt tiles, the f16
+/// accumulator, or too many query rows (they fill the GPU as they are).
+fn fa_split_max_parts(node: &Tensor) -> Option<usize> {
+    let q = node.src(0)?;
+    let rows = q.ne()[1] * q.ne()[2] * q.ne()[3];
+    if fa_split_mode() == 0 || fa_tiled(node) || fa_f16_acc(node) || rows == 0 || rows * 2 > FA_SPLIT_MAX_PARTS {
+        return None;
+    }
+    Some((rows * FA_MAX_SPLITS).min(FA_SPLIT_MAX_PARTS))
+}
+
+/// How the row kernel splits `n_kv` keys of each of `rows` rows (split-KV mode 1): (splits,
+/// keys per split). About two blocks per compute unit, at least 64 keys (8 per warp) a split.
+fn fa_row_split_plan(rows: usize, n_kv: usize, compute_units: usize, max_parts: usize) -> (usize, usize) {
+    let max_splits = FA_MAX_SPLITS.min(max_parts / rows).max(1);
+    let splits = (2 * compute_units.max(1)).div_ceil(rows).min(n_kv.div_ceil(64)).clamp(1, max_splits);
+    let split_keys = n_kv.div_ceil(splits).max(1);
+    (n_kv.div_ceil(split_keys).max(1), split_keys)
+}
+
+/// How the split-KV kernel divides `n_kv` keys of each of `rows` rows: (splits, keys per
+/// split, warps per block). Warps take chunks of one key per lane; the chunks are spread
+/// over about 8 warps per compute unit, at most FA_SPLIT_WARPS warps per block.
+fn fa_split_plan(rows: usize, n_kv: usize, warp: usize, compute_units: usize, max_parts: usize) -> (usize, usize, usize) {
+    let chunks = n_kv.div_ceil(warp).max(1);
+    let target_warps = 8 * compute_units.max(1);
+    let chunks_per_warp = (rows * chunks).div_ceil(target_warps).max(1);
+    let row_warps = chunks.div_ceil(chunks_per_warp);
+    let max_splits = FA_MAX_SPLITS.min(max_parts / rows).max(1);
+    let splits = row_warps.div_ceil(FA_SPLIT_WARPS).clamp(1, max_splits);
+    let split_keys = chunks.div_ceil(splits) * warp;
+    let splits = n_kv.div_ceil(split_keys).max(1);
+    let warps = split_keys.div_ceil(warp * chunks_per_warp).clamp(1, FA_SPLIT_WARPS);
+    (splits, split_keys, warps)
+}
+
 fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
     let (mask, sinks) = (node.src(3), node.src(4));
@@ -1257,10 +1350,7 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     // Mirroring that f16 accumulator means one warp walking the keys in order: several times
     // slower for generation, so it is opt-in (ROCMFORGE_GPU_FA_F16_ACC=1, for agreement
     // studies); by default the GPU accumulates in f32 (as ggml-cuda does).
-    let kv_plain = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype();
-    let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain && kne[1] >= 512;
-    let ggml_tiled = kv_plain && qne[1] >= 64;
-    let f16_acc = fa_f16_acc_enabled() && v.dtype() == GgmlType::F16 && !ggml_split_kv && !ggml_tiled;
+    let f16_acc = fa_f16_acc(node);
     let (kernel, round_q) = match k.dtype() {
         GgmlType::F16 => ("flash_attn_f16_f16", 1),
         GgmlType::Q8_0 => ("flash_attn_q8_0_q8_0", 2),
@@ -1295,9 +1385,72 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .f32(m1)
         .i32(n_head_log2 as i32)
         .i32(round_q);
+    let rows = qne[1] * qne[2] * qne[3];
+    if let Some(max_parts) = fa_split_max_parts(node).filter(|_| lc.scratch != 0) {
+        // Few query rows (generation): each row's keys split over several blocks writing
+        // partial softmaxes into the scratch, then merged into dst.
+        let warp = lc.warp_size as usize;
+        let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
+        let part = lc.scratch as usize as *const u8;
+        let combine = |splits: usize| {
+            let args = Args::default()
+                .ptr(part)
+                .opt_ptr(sinks)
+                .ptr(node.data())
+                .i64(vne[0])
+                .i64(qne[1])
+                .i64(n_head)
+                .i64(splits)
+                .i64(node.nb()[1]);
+            let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
+            lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * warp) as u32, args)
+        };
+        if fa_split_mode() == 1 {
+            let (splits, split_keys) = fa_row_split_plan(rows, kne[1], cu, max_parts);
+            if splits > 1 {
+                let args = args.i32(0).ptr(part).i64(split_keys);
+                lc.run(kernel, [rows, splits, 1], (FA_WARPS * warp) as u32, args)?;
+                return combine(splits);
+            }
+            let args = args.i32(0).ptr(std::ptr::null()).i64(kne[1]);
+            return lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args);
+        }
+        let (splits, split_keys, warps) = fa_split_plan(rows, kne[1], warp, cu, max_parts);
+        let head = qne[0].max(vne[0]);
+        let bucket = if head <= 64 { 64 } else if head <= 128 { 128 } else { 256 };
+        let kernel = format!("flash_attn_split_{}_d{bucket}", &kernel["flash_attn_".len()..]);
+        let args = Args::default()
+            .ptr(q.data())
+            .ptr(k.data())
+            .ptr(v.data())
+            .opt_ptr(mask)
+            .ptr(part)
+            .i64(qne[0])
+            .i64(vne[0])
+            .i64(qne[1])
+            .i64(n_head)
+            .i64(kne[1])
+            .i64(split_keys)
+            .i64(n_head / kne[2])
+            .i64(n_head / vne[2])
+            .i64s(&q.nb()[1..])
+            .i64s(&k.nb()[1..])
+            .i64s(&v.nb()[1..])
+            .i64(mne[2])
+            .i64(mne[3])
+            .i64s(&nbm[1..])
+            .f32(scale)
+            .f32(softcap)
+            .f32(max_bias)
+            .f32(m0)
+            .f32(m1)
+            .i32(n_head_log2 as i32)
+            .i32(round_q);
+        lc.run(&kernel, [rows, splits, 1], (warps * warp) as u32, args)?;
+        return combine(splits);
+    }
     let head = qne[0].max(vne[0]);
-    let tiled = kv_plain && qne[1] >= FA_TILE_MIN_Q && fa_tiled_enabled() && !f16_acc;
-    if tiled && head <= FA_TILE_MAX_HEAD && qne[2] <= MAX_GRID_YZ && qne[3] <= MAX_GRID_YZ {
+    if fa_tiled(node) {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
         // out for head size 64 or 128.
         let rows = fa_tile_rows();
@@ -1305,8 +1458,7 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
         return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
     }
-    let args = args.i32(f16_acc as i32);
-    let rows = qne[1] * qne[2] * qne[3];
+    let args = args.i32(f16_acc as i32).ptr(std::ptr::null()).i64(kne[1]);
     let warp = lc.warp_size as usize;
     let warps = if f16_acc { 1 } else { FA_WARPS };
     lc.run(kernel, [rows, 1, 1], (warps * warp) as u32, args)
