@@ -73,6 +73,8 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v
@@ -273,7 +275,10 @@ mod tests {
             let direct = s.contains(&format!("void {name}("));
             // Per-type kernels are stamped out by macros: SOME_KERNELS(suffix, loader).
             let stamped = WEIGHT_TYPES.iter().any(|(_, suf)| name.ends_with(&format!("_{suf}")) && s.contains(&format!("({suf}, w_{suf})")))
-                || MVQ_TYPES.iter().any(|suf| name == format!("mul_mat_vec_q_{suf}") && s.contains(&format!("MVQ_KERNEL({suf})")))
+                || MVQ_TYPES.iter().any(|suf| {
+                    [format!("mul_mat_vec_q_{suf}"), format!("mul_mat_vec_q1_{suf}"), format!("mul_mat_id_q_{suf}")].contains(&name)
+                        && s.contains(&format!("MVQ_KERNEL({suf})"))
+                })
                 || MVQ_TYPES.iter().any(|suf| {
                     (name == format!("mul_mat_vec_q_glu_{suf}") || name == format!("mul_mat_vec_q_glu_q8_{suf}"))
                         && s.contains(&format!("MVQ_GLU_KERNEL({suf})"))

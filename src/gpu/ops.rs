@@ -16,6 +16,10 @@ const MAX_FLAT_BLOCKS: usize = 1 << 16;
 const MV_ROWS: usize = 4;
 /// src1 columns per block of the matrix-vector kernels (MV_COLS, MVQ_COLS).
 const MV_COLS: usize = 4;
+/// Warps per block and rows per block of the one-column matrix-vector kernels
+/// (MV1_WARPS, MV1_ROWS in mmvq.hip: mul_mat_vec_q1, mul_mat_id_q).
+const MV1_WARPS: usize = 4;
+const MV1_ROWS: usize = 2;
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
@@ -351,6 +355,14 @@ fn uses_mvq(node: &Tensor) -> bool {
     }
 }
 
+/// Whether a MUL_MAT_ID node runs on the integer-dot kernel (mul_mat_id_q, mmvq.hip).
+fn uses_mmid_q(node: &Tensor) -> bool {
+    match (node.src(0), node.src(1)) {
+        (Some(w), Some(x)) => node.op() == op::MUL_MAT_ID && mvq_mode(w.dtype()).is_some() && x.ne()[3] == 1,
+        _ => false,
+    }
+}
+
 /// Byte offset of the per-block scales in the quantized-activation scratch of `n` values.
 fn q8_ds_offset(n: usize) -> usize {
     n.next_multiple_of(256)
@@ -358,7 +370,8 @@ fn q8_ds_offset(n: usize) -> usize {
 
 /// Bytes of scratch one quantized src1 of `n` values takes (values, scales, alignment).
 fn q8_region(n: usize) -> usize {
-    q8_ds_offset(n) + n.div_ceil(32) * 8 + 256
+    // 256-byte multiple: the kernels read the values of a region that follows as 16-byte words.
+    (q8_ds_offset(n) + n.div_ceil(32) * 8).next_multiple_of(256) + 256
 }
 
 /// Device scratch a node needs while it runs: its quantized src1 (integer-dot kernels), its
@@ -367,6 +380,9 @@ fn q8_region(n: usize) -> usize {
 pub fn scratch_bytes(node: &Tensor) -> usize {
     if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
+    }
+    if uses_mmid_q(node) {
+        return q8_region(node.src(1).map_or(0, |x| x.nelements()));
     }
     if uses_mvq(node) {
         // Room for two: a fused kernel may read one quantized src1 while writing the next.
@@ -569,7 +585,7 @@ impl LaunchCtx<'_> {
             return;
         }
         let (a, e) = (node.data() as usize, node.data() as usize + node.nbytes());
-        let other_scratch = scratch_bytes(node) > 0 && !uses_mvq(node);
+        let other_scratch = scratch_bytes(node) > 0 && !uses_mvq(node) && !uses_mmid_q(node);
         if other_scratch || (a < c.data + c.bytes && c.data < e) {
             self.q8.set(None);
         }
@@ -785,6 +801,10 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64(xne[3] / wne[3])
         .i64s(&w.nb()[1..])
         .i64s(&node.nb()[1..]);
+    if n == 1 {
+        let grid = [m.div_ceil(MV1_ROWS), 1, batches];
+        return lc.run(&format!("mul_mat_vec_q1_{suffix}"), grid, (MV1_WARPS * lc.warp_size as usize) as u32, args);
+    }
     let grid = [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches];
     lc.run(&format!("mul_mat_vec_q_{suffix}"), grid, (MV_ROWS * lc.warp_size as usize) as u32, args)
 }
@@ -1324,6 +1344,9 @@ fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
     let (k, m) = (wne[0], wne[1]);
     let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
+    if uses_mmid_q(node) && lc.scratch != 0 {
+        return launch_mul_mat_id_q(node, lc);
+    }
     // src1 rounded as ggml-cpu rounds it (round_src1 of mul_mat.hip), dense rows (i1, token).
     let mut corr: *const u8 = std::ptr::null();
     let (xp, xnb1, xnb2) = match src1_rounding(w.dtype()) {
@@ -1368,6 +1391,37 @@ fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         return Ok(());
     }
     lc.run(&format!("mul_mat_id_{suffix}"), [m.div_ceil(MMID_ROWS), ine[0], ine[1]], (MMID_ROWS * lc.warp_size as usize) as u32, args)
+}
+
+/// MUL_MAT_ID with integer dots: src1 quantized as ggml-cpu quantizes it (ne11 columns of
+/// n_tok batches, once for the gate and up experts that share it), then a block per
+/// MV1_ROWS rows of each (slot, token)'s expert.
+fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (w, x, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
+    let (k, m) = (wne[0], wne[1]);
+    let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
+    let (xq, xds) = ensure_q8(&x, mvq_mode(w.dtype()).unwrap_or(0), lc)?;
+    if m == 0 || ine[0] == 0 || ine[1] == 0 {
+        return Ok(());
+    }
+    let args = Args::default()
+        .ptr(w.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .ptr(ids.data())
+        .ptr(node.data())
+        .i64(k)
+        .i64(m)
+        .i64(wne[2])
+        .i64(xne[1])
+        .i64(w.nb()[1])
+        .i64(w.nb()[2])
+        .i64(ids.nb()[0])
+        .i64(ids.nb()[1])
+        .i64(node.nb()[1])
+        .i64(node.nb()[2]);
+    lc.run(&format!("mul_mat_id_q_{suffix}"), [m.div_ceil(MV1_ROWS), ine[0], ine[1]], (MV1_WARPS * lc.warp_size as usize) as u32, args)
 }
 
 fn launch_add_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
