@@ -358,16 +358,18 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
 // warps) and sharing each activation load between the rows; MV1_UNROLL parts per thread
 // and row are loaded before any is used (bytes in flight). The warps' sums meet in shared
 // memory. Grid: (rows / MV1_ROWS, 1, batches).
-#define MV1_WARPS 4
-#define MV1_ROWS 2
-#define MV1_UNROLL 4
+// (The launcher picks the warps per block: MV1_WARPS of src/gpu/ops.rs, at most MV1_MAX_THREADS threads.)
+#define MV1_MAX_THREADS 256
+#define MV1_ROWS_DEF 2
+#define MV1_UNROLL_DEF 4
 // MV1_ROWS rows from row0 of the weight rows at wb (stride nb01, M rows) times one quantized
 // column (xr, dr), into out[row]; called by all threads of the block.
-template <typename T>
+template <typename T, int MV1_ROWS, int MV1_UNROLL>
 RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, const signed char* xr, const float2* dr,
                         i64 K, float* out) {
-    __shared__ float part[MV1_WARPS][MV1_ROWS];
+    __shared__ float part[RF_MAX_WARPS][MV1_ROWS];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int nwarps = blockDim.x / RF_WARP_SIZE;
     const unsigned char* wr[MV1_ROWS];
 #pragma unroll
     for (int r = 0; r < MV1_ROWS; r++) wr[r] = wb + (row0 + r < M ? row0 + r : M - 1) * nb01;
@@ -375,7 +377,7 @@ RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, cons
 #pragma unroll
     for (int r = 0; r < MV1_ROWS; r++) acc[r] = 0.0f;
     const int nparts = (int)(K / T::QK * T::NSUB);
-    const int nthreads = MV1_WARPS * RF_WARP_SIZE;
+    const int nthreads = blockDim.x;
     for (int base = threadIdx.x; base < nparts; base += MV1_UNROLL * nthreads) {
         typename T::R q[MV1_UNROLL][MV1_ROWS];
 #pragma unroll
@@ -389,12 +391,13 @@ RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, cons
 #pragma unroll
         for (int u = 0; u < MV1_UNROLL; u++) {
             const int it = base + u * nthreads;
-            if (it >= nparts) break;
-            const int blk = it / T::NSUB, s = it % T::NSUB;
-            const int* xb = (const int*)(xr + (i64)blk * T::QK);
-            const float2* db = dr + (i64)blk * (T::QK / 32);
+            if (it < nparts) {
+                const int blk = it / T::NSUB, s = it % T::NSUB;
+                const int* xb = (const int*)(xr + (i64)blk * T::QK);
+                const float2* db = dr + (i64)blk * (T::QK / 32);
 #pragma unroll
-            for (int r = 0; r < MV1_ROWS; r++) acc[r] += T::dot(q[u][r], s, xb, db);
+                for (int r = 0; r < MV1_ROWS; r++) acc[r] += T::dot(q[u][r], s, xb, db);
+            }
         }
     }
 #pragma unroll
@@ -406,17 +409,17 @@ RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, cons
     if (threadIdx.x < MV1_ROWS && row0 + threadIdx.x < M) {
         float v = 0.0f;
 #pragma unroll
-        for (int k = 0; k < MV1_WARPS; k++) v += part[k][threadIdx.x];
+        for (int k = 0; k < nwarps; k++) v += part[k][threadIdx.x];
         out[row0 + threadIdx.x] = v;
     }
 }
 
-template <typename T>
+template <typename T, int MV1_ROWS = MV1_ROWS_DEF, int MV1_UNROLL = MV1_UNROLL_DEF>
 RF_DEVICE void mul_mat_vec_q1(const char* w, const signed char* xq, const float2* xds, char* d, i64 K, i64 M, i64 N,
                               i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3) {
     const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
     const unsigned char* wb = (const unsigned char*)w + (i2 / r2) * nb02 + (i3 / r3) * nb03;
-    mv1_rows<T>(wb, nb01, M, (i64)blockIdx.x * MV1_ROWS, xq + (N * b) * K, xds + (N * b) * (K / 32), K,
+    mv1_rows<T, MV1_ROWS, MV1_UNROLL>(wb, nb01, M, (i64)blockIdx.x * MV1_ROWS, xq + (N * b) * K, xds + (N * b) * (K / 32), K,
                 (float*)(d + i2 * nb2 + i3 * nb3));
 }
 
@@ -427,6 +430,7 @@ RF_DEVICE void mul_mat_vec_q1(const char* w, const signed char* xq, const float2
 template <typename T>
 RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K,
                             i64 M, i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) {
+    enum { MV1_ROWS = MV1_ROWS_DEF };
     const i64 u = blockIdx.y, t = blockIdx.z, row0 = (i64)blockIdx.x * MV1_ROWS;
     const int e = *(const int*)(ids + u * nbi0 + t * nbi1);
     float* out = (float*)(d + u * nb1 + t * nb2);
@@ -435,7 +439,7 @@ RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* 
         return;  // the whole block leaves
     }
     const i64 xrow = u % ne11 + ne11 * t;
-    mv1_rows<T>((const unsigned char*)w + e * nb02, nb01, M, row0, xq + xrow * K, xds + xrow * (K / 32), K, out);
+    mv1_rows<T, MV1_ROWS_DEF, MV1_UNROLL_DEF>((const unsigned char*)w + e * nb02, nb01, M, row0, xq + xrow * K, xds + xrow * (K / 32), K, out);
 }
 
 #define MVQ_ARGS                                                                                           \
@@ -444,16 +448,27 @@ RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* 
 #define MVQ_PASS w, xq, xds, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb1, nb2, nb3
 #define MVQ_KERNEL(NAME)                                                                    \
     RF_KERNEL void mul_mat_vec_q_##NAME(MVQ_ARGS) { mul_mat_vec_q<mq_##NAME>(MVQ_PASS); } \
-    RF_KERNEL __launch_bounds__(MV1_WARPS * RF_WARP_SIZE) void mul_mat_vec_q1_##NAME(MVQ_ARGS) {  \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_##NAME(MVQ_ARGS) {  \
         mul_mat_vec_q1<mq_##NAME>(MVQ_PASS);                                                \
     }                                                                                       \
-    RF_KERNEL __launch_bounds__(MV1_WARPS * RF_WARP_SIZE) void mul_mat_id_q_##NAME(         \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_id_q_##NAME(         \
         const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K, i64 M,  \
         i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) {    \
         mul_mat_id_q<mq_##NAME>(w, xq, xds, ids, d, K, M, n_as, ne11, nb01, nb02, nbi0, nbi1, nb1, nb2); \
     }
 
 MVQ_KERNEL(q4_0)
+// Other shapes of the one-column kernel for Q4_0, for measuring (ROCMFORGE_GPU_MV1=rows,unroll,warps).
+#define MV1X_KERNEL(R, U)                                                                                     \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1x_q4_0_r##R##_u##U(MVQ_ARGS) {            \
+        mul_mat_vec_q1<mq_q4_0, R, U>(MVQ_PASS);                                                               \
+    }
+MV1X_KERNEL(1, 4)
+MV1X_KERNEL(1, 8)
+MV1X_KERNEL(2, 2)
+MV1X_KERNEL(2, 8)
+MV1X_KERNEL(4, 2)
+MV1X_KERNEL(4, 4)
 MVQ_KERNEL(q4_1)
 MVQ_KERNEL(q5_0)
 MVQ_KERNEL(q5_1)

@@ -17,9 +17,28 @@ const MV_ROWS: usize = 4;
 /// src1 columns per block of the matrix-vector kernels (MV_COLS, MVQ_COLS).
 const MV_COLS: usize = 4;
 /// Warps per block and rows per block of the one-column matrix-vector kernels
-/// (MV1_WARPS, MV1_ROWS in mmvq.hip: mul_mat_vec_q1, mul_mat_id_q).
+/// (MV1_ROWS_DEF, MV1_UNROLL_DEF in mmvq.hip: mul_mat_vec_q1, mul_mat_id_q; the warps are the launcher's choice).
 const MV1_WARPS: usize = 4;
 const MV1_ROWS: usize = 2;
+const MV1_UNROLL: usize = 4;
+/// Most threads per block of the one-column kernels (their __launch_bounds__).
+const MV1_MAX_THREADS: usize = 256;
+
+/// (rows, unroll, warps) of the one-column kernel: MV1_* unless ROCMFORGE_GPU_MV1=rows,unroll,warps
+/// names a measuring variant (super::kernels::MV1X_SHAPES; Q4_0 weights only, others keep
+/// MV1_ROWS / MV1_UNROLL with those warps).
+fn mv1_shape() -> (usize, usize, usize) {
+    static V: once_cell::sync::OnceCell<(usize, usize, usize)> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| {
+        let dflt = (MV1_ROWS, MV1_UNROLL, MV1_WARPS);
+        let Ok(v) = std::env::var("ROCMFORGE_GPU_MV1") else { return dflt };
+        let p: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        match p[..] {
+            [r, u, w] if (1..=8).contains(&w) && ((r, u) == (MV1_ROWS, MV1_UNROLL) || super::kernels::MV1X_SHAPES.contains(&(r, u))) => (r, u, w),
+            _ => dflt,
+        }
+    })
+}
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
@@ -802,8 +821,14 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&w.nb()[1..])
         .i64s(&node.nb()[1..]);
     if n == 1 {
+        let (rows, unroll, warps) = mv1_shape();
+        let threads = (warps * lc.warp_size as usize).min(MV1_MAX_THREADS);
+        let grid = [m.div_ceil(rows), 1, batches];
+        if (rows, unroll) != (MV1_ROWS, MV1_UNROLL) && suffix == "q4_0" {
+            return lc.run(&format!("mul_mat_vec_q1x_q4_0_r{rows}_u{unroll}"), grid, threads as u32, args);
+        }
         let grid = [m.div_ceil(MV1_ROWS), 1, batches];
-        return lc.run(&format!("mul_mat_vec_q1_{suffix}"), grid, (MV1_WARPS * lc.warp_size as usize) as u32, args);
+        return lc.run(&format!("mul_mat_vec_q1_{suffix}"), grid, threads as u32, args);
     }
     let grid = [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches];
     lc.run(&format!("mul_mat_vec_q_{suffix}"), grid, (MV_ROWS * lc.warp_size as usize) as u32, args)
