@@ -87,27 +87,29 @@ RF_DEVICE float glu_row(const unsigned char* gr, const unsigned char* ur, const 
                         int act_code, i64 K) {
     const int lane = threadIdx.x % RF_WARP_SIZE;
     float ag = 0.0f, au = 0.0f;
-    const i64 nparts = K / T::QK * T::NSUB;
-    for (i64 base = lane; base < nparts; base += MVQ_UNROLL / 2 * RF_WARP_SIZE) {
-        typename T::R rg[MVQ_UNROLL / 2], ru[MVQ_UNROLL / 2];
+    const int nparts = (int)(K / T::QK * T::NSUB);
+    // Whole-block types hold few registers per part: more of them in flight.
+    enum { UNROLL = T::NSUB == 1 ? 4 : 2 };
+    for (int base = lane; base < nparts; base += UNROLL * RF_WARP_SIZE) {
+        typename T::R rg[UNROLL], ru[UNROLL];
 #pragma unroll
-        for (int u = 0; u < MVQ_UNROLL / 2; u++) {
-            const i64 it = base + u * RF_WARP_SIZE;
+        for (int u = 0; u < UNROLL; u++) {
+            const int it = base + u * RF_WARP_SIZE;
             if (it < nparts) {
-                rg[u] = T::load(gr + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
-                ru[u] = T::load(ur + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
+                rg[u] = T::load(gr + (it / T::NSUB) * T::BYTES, it % T::NSUB);
+                ru[u] = T::load(ur + (it / T::NSUB) * T::BYTES, it % T::NSUB);
             }
         }
 #pragma unroll
-        for (int u = 0; u < MVQ_UNROLL / 2; u++) {
-            const i64 it = base + u * RF_WARP_SIZE;
-            if (it >= nparts) break;
-            const i64 blk = it / T::NSUB;
-            const int s = (int)(it % T::NSUB);
-            const int* xb = (const int*)(xq + blk * T::QK);
-            const float2* db = xds + blk * (T::QK / 32);
-            ag += T::dot(rg[u], s, xb, db);
-            au += T::dot(ru[u], s, xb, db);
+        for (int u = 0; u < UNROLL; u++) {
+            const int it = base + u * RF_WARP_SIZE;
+            if (it < nparts) {
+                const int blk = it / T::NSUB, s = it % T::NSUB;
+                const int* xb = (const int*)(xq + (i64)blk * T::QK);
+                const float2* db = xds + (i64)blk * (T::QK / 32);
+                ag += T::dot(rg[u], s, xb, db);
+                au += T::dot(ru[u], s, xb, db);
+            }
         }
     }
     ag = rf_warp_sum(ag);
@@ -152,7 +154,9 @@ RF_DEVICE void mul_mat_vec_q_glu_q8(const char* wg, const char* wu, const signed
 #define MVQ_GLU_PASS wg, wu, xq, xds, out, oq, ods, act_code, K, M, nb01g, nb01u
 #define MVQ_GLU_KERNEL(NAME)                                                                                  \
     RF_KERNEL void mul_mat_vec_q_glu_##NAME(MVQ_GLU_ARGS) { mul_mat_vec_q_glu<mq_##NAME>(MVQ_GLU_PASS); }       \
-    RF_KERNEL void mul_mat_vec_q_glu_q8_##NAME(MVQ_GLU_ARGS) { mul_mat_vec_q_glu_q8<mq_##NAME>(MVQ_GLU_PASS); }
+    RF_KERNEL __launch_bounds__(1024) void mul_mat_vec_q_glu_q8_##NAME(MVQ_GLU_ARGS) {                       \
+        mul_mat_vec_q_glu_q8<mq_##NAME>(MVQ_GLU_PASS);                                                      \
+    }
 
 MVQ_GLU_KERNEL(q4_0)
 MVQ_GLU_KERNEL(q4_1)

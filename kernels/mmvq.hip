@@ -40,26 +40,45 @@ RF_DEVICE int spread4(int bits) {
 
 #define MQ_MEMBER __device__ __forceinline__ static
 
-// Q4_0: two parts per block, part s: quant bytes 8s..8s+7 (values 8s.. and 16+8s..).
+// NW words of a 2-byte aligned block's bytes 2 .. 2 + 4 NW (after its f16 scale d, returned in
+// *d) through NW + 1 aligned 4-byte loads and funnel shifts, instead of 2 NW + 1 2-byte loads.
+// The loads cover the block's bytes [-2, 4 NW + 2) or [0, 4 NW + 4): never more than the
+// aligned words holding the block, so they never leave its buffer.
+template <int NW>
+RF_DEVICE void ld_block_words(const unsigned char* p, int* out, float* d) {
+    const unsigned off = (unsigned)(unsigned long long)p & 2;  // 0 or 2
+    const unsigned* a = (const unsigned*)(p - off);
+    unsigned w[NW + 1];
+#pragma unroll
+    for (int i = 0; i <= NW; i++) w[i] = a[i];
+    const unsigned sh = 16 + 8 * off;
+    *d = rf_f16_to_f32((f16_bits)((w[0] >> (8 * off)) & 0xffff));
+#pragma unroll
+    for (int i = 0; i < NW; i++) out[i] = (int)(unsigned)((((unsigned long long)w[i + 1] << 32) | w[i]) >> sh);
+}
+
+// Q4_0, a whole block per lane: values j (low nibble) and 16 + j (high nibble) in byte j.
 struct mq_q4_0 {
-    enum { QK = 32, BYTES = 18, NSUB = 2 };
+    enum { QK = 32, BYTES = 18, NSUB = 1 };
     struct R {
         float d;
-        int v0, v1;
+        int v[4];
     };
-    MQ_MEMBER R load(const unsigned char* b, int s) {
+    MQ_MEMBER R load(const unsigned char* b, int) {
         R r;
-        r.d = ld_f16_a2(b);
-        r.v0 = ld_i32_a2(b + 2 + 8 * s);
-        r.v1 = ld_i32_a2(b + 6 + 8 * s);
+        ld_block_words<4>(b, r.v, &r.d);
         return r;
     }
-    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
-        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
-        int sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v0), 8), xl.x, 0);
-        sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v1), 8), xl.y, sumi);
-        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v0), 8), xh.x, sumi);
-        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v1), 8), xh.y, sumi);
+    MQ_MEMBER float dot(const R& r, int, const int* x, const float2* ds) {
+        const int4 xl = ((const int4*)x)[0], xh = ((const int4*)x)[1];
+        int sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v[0]), 8), xl.x, 0);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v[1]), 8), xl.y, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v[2]), 8), xl.z, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v[3]), 8), xl.w, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v[0]), 8), xh.x, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v[1]), 8), xh.y, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v[2]), 8), xh.z, sumi);
+        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v[3]), 8), xh.w, sumi);
         return r.d * ds[0].x * (float)sumi;
     }
 };
@@ -91,28 +110,29 @@ struct mq_q4_1 {
     }
 };
 
-// Q5_0: Q4_0's nibbles plus a fifth bit per value from qh (bit j for value j), minus 16.
+// Q5_0, a whole block per lane: Q4_0's nibbles plus a fifth bit per value from qh (bit j for
+// value j), minus 16.
 struct mq_q5_0 {
-    enum { QK = 32, BYTES = 22, NSUB = 2 };
+    enum { QK = 32, BYTES = 22, NSUB = 1 };
     struct R {
         float d;
-        int v0, v1, qh;
+        int v[5];  // qh, then the 16 nibble bytes
     };
-    MQ_MEMBER R load(const unsigned char* b, int s) {
+    MQ_MEMBER R load(const unsigned char* b, int) {
         R r;
-        r.d = ld_f16_a2(b);
-        r.qh = ld_i32_a2(b + 2);
-        r.v0 = ld_i32_a2(b + 6 + 8 * s);
-        r.v1 = ld_i32_a2(b + 10 + 8 * s);
+        ld_block_words<5>(b, r.v, &r.d);
         return r;
     }
-    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
-        const int h = r.qh >> (8 * s);  // bits of values 8s.. (low) and 16+8s.. (h >> 16)
-        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
-        int sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v0) | spread4(h), 16), xl.x, 0);
-        sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v1) | spread4(h >> 4), 16), xl.y, sumi);
-        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v0) | spread4(h >> 16), 16), xh.x, sumi);
-        sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v1) | spread4(h >> 20), 16), xh.y, sumi);
+    MQ_MEMBER float dot(const R& r, int, const int* x, const float2* ds) {
+        const int4 xl = ((const int4*)x)[0], xh = ((const int4*)x)[1];
+        const int xs[8] = {xl.x, xl.y, xl.z, xl.w, xh.x, xh.y, xh.z, xh.w};
+        const int qh = r.v[0];
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            sumi = rf_dp4a(BYTES_MINUS(NIB_LO(r.v[1 + i]) | spread4(qh >> (4 * i)), 16), xs[i], sumi);
+            sumi = rf_dp4a(BYTES_MINUS(NIB_HI(r.v[1 + i]) | spread4(qh >> (16 + 4 * i)), 16), xs[4 + i], sumi);
+        }
         return r.d * ds[0].x * (float)sumi;
     }
 };
@@ -145,26 +165,28 @@ struct mq_q5_1 {
     }
 };
 
-// Q8_0: part s: values 16s..16s+15.
+// Q8_0, a whole block per lane.
 struct mq_q8_0 {
-    enum { QK = 32, BYTES = 34, NSUB = 2 };
+    enum { QK = 32, BYTES = 34, NSUB = 1 };
     struct R {
         float d;
-        int v[4];
+        int v[8];
     };
-    MQ_MEMBER R load(const unsigned char* b, int s) {
+    MQ_MEMBER R load(const unsigned char* b, int) {
         R r;
-        r.d = ld_f16_a2(b);
-#pragma unroll
-        for (int i = 0; i < 4; i++) r.v[i] = ld_i32_a2(b + 2 + 16 * s + 4 * i);
+        ld_block_words<8>(b, r.v, &r.d);
         return r;
     }
-    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
-        const int4 xv = ((const int4*)x)[s];
-        int sumi = rf_dp4a(r.v[0], xv.x, 0);
-        sumi = rf_dp4a(r.v[1], xv.y, sumi);
-        sumi = rf_dp4a(r.v[2], xv.z, sumi);
-        sumi = rf_dp4a(r.v[3], xv.w, sumi);
+    MQ_MEMBER float dot(const R& r, int, const int* x, const float2* ds) {
+        const int4 xl = ((const int4*)x)[0], xh = ((const int4*)x)[1];
+        int sumi = rf_dp4a(r.v[0], xl.x, 0);
+        sumi = rf_dp4a(r.v[1], xl.y, sumi);
+        sumi = rf_dp4a(r.v[2], xl.z, sumi);
+        sumi = rf_dp4a(r.v[3], xl.w, sumi);
+        sumi = rf_dp4a(r.v[4], xh.x, sumi);
+        sumi = rf_dp4a(r.v[5], xh.y, sumi);
+        sumi = rf_dp4a(r.v[6], xh.z, sumi);
+        sumi = rf_dp4a(r.v[7], xh.w, sumi);
         return r.d * ds[0].x * (float)sumi;
     }
 };
@@ -179,15 +201,19 @@ RF_DEVICE int iq4nl_map(int nibs) {  // four nibbles, one in each byte's low hal
     return r;
 }
 struct mq_iq4_nl {
-    enum { QK = 32, BYTES = 18, NSUB = 2 };
+    enum { QK = 32, BYTES = 18, NSUB = 1 };
     typedef mq_q4_0::R R;
     MQ_MEMBER R load(const unsigned char* b, int s) { return mq_q4_0::load(b, s); }
-    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
-        const int2 xl = ((const int2*)x)[s], xh = ((const int2*)x)[2 + s];
-        int sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v0)), xl.x, 0);
-        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v1)), xl.y, sumi);
-        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v0)), xh.x, sumi);
-        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v1)), xh.y, sumi);
+    MQ_MEMBER float dot(const R& r, int, const int* x, const float2* ds) {
+        const int4 xl = ((const int4*)x)[0], xh = ((const int4*)x)[1];
+        int sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v[0])), xl.x, 0);
+        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v[1])), xl.y, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v[2])), xl.z, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v[3])), xl.w, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v[0])), xh.x, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v[1])), xh.y, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v[2])), xh.z, sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v[3])), xh.w, sumi);
         return r.d * ds[0].x * (float)sumi;
     }
 };
@@ -264,16 +290,18 @@ struct mq_q6_k {
         return r;
     }
     MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        // As ggml-cpu: integer sums times the int8 scales, summed as integers, then one
+        // multiply by (activation scale * weight scale); the 256-value block's activation
+        // scale is the same in all its ds entries.
         const int n = s >> 3, l0 = 4 * (s & 7);
-        float acc = 0.0f;
+        int isum = 0;
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int lo = ((q & 1 ? r.b : r.a) >> (4 * (q >> 1))) & 0x0f0f0f0f;
             const int hi = ((r.h >> (2 * q)) & 0x03030303) << 4;
-            const int sumi = rf_dp4a(BYTES_MINUS(lo | hi, 32), x[32 * n + 8 * q + (l0 >> 2)], 0);
-            acc += ds[4 * n + q].x * (float)(r.sc[q] * sumi);
+            isum += r.sc[q] * rf_dp4a(BYTES_MINUS(lo | hi, 32), x[32 * n + 8 * q + (l0 >> 2)], 0);
         }
-        return r.d * acc;
+        return ds[0].x * r.d * (float)isum;
     }
 };
 
@@ -325,14 +353,122 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
     }
 }
 
+// One src1 column (token generation): a block of MV1_WARPS warps computes MV1_ROWS rows,
+// its threads splitting the row's parts between them (short rows still give every SM many
+// warps) and sharing each activation load between the rows; MV1_UNROLL parts per thread
+// and row are loaded before any is used (bytes in flight). The warps' sums meet in shared
+// memory. Grid: (rows / MV1_ROWS, 1, batches).
+// (The launcher picks the warps per block: MV1_WARPS of src/gpu/ops.rs, at most MV1_MAX_THREADS threads.)
+#define MV1_MAX_THREADS 256
+#define MV1_ROWS_DEF 2
+#define MV1_UNROLL_DEF 4
+// MV1_ROWS rows from row0 of the weight rows at wb (stride nb01, M rows) times one quantized
+// column (xr, dr), into out[row]; called by all threads of the block.
+template <typename T, int MV1_ROWS, int MV1_UNROLL>
+RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, const signed char* xr, const float2* dr,
+                        i64 K, float* out) {
+    __shared__ float part[RF_MAX_WARPS][MV1_ROWS];
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int nwarps = blockDim.x / RF_WARP_SIZE;
+    const unsigned char* wr[MV1_ROWS];
+#pragma unroll
+    for (int r = 0; r < MV1_ROWS; r++) wr[r] = wb + (row0 + r < M ? row0 + r : M - 1) * nb01;
+    float acc[MV1_ROWS];
+#pragma unroll
+    for (int r = 0; r < MV1_ROWS; r++) acc[r] = 0.0f;
+    const int nparts = (int)(K / T::QK * T::NSUB);
+    const int nthreads = blockDim.x;
+    for (int base = threadIdx.x; base < nparts; base += MV1_UNROLL * nthreads) {
+        typename T::R q[MV1_UNROLL][MV1_ROWS];
+#pragma unroll
+        for (int u = 0; u < MV1_UNROLL; u++) {
+            const int it = base + u * nthreads;
+            if (it < nparts) {
+#pragma unroll
+                for (int r = 0; r < MV1_ROWS; r++) q[u][r] = T::load(wr[r] + (it / T::NSUB) * T::BYTES, it % T::NSUB);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MV1_UNROLL; u++) {
+            const int it = base + u * nthreads;
+            if (it < nparts) {
+                const int blk = it / T::NSUB, s = it % T::NSUB;
+                const int* xb = (const int*)(xr + (i64)blk * T::QK);
+                const float2* db = dr + (i64)blk * (T::QK / 32);
+#pragma unroll
+                for (int r = 0; r < MV1_ROWS; r++) acc[r] += T::dot(q[u][r], s, xb, db);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MV1_ROWS; r++) {
+        const float v = rf_warp_sum(acc[r]);
+        if (lane == 0) part[warp][r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < MV1_ROWS && row0 + threadIdx.x < M) {
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < nwarps; k++) v += part[k][threadIdx.x];
+        out[row0 + threadIdx.x] = v;
+    }
+}
+
+template <typename T, int MV1_ROWS = MV1_ROWS_DEF, int MV1_UNROLL = MV1_UNROLL_DEF>
+RF_DEVICE void mul_mat_vec_q1(const char* w, const signed char* xq, const float2* xds, char* d, i64 K, i64 M, i64 N,
+                              i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3) {
+    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
+    const unsigned char* wb = (const unsigned char*)w + (i2 / r2) * nb02 + (i3 / r3) * nb03;
+    mv1_rows<T, MV1_ROWS, MV1_UNROLL>(wb, nb01, M, (i64)blockIdx.x * MV1_ROWS, xq + (N * b) * K, xds + (N * b) * (K / 32), K,
+                (float*)(d + i2 * nb2 + i3 * nb3));
+}
+
+// MUL_MAT_ID with integer dots (mixture-of-experts generation and prompts alike):
+//   dst[:, u, t] = experts[ids[u, t]] . x[:, u % ne11, t]
+// x quantized by quantize_q8 as ne11 columns of n_tok batches (row u % ne11 + ne11 t); ids I32
+// [n_used, n_tok]; dst F32 [M, n_used, n_tok]. Grid (M / MV1_ROWS, n_used, n_tok).
+template <typename T>
+RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K,
+                            i64 M, i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) {
+    enum { MV1_ROWS = MV1_ROWS_DEF };
+    const i64 u = blockIdx.y, t = blockIdx.z, row0 = (i64)blockIdx.x * MV1_ROWS;
+    const int e = *(const int*)(ids + u * nbi0 + t * nbi1);
+    float* out = (float*)(d + u * nb1 + t * nb2);
+    if (e < 0 || e >= n_as) {  // ggml-cpu aborts; a host never passes such ids
+        if (threadIdx.x < MV1_ROWS && row0 + threadIdx.x < M) out[row0 + threadIdx.x] = 0.0f;
+        return;  // the whole block leaves
+    }
+    const i64 xrow = u % ne11 + ne11 * t;
+    mv1_rows<T, MV1_ROWS_DEF, MV1_UNROLL_DEF>((const unsigned char*)w + e * nb02, nb01, M, row0, xq + xrow * K, xds + xrow * (K / 32), K, out);
+}
+
 #define MVQ_ARGS                                                                                           \
     const char *w, const signed char *xq, const float2 *xds, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, \
         i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3
 #define MVQ_PASS w, xq, xds, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb1, nb2, nb3
-#define MVQ_KERNEL(NAME) \
-    RF_KERNEL void mul_mat_vec_q_##NAME(MVQ_ARGS) { mul_mat_vec_q<mq_##NAME>(MVQ_PASS); }
+#define MVQ_KERNEL(NAME)                                                                    \
+    RF_KERNEL void mul_mat_vec_q_##NAME(MVQ_ARGS) { mul_mat_vec_q<mq_##NAME>(MVQ_PASS); } \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_##NAME(MVQ_ARGS) {  \
+        mul_mat_vec_q1<mq_##NAME>(MVQ_PASS);                                                \
+    }                                                                                       \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_id_q_##NAME(         \
+        const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K, i64 M,  \
+        i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) {    \
+        mul_mat_id_q<mq_##NAME>(w, xq, xds, ids, d, K, M, n_as, ne11, nb01, nb02, nbi0, nbi1, nb1, nb2); \
+    }
 
 MVQ_KERNEL(q4_0)
+// Other shapes of the one-column kernel for Q4_0, for measuring (ROCMFORGE_GPU_MV1=rows,unroll,warps).
+#define MV1X_KERNEL(R, U)                                                                                     \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1x_q4_0_r##R##_u##U(MVQ_ARGS) {            \
+        mul_mat_vec_q1<mq_q4_0, R, U>(MVQ_PASS);                                                               \
+    }
+MV1X_KERNEL(1, 4)
+MV1X_KERNEL(1, 8)
+MV1X_KERNEL(2, 2)
+MV1X_KERNEL(2, 8)
+MV1X_KERNEL(4, 2)
+MV1X_KERNEL(4, 4)
 MVQ_KERNEL(q4_1)
 MVQ_KERNEL(q5_0)
 MVQ_KERNEL(q5_1)

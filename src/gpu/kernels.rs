@@ -62,6 +62,9 @@ pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
 /// Weight types with an integer-dot matrix-vector kernel `mul_mat_vec_q_{suffix}` (mmvq.hip).
 pub const MVQ_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q6_k"];
 
+/// (rows, unroll) shapes of the measuring variants mul_mat_vec_q1x_q4_0_r{rows}_u{unroll} (mmvq.hip).
+pub const MV1X_SHAPES: &[(usize, usize)] = &[(1, 4), (1, 8), (2, 2), (2, 8), (4, 2), (4, 4)];
+
 /// Entry points made once per weight type: `{prefix}_{suffix}`.
 const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows", "dequant_f16", "mul_mat_id"];
 
@@ -74,6 +77,9 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_{suf}")));
+    v.extend(MV1X_SHAPES.iter().map(|(r, u)| format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v
@@ -284,12 +290,18 @@ mod tests {
             let direct = s.contains(&format!("void {name}("));
             // Per-type kernels are stamped out by macros: SOME_KERNELS(suffix, loader).
             let stamped = WEIGHT_TYPES.iter().any(|(_, suf)| name.ends_with(&format!("_{suf}")) && s.contains(&format!("({suf}, w_{suf})")))
-                || MVQ_TYPES.iter().any(|suf| name == format!("mul_mat_vec_q_{suf}") && s.contains(&format!("MVQ_KERNEL({suf})")))
+                || MVQ_TYPES.iter().any(|suf| {
+                    [format!("mul_mat_vec_q_{suf}"), format!("mul_mat_vec_q1_{suf}"), format!("mul_mat_id_q_{suf}")].contains(&name)
+                        && s.contains(&format!("MVQ_KERNEL({suf})"))
+                })
                 || MVQ_TYPES.iter().any(|suf| {
                     (name == format!("mul_mat_vec_q_glu_{suf}") || name == format!("mul_mat_vec_q_glu_q8_{suf}"))
                         && s.contains(&format!("MVQ_GLU_KERNEL({suf})"))
                 });
-            assert!(direct || stamped, "kernel {name} missing from the sources");
+            let mv1x = MV1X_SHAPES.iter().any(|(r, u)| {
+                name == format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}") && s.contains(&format!("MV1X_KERNEL({r}, {u})"))
+            });
+            assert!(direct || stamped || mv1x, "kernel {name} missing from the sources");
         }
         assert!(!s.contains("#include \""));
     }

@@ -16,6 +16,28 @@ const MAX_FLAT_BLOCKS: usize = 1 << 16;
 const MV_ROWS: usize = 4;
 /// src1 columns per block of the matrix-vector kernels (MV_COLS, MVQ_COLS).
 const MV_COLS: usize = 4;
+/// Warps per block and rows per block of the one-column matrix-vector kernels
+/// (MV1_ROWS_DEF, MV1_UNROLL_DEF in mmvq.hip: mul_mat_vec_q1, mul_mat_id_q; the warps are the launcher's choice).
+const MV1_WARPS: usize = 4;
+const MV1_ROWS: usize = 2;
+const MV1_UNROLL: usize = 4;
+/// Most threads per block of the one-column kernels (their __launch_bounds__).
+const MV1_MAX_THREADS: usize = 256;
+
+/// (rows, unroll, warps) of the one-column kernel that ROCMFORGE_GPU_MV1=rows,unroll,warps
+/// asks for, if it names a measuring variant (super::kernels::MV1X_SHAPES; Q4_0 weights only, others keep
+/// MV1_ROWS / MV1_UNROLL with those warps).
+fn mv1_shape() -> Option<(usize, usize, usize)> {
+    static V: once_cell::sync::OnceCell<Option<(usize, usize, usize)>> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| {
+        let v = std::env::var("ROCMFORGE_GPU_MV1").ok()?;
+        let p: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        match p[..] {
+            [r, u, w] if (1..=8).contains(&w) && ((r, u) == (MV1_ROWS, MV1_UNROLL) || super::kernels::MV1X_SHAPES.contains(&(r, u))) => Some((r, u, w)),
+            _ => None,
+        }
+    })
+}
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
@@ -353,6 +375,14 @@ fn uses_mvq(node: &Tensor) -> bool {
     }
 }
 
+/// Whether a MUL_MAT_ID node runs on the integer-dot kernel (mul_mat_id_q, mmvq.hip).
+fn uses_mmid_q(node: &Tensor) -> bool {
+    match (node.src(0), node.src(1)) {
+        (Some(w), Some(x)) => node.op() == op::MUL_MAT_ID && mvq_mode(w.dtype()).is_some() && x.ne()[3] == 1,
+        _ => false,
+    }
+}
+
 /// Byte offset of the per-block scales in the quantized-activation scratch of `n` values.
 fn q8_ds_offset(n: usize) -> usize {
     n.next_multiple_of(256)
@@ -360,7 +390,8 @@ fn q8_ds_offset(n: usize) -> usize {
 
 /// Bytes of scratch one quantized src1 of `n` values takes (values, scales, alignment).
 fn q8_region(n: usize) -> usize {
-    q8_ds_offset(n) + n.div_ceil(32) * 8 + 256
+    // 256-byte multiple: the kernels read the values of a region that follows as 16-byte words.
+    (q8_ds_offset(n) + n.div_ceil(32) * 8).next_multiple_of(256) + 256
 }
 
 /// Device scratch a node needs while it runs: its quantized src1 (integer-dot kernels), its
@@ -372,6 +403,9 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
     }
     if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
+    }
+    if uses_mmid_q(node) {
+        return q8_region(node.src(1).map_or(0, |x| x.nelements()));
     }
     if uses_mvq(node) {
         // Room for two: a fused kernel may read one quantized src1 while writing the next.
@@ -574,7 +608,7 @@ impl LaunchCtx<'_> {
             return;
         }
         let (a, e) = (node.data() as usize, node.data() as usize + node.nbytes());
-        let other_scratch = scratch_bytes(node) > 0 && !uses_mvq(node);
+        let other_scratch = scratch_bytes(node) > 0 && !uses_mvq(node) && !uses_mmid_q(node);
         if other_scratch || (a < c.data + c.bytes && c.data < e) {
             self.q8.set(None);
         }
@@ -790,6 +824,22 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64(xne[3] / wne[3])
         .i64s(&w.nb()[1..])
         .i64s(&node.nb()[1..]);
+    if n == 1 {
+        let (rows, unroll, warps) = match mv1_shape() {
+            // Measured best for Q4_0 on an H100 (8B shapes, ncu: 82.7 against 86.0 us of
+            // mat-vec kernels per layer): 4 rows per block, 2 warps.
+            None if suffix == "q4_0" => (4, 4, 2),
+            None => (MV1_ROWS, MV1_UNROLL, MV1_WARPS),
+            Some(s) => s,
+        };
+        let threads = (warps * lc.warp_size as usize).min(MV1_MAX_THREADS);
+        let grid = [m.div_ceil(rows), 1, batches];
+        if (rows, unroll) != (MV1_ROWS, MV1_UNROLL) && suffix == "q4_0" {
+            return lc.run(&format!("mul_mat_vec_q1x_q4_0_r{rows}_u{unroll}"), grid, threads as u32, args);
+        }
+        let grid = [m.div_ceil(MV1_ROWS), 1, batches];
+        return lc.run(&format!("mul_mat_vec_q1_{suffix}"), grid, threads as u32, args);
+    }
     let grid = [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches];
     lc.run(&format!("mul_mat_vec_q_{suffix}"), grid, (MV_ROWS * lc.warp_size as usize) as u32, args)
 }
@@ -1476,6 +1526,9 @@ fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
     let (k, m) = (wne[0], wne[1]);
     let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
+    if uses_mmid_q(node) && lc.scratch != 0 {
+        return launch_mul_mat_id_q(node, lc);
+    }
     // src1 rounded as ggml-cpu rounds it (round_src1 of mul_mat.hip), dense rows (i1, token).
     let mut corr: *const u8 = std::ptr::null();
     let (xp, xnb1, xnb2) = match src1_rounding(w.dtype()) {
@@ -1520,6 +1573,37 @@ fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         return Ok(());
     }
     lc.run(&format!("mul_mat_id_{suffix}"), [m.div_ceil(MMID_ROWS), ine[0], ine[1]], (MMID_ROWS * lc.warp_size as usize) as u32, args)
+}
+
+/// MUL_MAT_ID with integer dots: src1 quantized as ggml-cpu quantizes it (ne11 columns of
+/// n_tok batches, once for the gate and up experts that share it), then a block per
+/// MV1_ROWS rows of each (slot, token)'s expert.
+fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (w, x, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
+    let (k, m) = (wne[0], wne[1]);
+    let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
+    let (xq, xds) = ensure_q8(&x, mvq_mode(w.dtype()).unwrap_or(0), lc)?;
+    if m == 0 || ine[0] == 0 || ine[1] == 0 {
+        return Ok(());
+    }
+    let args = Args::default()
+        .ptr(w.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .ptr(ids.data())
+        .ptr(node.data())
+        .i64(k)
+        .i64(m)
+        .i64(wne[2])
+        .i64(xne[1])
+        .i64(w.nb()[1])
+        .i64(w.nb()[2])
+        .i64(ids.nb()[0])
+        .i64(ids.nb()[1])
+        .i64(node.nb()[1])
+        .i64(node.nb()[2]);
+    lc.run(&format!("mul_mat_id_q_{suffix}"), [m.div_ceil(MV1_ROWS), ine[0], ine[1]], (MV1_WARPS * lc.warp_size as usize) as u32, args)
 }
 
 fn launch_add_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
