@@ -52,14 +52,34 @@ DEQUANT_KERNEL(q2_k, w_q2_k)
 DEQUANT_KERNEL(q3_k, w_q3_k)
 DEQUANT_KERNEL(q5_k, w_q5_k)
 
-// src1 rows (i1, i2, i3) -> out[((i3 * ne12 + i2) * N + i1) * K + k] as f16 (round to nearest
-// even, as ggml's f32 -> f16 conversion). One block per row (grid-stride over rows).
-RF_KERNEL void src1_to_f16(const char* x, f16_bits* out, i64 K, i64 N, i64 ne12, i64 n_rows, i64 nb11, i64 nb12,
-                           i64 nb13) {
+// src1 rows (i1, i2, i3) -> out[((i3 * ne12 + i2) * N + i1) * K + k] as f16, first rounded the
+// way ggml-cpu rounds activations for the weight type (round_src1's modes: 0/3 = Q8_0/Q8_1
+// blocks of 32, 1 = Q8_K blocks of 256, 4 = bf16, else none), so the BLAS product sees the
+// values ggml-cpu's integer dots see, up to the f16 rounding of d * q. One block per row
+// (grid-stride over rows), a multiple of 32 threads.
+RF_KERNEL void src1_to_f16(const char* x, f16_bits* out, int mode, i64 K, i64 N, i64 ne12, i64 n_rows, i64 nb11,
+                           i64 nb12, i64 nb13) {
+    const int lane = threadIdx.x % 32, group = threadIdx.x / 32, ngroups = blockDim.x / 32;
     for (i64 row = blockIdx.x; row < n_rows; row += gridDim.x) {
         const i64 i1 = row % N, i2 = (row / N) % ne12, i3 = row / (N * ne12);
         const float* xr = (const float*)(x + i1 * nb11 + i2 * nb12 + i3 * nb13);
         f16_bits* o = out + row * K;
-        for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_f32_to_f16(xr[k]);
+        if (mode == 0 || mode == 3) {
+            for (i64 b = group; b < K / 32; b += ngroups) {
+                float d32, q;
+                o[b * 32 + lane] = rf_f32_to_f16(rf_round_q8_32(xr[b * 32 + lane], d32, q));
+            }
+        } else if (mode == 1) {
+            for (i64 b = group; b < K / 256; b += ngroups) {
+                float r[8];
+                rf_round_q8k_256(xr + b * 256, r);
+#pragma unroll
+                for (int t = 0; t < 8; t++) o[b * 256 + lane + 32 * t] = rf_f32_to_f16(r[t]);
+            }
+        } else if (mode == 4) {
+            for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_f32_to_f16(rf_round_bf16(xr[k]));
+        } else {
+            for (i64 k = threadIdx.x; k < K; k += blockDim.x) o[k] = rf_f32_to_f16(xr[k]);
+        }
     }
 }

@@ -191,45 +191,20 @@ RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 
     const int lane = threadIdx.x % 32, group = threadIdx.x / 32, ngroups = blockDim.x / 32;
     if (mode != 1) {
         for (i64 b = group; b < K / 32; b += ngroups) {
-            const float v = xr[b * 32 + lane];
-            const float amax = rf_group_max<32>(fabsf(v));
-            const float d32 = amax / 127.0f;
-            const float d = rf_f16_to_f32(rf_f32_to_f16(d32));
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const float q = rintf(v * id);
-            o[b * 32 + lane] = d * q;
+            float d32, q;
+            o[b * 32 + lane] = rf_round_q8_32(xr[b * 32 + lane], d32, q);
             if (mode == 3) {
+                const float d = rf_f16_to_f32(rf_f32_to_f16(d32));
                 const float sum = rf_group_sum<32>(q);  // |sum| <= 32 * 127: exact in f32
                 if (lane == 0) corr[row * (K / 32) + b] = rf_f16_to_f32(rf_f32_to_f16(d32 * sum)) - d * sum;
             }
         }
         return;
     }
-    // Q8_K: the scale comes from the value of largest magnitude, the first one on ties.
     for (i64 b = group; b < K / 256; b += ngroups) {
-        const float* xb = xr + b * 256;
-        float best_a = -1.0f, best_i = 0.0f, best_x = 0.0f;
+        float r[8];
+        rf_round_q8k_256(xr + b * 256, r);
 #pragma unroll
-        for (int t = 0; t < 8; t++) {
-            const float v = xb[lane + 32 * t], a = fabsf(v);
-            if (a > best_a) {
-                best_a = a;
-                best_i = (float)(lane + 32 * t);
-                best_x = v;
-            }
-        }
-        const float amax = rf_group_max<32>(best_a);
-        const float first = -rf_group_max<32>(best_a == amax ? -best_i : -1e9f);
-        const float mx = rf_group_sum<32>(best_a == amax && best_i == first ? best_x : 0.0f);
-        float* ob = o + b * 256;
-#pragma unroll
-        for (int t = 0; t < 8; t++) {
-            float r = 0.0f;
-            if (amax != 0.0f) {
-                const float iscale = -127.0f / mx;
-                r = (1.0f / iscale) * fminf(rintf(iscale * xb[lane + 32 * t]), 127.0f);
-            }
-            ob[lane + 32 * t] = r;
-        }
+        for (int t = 0; t < 8; t++) o[b * 256 + lane + 32 * t] = r[t];
     }
 }

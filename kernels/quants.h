@@ -279,4 +279,41 @@ template <> RF_DEVICE_SPEC float load_w_min<w_q5_1>(const char* row, i64 blk) {
     return rf_ld_f16((const unsigned char*)row + blk * 24 + 2);
 }
 
+// ggml-cpu's activation rounding before its integer dots, for one group of 32 lanes.
+// Q8_0 / Q8_1 blocks of 32 (lane = element): the value d * q the dot effectively uses; d32 is
+// the unrounded scale and q the integer (Q8_1's block sum needs them).
+RF_DEVICE float rf_round_q8_32(float v, float& d32, float& q) {
+    const float amax = rf_group_max<32>(fabsf(v));
+    d32 = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    q = rintf(v * id);
+    return rf_f16_to_f32(rf_f32_to_f16(d32)) * q;
+}
+// Q8_K blocks of 256: element lane + 32 * t of xb rounded into r[t]; the scale comes from the
+// value of largest magnitude, the first one on ties.
+RF_DEVICE void rf_round_q8k_256(const float* xb, float r[8]) {
+    float best_a = -1.0f, best_i = 0.0f, best_x = 0.0f;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const float v = xb[lane + 32 * t], a = fabsf(v);
+        if (a > best_a) {
+            best_a = a;
+            best_i = (float)(lane + 32 * t);
+            best_x = v;
+        }
+    }
+    const float amax = rf_group_max<32>(best_a);
+    const float first = -rf_group_max<32>(best_a == amax ? -best_i : -1e9f);
+    const float mx = rf_group_sum<32>(best_a == amax && best_i == first ? best_x : 0.0f);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        r[t] = 0.0f;
+        if (amax != 0.0f) {
+            const float iscale = -127.0f / mx;
+            r[t] = (1.0f / iscale) * fminf(rintf(iscale * xb[lane + 32 * t]), 127.0f);
+        }
+    }
+}
+
 #endif

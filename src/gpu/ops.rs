@@ -480,6 +480,7 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
     let args = Args::default()
         .ptr(x.data())
         .ptr(x16 as usize as *const u8)
+        .i32(src1_rounding(w.dtype()).unwrap_or(-1))
         .i64(k)
         .i64(n)
         .i64(ne12)
