@@ -75,6 +75,19 @@ macro_rules! with_tiles {
     }};
 }
 
+/// Adds only a prompt tile (`avx2::tile::<R, 4>`), for formats (the K-quants) where no
+/// multi-row one-column tile beat the one-row dot (measured by `bench_kquant_tiles`):
+/// generation keeps `vec_dot`, which is the AVX-512 dot where the machine has it.
+macro_rules! with_gemm_tile {
+    ($t:expr, $format:ident, $rows:literal) => {{
+        #[cfg(target_arch = "x86_64")]
+        let t = if use_avx2() { TypeTraits { gemm: Some(crate::cpu::types::Tile { rows: $rows, cols: 4, dot: $format::avx2::tile::<$rows, 4> }), ..$t } } else { $t };
+        #[cfg(not(target_arch = "x86_64"))]
+        let t = $t;
+        t
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 /// Instruction set of the int8 matmul tiles (formats with tiles beyond AVX2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,9 +155,9 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
         Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| with_tiles!(t, q8_0, avx512)),
         Q2_K => full(q2_k::to_f32, q2_k::from_f32, Q8_K, q2_k::vec_dot_fn()),
         Q3_K => full(q3_k::to_f32, q3_k::from_f32, Q8_K, q3_k::vec_dot_fn()),
-        Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()),
+        Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()).map(|t| with_gemm_tile!(t, q4_k, 2)),
         Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
-        Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()),
+        Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()).map(|t| with_gemm_tile!(t, q6_k, 1)),
         IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| with_tiles!(t, iq4_nl, avx512)),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
@@ -1076,6 +1089,73 @@ mod bench {
                 let b = time(gemv, n, &qx, xs, rows, &qy, ys, 1, 1000);
                 let c = time(gemv, sn, &sqx, t.row_size(sn), srows, &sqy, 0, 1, 10);
                 println!("bench_tiles {t:?} {name:10}: gemm {}x{} {a:6.2} | gemv {}x1 in L2 {b:6.2} | gemv streaming {c:6.2} G MAC/s", gemm.rows, gemm.cols, gemv.rows);
+            }
+        }
+    }
+
+    /// The K-quant tiles (AVX2) against their one-row dot, one thread: 64 rows × 4096 in L2
+    /// against 16 columns (prompts) and 1 column (generation), and a matrix larger than the
+    /// caches against 1 column. Prints G multiply-adds/s.
+    /// `cargo test --release -- --ignored bench_kquant_tiles --nocapture`
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_kquant_tiles() {
+        use crate::cpu::types::Tile;
+        use GgmlType::*;
+        if !use_avx2() {
+            println!("bench_kquant_tiles: SKIPPED, no AVX2");
+            return;
+        }
+        // The one-row dot as a 1 × 1 "tile", so both run through the same loop.
+        fn one_row<const T: u8>(n: usize, x: *const u8, _: usize, y: *const u8, _: usize, out: *mut u8, _: usize) {
+            let t = if T == 4 { Q4_K } else { Q6_K };
+            unsafe { *(out as *mut f32) = (all_traits(t).unwrap().vec_dot.unwrap())(n, x, y) };
+        }
+        let time = |tl: Tile, n: usize, qx: &[u8], xs: usize, rows: usize, qy: &[u8], ys: usize, cols: usize, reps: usize| {
+            let mut out = vec![0f32; rows * cols];
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                for j in (0..cols).step_by(tl.cols) {
+                    for i in (0..rows).step_by(tl.rows) {
+                        unsafe { (tl.dot)(n, qx.as_ptr().add(i * xs), xs, qy.as_ptr().add(j * ys), ys, out.as_mut_ptr().add(i + j * rows) as *mut u8, rows * 4) };
+                    }
+                }
+            }
+            std::hint::black_box(&out);
+            (n * rows * cols * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+        };
+        let sets: [(GgmlType, Tile); 2] = [(Q4_K, Tile { rows: 1, cols: 1, dot: one_row::<4> }), (Q6_K, Tile { rows: 1, cols: 1, dot: one_row::<6> })];
+        for (t, single) in sets {
+            let tr = all_traits(t).unwrap();
+            let yfrom = all_traits(Q8_K).unwrap().from_f32.unwrap();
+            let (n, rows) = (4096, 64);
+            let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
+            let qy = testutil::quantize(Q8_K, yfrom, &testutil::data(n * 16, 2));
+            let (xs, ys) = (t.row_size(n), Q8_K.row_size(n));
+            let (sn, srows) = (1024, 1 << 14);
+            let sqx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(sn * srows, 3));
+            let sqy = testutil::quantize(Q8_K, yfrom, &testutil::data(sn, 4));
+            let (gemm, gemv) = (tr.gemm.unwrap_or(single), tr.gemv.unwrap_or(single));
+            for (name, gemm, gemv) in [("vec_dot", single, single), ("tiles", gemm, gemv)] {
+                let a = time(gemm, n, &qx, xs, rows, &qy, ys, 16, 30);
+                let b = time(gemv, n, &qx, xs, rows, &qy, ys, 1, 300);
+                let c = time(gemv, sn, &sqx, t.row_size(sn), srows, &sqy, 0, 1, 10);
+                println!("bench_kquant_tiles {t:?} {name:7}: gemm {}x{} {a:6.2} | gemv {}x1 in L2 {b:6.2} | gemv streaming {c:6.2} G MAC/s", gemm.rows, gemm.cols, gemv.rows);
+            }
+            if std::env::var("SWEEP").is_ok() {
+                macro_rules! shapes {
+                    ($f:ident) => {
+                        [Tile { rows: 1, cols: 1, dot: $f::avx2::tile::<1, 1> }, Tile { rows: 2, cols: 1, dot: $f::avx2::tile::<2, 1> }, Tile { rows: 3, cols: 1, dot: $f::avx2::tile::<3, 1> }, Tile { rows: 1, cols: 4, dot: $f::avx2::tile::<1, 4> }, Tile { rows: 2, cols: 2, dot: $f::avx2::tile::<2, 2> }, Tile { rows: 4, cols: 2, dot: $f::avx2::tile::<4, 2> }, Tile { rows: 3, cols: 4, dot: $f::avx2::tile::<3, 4> }, Tile { rows: 2, cols: 3, dot: $f::avx2::tile::<2, 3> }]
+                    };
+                }
+                let shapes = if t == Q4_K { shapes!(q4_k) } else { shapes!(q6_k) };
+                for tl in shapes {
+                    let a = time(tl, n, &qx, xs, rows - rows % tl.rows, &qy, ys, 16 - 16 % tl.cols, 30);
+                    let b = if tl.cols == 1 { time(tl, n, &qx, xs, rows - rows % tl.rows, &qy, ys, 1, 300) } else { 0.0 };
+                    let c = if tl.cols == 1 { time(tl, sn, &sqx, t.row_size(sn), srows - srows % tl.rows, &sqy, 0, 1, 10) } else { 0.0 };
+                    println!("sweep {t:?} {}x{}: 16 columns {a:6.2} | 1 column in L2 {b:6.2} | streaming {c:6.2}", tl.rows, tl.cols);
+                }
             }
         }
     }

@@ -204,6 +204,86 @@ pub(super) mod avx2 {
         let m = _mm_add_ss(m, _mm_movehdup_ps(m));
         hsum_f32(acc) - _mm_cvtss_f32(m)
     }
+
+    /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it:
+    /// per super-block the same i32 lanes (integer sums, so their order is free), the same
+    /// f32 products, FMAs and final reductions. Sub-block by sub-block, each row's nibbles
+    /// and scale vector are made once for all columns and each column's 32 activations are
+    /// loaded once for all rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        const { assert!(C <= 4) };
+        let m4 = _mm256_set1_epi8(0x0f);
+        let bcast = scale_broadcasts();
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut acc_m = [[_mm_setzero_ps(); C]; R];
+        for i in 0..n / QK_K {
+            let bx = |r: usize| &*(x.add(r * xs) as *const BlockQ4K).add(i);
+            let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8K).add(i);
+            let mut dy = [0f32; C];
+            let mut bs32 = [_mm_setzero_si128(); C];
+            for c in 0..C {
+                dy[c] = by(c).d;
+                let bs = _mm256_loadu_si256(by(c).bsums.as_ptr() as *const __m256i);
+                bs32[c] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            }
+            let mut dx = [0f32; R];
+            let mut scv = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let b = bx(r);
+                if C == 1 {
+                    // One column streams the matrix once: fetch the next tile's rows (the
+                    // memory right after these R rows) while this one is summed.
+                    let p = (b as *const BlockQ4K as *const i8).add(R * xs);
+                    for o in [0, 64, 128] {
+                        _mm_prefetch::<_MM_HINT_T0>(p.add(o));
+                    }
+                }
+                let dd = f16_pair((b as *const BlockQ4K as *const u32).read_unaligned());
+                dx[r] = _mm_cvtss_f32(dd);
+                let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+                let (sc, mn) = unpack_scales_u64(&b.scales);
+                let mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
+                scv[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+                for c in 0..C {
+                    // by.d · dmin: the product vec_dot forms.
+                    let m = _mm_set1_ps(dy[c] * dmin);
+                    acc_m[r][c] = _mm_fmadd_ps(m, _mm_cvtepi32_ps(_mm_madd_epi16(mn16, bs32[c])), acc_m[r][c]);
+                }
+            }
+            let mut sumi = [[_mm256_setzero_si256(); C]; R];
+            // Sub-block j: low nibbles of code chunk j / 2 for even j, high for odd.
+            for j in 0..8 {
+                let mut q = [_mm256_setzero_si256(); R];
+                let mut s = [_mm256_setzero_si256(); R];
+                for r in 0..R {
+                    let v = _mm256_loadu_si256(bx(r).qs.as_ptr().add(32 * (j / 2)) as *const __m256i);
+                    q[r] = if j % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) };
+                    s[r] = _mm256_shuffle_epi8(scv[r], bcast[j]);
+                }
+                for c in 0..C {
+                    let yv = _mm256_loadu_si256(by(c).qs.as_ptr().add(32 * j) as *const __m256i);
+                    for r in 0..R {
+                        sumi[r][c] = _mm256_add_epi32(sumi[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yv), s[r]));
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    // by.d · d: the product vec_dot forms.
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dy[c] * dx[r]), _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
+                }
+            }
+        }
+        for r in 0..R {
+            for c in 0..C {
+                let am = acc_m[r][c];
+                let m = _mm_add_ps(am, _mm_movehl_ps(am, am));
+                let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                *(out.add(r * 4 + c * os) as *mut f32) = hsum_f32(acc[r][c]) - _mm_cvtss_f32(m);
+            }
+        }
+    }
 }
 
 /// AVX-512: the AVX2 kernel with two chunks of the integer work per instruction. Chunk c's
@@ -326,6 +406,22 @@ mod tests {
     #[test]
     fn avx512_dot_equals_avx2() {
         check_same_dot(GgmlType::Q4_K, from_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, avx512::vec_dot, avx2::vec_dot);
+    }
+
+    /// The registered tile, and other shapes, equal the dispatched dot to the bit.
+    #[test]
+    fn tiles_equal_vec_dot() {
+        // A prompt tile only: generation keeps vec_dot.
+        check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &tiles(GgmlType::Q4_K)[..1]);
+        assert!(tiles(GgmlType::Q4_K)[1].is_none());
+        #[cfg(target_arch = "x86_64")]
+        if use_avx2() {
+            use crate::cpu::types::{DotTile, Tile};
+            let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
+            let shapes = [tile(2, 4, avx2::tile::<2, 4>), tile(4, 1, avx2::tile::<4, 1>), tile(1, 1, avx2::tile::<1, 1>), tile(3, 2, avx2::tile::<3, 2>), tile(2, 2, avx2::tile::<2, 2>), tile(1, 4, avx2::tile::<1, 4>), tile(3, 4, avx2::tile::<3, 4>)];
+            check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes.map(Some));
+            check_tiles_raw(GgmlType::Q4_K, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes);
+        }
     }
 
     #[test]

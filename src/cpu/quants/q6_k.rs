@@ -165,6 +165,86 @@ pub(super) mod avx2 {
         }
         hsum_f32(acc)
     }
+
+    /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it:
+    /// per super-block the same i32 lanes (integer sums, so their order is free), the same f32
+    /// product, FMA and final sum. Per 32 codes, each row's codes and scale vector are made
+    /// once for all columns and each column's 32 activations are loaded once for all rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        const { assert!(C <= 4) };
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m30 = _mm256_set1_epi8(0x30);
+        let pairs = scale_pairs();
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..n / QK_K {
+            let bx = |r: usize| &*(x.add(r * xs) as *const BlockQ6K).add(i);
+            let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8K).add(i);
+            let mut dx = [0f32; R];
+            let mut sc = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let b = bx(r);
+                if C == 1 {
+                    // One column streams the matrix once: fetch the next tile's rows (the
+                    // memory right after these R rows) while this one is summed.
+                    let p = (b as *const BlockQ6K as *const i8).add(R * xs);
+                    for o in [0, 64, 128, 192] {
+                        _mm_prefetch::<_MM_HINT_T0>(p.add(o));
+                    }
+                }
+                dx[r] = f16_load(&b.d);
+                sc[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.scales.as_ptr() as *const __m128i));
+            }
+            let mut sumi = [[_mm256_setzero_si256(); C]; R];
+            for h in 0..2 {
+                // The 8 scales of this half, as i16, in both 128-bit lanes.
+                let mut sh = [_mm256_setzero_si256(); R];
+                for r in 0..R {
+                    sh[r] = if h == 0 { _mm256_permute2x128_si256(sc[r], sc[r], 0x00) } else { _mm256_permute2x128_si256(sc[r], sc[r], 0x11) };
+                }
+                for k in 0..4 {
+                    let mut q = [_mm256_setzero_si256(); R];
+                    let mut s = [_mm256_setzero_si256(); R];
+                    for r in 0..R {
+                        let b = bx(r);
+                        let ql = _mm256_loadu_si256(b.ql.as_ptr().add(64 * h + 32 * (k & 1)) as *const __m256i);
+                        let qh = _mm256_loadu_si256(b.qh.as_ptr().add(32 * h) as *const __m256i);
+                        // As vec_dot: 16-bit shifts leak bits across bytes; the 0x30 mask drops them.
+                        let lo = if k < 2 { _mm256_and_si256(ql, m4) } else { _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4) };
+                        let hi = match k {
+                            0 => _mm256_slli_epi16(qh, 4),
+                            1 => _mm256_slli_epi16(qh, 2),
+                            2 => qh,
+                            _ => _mm256_srli_epi16(qh, 2),
+                        };
+                        q[r] = _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
+                        s[r] = _mm256_shuffle_epi8(sh[r], pairs[k]);
+                    }
+                    for c in 0..C {
+                        let yk = _mm256_loadu_si256(by(c).qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                        for r in 0..R {
+                            sumi[r][c] = _mm256_add_epi32(sumi[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yk), s[r]));
+                        }
+                    }
+                }
+            }
+            for c in 0..C {
+                let b = by(c);
+                let bsums = _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i);
+                for r in 0..R {
+                    // The -32 of the codes, in integers before the conversion, as vec_dot.
+                    let si = _mm256_sub_epi32(sumi[r][c], _mm256_slli_epi32(_mm256_madd_epi16(sc[r], bsums), 5));
+                    // by.d · d: the product vec_dot forms.
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * dx[r]), _mm256_cvtepi32_ps(si), acc[r][c]);
+                }
+            }
+        }
+        for r in 0..R {
+            for c in 0..C {
+                *(out.add(r * 4 + c * os) as *mut f32) = hsum_f32(acc[r][c]);
+            }
+        }
+    }
 }
 
 /// AVX-512: the AVX2 kernel with two of its 32-byte code vectors per instruction (k = 0, 1 and
@@ -283,6 +363,22 @@ mod tests {
     #[test]
     fn avx512_dot_equals_avx2() {
         check_same_dot(GgmlType::Q6_K, from_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, avx512::vec_dot, avx2::vec_dot);
+    }
+
+    /// The registered tile, and other shapes, equal the dispatched dot to the bit.
+    #[test]
+    fn tiles_equal_vec_dot() {
+        // A prompt tile only: generation keeps vec_dot.
+        check_tiles(GgmlType::Q6_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &tiles(GgmlType::Q6_K)[..1]);
+        assert!(tiles(GgmlType::Q6_K)[1].is_none());
+        #[cfg(target_arch = "x86_64")]
+        if use_avx2() {
+            use crate::cpu::types::{DotTile, Tile};
+            let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
+            let shapes = [tile(2, 4, avx2::tile::<2, 4>), tile(4, 1, avx2::tile::<4, 1>), tile(1, 1, avx2::tile::<1, 1>), tile(3, 2, avx2::tile::<3, 2>), tile(2, 2, avx2::tile::<2, 2>), tile(1, 4, avx2::tile::<1, 4>), tile(3, 4, avx2::tile::<3, 4>)];
+            check_tiles(GgmlType::Q6_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes.map(Some));
+            check_tiles_raw(GgmlType::Q6_K, &[208], GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes);
+        }
     }
 
     #[test]
