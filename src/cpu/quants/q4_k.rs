@@ -411,14 +411,16 @@ mod tests {
     /// The registered tile, and other shapes, equal the dispatched dot to the bit.
     #[test]
     fn tiles_equal_vec_dot() {
-        // A prompt tile only: generation keeps vec_dot.
-        check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &tiles(GgmlType::Q4_K)[..1]);
-        assert!(tiles(GgmlType::Q4_K)[1].is_none());
+        // The generation tile is registered only where AVX-512 does not run.
+        let [gemm, gemv] = tiles(GgmlType::Q4_K);
+        check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &[gemm]);
+        assert_eq!(gemv.is_some(), use_avx2() && !crate::cpu::quants::use_avx512());
+        check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &[gemv].map(|t| t.or(gemm)));
         #[cfg(target_arch = "x86_64")]
         if use_avx2() {
             use crate::cpu::types::{DotTile, Tile};
             let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-            let shapes = [tile(2, 4, avx2::tile::<2, 4>), tile(4, 1, avx2::tile::<4, 1>), tile(1, 1, avx2::tile::<1, 1>), tile(3, 2, avx2::tile::<3, 2>), tile(2, 2, avx2::tile::<2, 2>), tile(1, 4, avx2::tile::<1, 4>), tile(3, 4, avx2::tile::<3, 4>)];
+            let shapes = [tile(2, 4, avx2::tile::<2, 4>), tile(4, 1, avx2::tile::<4, 1>), tile(2, 1, avx2::tile::<2, 1>), tile(1, 1, avx2::tile::<1, 1>), tile(3, 2, avx2::tile::<3, 2>), tile(2, 2, avx2::tile::<2, 2>), tile(1, 4, avx2::tile::<1, 4>), tile(3, 4, avx2::tile::<3, 4>)];
             check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes.map(Some));
             check_tiles_raw(GgmlType::Q4_K, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes);
         }
