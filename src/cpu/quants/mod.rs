@@ -75,9 +75,10 @@ macro_rules! with_tiles {
     }};
 }
 
-/// Adds only a prompt tile (`avx2::tile::<R, 4>`), for formats (the K-quants) where no
-/// multi-row one-column tile beat the one-row dot (measured by `bench_kquant_tiles`):
-/// generation keeps `vec_dot`, which is the AVX-512 dot where the machine has it.
+/// Adds only a prompt tile (`avx2::tile::<R, 4>`), for the K-quants, whose best prompt shapes
+/// differ from the int8 formats' (measured by `bench_kquant_tiles`, `SWEEP=1`) and whose
+/// generation keeps `vec_dot` (the AVX-512 dot where the machine has it; Q4_K's exception:
+/// `with_q4_k_gemv`).
 macro_rules! with_gemm_tile {
     ($t:expr, $format:ident, $rows:literal) => {{
         #[cfg(target_arch = "x86_64")]
