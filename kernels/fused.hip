@@ -5,6 +5,7 @@
 #include "prelude.h"
 #include "mmvq.hip"
 #include "activation.hip"
+#include "rope.hip"
 
 // [ADD ->] RMS_NORM [-> MUL by a row vector] [-> quantized for the next matrix-vector
 // product], one block per row of contiguous F32 rows of ne0 values:
@@ -166,3 +167,59 @@ MVQ_GLU_KERNEL(q8_0)
 MVQ_GLU_KERNEL(iq4_nl)
 MVQ_GLU_KERNEL(q4_k)
 MVQ_GLU_KERNEL(q6_k)
+
+// [ROPE(q) ->] ROPE(k) -> SET_ROWS(k cache) [-> SET_ROWS(v cache)] of F32 rows, normal or neox
+// rope, one block per row: blocks [0, nq) rope a row of q (nq = q_ne1 * q_ne2, rows (head i1,
+// token i2)) into qd; the next nk = k_ne1 * n_tok rope a row of k straight into its cache row
+// kidx[token] (head i1 at i1 * ne0 values; F16 or F32 cache); the last nv (0 or n_tok) copy a
+// token's nv_vals values of v into its cache row vidx[token]. Rounding as ROPE then SET_ROWS.
+RF_DEVICE i64 fused_row_id(const char* idx, int idx64, i64 t, i64 nbi0) {
+    const char* p = idx + t * nbi0;
+    return idx64 ? *(const i64*)p : (i64) * (const int*)p;
+}
+
+RF_KERNEL void fused_rope_kv(const char* qa, char* qd, i64 q_ne1, i64 nq, i64 nbqa1, i64 nbqa2, i64 nbqd1, i64 nbqd2,
+                             const char* ka, i64 k_ne1, i64 nbka1, i64 nbka2, char* kc, const char* kidx, int kidx64,
+                             i64 nbki0, int kc_f16, i64 nbkc1, i64 kc_rows, const char* va, i64 nv_vals, i64 nbva1,
+                             char* vc, const char* vidx, int vidx64, i64 nbvi0, int vc_f16, i64 nbvc1, i64 vc_rows,
+                             i64 n_tok, const int* pos, const float* ff, i64 ne0, int n_dims, int neox, int n_offs,
+                             float theta_scale, float freq_scale, float ext_factor, float attn_factor, float corr0,
+                             float corr1) {
+    i64 b = blockIdx.x;
+    if (b < nq) {
+        const i64 i1 = b % q_ne1, i2 = b / q_ne1;
+        rope_row<float, float>(qa + i1 * nbqa1 + i2 * nbqa2, qd + i1 * nbqd1 + i2 * nbqd2, pos, ff, i2, ne0, n_tok,
+                               n_dims, neox, n_offs, theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1, 0, 0,
+                               0, 0, 0);
+        return;
+    }
+    b -= nq;
+    const i64 nk = k_ne1 * n_tok;
+    if (b < nk) {
+        const i64 i1 = b % k_ne1, i2 = b / k_ne1;
+        const i64 row = fused_row_id(kidx, kidx64, i2, nbki0);
+        if (row < 0 || row >= kc_rows) return;
+        const char* src = ka + i1 * nbka1 + i2 * nbka2;
+        if (kc_f16) {
+            rope_row<float, f16_bits>(src, kc + row * nbkc1 + i1 * ne0 * 2, pos, ff, i2, ne0, n_tok, n_dims, neox,
+                                      n_offs, theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1, 0, 0, 0,
+                                      0, 0);
+        } else {
+            rope_row<float, float>(src, kc + row * nbkc1 + i1 * ne0 * 4, pos, ff, i2, ne0, n_tok, n_dims, neox, n_offs,
+                                   theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1, 0, 0, 0, 0, 0);
+        }
+        return;
+    }
+    const i64 t = b - nk;
+    const i64 row = fused_row_id(vidx, vidx64, t, nbvi0);
+    if (row < 0 || row >= vc_rows) return;
+    const float* src = (const float*)(va + t * nbva1);
+    char* dst = vc + row * nbvc1;
+    for (i64 k = threadIdx.x; k < nv_vals; k += blockDim.x) {
+        if (vc_f16) {
+            ((f16_bits*)dst)[k] = rf_f32_to_f16(src[k]);
+        } else {
+            ((float*)dst)[k] = src[k];
+        }
+    }
+}

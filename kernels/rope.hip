@@ -14,15 +14,12 @@ template <typename T> RF_DEVICE void rope_st(char* p, i64 i, float v);
 template <> RF_DEVICE_SPEC void rope_st<float>(char* p, i64 i, float v) { ((float*)p)[i] = v; }
 template <> RF_DEVICE_SPEC void rope_st<f16_bits>(char* p, i64 i, float v) { ((f16_bits*)p)[i] = rf_f32_to_f16(v); }
 
-template <typename T>
-RF_DEVICE void rope(const char* a, const int* pos, const float* ff, char* d, i64 ne0, i64 ne1, i64 ne2, i64 nba1,
-                    i64 nba2, i64 nba3, i64 nbd1, i64 nbd2, i64 nbd3, int n_dims, int neox, int n_offs,
-                    float theta_scale, float freq_scale, float ext_factor, float attn_factor, float corr0,
-                    float corr1, int multi, int s0, int s1, int s2, int s3) {
-    const i64 r = blockIdx.x;
-    const i64 i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
-    const char* src = a + i1 * nba1 + i2 * nba2 + i3 * nba3;
-    char* dst = d + i1 * nbd1 + i2 * nbd2 + i3 * nbd3;
+// One row of ne0 values from src (type T) into dst (type TD), at position stream index i2
+// (of ne2); called by all threads of a block. Also the fused ROPE -> SET_ROWS (fused.hip).
+template <typename T, typename TD>
+RF_DEVICE void rope_row(const char* src, char* dst, const int* pos, const float* ff, i64 i2, i64 ne0, i64 ne2,
+                        int n_dims, int neox, int n_offs, float theta_scale, float freq_scale, float ext_factor,
+                        float attn_factor, float corr0, float corr1, int multi, int s0, int s1, int s2, int s3) {
     const int half_dims = n_dims / 2;
     const int sect_dims = max(1, s0 + s1 + s2 + s3);
     for (int k = threadIdx.x; k < half_dims; k += blockDim.x) {
@@ -59,13 +56,25 @@ RF_DEVICE void rope(const char* a, const int* pos, const float* ff, char* d, i64
         const i64 i0 = neox || multi ? n_offs + k : n_offs + 2 * k;
         const i64 i1x = neox || multi ? i0 + half_dims : i0 + 1;
         const float x0 = rope_ld<T>(src, i0), x1 = rope_ld<T>(src, i1x);
-        rope_st<T>(dst, i0, x0 * c - x1 * s);
-        rope_st<T>(dst, i1x, x0 * s + x1 * c);
+        rope_st<TD>(dst, i0, x0 * c - x1 * s);
+        rope_st<TD>(dst, i1x, x0 * s + x1 * c);
     }
     // Channels outside the rotated span pass through.
     for (i64 i = threadIdx.x; i < ne0; i += blockDim.x) {
-        if (i < n_offs || i >= n_offs + n_dims) rope_st<T>(dst, i, rope_ld<T>(src, i));
+        if (i < n_offs || i >= n_offs + n_dims) rope_st<TD>(dst, i, rope_ld<T>(src, i));
     }
+}
+
+template <typename T>
+RF_DEVICE void rope(const char* a, const int* pos, const float* ff, char* d, i64 ne0, i64 ne1, i64 ne2, i64 nba1,
+                    i64 nba2, i64 nba3, i64 nbd1, i64 nbd2, i64 nbd3, int n_dims, int neox, int n_offs,
+                    float theta_scale, float freq_scale, float ext_factor, float attn_factor, float corr0,
+                    float corr1, int multi, int s0, int s1, int s2, int s3) {
+    const i64 r = blockIdx.x;
+    const i64 i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+    rope_row<T, T>(a + i1 * nba1 + i2 * nba2 + i3 * nba3, d + i1 * nbd1 + i2 * nbd2 + i3 * nbd3, pos, ff, i2, ne0,
+                   ne2, n_dims, neox, n_offs, theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1, multi,
+                   s0, s1, s2, s3);
 }
 
 #define ROPE_ARGS                                                                                               \

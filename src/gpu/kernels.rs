@@ -29,7 +29,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("quantize.hip", include_str!("../../kernels/quantize.hip")),
     ("dequant.hip", include_str!("../../kernels/dequant.hip")),
     ("flash_attn_tiled.hip", include_str!("../../kernels/flash_attn_tiled.hip")),
-    // Last: it uses mmvq.hip's and activation.hip's device functions.
+    // Last: it uses mmvq.hip's, activation.hip's and rope.hip's device functions.
     ("fused.hip", include_str!("../../kernels/fused.hip")),
 ];
 
@@ -90,6 +90,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "round_src1",
     "quantize_q8",
     "fused_rms_norm",
+    "fused_rope_kv",
     "binary_f32",
     "scale_f32",
     "cpy_f32_f32",

@@ -1032,18 +1032,26 @@ fn supports_rope(node: &Tensor) -> bool {
     node.nrows() <= i32::MAX as usize
 }
 
+/// (theta_scale, corr0, corr1) of a ROPE node: the YaRN correction range in rotated
+/// dimensions, as ggml computes it.
+fn rope_consts(node: &Tensor) -> (f32, f32, f32) {
+    let n_dims = node.param_i32(1);
+    let (n_ctx_orig, freq_base) = (node.param_i32(4), node.param_f32(5));
+    let (beta_fast, beta_slow) = (node.param_f32(9), node.param_f32(10));
+    let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
+    let dim = |n_rot: f32| n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln());
+    let corr0 = dim(beta_fast).floor().max(0.0);
+    let corr1 = dim(beta_slow).ceil().min(n_dims as f32 - 1.0);
+    (theta_scale, corr0, corr1)
+}
+
 fn launch_rope(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (a, pos) = (node.src(0).unwrap(), node.src(1).unwrap());
     let ne = node.ne();
     let n_dims = node.param_i32(1);
-    let (n_ctx_orig, freq_base, freq_scale) = (node.param_i32(4), node.param_f32(5), node.param_f32(6));
-    let (ext_factor, attn_factor, beta_fast, beta_slow) =
-        (node.param_f32(7), node.param_f32(8), node.param_f32(9), node.param_f32(10));
-    let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
-    // YaRN correction range in rotated dimensions, as ggml computes it.
-    let dim = |n_rot: f32| n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln());
-    let corr0 = dim(beta_fast).floor().max(0.0);
-    let corr1 = dim(beta_slow).ceil().min(n_dims as f32 - 1.0);
+    let freq_scale = node.param_f32(6);
+    let (ext_factor, attn_factor) = (node.param_f32(7), node.param_f32(8));
+    let (theta_scale, corr0, corr1) = rope_consts(node);
     let args = Args::default()
         .ptr(a.data())
         .ptr(pos.data())
@@ -1832,6 +1840,9 @@ pub fn launch_at(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         if let Some(n) = try_fused_glu(nodes, i, uses, lc)? {
             return Ok(n);
         }
+        if let Some(n) = try_fused_rope_kv(nodes, i, None, uses, lc)? {
+            return Ok(n);
+        }
     }
     launch(&nodes[i], lc)?;
     Ok(1)
@@ -1977,4 +1988,163 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         lc.q8.set(Some(Q8Src::of(out_at, glu, 0)));
     }
     Ok(Some(3))
+}
+
+fn overlap(a: &Tensor, b: &Tensor) -> bool {
+    let (a0, b0) = (a.data() as usize, b.data() as usize);
+    a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes()
+}
+
+/// A ROPE that fused_rope_kv computes: F32 rows, normal or neox mode, one sequence (ne3 = 1).
+fn rope_fusable(r: &Tensor) -> bool {
+    let Some(a) = r.src(0) else { return false };
+    r.op() == op::ROPE
+        && supports_rope(r)
+        && r.dtype() == GgmlType::F32
+        && a.dtype() == GgmlType::F32
+        && matches!(r.param_i32(2), ROPE_NORMAL | ROPE_NEOX)
+        && r.ne()[3] == 1
+        && r.is_contiguous()
+}
+
+/// Two ROPEs with the same positions, factors and parameters (Q and K of one layer).
+fn same_rope(a: &Tensor, b: &Tensor) -> bool {
+    let pos = |t: &Tensor| t.src(1).map(|p| p.data() as usize);
+    let ff = |t: &Tensor| t.src(2).map(|p| p.data() as usize);
+    pos(a) == pos(b) && ff(a) == ff(b) && a.raw().op_params == b.raw().op_params && a.ne()[0] == b.ne()[0] && a.ne()[2] == b.ne()[2]
+}
+
+/// Row ids of a SET_ROWS that fused_rope_kv reads: one per token, dense.
+fn row_ids_ok(idx: &Tensor, n_tok: usize) -> bool {
+    matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64) && idx.ne() == [n_tok, 1, 1, 1]
+}
+
+/// A SET_ROWS of `n_tok` dense F32 rows of `n` values into a 2-D F16 / F32 tensor.
+fn set_rows_plain(s: &Tensor, n: usize, n_tok: usize) -> bool {
+    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else { return false };
+    s.op() == op::SET_ROWS
+        && supports_set_rows(s)
+        && matches!(s.dtype(), GgmlType::F16 | GgmlType::F32)
+        && s.ne()[0] == n
+        && s.ne()[2] == 1
+        && s.ne()[3] == 1
+        && s.nb()[0] == s.dtype().type_size()
+        && a.dtype() == GgmlType::F32
+        && a.ne() == [n, n_tok, 1, 1]
+        && a.nb()[0] == 4
+        && row_ids_ok(&idx, n_tok)
+}
+
+/// [ROPE(q), given when a caller moved it here (none does yet: llama.cpp's allocator may put
+/// the V/K products over ROPE(q)'s input),] ROPE(k) at `i`, SET_ROWS of k's rows into
+/// the cache [, SET_ROWS of v's rows]: one kernel (fused_rope_kv). The roped k goes straight
+/// into the cache: its own tensor is written only where something else reads it (not fused).
+fn try_fused_rope_kv(nodes: &[Tensor], i: usize, q: Option<Tensor>, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+    let (Some(rk), Some(sk)) = (nodes.get(i).copied(), nodes.get(i + 1).copied()) else { return Ok(None) };
+    if !rope_fusable(&rk) || !feeds_only_one(&rk, uses) {
+        return Ok(None);
+    }
+    let (ne0, ne1, n_tok) = (rk.ne()[0], rk.ne()[1], rk.ne()[2]);
+    let ka = rk.src(0).unwrap();
+    let k_ok = set_rows_plain(&sk, ne0 * ne1, n_tok)
+        && sk.src(0).is_some_and(|a| a.data() == rk.data() && a.nb()[1] == rk.nb()[2])
+        && !overlap(&ka, &sk);
+    if !k_ok {
+        return Ok(None);
+    }
+    if let Some(q) = q {
+        if !rope_fusable(&q) || !same_rope(&q, &rk) {
+            return Ok(None);
+        }
+    }
+    // The V rows next to it, when they touch nothing the other parts read or write.
+    let sv = nodes.get(i + 2).copied().filter(|sv| {
+        let Some(va) = sv.src(0) else { return false };
+        let n = sv.ne()[0];
+        set_rows_plain(sv, n, n_tok)
+            && !overlap(sv, &sk)
+            && !overlap(sv, &ka)
+            && !overlap(&va, &sk)
+            && q.is_none_or(|q| !overlap(sv, &q) && !overlap(sv, &q.src(0).unwrap()) && !overlap(&va, &q))
+    });
+    if let Some(q) = q {
+        // q's rows are written while k's and v's are read and the caches written.
+        let qa = q.src(0).unwrap();
+        if overlap(&q, &ka) || overlap(&q, &sk) || overlap(&qa, &sk) {
+            return Ok(None);
+        }
+    }
+    let (theta_scale, corr0, corr1) = rope_consts(&rk);
+    let idx_i64 = |t: &Tensor| (t.src(1).unwrap().dtype() == GgmlType::I64) as i32;
+    let idx_nb0 = |t: &Tensor| t.src(1).unwrap().nb()[0];
+    let mut args = Args::default();
+    args = match q {
+        Some(q) => {
+            let qa = q.src(0).unwrap();
+            args.ptr(qa.data())
+                .ptr(q.data())
+                .i64(q.ne()[1])
+                .i64(q.ne()[1] * q.ne()[2])
+                .i64(qa.nb()[1])
+                .i64(qa.nb()[2])
+                .i64(q.nb()[1])
+                .i64(q.nb()[2])
+        }
+        None => args.ptr(std::ptr::null()).ptr(std::ptr::null()).i64(1).i64(0).i64(0).i64(0).i64(0).i64(0),
+    };
+    args = args
+        .ptr(ka.data())
+        .i64(ne1)
+        .i64(ka.nb()[1])
+        .i64(ka.nb()[2])
+        .ptr(sk.data())
+        .ptr(sk.src(1).unwrap().data())
+        .i32(idx_i64(&sk))
+        .i64(idx_nb0(&sk))
+        .i32((sk.dtype() == GgmlType::F16) as i32)
+        .i64(sk.nb()[1])
+        .i64(sk.ne()[1]);
+    args = match sv {
+        Some(sv) => {
+            let va = sv.src(0).unwrap();
+            args.ptr(va.data())
+                .i64(sv.ne()[0])
+                .i64(va.nb()[1])
+                .ptr(sv.data())
+                .ptr(sv.src(1).unwrap().data())
+                .i32(idx_i64(&sv))
+                .i64(idx_nb0(&sv))
+                .i32((sv.dtype() == GgmlType::F16) as i32)
+                .i64(sv.nb()[1])
+                .i64(sv.ne()[1])
+        }
+        None => args.ptr(std::ptr::null()).i64(0).i64(0).ptr(std::ptr::null()).ptr(std::ptr::null()).i32(0).i64(0).i32(0).i64(0).i64(0),
+    };
+    args = args
+        .i64(n_tok)
+        .ptr(rk.src(1).unwrap().data())
+        .opt_ptr(rk.src(2))
+        .i64(ne0)
+        .i32(rk.param_i32(1))
+        .i32((rk.param_i32(2) == ROPE_NEOX) as i32)
+        .i32(rk.param_i32(15))
+        .f32(theta_scale)
+        .f32(rk.param_f32(6))
+        .f32(rk.param_f32(7))
+        .f32(rk.param_f32(8))
+        .f32(corr0)
+        .f32(corr1);
+    let nq = q.map_or(0, |q| q.ne()[1] * q.ne()[2]);
+    let blocks = nq + ne1 * n_tok + if sv.is_some() { n_tok } else { 0 };
+    if blocks > 0 {
+        lc.run("fused_rope_kv", [blocks, 1, 1], 64, args)?;
+    }
+    let n = if sv.is_some() { 3 } else { 2 };
+    if let Some(q) = q {
+        lc.note_written(&q);
+    }
+    for t in &nodes[i..i + n] {
+        lc.note_written(t);
+    }
+    Ok(Some(n))
 }
