@@ -43,6 +43,8 @@ pub struct GpuBackend {
     profile: Option<std::collections::HashMap<String, (u32, f64)>>,
     /// Runs of nodes fused into one kernel where possible (ops::launch_at); ROCMFORGE_GPU_FUSE=0: never.
     fuse: bool,
+    /// ROCMFORGE_GPU_DUMP=1: the node sequence of big graphs logged (to see what fusion could take).
+    dump: bool,
     /// Marks this stream's position for copies between backends (made on first use).
     copy_event: Option<Event>,
     /// An error that queued work reported at `synchronize`; the next compute returns it.
@@ -91,6 +93,7 @@ impl GpuBackend {
         let profile = std::env::var("ROCMFORGE_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default);
         let graphs_ok = profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
         let fuse = std::env::var("ROCMFORGE_GPU_FUSE").map_or(true, |v| v != "0");
+        let dump = std::env::var("ROCMFORGE_GPU_DUMP").is_ok_and(|v| v == "1");
         Ok(GpuBackend {
             ctx,
             stream,
@@ -103,6 +106,7 @@ impl GpuBackend {
             graphs_ok,
             profile,
             fuse,
+            dump,
             copy_event: None,
             failed: None,
         })
@@ -272,7 +276,7 @@ impl Backend for GpuBackend {
         let launch = |i: usize, uses: &ops::Uses| {
             ops::launch_at(nodes, i, uses, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", nodes[i].name())))
         };
-        if std::env::var("ROCMFORGE_GPU_DUMP").is_ok_and(|v| v == "1") && nodes.len() > 40 {
+        if self.dump && nodes.len() > 40 {
             // The node sequence (first 90 nodes), to see which runs the fusion could take.
             let mut out = format!("{} graph of {} nodes:", self.name.to_string_lossy(), nodes.len());
             for n in nodes.iter().take(90) {
