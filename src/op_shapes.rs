@@ -1,7 +1,7 @@
 //! Shape and layout rules that ggml's ops impose whatever device computes them. Each device's
 //! `supports_op` adds its own type checks on top of these.
 
-use crate::ggml_types::GgmlType;
+use crate::ggml_types::{op, GgmlType};
 use crate::tensor::Tensor;
 
 /// GET_ROWS: I32 ids [n, b2, b3], output [ne0, n, b2, b3] taking rows of src0 batch (b2, b3).
@@ -33,4 +33,52 @@ pub fn set_rows_layout_ok(node: &Tensor) -> bool {
         && ine[3] == 1
         && a.has_dense_rows()
         && node.has_dense_rows()
+}
+
+/// CONCAT, REPEAT, PAD, FILL, ARANGE, DIAG_MASK_INF: the layouts and types both devices compute
+/// (no arithmetic on the values, so the type lists are the same on every device).
+pub fn layout_op_ok(node: &Tensor) -> bool {
+    let t = node.dtype();
+    let ne = node.ne();
+    match node.op() {
+        op::CONCAT => {
+            let (Some(a), Some(b)) = (node.src(0), node.src(1)) else { return false };
+            let d = node.param_i32(0);
+            if !(0..4).contains(&d) || !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::I32) {
+                return false;
+            }
+            let (an, bn) = (a.ne(), b.ne());
+            a.dtype() == t
+                && b.dtype() == t
+                && a.has_dense_rows()
+                && b.has_dense_rows()
+                && (0..4).all(|i| if i == d as usize { ne[i] == an[i] + bn[i] } else { ne[i] == an[i] && ne[i] == bn[i] })
+        }
+        op::REPEAT => {
+            let Some(a) = node.src(0) else { return false };
+            matches!(t, GgmlType::F32 | GgmlType::F16) && a.dtype() == t && node.can_repeat_from(&a) && node.is_contiguous()
+        }
+        op::PAD => {
+            let Some(a) = node.src(0) else { return false };
+            let an = a.ne();
+            let p: Vec<i32> = (0..8).map(|i| node.param_i32(i)).collect();
+            t == GgmlType::F32
+                && a.dtype() == t
+                && node.param_i32(8) == 0
+                && node.is_contiguous()
+                && p.iter().all(|&v| v >= 0)
+                && (0..4).all(|i| ne[i] == an[i] + p[2 * i] as usize + p[2 * i + 1] as usize)
+        }
+        op::FILL => matches!(t, GgmlType::F32 | GgmlType::F16) && node.has_dense_rows(),
+        op::ARANGE => {
+            let (start, stop, step) = (node.param_f32(0), node.param_f32(1), node.param_f32(2));
+            let steps = ((stop - start) / step).ceil();
+            t == GgmlType::F32 && node.has_dense_rows() && steps.is_finite() && steps as i64 == node.nelements() as i64 && ne[1] * ne[2] * ne[3] == 1
+        }
+        op::DIAG_MASK_INF => {
+            let Some(a) = node.src(0) else { return false };
+            t == GgmlType::F32 && a.dtype() == t && a.same_shape(node) && a.is_contiguous() && node.is_contiguous() && node.param_i32(0) >= 0
+        }
+        _ => false,
+    }
 }

@@ -240,49 +240,8 @@ fn supports_reduce(node: &Tensor) -> bool {
 }
 
 fn supports_layout(node: &Tensor) -> bool {
-    let t = node.dtype();
-    let ne = node.ne();
-    match node.op() {
-        op::CONCAT => {
-            let (Some(a), Some(b)) = (node.src(0), node.src(1)) else { return false };
-            let d = node.param_i32(0);
-            if !(0..4).contains(&d) || !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::I32) {
-                return false;
-            }
-            let (an, bn) = (a.ne(), b.ne());
-            a.dtype() == t
-                && b.dtype() == t
-                && a.has_dense_rows()
-                && b.has_dense_rows()
-                && (0..4).all(|i| if i == d as usize { ne[i] == an[i] + bn[i] } else { ne[i] == an[i] && ne[i] == bn[i] })
-        }
-        op::REPEAT => {
-            let Some(a) = node.src(0) else { return false };
-            is_f32_or_f16(t) && a.dtype() == t && node.can_repeat_from(&a) && node.is_contiguous()
-        }
-        op::PAD => {
-            let Some(a) = node.src(0) else { return false };
-            let an = a.ne();
-            let p: Vec<i32> = (0..8).map(|i| node.param_i32(i)).collect();
-            t == GgmlType::F32
-                && a.dtype() == t
-                && node.param_i32(8) == 0
-                && node.is_contiguous()
-                && p.iter().all(|&v| v >= 0)
-                && (0..4).all(|i| ne[i] == an[i] + p[2 * i] as usize + p[2 * i + 1] as usize)
-        }
-        op::FILL => is_f32_or_f16(t) && node.has_dense_rows(),
-        op::ARANGE => {
-            let (start, stop, step) = (node.param_f32(0), node.param_f32(1), node.param_f32(2));
-            let steps = ((stop - start) / step).ceil();
-            t == GgmlType::F32 && node.is_contiguous() && steps.is_finite() && steps as i64 == node.nelements() as i64 && ne[1] * ne[2] * ne[3] == 1
-        }
-        op::DIAG_MASK_INF => {
-            let Some(a) = node.src(0) else { return false };
-            t == GgmlType::F32 && a.dtype() == t && a.same_shape(node) && a.is_contiguous() && node.is_contiguous() && node.param_i32(0) >= 0
-        }
-        _ => false,
-    }
+    // The kernel of ARANGE writes one dense row.
+    crate::op_shapes::layout_op_ok(node) && (node.op() != op::ARANGE || node.is_contiguous())
 }
 
 fn supports_mul_mat(node: &Tensor) -> bool {

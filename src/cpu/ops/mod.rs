@@ -62,7 +62,7 @@ pub fn supports(node: &Tensor) -> bool {
         op::GLU => glu::supports(node),
         op::FLASH_ATTN_EXT => flash_attn::supports(node),
         op::MUL_MAT_ID => mul_mat_id::supports(node),
-        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => layout::supports(node),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => crate::op_shapes::layout_op_ok(node),
         op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::supports(node),
         op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::supports(node),
         _ => false,
