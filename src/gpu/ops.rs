@@ -804,6 +804,29 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     lc.run(&format!("mul_mat_vec_q_{suffix}"), grid, (MV_ROWS * lc.warp_size as usize) as u32, args)
 }
 
+/// src1 rounded into the scratch the way ggml-cpu rounds it for weights of type `wt`
+/// (round_src1, dense rows of ne0 floats in (i1, i2, i3) order), with Q8_1's per-block
+/// corrections after the values where the mode has them (else NULL): (values, corrections).
+/// None where src1 is used as it is (no rounding for `wt`, or no scratch).
+fn round_src1_to_scratch(x: &Tensor, wt: GgmlType, lc: &LaunchCtx) -> ApiResult<Option<(*const u8, *const u8)>> {
+    let Some(mode) = src1_rounding(wt).filter(|_| lc.scratch != 0) else { return Ok(None) };
+    let xne = x.ne();
+    // Corrections after the values, 256-byte aligned.
+    let corr_at = (lc.scratch as usize + x.nelements() * 4).next_multiple_of(256);
+    let args = Args::default()
+        .ptr(x.data())
+        .ptr(lc.scratch as usize as *const u8)
+        .ptr(corr_at as *const u8)
+        .i32(mode)
+        .i64(xne[0])
+        .i64(xne[1])
+        .i64(xne[2])
+        .i64s(&x.nb()[1..]);
+    lc.run("round_src1", [xne[1] * xne[2] * xne[3], 1, 1], 256, args)?;
+    let corr = if mode == 3 { corr_at as *const u8 } else { std::ptr::null() };
+    Ok(Some((lc.scratch as usize as *const u8, corr)))
+}
+
 fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if uses_mvq(node) && lc.scratch != 0 {
         return launch_mul_mat_vec_q(node, lc);
@@ -823,27 +846,9 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let batches = xne[2] * xne[3];
     let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
     // src1 as ggml-cpu sees it: rounded into the scratch (dense) or used in place.
-    let mut corr: *const u8 = std::ptr::null();
-    let (xp, xnb) = match src1_rounding(w.dtype()) {
-        Some(mode) if lc.scratch != 0 => {
-            // Corrections after the values, 256-byte aligned.
-            let corr_at = (lc.scratch as usize + x.nelements() * 4).next_multiple_of(256);
-            if mode == 3 {
-                corr = corr_at as *const u8;
-            }
-            let args = Args::default()
-                .ptr(x.data())
-                .ptr(lc.scratch as usize as *const u8)
-                .ptr(corr_at as *const u8)
-                .i32(mode)
-                .i64(k)
-                .i64(n)
-                .i64(xne[2])
-                .i64s(&x.nb()[1..]);
-            lc.run("round_src1", [n * batches, 1, 1], 256, args)?;
-            (lc.scratch as usize as *const u8, [4, k * 4, k * 4 * n, k * 4 * n * xne[2]])
-        }
-        _ => (x.data() as *const u8, x.nb()),
+    let (xp, xnb, corr) = match round_src1_to_scratch(&x, w.dtype(), lc)? {
+        Some((xp, corr)) => (xp, [4, k * 4, k * 4 * n, k * 4 * n * xne[2]], corr),
+        None => (x.data() as *const u8, x.nb(), std::ptr::null()),
     };
     let args = Args::default()
         .ptr(w.data())
@@ -1498,26 +1503,9 @@ fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         return launch_mul_mat_id_q(node, lc);
     }
     // src1 rounded as ggml-cpu rounds it (round_src1 of mul_mat.hip), dense rows (i1, token).
-    let mut corr: *const u8 = std::ptr::null();
-    let (xp, xnb1, xnb2) = match src1_rounding(w.dtype()) {
-        Some(mode) if lc.scratch != 0 => {
-            let corr_at = (lc.scratch as usize + x.nelements() * 4).next_multiple_of(256);
-            if mode == 3 {
-                corr = corr_at as *const u8;
-            }
-            let args = Args::default()
-                .ptr(x.data())
-                .ptr(lc.scratch as usize as *const u8)
-                .ptr(corr_at as *const u8)
-                .i32(mode)
-                .i64(k)
-                .i64(xne[1])
-                .i64(xne[2])
-                .i64s(&x.nb()[1..]);
-            lc.run("round_src1", [xne[1] * xne[2], 1, 1], 256, args)?;
-            (lc.scratch as usize as *const u8, k * 4, k * 4 * xne[1])
-        }
-        _ => (x.data() as *const u8, x.nb()[1], x.nb()[2]),
+    let (xp, xnb1, xnb2, corr) = match round_src1_to_scratch(&x, w.dtype(), lc)? {
+        Some((xp, corr)) => (xp, k * 4, k * 4 * xne[1], corr),
+        None => (x.data() as *const u8, x.nb()[1], x.nb()[2], std::ptr::null()),
     };
     let args = Args::default()
         .ptr(w.data())
