@@ -600,15 +600,19 @@ pub mod testutil {
     use crate::cpu::types::{FromF32, Tile, ToF32, VecDot};
     use crate::ggml_types::GgmlType;
 
-    /// Deterministic data with a spread of magnitudes between blocks and a few outliers.
-    pub fn data(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345).max(1);
-        let mut next = move || {
+    /// xorshift32 from state `s` (non-zero): the test data's one random source.
+    pub fn xorshift(mut s: u32) -> impl FnMut() -> u32 {
+        move || {
             s ^= s << 13;
             s ^= s >> 17;
             s ^= s << 5;
             s
-        };
+        }
+    }
+
+    /// Deterministic data with a spread of magnitudes between blocks and a few outliers.
+    pub fn data(n: usize, seed: u32) -> Vec<f32> {
+        let mut next = xorshift(seed.wrapping_mul(2654435761).wrapping_add(12345).max(1));
         (0..n)
             .map(|i| {
                 let scale = 0.05 + ((i / 32) % 7) as f32 * 0.4;
@@ -667,13 +671,26 @@ pub mod testutil {
         assert!(dot as usize != dot_ref as usize, "{t:?}: the scalar reference is dispatched on a {simd} machine");
     }
 
-    /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
-    /// dequantized values (loosely: the activation side is quantized too).
-    #[allow(clippy::too_many_arguments)]
     /// The tiles the traits of `t` register (none without AVX2).
     pub fn tiles(t: GgmlType) -> [Option<Tile>; 2] {
         let tr = crate::cpu::types::traits(t).unwrap();
         [tr.gemm, tr.gemv]
+    }
+
+    /// Runs `tile` on `rows` rows `qx` of `t` and `cols` columns `qy` of `yt` (output column
+    /// stride `os` bytes) and asserts each result equals `dot` of its row and column to the bit.
+    #[allow(clippy::too_many_arguments)]
+    fn assert_tile_is_dot(t: GgmlType, what: &str, tile: &Tile, n: usize, qx: &[u8], qy: &[u8], yt: GgmlType, dot: VecDot, os: usize) {
+        let (xs, ys) = (t.row_size(n), yt.row_size(n));
+        let mut out = vec![0u8; os * tile.cols];
+        unsafe { (tile.dot)(n, qx.as_ptr(), xs, qy.as_ptr(), ys, out.as_mut_ptr(), os) };
+        for r in 0..tile.rows {
+            for c in 0..tile.cols {
+                let want = unsafe { dot(n, qx.as_ptr().add(r * xs), qy.as_ptr().add(c * ys)) };
+                let got = f32::from_le_bytes(out[r * 4 + c * os..][..4].try_into().unwrap());
+                assert_eq!(got.to_bits(), want.to_bits(), "{t:?} {what}{}x{} n={n} ({r},{c}): {got} vs {want}", tile.rows, tile.cols);
+            }
+        }
     }
 
     /// Every tile result equals `vec_dot` of its row and column to the bit.
@@ -683,7 +700,7 @@ pub mod testutil {
         for tile in tiles.iter().flatten() {
             for nb in [1, 3, 18] {
                 let n = nb * t.block_size();
-                let (xs, ys, os) = (t.row_size(n), yt.row_size(n), 4 * tile.rows + 12);
+                let os = 4 * tile.rows + 12;
                 let mut qx = vec![];
                 for r in 0..tile.rows {
                     qx.extend(quantize(t, from, &data(n, 7 + r as u32)));
@@ -692,15 +709,7 @@ pub mod testutil {
                 for c in 0..tile.cols {
                     qy.extend(quantize(yt, yfrom, &data(n, 50 + c as u32)));
                 }
-                let mut out = vec![0u8; os * tile.cols];
-                unsafe { (tile.dot)(n, qx.as_ptr(), xs, qy.as_ptr(), ys, out.as_mut_ptr(), os) };
-                for r in 0..tile.rows {
-                    for c in 0..tile.cols {
-                        let want = unsafe { dot(n, qx.as_ptr().add(r * xs), qy.as_ptr().add(c * ys)) };
-                        let got = f32::from_le_bytes(out[r * 4 + c * os..][..4].try_into().unwrap());
-                        assert_eq!(got.to_bits(), want.to_bits(), "{t:?} {}x{} n={n} ({r},{c}): {got} vs {want}", tile.rows, tile.cols);
-                    }
-                }
+                assert_tile_is_dot(t, "", tile, n, &qx, &qy, yt, dot, os);
             }
         }
     }
@@ -709,13 +718,7 @@ pub mod testutil {
     /// Random raw blocks (every code pattern; the f16 fields at byte offsets `f16_at` of each
     /// block finite) for `rows` rows of `n` elements.
     pub fn raw_rows(t: GgmlType, f16_at: &[usize], n: usize, rows: usize, seed: u32) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9).max(1);
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            s
-        };
+        let mut next = xorshift(seed.wrapping_mul(0x9e37_79b9).max(1));
         let mut q: Vec<u8> = (0..t.row_size(n) * rows).map(|_| next() as u8).collect();
         for block in q.chunks_exact_mut(t.type_size()) {
             for &o in f16_at {
@@ -734,34 +737,15 @@ pub mod testutil {
         for tile in tiles {
             for nb in [1, 3, 7, 33] {
                 let n = nb * t.block_size();
-                let (xs, ys, os) = (t.row_size(n), yt.row_size(n), 4 * tile.rows + 8);
+                let os = 4 * tile.rows + 8;
                 let qx = raw_rows(t, f16_at, n, tile.rows, nb as u32);
                 let mut qy = vec![];
                 for c in 0..tile.cols {
-                    let mut s = 77u32 + c as u32 * 31 + nb as u32;
-                    let v: Vec<f32> = (0..n)
-                        .map(|_| {
-                            s ^= s << 13;
-                            s ^= s >> 17;
-                            s ^= s << 5;
-                            if c % 2 == 1 || s & 1 != 0 {
-                                1.0
-                            } else {
-                                -1.0
-                            }
-                        })
-                        .collect();
+                    let mut next = xorshift(77u32 + c as u32 * 31 + nb as u32);
+                    let v: Vec<f32> = (0..n).map(|_| if next() & 1 != 0 || c % 2 == 1 { 1.0 } else { -1.0 }).collect();
                     qy.extend(quantize(yt, yfrom, &v));
                 }
-                let mut out = vec![0u8; os * tile.cols];
-                unsafe { (tile.dot)(n, qx.as_ptr(), xs, qy.as_ptr(), ys, out.as_mut_ptr(), os) };
-                for r in 0..tile.rows {
-                    for c in 0..tile.cols {
-                        let want = unsafe { dot(n, qx.as_ptr().add(r * xs), qy.as_ptr().add(c * ys)) };
-                        let got = f32::from_le_bytes(out[r * 4 + c * os..][..4].try_into().unwrap());
-                        assert_eq!(got.to_bits(), want.to_bits(), "{t:?} raw {}x{} n={n} ({r},{c}): {got} vs {want}", tile.rows, tile.cols);
-                    }
-                }
+                assert_tile_is_dot(t, "raw ", tile, n, &qx, &qy, yt, dot, os);
             }
         }
     }
@@ -831,6 +815,9 @@ pub mod testutil {
         println!("{t:?} tiles beyond AVX2: ran {} (level {:?}, gemm {:?}, gemv {:?})", ran.join(", "), simd::level(), super::tile_isa(false), super::tile_isa(true));
     }
 
+    /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
+    /// dequantized values (loosely: the activation side is quantized too).
+    #[allow(clippy::too_many_arguments)]
     pub fn check_vec_dot(
         t: GgmlType,
         from: FromF32,
@@ -878,13 +865,7 @@ pub mod testutil {
     ) {
         assert_simd_dispatched(t, dot, dot_ref);
         let (bs, ts) = (t.block_size(), t.type_size());
-        let mut s = 0x9e37_79b9u32;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            s
-        };
+        let mut next = xorshift(0x9e37_79b9);
         for nb in [1, 3, 7, 33] {
             let n = nb * bs;
             let mut qx: Vec<u8> = (0..t.row_size(n)).map(|_| next() as u8).collect();
