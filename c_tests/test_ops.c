@@ -780,6 +780,12 @@ static void cases_mul_mat(void) {
                            cs[i].layout == 1 ? " x permuted" : cs[i].layout == 2 ? " w strided" : ""),
                      b_mul_mat, &p, 5e-4, CMP_NMSE);
         }
+        // Short rows of a tall matrix with one column (a vocabulary projection: the GPU's
+        // 8-rows-per-warp kernel), a row count that is not a multiple of 8, two batches.
+        if (blk == 32) {
+            struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(576, 8197, 2, 1), .b = SHAPE(576, 1, 2, 1) };
+            run_case(LABEL("MUL_MAT %s tall w=[576,8197,2,1] x=[576,1,2,1]", ggml_type_name(t)), b_mul_mat, &p, 5e-4, CMP_NMSE);
+        }
         // Rows that are not a multiple of 32 (float weights only): the last K % 32 values count too.
         for (int64_t n = 1; blk == 1 && n <= 40; n += 39) {
             struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(67, 19, 1, 1), .b = SHAPE(67, n, 1, 1) };
@@ -1103,6 +1109,9 @@ int main(int argc, char ** argv) {
             filter = argv[i];
         }
     }
+    // Every case on every thread: small graphs would otherwise run on one thread (see
+    // threads_for in src/cpu/backend.rs) and leave the kernels' work split untested.
+    setenv("ROCMFORGE_CPU_SMALL_GRAPH", "0", 0);
     g_cpu_dev = rf_ggml_cpu_device();
     g_rf_dev = selfcheck ? g_cpu_dev : rf_device_by_name(device);
     if (!selfcheck) printf("device under test: %s (%s)\n", device, ggml_backend_dev_description(g_rf_dev));

@@ -19,6 +19,32 @@ impl CpuBackend {
     }
 }
 
+/// Graphs with less work than this (elements written, see `threads_for`) run on the calling
+/// thread alone: waking the workers costs more than they save. A GPU host's per-token CPU graph
+/// is of this kind (the embedding lookup of one token: one GET_ROWS of one row).
+/// ROCMFORGE_CPU_SMALL_GRAPH=N sets the bound (0: every graph uses every thread; test_ops sets
+/// that so its small cases still test the kernels' work split).
+static SMALL_GRAPH_ELEMENTS: once_cell::sync::Lazy<usize> =
+    once_cell::sync::Lazy::new(|| std::env::var("ROCMFORGE_CPU_SMALL_GRAPH").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 15));
+
+/// How many threads a graph gets: all of them, unless it is small. Matrix products and
+/// attention count as large whatever their output (their work is not in their output size).
+fn threads_for(nodes: &[Tensor], n_threads: usize) -> usize {
+    use crate::ggml_types::op;
+    let mut work = 0usize;
+    for n in nodes {
+        if matches!(n.op(), op::MUL_MAT | op::MUL_MAT_ID | op::FLASH_ATTN_EXT) {
+            return n_threads;
+        }
+        work = work.saturating_add(n.nelements());
+    }
+    if work < *SMALL_GRAPH_ELEMENTS {
+        1
+    } else {
+        n_threads
+    }
+}
+
 struct SendPtr(*mut u8);
 unsafe impl Sync for SendPtr {}
 impl SendPtr {
@@ -33,7 +59,7 @@ impl Backend for CpuBackend {
     }
 
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
-        let nth = self.n_threads;
+        let nth = threads_for(nodes, self.n_threads);
         let wsize = nodes.iter().map(|n| ops::work_size(n, nth)).max().unwrap_or(0);
         let words = wsize.div_ceil(8) + 8;
         if self.work.len() < words {

@@ -123,6 +123,12 @@ impl ThreadPool {
     /// Err if any thread panicked.
     pub fn run(&self, n: usize, job: &(dyn Fn(&Worker) + Sync)) -> Result<(), String> {
         let n = n.clamp(1, self.max_threads());
+        if n == 1 {
+            // The workers stay asleep (or spinning) where they are: nothing to publish.
+            let b = SpinBarrier::new();
+            job(&Worker { ith: 0, nth: 1, barrier: &b });
+            return Ok(());
+        }
         let s = &*self.shared;
         s.barrier.poisoned.store(false, Ordering::Relaxed);
         s.barrier.count.store(0, Ordering::Relaxed);
