@@ -69,3 +69,12 @@ RF_KERNEL void binary_typed(int op, int ta, int tb, int td, const char* a, const
         ew_st(d + i0 * nbd0 + i1 * nbd1 + i2 * nbd2 + i3 * nbd3, td, r);
     }
 }
+
+// Holds the stream for `cycles` clock ticks (ROCMFORGE_GPU_PROFILE: the host queues a whole
+// graph with timed events behind it, so the kernels then run back to back as they would
+// without the profiler, and each event pair times one kernel).
+RF_KERNEL void rf_spin(i64 cycles) {
+    const i64 t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}

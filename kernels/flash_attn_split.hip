@@ -245,9 +245,11 @@ RF_KERNEL void flash_attn_split_q8_0_q8_0_d256(FAS_ARGS) { flash_attn_split<w_q8
 
 // One block per row: its warps take the row's partials in turn (online merge), then the
 // warps are merged, the sink (one more logit per head, with no value row) added and the
-// row normalized into dst [DV, n_head, n_q, n_seq].
+// row normalized into dst [DV, n_head, n_q, n_seq]. xq != NULL (dst contiguous, DV % 32 == 0):
+// the row is also quantized as quantize_q8 mode 0 quantizes dst seen as rows of DV * n_head
+// values (blocks of 32 never cross a head), for the output projection that reads it next.
 RF_KERNEL void flash_attn_split_combine(const float* part, const float* sinks, char* d, i64 DV, i64 n_q, i64 n_head,
-                                        i64 n_split, i64 nbd1) {
+                                        i64 n_split, i64 nbd1, signed char* xq, float2* xds) {
     __shared__ float sm[FAS_MAX_WARPS], ss[FAS_MAX_WARPS];
     __shared__ float sacc[FAS_MAX_WARPS][FAS_MAX_D];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
@@ -283,10 +285,19 @@ RF_KERNEL void flash_attn_split_combine(const float* part, const float* sinks, c
         for (int j = 0; j < FAS_PER_LANE; j++) acc[j] *= f;
     }
     const float inv = total == 0.0f ? 0.0f : 1.0f / total;
-    float* out = (float*)(d + ((iq3 * n_q + iq1) * n_head + iq2) * nbd1);
+    const i64 orow = (iq3 * n_q + iq1) * n_head + iq2;
+    float* out = (float*)(d + orow * nbd1);
 #pragma unroll
     for (int j = 0; j < FAS_PER_LANE; j++) {
         const i64 c = lane + (i64)j * RF_WARP_SIZE;
         if (c < DV) out[c] = acc[j] * inv;
+    }
+    if (xq) {
+        // Lanes of a group of 32 hold one block (c = lane + j * warp): all in or all out.
+#pragma unroll
+        for (int j = 0; j < FAS_PER_LANE; j++) {
+            const i64 c = lane + (i64)j * RF_WARP_SIZE;
+            if (c - lane % 32 < DV) quantize_vals32(acc[j] * inv, xq + orow * DV, xds + orow * (DV / 32), c / 32, lane % 32);
+        }
     }
 }

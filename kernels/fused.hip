@@ -12,11 +12,14 @@
 //   v   = a + b (b may be NULL: v = a); written to `sum` when it is not NULL;
 //   out = v / sqrt(mean(v^2) + eps) [* w]   (w may be NULL);
 //   qmode >= 0: out also quantized into xq / xds as quantize_q8 would (row-major, ne0 values).
-// Rows of up to RMS_VALS * blockDim.x values stay in registers between the passes.
-#define RMS_VALS 16
+// Rows of up to RMS_VALS * blockDim.x values stay in registers between the passes. Each pass
+// issues all its loads before its stores: the outputs may alias the inputs (in-place ADD), so
+// the compiler could not reorder them itself, and one latency per value serialized the row.
+#define RMS_VALS 8
 
-RF_KERNEL void fused_rms_norm(const float* a, const float* b, float* sum, const float* w, float* out, signed char* xq,
-                              float2* xds, int qmode, i64 ne0, float eps) {
+RF_KERNEL __launch_bounds__(1024) void fused_rms_norm(const float* a, const float* b, float* sum, const float* w,
+                                                      float* out, signed char* xq, float2* xds, int qmode, i64 ne0,
+                                                      float eps) {
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 r = blockIdx.x;
     const int nt = blockDim.x;
@@ -29,25 +32,32 @@ RF_KERNEL void fused_rms_norm(const float* a, const float* b, float* sum, const 
     if (ne0 <= (i64)RMS_VALS * nt) {
         // Thread t holds values t + j * nt; for each j the 32 threads of a group hold one
         // block of 32 (nt is a multiple of 64), so the quantization needs no second read.
-        float v[RMS_VALS];
+        float v[RMS_VALS], u[RMS_VALS];
 #pragma unroll
         for (int j = 0; j < RMS_VALS; j++) {
             const i64 i = threadIdx.x + (i64)j * nt;
-            float x = 0.0f;
-            if (i < ne0) {
-                x = br ? ar[i] + br[i] : ar[i];
-                if (sr) sr[i] = x;
-            }
-            v[j] = x;
-            ss += x * x;
+            v[j] = i < ne0 ? ar[i] : 0.0f;
+            u[j] = i < ne0 && br ? br[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < RMS_VALS; j++) {
+            const i64 i = threadIdx.x + (i64)j * nt;
+            if (br) v[j] = v[j] + u[j];
+            if (sr && i < ne0) sr[i] = v[j];
+            ss += v[j] * v[j];
         }
         ss = rf_block_sum(ss, scratch);
         const float s = 1.0f / sqrtf(ss / (float)ne0 + eps);
 #pragma unroll
         for (int j = 0; j < RMS_VALS; j++) {
             const i64 i = threadIdx.x + (i64)j * nt;
+            u[j] = i < ne0 && w ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < RMS_VALS; j++) {
+            const i64 i = threadIdx.x + (i64)j * nt;
             if (i < ne0) {
-                v[j] = w ? (v[j] * s) * w[i] : v[j] * s;
+                v[j] = w ? (v[j] * s) * u[j] : v[j] * s;
                 y[i] = v[j];
             }
         }

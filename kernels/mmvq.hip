@@ -14,6 +14,7 @@
 // columns; a lane takes 1/NSUB of a weight block at a time (consecutive lanes, consecutive
 // parts: the warp reads the row contiguously), so every weight byte is read once.
 #include "prelude.h"
+#include "quants.h"
 
 #define MVQ_ROWS 4
 #define MVQ_COLS 4
@@ -359,6 +360,9 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
 // and row are loaded before any is used (bytes in flight). The warps' sums meet in shared
 // memory. Grid: (rows / MV1_ROWS, 1, batches).
 // (The launcher picks the warps per block: MV1_WARPS of src/gpu/ops.rs, at most MV1_MAX_THREADS threads.)
+// mul_mat_vec_q1s_*: the same with 8 rows per block and one warp, for short rows of tall
+// matrices (a vocabulary projection of 576-value rows: 18 blocks a row leave most threads of
+// a wider block idle, and the grid is many waves deep).
 #define MV1_MAX_THREADS 256
 #define MV1_ROWS_DEF 2
 #define MV1_UNROLL_DEF 4
@@ -451,6 +455,9 @@ RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* 
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_##NAME(MVQ_ARGS) {  \
         mul_mat_vec_q1<mq_##NAME>(MVQ_PASS);                                                \
     }                                                                                       \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1s_##NAME(MVQ_ARGS) { \
+        mul_mat_vec_q1<mq_##NAME, 8, 1>(MVQ_PASS);                                          \
+    }                                                                                       \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_id_q_##NAME(         \
         const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K, i64 M,  \
         i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) {    \
@@ -477,18 +484,7 @@ MVQ_KERNEL(iq4_nl)
 MVQ_KERNEL(q4_k)
 MVQ_KERNEL(q6_k)
 
-// One block of 32 values (mode 0, ggml-cpu's Q8_0 / Q8_1 rounding: scale from the largest
-// magnitude, f16 scale and f16 sum) by a group of 32 threads, each holding value `lane` of
-// block b in v.
-RF_DEVICE void quantize_vals32(float v, signed char* q, float2* ds, i64 b, int lane) {
-    const float amax = rf_group_max<32>(fabsf(v));
-    const float d32 = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const float qv = rintf(v * id);
-    q[b * 32 + lane] = (signed char)(int)qv;
-    const float sum = rf_group_sum<32>(qv);  // |sum| <= 32 * 127: exact in f32
-    if (lane == 0) ds[b] = make_float2(rf_f16_to_f32(rf_f32_to_f16(d32)), rf_f16_to_f32(rf_f32_to_f16(d32 * sum)));
-}
+// One block of 32 values of row xr (quantize_vals32 in quants.h).
 RF_DEVICE void quantize_block32(const float* xr, signed char* q, float2* ds, i64 b, int lane) {
     quantize_vals32(xr[b * 32 + lane], q, ds, b, lane);
 }

@@ -42,7 +42,7 @@ RF_KERNEL void soft_max_f32(const char* a, const char* mask, const float* sinks,
 }
 
 // dst = src / sqrt(mean(src^2) + eps) along dim 0.
-RF_KERNEL void rms_norm_f32(const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64 nba1, i64 nba2, i64 nba3, i64 nbd1,
+RF_KERNEL __launch_bounds__(1024) void rms_norm_f32(const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64 nba1, i64 nba2, i64 nba3, i64 nbd1,
                             i64 nbd2, i64 nbd3, float eps) {
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 r = blockIdx.x;

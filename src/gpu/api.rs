@@ -20,7 +20,7 @@ pub struct Function(pub usize);
 pub struct Graph(pub usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphExec(pub usize);
-/// A CUevent / hipEvent_t (created without timing).
+/// A CUevent / hipEvent_t (created without timing unless made by `event_create_timed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event(pub usize);
 
@@ -119,6 +119,10 @@ pub trait GpuApi: Send + Sync {
     /// may belong to another device of the same runtime.
     fn stream_wait_event(&self, ord: usize, s: Stream, e: Event) -> ApiResult<()>;
     fn event_destroy(&self, ord: usize, e: Event);
+    /// An event that records time (for ROCMFORGE_GPU_TIMING; the others are made without).
+    fn event_create_timed(&self, ord: usize) -> ApiResult<Event>;
+    /// Milliseconds between two recorded, completed timed events.
+    fn event_elapsed_ms(&self, ord: usize, start: Event, end: Event) -> ApiResult<f32>;
 }
 
 /// Opens the first library of `names` that loads; also tries each under `dirs`.

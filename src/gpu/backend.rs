@@ -38,9 +38,11 @@ pub struct GpuBackend {
     exec_current: bool,
     /// False once capture failed on this runtime: then every graph is launched directly.
     graphs_ok: bool,
-    /// ROCMFORGE_GPU_PROFILE=1: every kernel timed alone (stream drained around it), totals
+    /// ROCMFORGE_GPU_PROFILE=1: every launch timed in the stream by events around it, totals
     /// per op and types logged when the backend is freed. Graphs are off meanwhile.
     profile: Option<std::collections::HashMap<String, (u32, f64)>>,
+    /// Timed events the profile reuses, one per launch of the largest graph so far.
+    profile_events: Vec<Event>,
     /// Runs of nodes fused into one kernel where possible (ops::launch_at); ROCMFORGE_GPU_FUSE=0: never.
     fuse: bool,
     /// ROCMFORGE_GPU_DUMP=1: the node sequence of big graphs logged (to see what fusion could take).
@@ -49,6 +51,73 @@ pub struct GpuBackend {
     copy_event: Option<Event>,
     /// An error that queued work reported at `synchronize`; the next compute returns it.
     failed: Option<String>,
+    /// ROCMFORGE_GPU_TIMING=1: where a graph's time goes (see `Timing`).
+    timing: Option<Timing>,
+}
+
+/// ROCMFORGE_GPU_TIMING=1: every graph_compute is bracketed by timed events. At `synchronize`
+/// the GPU time of each graph and the stream time before it since the previous graph ended
+/// (input/output copies and the GPU idle while the host builds the next graph) are added up
+/// per graph size, with the host time spent inside compute, waiting in synchronize since the
+/// previous compute, and the period between computes;
+/// logged when the backend is freed. Shows whether generation is bound by the GPU or the host.
+#[derive(Default)]
+struct Timing {
+    free: Vec<Event>,
+    /// ((nodes, rows), start, end, host seconds inside compute, seconds since the previous
+    /// compute, seconds waited in synchronize since the previous compute)
+    pending: Vec<((usize, usize), Event, Event, f64, f64, f64)>,
+    last_end: Option<Event>,
+    last_compute: Option<std::time::Instant>,
+    /// Seconds waited in synchronize since the last compute.
+    waited: f64,
+    /// Per (node count, rows of the first node): graphs, GPU ms, ms before on the stream, host
+    /// ms in compute, period ms, ms waited in synchronize.
+    rows: std::collections::BTreeMap<(usize, usize), [f64; 6]>,
+    /// Host seconds in compute: scratch and kernels, graph key, launching; and how many graphs
+    /// were replayed, captured, launched kernel by kernel.
+    phases: [f64; 3],
+    modes: [u64; 3],
+}
+
+impl Timing {
+    fn event(&mut self, ctx: &GpuCtx) -> Result<Event> {
+        match self.free.pop() {
+            Some(e) => Ok(e),
+            None => ctx.api.event_create_timed(ctx.ord).map_err(Error::Device),
+        }
+    }
+
+    /// Reads the events of graphs that finished (the stream was just drained).
+    fn collect(&mut self, ctx: &GpuCtx) {
+        for (nodes, start, end, host, period, waited) in std::mem::take(&mut self.pending) {
+            let gpu = ctx.api.event_elapsed_ms(ctx.ord, start, end).unwrap_or(f32::NAN) as f64;
+            let before = match self.last_end {
+                Some(prev) => ctx.api.event_elapsed_ms(ctx.ord, prev, start).unwrap_or(f32::NAN) as f64,
+                None => f64::NAN,
+            };
+            let r = self.rows.entry(nodes).or_default();
+            for (v, x) in r.iter_mut().zip([1.0, gpu, before, host * 1e3, period * 1e3, waited * 1e3]) {
+                if x.is_finite() {
+                    *v += x;
+                }
+            }
+            self.free.extend(self.last_end.replace(end));
+            self.free.push(start);
+        }
+    }
+
+    fn report(&self, name: &str) -> String {
+        let mut out = format!("{name} timing per graph (averages in µs): nodes, rows, graphs, GPU, stream before it (copies + idle), host in compute, period between computes, host waiting in synchronize in that period");
+        for ((nodes, rows), r) in &self.rows {
+            let n = r[0].max(1.0);
+            out += &format!("\n  {nodes:6} {rows:5} {:6} {:9.1} {:9.1} {:9.1} {:9.1} {:9.1}", r[0], r[1] * 1e3 / n, r[2] * 1e3 / n, r[3] * 1e3 / n, r[4] * 1e3 / n, r[5] * 1e3 / n);
+        }
+        let [a, b, c] = self.phases.map(|v| v * 1e3);
+        let [rp, cp, dl] = self.modes;
+        out += &format!("\n  host ms in compute: scratch+kernels {a:.1}, graph key {b:.1}, launching {c:.1}; graphs replayed {rp}, captured {cp}, launched kernel by kernel {dl}");
+        out
+    }
 }
 
 /// Whether two contexts come from the same vendor runtime (copies and events between them work).
@@ -87,6 +156,17 @@ fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
     }
 }
 
+/// What ROCMFORGE_GPU_PROFILE adds a launch's time to: op, how many nodes it fused, the
+/// tensor's name without its layer number ("ffn_up-7" -> "ffn_up"), types and shapes.
+fn profile_label(node: &Tensor, taken: usize) -> String {
+    let types: Vec<String> = (0..3).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
+    let src0 = node.src(0).map(|s| s.ne()).unwrap_or_default();
+    let name = node.name();
+    let base = name.rsplit_once('-').filter(|(_, n)| n.parse::<u32>().is_ok()).map_or(name.as_str(), |(b, _)| b);
+    let fused = if taken > 1 { format!(" +{} fused", taken - 1) } else { String::new() };
+    format!("op {}{fused} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne())
+}
+
 impl GpuBackend {
     pub fn new(ctx: Arc<GpuCtx>, name: CString) -> Result<GpuBackend> {
         let stream = ctx.api.stream_create(ctx.ord).map_err(Error::Device)?;
@@ -94,6 +174,7 @@ impl GpuBackend {
         let graphs_ok = profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
         let fuse = std::env::var("ROCMFORGE_GPU_FUSE").map_or(true, |v| v != "0");
         let dump = std::env::var("ROCMFORGE_GPU_DUMP").is_ok_and(|v| v == "1");
+        let timing = std::env::var("ROCMFORGE_GPU_TIMING").is_ok_and(|v| v == "1").then(Timing::default);
         Ok(GpuBackend {
             ctx,
             stream,
@@ -105,10 +186,12 @@ impl GpuBackend {
             exec_current: false,
             graphs_ok,
             profile,
+            profile_events: Vec::new(),
             fuse,
             dump,
             copy_event: None,
             failed: None,
+            timing,
         })
     }
 
@@ -207,49 +290,20 @@ impl GpuBackend {
         }
         Ok(())
     }
-}
 
-impl Drop for GpuBackend {
-    fn drop(&mut self) {
-        if let Some(p) = &self.profile {
-            let mut rows: Vec<_> = p.iter().collect();
-            rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-            let total: f64 = rows.iter().map(|r| r.1 .1).sum();
-            let mut out = format!("{} kernel profile: {:.3} ms in all\n", self.name.to_string_lossy(), total * 1e3);
-            for (label, (n, t)) in rows.iter().take(40) {
-                out += &format!("  {:8.3} ms {:5.1}% {:7} x {:9.2} us  {label}\n", t * 1e3, 100.0 * t / total, n, t * 1e6 / *n as f64);
-            }
-            crate::log_info!("{out}");
-        }
-        let _ = self.ctx.api.stream_sync(self.ctx.ord, self.stream);
-        if let Some(e) = self.copy_event.take() {
-            self.ctx.api.event_destroy(self.ctx.ord, e);
-        }
-        if let Some(e) = self.exec.take() {
-            self.ctx.api.graph_exec_destroy(self.ctx.ord, e);
-        }
-        if self.scratch.0 != 0 {
-            self.ctx.api.free(self.ctx.ord, self.scratch.0);
-        }
-        self.ctx.api.stream_destroy(self.ctx.ord, self.stream);
-    }
-}
-
-impl Backend for GpuBackend {
-    fn name(&self) -> &CStr {
-        &self.name
-    }
-
-    fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
+    /// Queues a graph's kernels (replayed as a captured graph where it repeats).
+    fn compute_graph(&mut self, nodes: &[Tensor]) -> Result<()> {
         if let Some(e) = self.failed.take() {
             return Err(Error::Device(format!("earlier work on this stream failed: {e}")));
         }
+        let t0 = std::time::Instant::now();
         let need = nodes.iter().map(ops::scratch_bytes).max().unwrap_or(0);
         if need > 0 {
             self.ensure_scratch(need)?;
         }
         let ctx = self.ctx.clone();
         let kernels = ctx.kernels().map_err(Error::Device)?;
+        let t1 = std::time::Instant::now();
         let lc = ops::LaunchCtx {
             api: ctx.api.as_ref(),
             ord: ctx.ord,
@@ -259,6 +313,7 @@ impl Backend for GpuBackend {
             compute_units: ctx.info.compute_units,
             scratch: self.scratch.0,
             q8: Default::default(),
+            q8_next: Default::default(),
             fuse: self.fuse,
         };
         // Addresses are checked once per new graph: a repeated key has the addresses checked
@@ -266,6 +321,19 @@ impl Backend for GpuBackend {
         let repeated = self.graphs_ok && {
             graph_key(&mut self.key, nodes, self.scratch.0);
             self.key == self.last_key
+        };
+        let t2 = std::time::Instant::now();
+        // ROCMFORGE_GPU_TIMING: host time per phase and how the graph ran (0 replayed,
+        // 1 captured, 2 kernel by kernel), noted when compute_graph returns.
+        let mut mode = 0;
+        let note = |timing: &mut Option<Timing>, mode: usize| {
+            if let Some(t) = timing.as_mut() {
+                let t3 = std::time::Instant::now();
+                for (p, d) in t.phases.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2]) {
+                    *p += d.as_secs_f64();
+                }
+                t.modes[mode] += 1;
+            }
         };
         if !repeated {
             for node in nodes {
@@ -294,31 +362,53 @@ impl Backend for GpuBackend {
             Ok(())
         };
         let (api, ord) = (ctx.api.as_ref(), ctx.ord);
-        if let Some(p) = self.profile.as_mut() {
+        if self.profile.is_some() {
+            // A spin kernel holds the stream while the host queues every launch with a timed
+            // event behind it; then the kernels run back to back, and event i-1 -> i times
+            // launch i (fused runs count as one) as it runs in the stream.
             api.stream_sync(ord, self.stream).map_err(Error::Device)?;
-            let uses = ops::Uses::of(nodes);
-            let mut i = 0;
-            while i < nodes.len() {
-                let node = &nodes[i];
-                let t0 = std::time::Instant::now();
-                let taken = launch(i, &uses)?;
-                i += taken;
+            let mut events = std::mem::take(&mut self.profile_events);
+            let result = (|| -> Result<Vec<(String, usize)>> {
+                let spin_cycles = 40_000_000; // about 20 ms at 2 GHz: longer than queueing a graph
+                ops::launch_spin(&lc, spin_cycles).map_err(Error::Device)?;
+                let uses = ops::Uses::of(nodes);
+                let mut labels = Vec::new();
+                let mut i = 0;
+                while i < nodes.len() {
+                    while events.len() <= labels.len() + 1 {
+                        events.push(api.event_create_timed(ord).map_err(Error::Device)?);
+                    }
+                    if labels.is_empty() {
+                        api.event_record(ord, events[0], self.stream).map_err(Error::Device)?;
+                    }
+                    let taken = launch(i, &uses)?;
+                    api.event_record(ord, events[labels.len() + 1], self.stream).map_err(Error::Device)?;
+                    labels.push((profile_label(&nodes[i], taken), i));
+                    i += taken;
+                }
                 api.stream_sync(ord, self.stream).map_err(Error::Device)?;
-                let types: Vec<String> = (0..3).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
-                let src0 = node.src(0).map(|s| s.ne()).unwrap_or_default();
-                // The tensor's name without its layer number ("ffn_up-7" → "ffn_up").
-                let name = node.name();
-                let base = name.rsplit_once('-').filter(|(_, n)| n.parse::<u32>().is_ok()).map_or(name.as_str(), |(b, _)| b);
-                let fused = if taken > 1 { format!(" +{} fused", taken - 1) } else { String::new() };
-                let label = format!("op {}{fused} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne());
+                Ok(labels)
+            })();
+            let labels = match result {
+                Ok(l) => l,
+                Err(e) => {
+                    self.profile_events = events;
+                    return Err(e);
+                }
+            };
+            let p = self.profile.as_mut().unwrap();
+            for (k, (label, _)) in labels.into_iter().enumerate() {
+                let ms = api.event_elapsed_ms(ord, events[k], events[k + 1]).unwrap_or(0.0) as f64;
                 let e = p.entry(label).or_insert((0, 0.0));
-                *e = (e.0 + 1, e.1 + t0.elapsed().as_secs_f64());
+                *e = (e.0 + 1, e.1 + ms * 1e-3);
             }
+            self.profile_events = events;
             return Ok(());
         }
         if self.graphs_ok {
             if repeated {
                 if !self.exec_current {
+                    mode = 1;
                     // Seen twice in a row: capture it. The old executable is re-pointed at the
                     // new graph where the runtime allows, else replaced; on failure it is kept
                     // (and freed with the backend). The stream is drained first, so the old
@@ -351,7 +441,9 @@ impl Backend for GpuBackend {
                     }
                 }
                 if let (Some(e), true) = (self.exec, self.exec_current) {
-                    return api.graph_launch(ord, e, self.stream).map_err(Error::Device);
+                    let r = api.graph_launch(ord, e, self.stream).map_err(Error::Device);
+                    note(&mut self.timing, mode);
+                    return r;
                 }
             }
             // A new graph: run it directly; capture waits until it repeats.
@@ -362,13 +454,84 @@ impl Backend for GpuBackend {
             self.exec_current = false;
             std::mem::swap(&mut self.last_key, &mut self.key);
         }
-        launch_all()
+        let r = launch_all();
+        note(&mut self.timing, 2);
+        r
+    }
+
+}
+
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            let mut rows: Vec<_> = p.iter().collect();
+            rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+            let total: f64 = rows.iter().map(|r| r.1 .1).sum();
+            let mut out = format!("{} kernel profile: {:.3} ms in all\n", self.name.to_string_lossy(), total * 1e3);
+            for (label, (n, t)) in rows.iter().take(40) {
+                out += &format!("  {:8.3} ms {:5.1}% {:7} x {:9.2} us  {label}\n", t * 1e3, 100.0 * t / total, n, t * 1e6 / *n as f64);
+            }
+            crate::log_info!("{out}");
+        }
+        let _ = self.ctx.api.stream_sync(self.ctx.ord, self.stream);
+        if let Some(mut t) = self.timing.take() {
+            t.collect(&self.ctx);
+            crate::log_info!("{}", t.report(&self.name.to_string_lossy()));
+            for e in t.free.into_iter().chain(t.last_end) {
+                self.ctx.api.event_destroy(self.ctx.ord, e);
+            }
+        }
+        if let Some(e) = self.copy_event.take() {
+            self.ctx.api.event_destroy(self.ctx.ord, e);
+        }
+        for e in std::mem::take(&mut self.profile_events) {
+            self.ctx.api.event_destroy(self.ctx.ord, e);
+        }
+        if let Some(e) = self.exec.take() {
+            self.ctx.api.graph_exec_destroy(self.ctx.ord, e);
+        }
+        if self.scratch.0 != 0 {
+            self.ctx.api.free(self.ctx.ord, self.scratch.0);
+        }
+        self.ctx.api.stream_destroy(self.ctx.ord, self.stream);
+    }
+}
+
+impl Backend for GpuBackend {
+    fn name(&self) -> &CStr {
+        &self.name
+    }
+
+    fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
+        let Some(t) = self.timing.as_mut() else {
+            return self.compute_graph(nodes);
+        };
+        let t0 = std::time::Instant::now();
+        let ctx = self.ctx.clone();
+        let period = t.last_compute.replace(t0).map_or(f64::NAN, |p| (t0 - p).as_secs_f64());
+        let (start, end) = (t.event(&ctx)?, t.event(&ctx)?);
+        ctx.api.event_record(ctx.ord, start, self.stream).map_err(Error::Device)?;
+        let r = self.compute_graph(nodes);
+        ctx.api.event_record(ctx.ord, end, self.stream).map_err(Error::Device)?;
+        if let Some(t) = self.timing.as_mut() {
+            let waited = std::mem::take(&mut t.waited);
+            let rows = nodes.first().map_or(0, |n| n.ne()[1]);
+            t.pending.push(((nodes.len(), rows), start, end, t0.elapsed().as_secs_f64(), period, waited));
+        }
+        r
     }
 
     fn synchronize(&mut self) -> Result<()> {
+        let t0 = std::time::Instant::now();
         let r = self.ctx.api.stream_sync(self.ctx.ord, self.stream).map_err(Error::Device);
-        if let Err(e) = &r {
-            self.failed = Some(e.to_string());
+        match &r {
+            Err(e) => self.failed = Some(e.to_string()),
+            Ok(()) => {
+                if let Some(t) = self.timing.as_mut() {
+                    t.waited += t0.elapsed().as_secs_f64();
+                    t.collect(&self.ctx);
+                }
+            }
         }
         r
     }

@@ -90,6 +90,7 @@ struct Io {
     event_record: unsafe extern "C" fn(CuEvent, CuStream) -> CuResult,
     event_synchronize: unsafe extern "C" fn(CuEvent) -> CuResult,
     event_destroy: unsafe extern "C" fn(CuEvent) -> CuResult,
+    event_elapsed_time: unsafe extern "C" fn(*mut f32, CuEvent, CuEvent) -> CuResult,
     stream_wait_event: unsafe extern "C" fn(CuStream, CuEvent, c_uint) -> CuResult,
 }
 
@@ -216,6 +217,7 @@ impl CudaApi {
                     event_record: sym(&lib, "cuEventRecord")?,
                     event_synchronize: sym(&lib, "cuEventSynchronize")?,
                     event_destroy: sym(&lib, "cuEventDestroy_v2")?,
+                    event_elapsed_time: sym(&lib, "cuEventElapsedTime")?,
                     stream_wait_event: sym(&lib, "cuStreamWaitEvent")?,
                 },
             }
@@ -629,5 +631,19 @@ impl GpuApi for CudaApi {
         if self.current(ord).is_ok() {
             unsafe { (self.drv.io.event_destroy)(e.0 as CuEvent) };
         }
+    }
+
+    fn event_create_timed(&self, ord: usize) -> ApiResult<Event> {
+        self.current(ord)?;
+        let mut e: CuEvent = std::ptr::null_mut();
+        self.check(unsafe { (self.drv.io.event_create)(&mut e, 0) }, "cuEventCreate")?;
+        Ok(Event(e as usize))
+    }
+
+    fn event_elapsed_ms(&self, ord: usize, start: Event, end: Event) -> ApiResult<f32> {
+        self.current(ord)?;
+        let mut ms = 0f32;
+        self.check(unsafe { (self.drv.io.event_elapsed_time)(&mut ms, start.0 as CuEvent, end.0 as CuEvent) }, "cuEventElapsedTime")?;
+        Ok(ms)
     }
 }

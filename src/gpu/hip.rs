@@ -83,6 +83,7 @@ struct Io {
     event_record: unsafe extern "C" fn(HipEvent, HipStream) -> HipError,
     event_synchronize: unsafe extern "C" fn(HipEvent) -> HipError,
     event_destroy: unsafe extern "C" fn(HipEvent) -> HipError,
+    event_elapsed_time: unsafe extern "C" fn(*mut f32, HipEvent, HipEvent) -> HipError,
     stream_wait_event: unsafe extern "C" fn(HipStream, HipEvent, c_uint) -> HipError,
 }
 
@@ -243,6 +244,7 @@ impl HipApi {
                     event_record: sym(&lib, "hipEventRecord")?,
                     event_synchronize: sym(&lib, "hipEventSynchronize")?,
                     event_destroy: sym(&lib, "hipEventDestroy")?,
+                    event_elapsed_time: sym(&lib, "hipEventElapsedTime")?,
                     stream_wait_event: sym(&lib, "hipStreamWaitEvent")?,
                 },
             }
@@ -651,6 +653,20 @@ impl GpuApi for HipApi {
         if self.current(ord).is_ok() {
             unsafe { (self.rt.io.event_destroy)(e.0 as HipEvent) };
         }
+    }
+
+    fn event_create_timed(&self, ord: usize) -> ApiResult<Event> {
+        self.current(ord)?;
+        let mut e: HipEvent = std::ptr::null_mut();
+        self.check(unsafe { (self.rt.io.event_create_with_flags)(&mut e, 0) }, "hipEventCreateWithFlags")?;
+        Ok(Event(e as usize))
+    }
+
+    fn event_elapsed_ms(&self, ord: usize, start: Event, end: Event) -> ApiResult<f32> {
+        self.current(ord)?;
+        let mut ms = 0f32;
+        self.check(unsafe { (self.rt.io.event_elapsed_time)(&mut ms, start.0 as HipEvent, end.0 as HipEvent) }, "hipEventElapsedTime")?;
+        Ok(ms)
     }
 }
 

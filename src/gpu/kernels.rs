@@ -78,6 +78,7 @@ pub fn kernel_names() -> Vec<String> {
     }
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1s_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_{suf}")));
     v.extend(MV1X_SHAPES.iter().map(|(r, u)| format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
@@ -99,6 +100,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "cpy_f16_f16",
     "soft_max_f32",
     "rms_norm_f32",
+    "rf_spin",
     "set_rows",
     "rope_f32",
     "rope_f16",
@@ -217,9 +219,10 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    pub fn get(&self, name: &str) -> Function {
-        // Names come from kernel_names(), all resolved at load.
-        self.funcs[name]
+    /// The loaded entry point `name` (every name of kernel_names() was resolved at load; any
+    /// other is a launcher bug, reported as an error rather than a panic).
+    pub fn get(&self, name: &str) -> Result<Function, String> {
+        self.funcs.get(name).copied().ok_or_else(|| format!("kernel {name} is not in the kernel list"))
     }
 
     /// Compiles (or finds in the cache) and loads the kernels on device `ord`.

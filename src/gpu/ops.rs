@@ -38,6 +38,14 @@ fn mv1_shape() -> Option<(usize, usize, usize)> {
         }
     })
 }
+/// Whether a one-column product takes the 8-rows-per-warp kernel (mul_mat_vec_q1s_*): rows of
+/// at most 32 blocks of 32 (a lane's share of a wider block would be idle) in a matrix tall
+/// enough to fill the GPU with such blocks. SmolLM2's 49152 x 576 Q8_0 output projection took
+/// 75 µs with 2 rows per 4-warp block on an H100 (0.4 TB/s).
+fn short_tall(wt: GgmlType, k: usize, m: usize) -> bool {
+    let whole_blocks = matches!(wt, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL);
+    whole_blocks && k <= 32 * 32 && m >= 8192
+}
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
@@ -273,15 +281,17 @@ fn supports_mul_mat(node: &Tensor) -> bool {
 }
 
 /// The src1 whose quantized form (quantize_q8) the scratch holds: matrix-vector products that
-/// share an activation (attention's Q/K/V, the FFN's gate/up) quantize it once.
+/// share an activation (attention's Q/K/V, the FFN's gate/up) quantize it once. Described by
+/// its data and rows of K values, so a reshaped view of the same contiguous tensor matches
+/// (attention's output is quantized by flash attention itself and read through a reshape).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Q8Src {
     /// Byte offset of the quantized values in the scratch (their scales follow, q8_ds_offset).
     at: usize,
     data: usize,
     bytes: usize,
-    ne: [usize; 4],
-    nb: [usize; 4],
+    k: usize,
+    rows: usize,
     mode: i32,
 }
 
@@ -299,6 +309,9 @@ pub struct LaunchCtx<'a> {
     pub scratch: super::api::DevPtr,
     /// What the scratch holds from an earlier node of this graph (see `Q8Src`).
     pub q8: std::cell::Cell<Option<Q8Src>>,
+    /// What it holds once the node being launched has run, where that node's kernel
+    /// quantized its own output (flash attention); `launch` moves it into `q8`.
+    pub q8_next: std::cell::Cell<Option<Q8Src>>,
     /// Whether runs of nodes may be fused (`launch_at`); ROCMFORGE_GPU_FUSE=0 turns it off.
     pub fuse: bool,
 }
@@ -358,7 +371,10 @@ fn q8_region(n: usize) -> usize {
 /// is larger: the BLAS may be missing).
 pub fn scratch_bytes(node: &Tensor) -> usize {
     if node.op() == op::FLASH_ATTN_EXT {
-        return fa_split_max_parts(node).map_or(0, |parts| parts * fa_part_floats(node) * 4);
+        return match fa_q8_at(node) {
+            Some(at) => at + q8_region(node.nelements()),
+            None => fa_split_max_parts(node).map_or(0, |parts| parts * fa_part_floats(node) * 4),
+        };
     }
     if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
@@ -499,6 +515,11 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
     Ok(())
 }
 
+/// Holds the stream for `cycles` GPU clock ticks (the profiler queues a graph behind it).
+pub fn launch_spin(lc: &LaunchCtx, cycles: usize) -> ApiResult<()> {
+    lc.run("rf_spin", [1, 1, 1], 1, Args::default().i64(cycles))
+}
+
 /// Kernel arguments, each in an 8-byte slot (the runtime reads as many bytes as the
 /// parameter's size; little-endian, so 4-byte values sit at the slot's start).
 #[derive(Default)]
@@ -535,7 +556,7 @@ impl LaunchCtx<'_> {
         let mut slots = args.0;
         let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
         let g = [grid[0] as u32, grid[1] as u32, grid[2] as u32];
-        self.api.launch(self.ord, self.kernels.get(kernel), g, [block, 1, 1], 0, self.stream, &mut ptrs)
+        self.api.launch(self.ord, self.kernels.get(kernel)?, g, [block, 1, 1], 0, self.stream, &mut ptrs)
     }
 }
 
@@ -547,15 +568,23 @@ fn flat_blocks(n: usize, block: usize) -> usize {
 pub fn launch(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let r = launch_one(node, lc);
     lc.note_written(node);
+    if let Some(q) = lc.q8_next.take().filter(|_| r.is_ok()) {
+        lc.q8.set(Some(q));
+    }
     r
 }
 
 impl Q8Src {
-    fn of(at: usize, x: &Tensor, mode: i32) -> Q8Src {
-        Q8Src { at, data: x.data() as usize, bytes: x.nbytes(), ne: x.ne(), nb: x.nb(), mode }
+    /// Contiguous F32 rows only (the quantized layout is then the same for every view of them).
+    fn of(at: usize, x: &Tensor, mode: i32) -> Option<Q8Src> {
+        let k = x.ne()[0];
+        (x.is_contiguous() && x.dtype() == GgmlType::F32 && k > 0).then(|| Q8Src::rows(at, x.data() as usize, k, x.nelements() / k, mode))
+    }
+    fn rows(at: usize, data: usize, k: usize, rows: usize, mode: i32) -> Q8Src {
+        Q8Src { at, data, bytes: k * rows * 4, k, rows, mode }
     }
     fn same_src(&self, x: &Tensor, mode: i32) -> bool {
-        *self == Q8Src::of(self.at, x, mode)
+        Q8Src::of(self.at, x, mode) == Some(*self)
     }
 }
 
@@ -683,6 +712,14 @@ fn row_block(ne0: usize) -> u32 {
     (ne0.div_ceil(64) * 64).clamp(64, 256) as u32
 }
 
+/// Threads of an RMS_NORM block (one row each): about four values per thread, up to 1024.
+/// A row of a generation step is the whole grid, so its latency is the kernel's: 4096 values
+/// on 256 threads took 20 µs on an H100, on 1024 threads a fraction of that. The plain and
+/// the fused kernel take the same count, so they add in the same order.
+fn norm_block(ne0: usize) -> u32 {
+    (ne0.div_ceil(4).div_ceil(64) * 64).clamp(64, 1024) as u32
+}
+
 fn launch_soft_max(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let a = node.src(0).unwrap();
     let (mask, sinks) = (node.src(1), node.src(2));
@@ -730,7 +767,7 @@ fn launch_rms_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&a.nb()[1..])
         .i64s(&node.nb()[1..])
         .f32(node.param_f32(0));
-    lc.run("rms_norm_f32", [node.nrows(), 1, 1], row_block(ne[0]), args)
+    lc.run("rms_norm_f32", [node.nrows(), 1, 1], norm_block(ne[0]), args)
 }
 
 /// Quantizes src1 `x` into the scratch for the integer-dot kernels, unless it is there already;
@@ -744,7 +781,6 @@ fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)>
     }
     let xq = lc.scratch as usize;
     let xds = xq + q8_ds_offset(x.nelements());
-    let src = Q8Src::of(0, x, mode);
     {
         let groups = if mode == 0 { k / 32 } else { k / 256 };
         let args = Args::default()
@@ -757,7 +793,7 @@ fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)>
             .i64(xne[2])
             .i64s(&x.nb()[1..]);
         lc.run("quantize_q8", [n * batches, groups.div_ceil(8), 1], 256, args)?;
-        lc.q8.set(Some(src));
+        lc.q8.set(Q8Src::of(0, x, mode));
     }
     Ok((xq, xds))
 }
@@ -796,6 +832,9 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let grid = [m.div_ceil(rows), 1, batches];
         if (rows, unroll) != (MV1_ROWS, MV1_UNROLL) && suffix == "q4_0" {
             return lc.run(&format!("mul_mat_vec_q1x_q4_0_r{rows}_u{unroll}"), grid, threads as u32, args);
+        }
+        if mv1_shape().is_none() && short_tall(w.dtype(), k, m) {
+            return lc.run(&format!("mul_mat_vec_q1s_{suffix}"), [m.div_ceil(8), 1, batches], lc.warp_size, args);
         }
         let grid = [m.div_ceil(MV1_ROWS), 1, batches];
         return lc.run(&format!("mul_mat_vec_q1_{suffix}"), grid, threads as u32, args);
@@ -1305,6 +1344,15 @@ const FA_SPLIT_MAX_PARTS: usize = 2048;
 const FA_SPLIT_WARPS: usize = 4;
 
 /// Floats of one partial result of the split-KV kernel: DV outputs, maximum, sum.
+/// Where in the scratch the split path's combine kernel puts dst quantized (quantize_q8 mode
+/// 0, as the matrix-vector product reading it next wants it): after the partial results.
+/// None where dst is not contiguous F32 rows of whole blocks.
+fn fa_q8_at(node: &Tensor) -> Option<usize> {
+    let dv = node.src(2)?.ne()[0];
+    let parts = fa_split_max_parts(node)?;
+    (dv % 32 == 0 && node.dtype() == GgmlType::F32 && node.is_contiguous()).then(|| (parts * fa_part_floats(node) * 4).next_multiple_of(256))
+}
+
 fn fa_part_floats(node: &Tensor) -> usize {
     node.src(2).map_or(0, |v| v.ne()[0]) + 2
 }
@@ -1415,7 +1463,13 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let warp = lc.warp_size as usize;
         let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
         let part = lc.scratch as usize as *const u8;
+        // The combine also quantizes dst for the output projection that follows (fa_q8_at).
+        let q8 = fa_q8_at(node).filter(|_| lc.fuse);
         let combine = |splits: usize| {
+            let (xq, xds) = match q8 {
+                Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
+                None => (0, 0),
+            };
             let args = Args::default()
                 .ptr(part)
                 .opt_ptr(sinks)
@@ -1424,9 +1478,15 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
                 .i64(qne[1])
                 .i64(n_head)
                 .i64(splits)
-                .i64(node.nb()[1]);
+                .i64(node.nb()[1])
+                .ptr(xq as *const u8)
+                .ptr(xds as *const u8);
             let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
-            lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * warp) as u32, args)
+            lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * warp) as u32, args)?;
+            // dst seen as rows of DV * n_head values (the projection's reshape of it).
+            let k = vne[0] * n_head;
+            lc.q8_next.set(q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)));
+            Ok(())
         };
         if fa_split_mode() == 1 {
             let (splits, split_keys) = fa_row_split_plan(rows, kne[1], cu, max_parts);
@@ -1863,13 +1923,13 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
     let rows = norm.nrows();
     if rows > 0 {
         // As many threads as rms_norm_f32 takes: the same order of additions.
-        lc.run("fused_rms_norm", [rows, 1, 1], row_block(ne0), args)?;
+        lc.run("fused_rms_norm", [rows, 1, 1], norm_block(ne0), args)?;
     }
     for n in &nodes[i..j] {
         lc.note_written(n);
     }
     if qmode >= 0 {
-        lc.q8.set(Some(Q8Src::of(0, &out, qmode)));
+        lc.q8.set(Q8Src::of(0, &out, qmode));
     }
     Ok(Some(j - i))
 }
@@ -1932,7 +1992,7 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         lc.note_written(n);
     }
     if next_q8 {
-        lc.q8.set(Some(Q8Src::of(out_at, glu, 0)));
+        lc.q8.set(Q8Src::of(out_at, glu, 0));
     }
     Ok(Some(3))
 }
