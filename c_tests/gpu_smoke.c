@@ -159,6 +159,17 @@ MMQ(iq4_nl, GGML_TYPE_IQ4_NL)
 MMQ(q4_k, GGML_TYPE_Q4_K)
 MMQ(q6_k, GGML_TYPE_Q6_K)
 
+// Two one-column products of one activation, adjacent in the graph (attention's V and K):
+// the GPU runs them as one launch (mul_mat_vec_q1s_pair); rows of different counts.
+static struct ggml_tensor* mm_pair(struct ggml_context* c, enum ggml_type t) {
+    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, 576, 1);
+    struct ggml_tensor* a = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 576, 192), x);
+    struct ggml_tensor* b = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 576, 203), x);
+    return ggml_concat(c, a, b, 0);
+}
+static struct ggml_tensor* mm_pair_q4_1(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q4_1); }
+static struct ggml_tensor* mm_pair_q8_0(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q8_0); }
+
 static struct ggml_tensor* get_rows_t(struct ggml_context* c, enum ggml_type t) {
     struct ggml_tensor* a = ggml_new_tensor_3d(c, t, 256, 20, 2);
     return ggml_get_rows(c, a, ids(c, GGML_TYPE_I32, "ids:20", 7, 2, 1));
@@ -285,6 +296,8 @@ static const struct tcase CASES[] = {
     {"mul_mat q6_k x1", mm_q6_k_1, 5e-4, 0, 0, 0},
     {"mul_mat q6_k x3", mm_q6_k_3, 5e-4, 0, 0, 0},
     {"mul_mat q6_k x70 (tiled)", mm_q6_k_70, 5e-4, 0, 0, 0},
+    {"mul_mat pair q4_1 x1 (one launch)", mm_pair_q4_1, 5e-4, 0, 0, 0},
+    {"mul_mat pair q8_0 x1 (one launch)", mm_pair_q8_0, 5e-4, 0, 0, 0},
     {"get_rows f32", get_rows_f32, 1e-7, 0, 0, 0},
     {"get_rows f16", get_rows_f16, 1e-7, 0, 0, 0},
     {"get_rows q4_1", get_rows_q4_1, 1e-7, 0, 0, 0},

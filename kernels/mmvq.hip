@@ -362,7 +362,8 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
 // (The launcher picks the warps per block: MV1_WARPS of src/gpu/ops.rs, at most MV1_MAX_THREADS threads.)
 // mul_mat_vec_q1s_*: the same with 8 rows per block and one warp, for short rows of tall
 // matrices (a vocabulary projection of 576-value rows: 18 blocks a row leave most threads of
-// a wider block idle, and the grid is many waves deep).
+// a wider block idle, and the grid is many waves deep). On 576 x 576 it is slower (9.0 against
+// 5.6 µs in the stream on an H100): too few blocks.
 #define MV1_MAX_THREADS 256
 #define MV1_ROWS_DEF 2
 #define MV1_UNROLL_DEF 4
@@ -446,6 +447,23 @@ RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* 
     mv1_rows<T, MV1_ROWS_DEF, MV1_UNROLL_DEF>((const unsigned char*)w + e * nb02, nb01, M, row0, xq + xrow * K, xds + xrow * (K / 32), K, out);
 }
 
+// Two one-column products sharing their quantized activation (attention's V and K, adjacent
+// in the graph) in one launch of the one-column kernel's default shape: blocks below blocks_a
+// take matrix a, the others matrix b. Weights of one type, K values per row, single batch;
+// outputs dense F32.
+template <typename T>
+RF_DEVICE void mul_mat_vec_q1_pair(const char* wa, const char* wb, const signed char* xq, const float2* xds, char* da,
+                                   char* db, i64 K, i64 Ma, i64 Mb, i64 nb01a, i64 nb01b) {
+    const i64 blocks_a = (Ma + MV1_ROWS_DEF - 1) / MV1_ROWS_DEF;
+    const bool a = (i64)blockIdx.x < blocks_a;
+    const i64 row0 = ((i64)blockIdx.x - (a ? 0 : blocks_a)) * MV1_ROWS_DEF;
+    mv1_rows<T, MV1_ROWS_DEF, MV1_UNROLL_DEF>((const unsigned char*)(a ? wa : wb), a ? nb01a : nb01b, a ? Ma : Mb, row0,
+                                              xq, xds, K, (float*)(a ? da : db));
+}
+#define MVQ_PAIR_ARGS                                                                                            \
+    const char *wa, const char *wb, const signed char *xq, const float2 *xds, char *da, char *db, i64 K, i64 Ma, \
+        i64 Mb, i64 nb01a, i64 nb01b
+#define MVQ_PAIR_PASS wa, wb, xq, xds, da, db, K, Ma, Mb, nb01a, nb01b
 #define MVQ_ARGS                                                                                           \
     const char *w, const signed char *xq, const float2 *xds, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, \
         i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3
@@ -457,6 +475,9 @@ RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* 
     }                                                                                       \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1s_##NAME(MVQ_ARGS) { \
         mul_mat_vec_q1<mq_##NAME, 8, 1>(MVQ_PASS);                                          \
+    }                                                                                       \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_pair_##NAME(MVQ_PAIR_ARGS) { \
+        mul_mat_vec_q1_pair<mq_##NAME>(MVQ_PAIR_PASS);                                      \
     }                                                                                       \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_id_q_##NAME(         \
         const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K, i64 M,  \

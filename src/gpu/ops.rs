@@ -39,12 +39,13 @@ fn mv1_shape() -> Option<(usize, usize, usize)> {
     })
 }
 /// Whether a one-column product takes the 8-rows-per-warp kernel (mul_mat_vec_q1s_*): rows of
-/// at most 32 blocks of 32 (a lane's share of a wider block would be idle) in a matrix tall
-/// enough to fill the GPU with such blocks. SmolLM2's 49152 x 576 Q8_0 output projection took
-/// 75 µs with 2 rows per 4-warp block on an H100 (0.4 TB/s).
+/// at most 32 blocks of 32 (most lanes of a wider block would be idle) in a matrix tall enough
+/// to fill the GPU with such blocks. On an H100: SmolLM2's 49152 x 576 Q8_0 output projection
+/// 75 µs with 2 rows per 4-warp block (0.4 TB/s), 17.5 µs this way; its 576 x 576 products
+/// 5.6 µs the default way, 9.0 µs this way (72 one-warp blocks). ROCMFORGE_GPU_MV1 turns it off.
 fn short_tall(wt: GgmlType, k: usize, m: usize) -> bool {
     let whole_blocks = matches!(wt, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL);
-    whole_blocks && k <= 32 * 32 && m >= 8192
+    whole_blocks && k <= 32 * 32 && m >= 8192 && mv1_shape().is_none()
 }
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 const MUL_MAT_VEC_MAX_COLS: usize = 8;
@@ -833,7 +834,7 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         if (rows, unroll) != (MV1_ROWS, MV1_UNROLL) && suffix == "q4_0" {
             return lc.run(&format!("mul_mat_vec_q1x_q4_0_r{rows}_u{unroll}"), grid, threads as u32, args);
         }
-        if mv1_shape().is_none() && short_tall(w.dtype(), k, m) {
+        if short_tall(w.dtype(), k, m) {
             return lc.run(&format!("mul_mat_vec_q1s_{suffix}"), [m.div_ceil(8), 1, batches], lc.warp_size, args);
         }
         let grid = [m.div_ceil(MV1_ROWS), 1, batches];
@@ -1850,6 +1851,9 @@ pub fn launch_at(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         if let Some(n) = try_fused_rope_kv(nodes, i, None, uses, lc)? {
             return Ok(n);
         }
+        if let Some(n) = try_fused_mv_pair(nodes, i, lc)? {
+            return Ok(n);
+        }
     }
     launch(&nodes[i], lc)?;
     Ok(1)
@@ -1995,6 +1999,58 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         lc.q8.set(Q8Src::of(out_at, glu, 0));
     }
     Ok(Some(3))
+}
+
+/// Two adjacent one-column products of one activation with weights of one type (attention's V
+/// and K): one launch (mul_mat_vec_q1_pair, the one-column kernel's default shape), one kernel
+/// less per layer. Not taken under ROCMFORGE_GPU_MV1 (shape sweeps) or for the tall shapes.
+fn try_fused_mv_pair(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+    let (Some(a), Some(b)) = (nodes.get(i), nodes.get(i + 1)) else { return Ok(None) };
+    if a.op() != op::MUL_MAT || b.op() != op::MUL_MAT || lc.scratch == 0 || !uses_mvq(a) || !uses_mvq(b) {
+        return Ok(None);
+    }
+    if !supports_mul_mat(a) || !supports_mul_mat(b) {
+        return Ok(None);
+    }
+    let (wa, x, wb) = (a.src(0).unwrap(), a.src(1).unwrap(), b.src(0).unwrap());
+    let single = |w: &Tensor| w.ne()[2] == 1 && w.ne()[3] == 1;
+    let ok = same(&x, b.src(1))
+        && wa.dtype() == wb.dtype()
+        && wa.ne()[0] == wb.ne()[0]
+        && mv1_shape().is_none()
+        && !short_tall(wa.dtype(), wa.ne()[0], wa.ne()[1])
+        && !short_tall(wb.dtype(), wb.ne()[0], wb.ne()[1])
+        && single(&wa)
+        && single(&wb)
+        && x.ne()[1..] == [1, 1, 1]
+        && dense_f32(a)
+        && dense_f32(b)
+        && !overlap(a, b)
+        && !overlap(a, &x)
+        && !overlap(b, &x);
+    if !ok {
+        return Ok(None);
+    }
+    let (xq, xds) = ensure_q8(&x, mvq_mode(wa.dtype()).unwrap_or(0), lc)?;
+    let (ma, mb) = (wa.ne()[1], wb.ne()[1]);
+    let args = Args::default()
+        .ptr(wa.data())
+        .ptr(wb.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .ptr(a.data())
+        .ptr(b.data())
+        .i64(wa.ne()[0])
+        .i64(ma)
+        .i64(mb)
+        .i64(wa.nb()[1])
+        .i64(wb.nb()[1]);
+    let suffix = weight_suffix(wa.dtype()).unwrap_or("q4_0");
+    let threads = (MV1_WARPS * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
+    lc.run(&format!("mul_mat_vec_q1_pair_{suffix}"), [ma.div_ceil(MV1_ROWS) + mb.div_ceil(MV1_ROWS), 1, 1], threads, args)?;
+    lc.note_written(a);
+    lc.note_written(b);
+    Ok(Some(2))
 }
 
 fn overlap(a: &Tensor, b: &Tensor) -> bool {
