@@ -160,7 +160,7 @@ MMQ(q4_k, GGML_TYPE_Q4_K)
 MMQ(q6_k, GGML_TYPE_Q6_K)
 
 // Two one-column products of one activation, adjacent in the graph (attention's V and K):
-// the GPU runs them as one launch (mul_mat_vec_q1s_pair); rows of different counts.
+// the GPU runs them as one launch (mul_mat_vec_q1_pair); rows of different counts.
 static struct ggml_tensor* mm_pair(struct ggml_context* c, enum ggml_type t) {
     struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, 576, 1);
     struct ggml_tensor* a = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 576, 192), x);

@@ -367,6 +367,7 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
 #define MV1_MAX_THREADS 256
 #define MV1_ROWS_DEF 2
 #define MV1_UNROLL_DEF 4
+#define MV1S_ROWS 8
 // MV1_ROWS rows from row0 of the weight rows at wb (stride nb01, M rows) times one quantized
 // column (xr, dr), into out[row]; called by all threads of the block.
 template <typename T, int MV1_ROWS, int MV1_UNROLL>
@@ -474,7 +475,7 @@ RF_DEVICE void mul_mat_vec_q1_pair(const char* wa, const char* wb, const signed 
         mul_mat_vec_q1<mq_##NAME>(MVQ_PASS);                                                \
     }                                                                                       \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1s_##NAME(MVQ_ARGS) { \
-        mul_mat_vec_q1<mq_##NAME, 8, 1>(MVQ_PASS);                                          \
+        mul_mat_vec_q1<mq_##NAME, MV1S_ROWS, 1>(MVQ_PASS);                                  \
     }                                                                                       \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_pair_##NAME(MVQ_PAIR_ARGS) { \
         mul_mat_vec_q1_pair<mq_##NAME>(MVQ_PAIR_PASS);                                      \

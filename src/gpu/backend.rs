@@ -368,10 +368,11 @@ impl GpuBackend {
             // launch i (fused runs count as one) as it runs in the stream.
             api.stream_sync(ord, self.stream).map_err(Error::Device)?;
             let mut events = std::mem::take(&mut self.profile_events);
-            let result = (|| -> Result<Vec<(String, usize)>> {
+            let result = (|| -> Result<Vec<String>> {
                 let spin_cycles = 40_000_000; // about 20 ms at 2 GHz: longer than queueing a graph
                 ops::launch_spin(&lc, spin_cycles).map_err(Error::Device)?;
                 let uses = ops::Uses::of(nodes);
+                // Event k marks the end of launch k (event 0: the start of the first).
                 let mut labels = Vec::new();
                 let mut i = 0;
                 while i < nodes.len() {
@@ -383,7 +384,7 @@ impl GpuBackend {
                     }
                     let taken = launch(i, &uses)?;
                     api.event_record(ord, events[labels.len() + 1], self.stream).map_err(Error::Device)?;
-                    labels.push((profile_label(&nodes[i], taken), i));
+                    labels.push(profile_label(&nodes[i], taken));
                     i += taken;
                 }
                 api.stream_sync(ord, self.stream).map_err(Error::Device)?;
@@ -397,7 +398,7 @@ impl GpuBackend {
                 }
             };
             let p = self.profile.as_mut().unwrap();
-            for (k, (label, _)) in labels.into_iter().enumerate() {
+            for (k, label) in labels.into_iter().enumerate() {
                 let ms = api.event_elapsed_ms(ord, events[k], events[k + 1]).unwrap_or(0.0) as f64;
                 let e = p.entry(label).or_insert((0, 0.0));
                 *e = (e.0 + 1, e.1 + ms * 1e-3);
@@ -458,7 +459,6 @@ impl GpuBackend {
         note(&mut self.timing, 2);
         r
     }
-
 }
 
 impl Drop for GpuBackend {

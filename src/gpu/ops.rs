@@ -21,6 +21,8 @@ const MV_COLS: usize = 4;
 const MV1_WARPS: usize = 4;
 const MV1_ROWS: usize = 2;
 const MV1_UNROLL: usize = 4;
+/// Rows per one-warp block of the short-row kernel mul_mat_vec_q1s_* (MV1S_ROWS in mmvq.hip).
+const MV1S_ROWS: usize = 8;
 /// Most threads per block of the one-column kernels (their __launch_bounds__).
 const MV1_MAX_THREADS: usize = 256;
 
@@ -290,7 +292,6 @@ pub struct Q8Src {
     /// Byte offset of the quantized values in the scratch (their scales follow, q8_ds_offset).
     at: usize,
     data: usize,
-    bytes: usize,
     k: usize,
     rows: usize,
     mode: i32,
@@ -582,7 +583,11 @@ impl Q8Src {
         (x.is_contiguous() && x.dtype() == GgmlType::F32 && k > 0).then(|| Q8Src::rows(at, x.data() as usize, k, x.nelements() / k, mode))
     }
     fn rows(at: usize, data: usize, k: usize, rows: usize, mode: i32) -> Q8Src {
-        Q8Src { at, data, bytes: k * rows * 4, k, rows, mode }
+        Q8Src { at, data, k, rows, mode }
+    }
+    /// Bytes of the F32 source.
+    fn bytes(&self) -> usize {
+        self.k * self.rows * 4
     }
     fn same_src(&self, x: &Tensor, mode: i32) -> bool {
         Q8Src::of(self.at, x, mode) == Some(*self)
@@ -599,7 +604,7 @@ impl LaunchCtx<'_> {
         }
         let (a, e) = (node.data() as usize, node.data() as usize + node.nbytes());
         let other_scratch = scratch_bytes(node) > 0 && !uses_mvq(node) && !uses_mmid_q(node);
-        if other_scratch || (a < c.data + c.bytes && c.data < e) {
+        if other_scratch || (a < c.data + c.bytes() && c.data < e) {
             self.q8.set(None);
         }
     }
@@ -782,20 +787,18 @@ fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)>
     }
     let xq = lc.scratch as usize;
     let xds = xq + q8_ds_offset(x.nelements());
-    {
-        let groups = if mode == 0 { k / 32 } else { k / 256 };
-        let args = Args::default()
-            .ptr(x.data())
-            .ptr(xq as *const u8)
-            .ptr(xds as *const u8)
-            .i32(mode)
-            .i64(k)
-            .i64(n)
-            .i64(xne[2])
-            .i64s(&x.nb()[1..]);
-        lc.run("quantize_q8", [n * batches, groups.div_ceil(8), 1], 256, args)?;
-        lc.q8.set(Q8Src::of(0, x, mode));
-    }
+    let groups = if mode == 0 { k / 32 } else { k / 256 };
+    let args = Args::default()
+        .ptr(x.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .i32(mode)
+        .i64(k)
+        .i64(n)
+        .i64(xne[2])
+        .i64s(&x.nb()[1..]);
+    lc.run("quantize_q8", [n * batches, groups.div_ceil(8), 1], 256, args)?;
+    lc.q8.set(Q8Src::of(0, x, mode));
     Ok((xq, xds))
 }
 
@@ -835,7 +838,7 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             return lc.run(&format!("mul_mat_vec_q1x_q4_0_r{rows}_u{unroll}"), grid, threads as u32, args);
         }
         if short_tall(w.dtype(), k, m) {
-            return lc.run(&format!("mul_mat_vec_q1s_{suffix}"), [m.div_ceil(8), 1, batches], lc.warp_size, args);
+            return lc.run(&format!("mul_mat_vec_q1s_{suffix}"), [m.div_ceil(MV1S_ROWS), 1, batches], lc.warp_size, args);
         }
         let grid = [m.div_ceil(MV1_ROWS), 1, batches];
         return lc.run(&format!("mul_mat_vec_q1_{suffix}"), grid, threads as u32, args);
@@ -1344,7 +1347,6 @@ const FA_SPLIT_MAX_PARTS: usize = 2048;
 /// Most warps per block of the split-KV kernel (FAS_MAX_WARPS in flash_attn_split.hip is 8).
 const FA_SPLIT_WARPS: usize = 4;
 
-/// Floats of one partial result of the split-KV kernel: DV outputs, maximum, sum.
 /// Where in the scratch the split path's combine kernel puts dst quantized (quantize_q8 mode
 /// 0, as the matrix-vector product reading it next wants it): after the partial results.
 /// None where dst is not contiguous F32 rows of whole blocks.
@@ -1354,6 +1356,7 @@ fn fa_q8_at(node: &Tensor) -> Option<usize> {
     (dv % 32 == 0 && node.dtype() == GgmlType::F32 && node.is_contiguous()).then(|| (parts * fa_part_floats(node) * 4).next_multiple_of(256))
 }
 
+/// Floats of one partial result of the split-KV kernel: DV outputs, maximum, sum.
 fn fa_part_floats(node: &Tensor) -> usize {
     node.src(2).map_or(0, |v| v.ne()[0]) + 2
 }
