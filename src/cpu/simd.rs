@@ -281,6 +281,113 @@ pub fn dot_bf16_f32(a: &[u16], b: &[f32]) -> f32 {
     dot_bf16_f32_ref(a, b)
 }
 
+/// Constants of Arm's vector expf (Arm optimized-routines, `v_expf`, MIT OR Apache-2.0 WITH
+/// LLVM-exception): x = n·ln2 + r, e^r ≈ 1 + r·poly(r) with a degree-4 minimax poly. ggml-cpu's
+/// SOFT_MAX, SILU, SWIGLU and tiled flash attention use this algorithm, so using it too makes
+/// those ops agree with ggml's to the bit (libllama's results hinge on near-tied logits).
+pub mod exp_arm_consts {
+    pub const SHIFT: f32 = 12582912.0; // 0x1.8p23: adding it rounds to an integer
+    pub const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b); // 0x1.715476p+0
+    pub const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0x1.62e4p-1
+    pub const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 0x1.7f7d1cp-20
+    pub const C: [f32; 5] = [
+        f32::from_bits(0x3c07_2010), // 0x1.0e4020p-7
+        f32::from_bits(0x3d2b_9f17), // 0x1.573e2ep-5
+        f32::from_bits(0x3e2a_af33), // 0x1.555e66p-3
+        f32::from_bits(0x3eff_fedb), // 0x1.fffdb6p-2
+        f32::from_bits(0x3f7f_fff6), // 0x1.ffffecp-1
+    ];
+}
+
+/// e^x by Arm's vector expf algorithm, one lane: the plain reference of `x86::exp_ps` (every
+/// step is one IEEE operation, so both give the same bits) and the code on other machines.
+pub fn exp_arm(x: f32) -> f32 {
+    use exp_arm_consts as c;
+    let z = x.mul_add(c::INV_LN2, c::SHIFT);
+    let n = z - c::SHIFT;
+    let r = (-n).mul_add(c::LN2_HI, x);
+    let r = (-n).mul_add(c::LN2_LO, r);
+    let e = z.to_bits() << 23;
+    let scale = f32::from_bits(e.wrapping_add(0x3f80_0000));
+    let r2 = r * r;
+    let p = c::C[0].mul_add(r, c::C[1]);
+    let q = c::C[2].mul_add(r, c::C[3]);
+    let q = p.mul_add(r2, q);
+    let poly = q.mul_add(r2, c::C[4] * r);
+    let absn = n.abs();
+    if !(absn > 126.0) {
+        return poly.mul_add(scale, scale);
+    }
+    let b = if n <= 0.0 { 0x8200_0000u32 } else { 0 };
+    let s1 = f32::from_bits(b.wrapping_add(0x7f00_0000));
+    let s2 = f32::from_bits(e.wrapping_sub(b));
+    if absn > 192.0 {
+        s1 * s1
+    } else {
+        poly.mul_add(s2, s2) * s1
+    }
+}
+
+/// Sum of 8 lanes in the order of `x86::hsum` (and of ggml-cpu's AVX2 reductions).
+pub fn hsum8(v: &[f32; 8]) -> f32 {
+    ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]))
+}
+
+/// y = e^(x - max) and the sum of y, in ggml-cpu's order: whole groups of 8 by [`exp_arm`],
+/// each group summed as 8 lanes and added to an f64; the rest by libm's expf.
+pub fn softmax_exp_row(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+    let n = x.len();
+    let whole = n / 8 * 8;
+    #[cfg(target_arch = "x86_64")]
+    let mut sum = if level() >= Level::Avx2 {
+        unsafe { x86::softmax_exp_groups(&x[..whole], max, &mut y[..whole]) }
+    } else {
+        softmax_exp_groups_ref(&x[..whole], max, &mut y[..whole])
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let mut sum = softmax_exp_groups_ref(&x[..whole], max, &mut y[..whole]);
+    for i in whole..n {
+        let v = (x[i] - max).exp();
+        y[i] = v;
+        sum += v as f64;
+    }
+    sum
+}
+
+fn softmax_exp_groups_ref(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+    let mut sum = 0f64;
+    for (xs, ys) in x.chunks_exact(8).zip(y.chunks_exact_mut(8)) {
+        let mut v = [0f32; 8];
+        for i in 0..8 {
+            v[i] = exp_arm(xs[i] - max);
+        }
+        ys.copy_from_slice(&v);
+        sum += hsum8(&v) as f64;
+    }
+    sum
+}
+
+/// SiLU x / (1 + e^-x), times `g` when given, as ggml-cpu computes it: groups of 8 with
+/// [`exp_arm`], the rest with libm's expf.
+pub fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
+    let n = x.len();
+    let whole = n / 8 * 8;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Level::Avx2 {
+        unsafe { x86::silu_groups(&x[..whole], g.map(|g| &g[..whole]), &mut y[..whole]) };
+        done = whole;
+    }
+    for i in done..n {
+        let e = if i < whole { exp_arm(-x[i]) } else { (-x[i]).exp() };
+        let s = x[i] / (1.0 + e);
+        y[i] = match g {
+            Some(g) => s * g[i],
+            None => s,
+        };
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod x86 {
     use std::arch::x86_64::*;
@@ -296,24 +403,65 @@ pub mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    /// e^x for 8 lanes, within 2 ulp of libm's expf over the normal range; inputs below -88
-    /// (-inf included) give 0, above 88 are clamped. x = n·ln2 + r with |r| ≤ ln2/2, e^r by its
-    /// Taylor series to r^7 (error below 2^-24 there), then 2^n put into the exponent.
+    /// e^x for 8 lanes by Arm's vector expf algorithm (see [`super::exp_arm`], which is the
+    /// same arithmetic one lane at a time): within 1.5 ulp + 0.5; below about -104 (-inf
+    /// included) 0, above about 88.4 +inf.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn exp_ps(x: __m256) -> __m256 {
-        let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.0)), _mm256_set1_ps(88.0));
-        let n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        // ln2 split in two so that n·ln2_hi is exact.
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_145_75), x);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428_606_8e-6), r);
-        let mut p = _mm256_set1_ps(1.0 / 5040.0);
-        for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        use super::exp_arm_consts as c;
+        let shift = _mm256_set1_ps(c::SHIFT);
+        let z = _mm256_fmadd_ps(x, _mm256_set1_ps(c::INV_LN2), shift);
+        let n = _mm256_sub_ps(z, shift);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c::LN2_HI), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c::LN2_LO), r);
+        let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+        let scale = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(0x3f80_0000)));
+        let absn = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+        let big = _mm256_cmp_ps::<_CMP_GT_OQ>(absn, _mm256_set1_ps(126.0));
+        let r2 = _mm256_mul_ps(r, r);
+        let p = _mm256_fmadd_ps(_mm256_set1_ps(c::C[0]), r, _mm256_set1_ps(c::C[1]));
+        let q = _mm256_fmadd_ps(_mm256_set1_ps(c::C[2]), r, _mm256_set1_ps(c::C[3]));
+        let q = _mm256_fmadd_ps(p, r2, q);
+        let poly = _mm256_fmadd_ps(q, r2, _mm256_mul_ps(_mm256_set1_ps(c::C[4]), r));
+        let plain = _mm256_fmadd_ps(poly, scale, scale);
+        if _mm256_movemask_ps(big) == 0 {
+            return plain;
         }
-        // n = -127 (x ≤ -88) makes the scale's bits 0, so the result is 0.
-        let scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-        _mm256_mul_ps(p, scale)
+        // 2^n out of the exponent's range: scale in two factors s1·s2.
+        let b = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())), _mm256_set1_epi32(0x8200_0000u32 as i32));
+        let s1 = _mm256_castsi256_ps(_mm256_add_epi32(b, _mm256_set1_epi32(0x7f00_0000)));
+        let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, b));
+        let huge = _mm256_cmp_ps::<_CMP_GT_OQ>(absn, _mm256_set1_ps(192.0));
+        let split = _mm256_mul_ps(_mm256_fmadd_ps(poly, s2, s2), s1);
+        let v = _mm256_blendv_ps(plain, split, big);
+        _mm256_blendv_ps(v, _mm256_mul_ps(s1, s1), huge)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn softmax_exp_groups(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+        let mut sum = 0f64;
+        let m = _mm256_set1_ps(max);
+        for i in (0..x.len()).step_by(8) {
+            let v = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
+            _mm256_storeu_ps(y.as_mut_ptr().add(i), v);
+            sum += hsum(v) as f64;
+        }
+        sum
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn silu_groups(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
+        let one = _mm256_set1_ps(1.0);
+        for i in (0..x.len()).step_by(8) {
+            let xv = _mm256_loadu_ps(x.as_ptr().add(i));
+            let e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), xv));
+            let mut s = _mm256_div_ps(xv, _mm256_add_ps(one, e));
+            if let Some(g) = g {
+                s = _mm256_mul_ps(s, _mm256_loadu_ps(g.as_ptr().add(i)));
+            }
+            _mm256_storeu_ps(y.as_mut_ptr().add(i), s);
+        }
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -764,11 +912,56 @@ mod tests {
         }
         assert!(worst < 2.5e-7, "relative error {worst}");
         let mut out = [1f32; 8];
-        let edge = [f32::NEG_INFINITY, -1e30, -89.0, -88.0, f32::INFINITY, 1e30, 100.0, 0.0];
+        let edge = [f32::NEG_INFINITY, -1e30, -110.0, -104.5, f32::INFINITY, 1e30, 100.0, 0.0];
         unsafe { _mm256_storeu_ps(out.as_mut_ptr(), x86::exp_ps(_mm256_loadu_ps(edge.as_ptr()))) };
         assert_eq!(&out[..4], &[0.0; 4]);
-        assert!(out[4..7].iter().all(|v| v.is_finite() && *v > 1e38));
+        assert!(out[4..7].iter().all(|v| *v == f32::INFINITY));
         assert_eq!(out[7], 1.0);
+    }
+
+    /// The 8-lane exp and its one-lane reference give the same bits everywhere, special
+    /// ranges (subnormal results, overflow, infinities) included.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp_ps_equals_exp_arm() {
+        if level() < Level::Avx2 {
+            return;
+        }
+        use std::arch::x86_64::*;
+        let mut xs: Vec<f32> = (0..400_000).map(|i| -200.0 + 400.0 * i as f32 / 400_000.0).collect();
+        xs.extend([f32::NEG_INFINITY, f32::INFINITY, -0.0, 0.0, 88.3, 88.4, 88.8, -87.5, -103.9, -104.1, -150.0, 1e-40, -1e-40, 1e30, -1e30, 0.5]);
+        xs.extend(data(4096, 11).iter().map(|v| v * 30.0));
+        while xs.len() % 8 != 0 {
+            xs.push(1.0);
+        }
+        for c in xs.chunks_exact(8) {
+            let mut out = [0f32; 8];
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), x86::exp_ps(_mm256_loadu_ps(c.as_ptr()))) };
+            for (&x, &y) in c.iter().zip(&out) {
+                assert_eq!(y.to_bits(), exp_arm(x).to_bits(), "x={x}: 8 lanes {y} vs one lane {}", exp_arm(x));
+            }
+        }
+        // The softmax and SiLU rows: AVX2 and the one-lane path agree to the bit.
+        for n in [0, 5, 8, 13, 64, 100] {
+            let x = data(n, 7).iter().map(|v| v * 8.0).collect::<Vec<f32>>();
+            let g = data(n, 8);
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let (mut y, mut yr) = (vec![0f32; n], vec![0f32; n]);
+            let s = softmax_exp_row(&x, max, &mut y);
+            let whole = n / 8 * 8;
+            let mut sr = softmax_exp_groups_ref(&x[..whole], max, &mut yr[..whole]);
+            for i in whole..n {
+                yr[i] = (x[i] - max).exp();
+                sr += yr[i] as f64;
+            }
+            assert_eq!(s.to_bits(), sr.to_bits());
+            assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), yr.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            silu_row(&x, Some(&g), &mut y);
+            for i in 0..n {
+                let e = if i < whole { exp_arm(-x[i]) } else { (-x[i]).exp() };
+                assert_eq!(y[i].to_bits(), (x[i] / (1.0 + e) * g[i]).to_bits(), "silu n={n} i={i}");
+            }
+        }
     }
 
     /// The AVX-512 float dots give the AVX2 kernels' results to the bit (same lanes, same

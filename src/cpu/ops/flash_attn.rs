@@ -5,7 +5,8 @@
 //! [>= n_kv, >= n_q, ...] broadcast over heads/sequences; sinks (src4) F32 per head.
 //! Output F32 [DV, n_head, n_q, n_seq] (ggml's permuted layout).
 //! Op params (f32): 0 scale, 1 max_bias (ALiBi), 2 logit_softcap; i32 3: precision.
-//! As in ggml-cpu, q is rounded to K's dot-product type (f16 for F16 K) before the dots.
+//! As in ggml-cpu's row-by-row algorithm, q is rounded to K's dot-product type (f16 for F16 K)
+//! before the dots; its tiled one (flash_attn_tiled.rs, 64 queries or more) keeps q in f32.
 
 use super::flash_attn_tiled;
 use super::softmax::alibi_slope;
@@ -213,7 +214,8 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 unsafe { v_to(vp, vrow) };
                 acc.iter_mut().zip(vrow.iter()).for_each(|(a, &x)| *a += x * vs);
             }
-            s_sum = s_sum * ms + vs;
+            // One fma: the compiler contracts ggml's `S = S*ms + vs` into one (GCC, FMA on).
+            s_sum = s_sum.mul_add(ms, vs);
         }
         if let Some(sk) = sinks {
             let s = unsafe { *(sk.data() as *const f32).add(iq2) };
@@ -225,7 +227,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             } else {
                 vs = (s - m_max).exp();
             }
-            s_sum = s_sum * ms + vs;
+            s_sum = s_sum.mul_add(ms, vs);
         }
         let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
         // Output row (head iq2, query iq1, sequence iq3).
@@ -409,7 +411,8 @@ mod tests {
                     }
                     run(&d, nth);
                     let mut qv = q.get();
-                    if kvt == GgmlType::F16 {
+                    // The row-by-row path rounds q to f16 for F16 K; the tiled one (64+ queries) does not.
+                    if kvt == GgmlType::F16 && nq < 64 {
                         qv.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
                     }
                     let want = reference(&qv, &k.get(), &v.get(), use_mask.then_some(&m.get()[..]), use_sinks.then_some(&s.get()[..]), dk, dv, nq, nh, nkv, nhkv, c.scale, softcap, mne1);

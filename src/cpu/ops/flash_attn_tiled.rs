@@ -2,8 +2,10 @@
 //! meet blocks of `BK` keys: S = Q·Kᵀ as a small register-blocked GEMM on a transposed f32 copy
 //! of the key block, the online softmax over the block with a vector exp, then O += P·V.
 //! Key blocks the mask hides from every row of the query block (the upper triangle of causal
-//! attention) are skipped whole. ggml-cpu also switches to a tiled algorithm here, so this
-//! path is not meant to agree with it to the bit (the row-by-row path in flash_attn.rs is).
+//! attention) are skipped whole. ggml-cpu switches to a tiled algorithm in the same cases; this
+//! one does each row's arithmetic in the same order (f32 q, one fma chain per score, scale after
+//! the dot, 64-key blocks for the running max, Arm's vector exp, block sums in f64, one fma
+//! chain per output value), so prompts agree with ggml's to the bit.
 
 use super::Ctx;
 use crate::cpu::simd;
@@ -11,7 +13,8 @@ use crate::ggml_types::GgmlType;
 use crate::tensor::Tensor;
 
 const BQ: usize = 32;
-const BK: usize = 32;
+// ggml-cpu's key block (GGML_FA_TILE_KV): the running max and the sums step by it.
+const BK: usize = 64;
 
 /// Everything the kernel needs, read once from the node.
 // Only the AVX2 kernel reads it; elsewhere `usable` is false.
@@ -137,17 +140,13 @@ mod avx2 {
         let ms = os.add(BQ * dv);
         let ls = ms.add(BQ);
 
-        // Q rows, rounded to f16 when K is F16 (as ggml-cpu rounds q to K's type), times the
-        // scale; rows past the end are zero.
+        // Q rows in f32 (ggml's tiled path does not round q to K's type); rows past the end
+        // are zero.
         let sc = _mm256_set1_ps(p.scale);
         for r in 0..BQ {
             for d in (0..dk).step_by(8) {
                 let x = if r < nq {
-                    let mut x = _mm256_loadu_ps((q.data().add(q.row_offset(i0 + r, iq2, iq3)) as *const f32).add(d));
-                    if kt == GgmlType::F16 {
-                        x = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
-                    }
-                    _mm256_mul_ps(x, sc)
+                    _mm256_loadu_ps((q.data().add(q.row_offset(i0 + r, iq2, iq3)) as *const f32).add(d))
                 } else {
                     _mm256_setzero_ps()
                 };
@@ -221,29 +220,32 @@ mod avx2 {
                     _mm256_storeu_ps(vs.add(c * dv + d), x);
                 }
             }
-            // S += Q·Kᵀ, two query rows by the 32 keys at a time.
+            // S = (Q·Kᵀ)·scale [softcapped] + mask, two query rows by 32 keys at a time; each
+            // score is one fma chain over d from 0, as in ggml.
             for r in (0..nq).step_by(2) {
-                let mut acc = [[_mm256_setzero_ps(); 4]; 2];
-                for d in 0..dk {
-                    let kv = [0, 8, 16, 24].map(|c| _mm256_loadu_ps(kts.add(d * BK + c)));
-                    for (h, a) in acc.iter_mut().enumerate() {
-                        let qv = _mm256_broadcast_ss(&*qs.add((r + h) * dk + d));
-                        for (av, &kvv) in a.iter_mut().zip(&kv) {
-                            *av = _mm256_fmadd_ps(qv, kvv, *av);
+                for c0 in (0..BK).step_by(32) {
+                    let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+                    for d in 0..dk {
+                        let kv = [0, 8, 16, 24].map(|c| _mm256_loadu_ps(kts.add(d * BK + c0 + c)));
+                        for (h, a) in acc.iter_mut().enumerate() {
+                            let qv = _mm256_broadcast_ss(&*qs.add((r + h) * dk + d));
+                            for (av, &kvv) in a.iter_mut().zip(&kv) {
+                                *av = _mm256_fmadd_ps(qv, kvv, *av);
+                            }
                         }
                     }
-                }
-                for (h, a) in acc.iter().enumerate() {
-                    for (cc, &av) in a.iter().enumerate() {
-                        let sp = ss.add((r + h) * BK + cc * 8);
-                        let mut x = av;
-                        if p.softcap != 0.0 {
-                            let mut t = [0f32; 8];
-                            _mm256_storeu_ps(t.as_mut_ptr(), x);
-                            t.iter_mut().for_each(|e| *e = p.softcap * e.tanh());
-                            x = _mm256_loadu_ps(t.as_ptr());
+                    for (h, a) in acc.iter().enumerate() {
+                        for (cc, &av) in a.iter().enumerate() {
+                            let sp = ss.add((r + h) * BK + c0 + cc * 8);
+                            let mut x = _mm256_mul_ps(av, sc);
+                            if p.softcap != 0.0 {
+                                let mut t = [0f32; 8];
+                                _mm256_storeu_ps(t.as_mut_ptr(), x);
+                                t.iter_mut().for_each(|e| *e = e.tanh() * p.softcap);
+                                x = _mm256_loadu_ps(t.as_ptr());
+                            }
+                            _mm256_storeu_ps(sp, _mm256_add_ps(x, _mm256_loadu_ps(sp)));
                         }
-                        _mm256_storeu_ps(sp, _mm256_add_ps(x, _mm256_loadu_ps(sp)));
                     }
                 }
             }
@@ -254,27 +256,29 @@ mod avx2 {
                 for c in (8..BK).step_by(8) {
                     mx = _mm256_max_ps(mx, _mm256_loadu_ps(row.add(c)));
                 }
-                let m_old = *ms.add(r);
-                let m_new = m_old.max(hmax(mx));
-                if m_new == f32::NEG_INFINITY {
+                let block_max = hmax(mx);
+                if block_max == f32::NEG_INFINITY {
                     std::ptr::write_bytes(row, 0, BK);
                     continue;
                 }
-                let mut sum = _mm256_setzero_ps();
-                for c in (0..BK).step_by(8) {
-                    let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(row.add(c)), _mm256_set1_ps(m_new)));
-                    sum = _mm256_add_ps(sum, e);
-                    _mm256_storeu_ps(row.add(c), e);
-                }
-                let alpha = (m_old - m_new).exp();
-                *ls.add(r) = *ls.add(r) * alpha + hsum(sum);
-                *ms.add(r) = m_new;
-                if alpha != 1.0 {
+                let m_old = *ms.add(r);
+                let m_new = m_old.max(block_max);
+                if m_new > m_old {
+                    let alpha = (m_old - m_new).exp();
+                    *ls.add(r) *= alpha;
                     let o = os.add(r * dv);
                     for d in (0..dv).step_by(8) {
                         _mm256_storeu_ps(o.add(d), _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), _mm256_set1_ps(alpha)));
                     }
                 }
+                *ms.add(r) = m_new;
+                let mut sum = 0f64;
+                for c in (0..BK).step_by(8) {
+                    let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(row.add(c)), _mm256_set1_ps(m_new)));
+                    sum += hsum(e) as f64;
+                    _mm256_storeu_ps(row.add(c), e);
+                }
+                *ls.add(r) = (*ls.add(r) as f64 + sum) as f32;
             }
             // O += P·V, two query rows by 32 output values at a time.
             for r in (0..nq).step_by(2) {
@@ -310,17 +314,23 @@ mod avx2 {
         let dnb1 = node.nb()[1];
         for r in 0..nq {
             let (m, mut l) = (*ms.add(r), *ls.add(r));
-            let mut alpha = 1.0f32;
+            let o = os.add(r * dv);
             if let Some(s) = sink {
-                let m_new = m.max(s);
-                alpha = if m == f32::NEG_INFINITY { 0.0 } else { (m - m_new).exp() };
-                l = l * alpha + (s - m_new).exp();
+                if s > m {
+                    let alpha = (m - s).exp();
+                    for d in (0..dv).step_by(8) {
+                        _mm256_storeu_ps(o.add(d), _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), _mm256_set1_ps(alpha)));
+                    }
+                    l = l.mul_add(alpha, 1.0); // ggml's S*ms + vs, contracted by its compiler
+                } else {
+                    l += (s - m).exp();
+                }
             }
-            let inv = if l == 0.0 { 0.0 } else { alpha / l };
+            let inv = if l == 0.0 { 0.0 } else { 1.0 / l };
             let out = node.data().add((iq3 * qne[1] * qne[2] + (i0 + r) * qne[2] + iq2) * dnb1) as *mut f32;
             let iv = _mm256_set1_ps(inv);
             for d in (0..dv).step_by(8) {
-                _mm256_storeu_ps(out.add(d), _mm256_mul_ps(_mm256_loadu_ps(os.add(r * dv + d)), iv));
+                _mm256_storeu_ps(out.add(d), _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), iv));
             }
         }
     }

@@ -80,7 +80,8 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                     glu::GEGLU => (0..nc).for_each(|i| {
                         d[i] = if x[i] <= -10.0 { 0.0 } else { gelu_f32_table(x[i]) * gv[i] }
                     }),
-                    glu::SWIGLU => (0..nc).for_each(|i| d[i] = x[i] / (1.0 + (-x[i]).exp()) * gv[i]),
+                    // ggml-cpu's exp and order (see simd::silu_row), to agree to the bit.
+                    glu::SWIGLU => crate::cpu::simd::silu_row(x, Some(gv), d),
                     glu::GEGLU_ERF => (0..nc).for_each(|i| d[i] = gelu_erf(x[i]) * gv[i]),
                     _ => (0..nc).for_each(|i| d[i] = gelu_quick_f32_table(x[i]) * gv[i]),
                 }

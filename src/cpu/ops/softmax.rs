@@ -94,12 +94,8 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                     if let Some(s) = sink {
                         max = max.max(s);
                     }
-                    let mut sum = 0f64;
-                    for i in 0..n {
-                        let e = (wp[i] - max).exp();
-                        dp[i] = e;
-                        sum += e as f64;
-                    }
+                    // ggml-cpu's exp and summation order, so that results agree to the bit.
+                    let mut sum = crate::cpu::simd::softmax_exp_row(wp, max, dp);
                     if let Some(s) = sink {
                         sum += ((s - max).exp()) as f64;
                     }

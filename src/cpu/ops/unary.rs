@@ -139,6 +139,11 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             } else {
                 let s = std::slice::from_raw_parts(sp as *const f32, ne[0]);
                 let d = std::slice::from_raw_parts_mut(dp as *mut f32, ne[0]);
+                if o == op::UNARY && u == unary::SILU {
+                    // ggml-cpu's exp and order, to agree to the bit.
+                    crate::cpu::simd::silu_row(s, None, d);
+                    continue;
+                }
                 for (d, &s) in d.iter_mut().zip(s) {
                     *d = f(s);
                 }
