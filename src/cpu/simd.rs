@@ -372,12 +372,15 @@ fn softmax_exp_groups_ref(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
 pub fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
     let n = x.len();
     let whole = n / 8 * 8;
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if level() >= Level::Avx2 {
+    let done = if level() >= Level::Avx2 {
         unsafe { x86::silu_groups(&x[..whole], g.map(|g| &g[..whole]), &mut y[..whole]) };
-        done = whole;
-    }
+        whole
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for i in done..n {
         let e = if i < whole { exp_arm(-x[i]) } else { (-x[i]).exp() };
         let s = x[i] / (1.0 + e);
