@@ -168,6 +168,41 @@ static struct ggml_tensor* mm_pair(struct ggml_context* c, enum ggml_type t) {
     return ggml_concat(c, a, b, 0);
 }
 static struct ggml_tensor* mm_pair_q4_1(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q4_1); }
+
+// Tensors a case wants in the graph before its output, in this order (llama expands Q, V, K and
+// the cache writes one by one, and the GPU fuses runs of nodes in that order).
+static struct ggml_tensor* g_pre[8];
+static int g_npre;
+
+// Attention's input for one token as llama builds it: MUL_MAT q, ROPE q, MUL_MAT v, MUL_MAT k,
+// ROPE k, SET_ROWS k, SET_ROWS v (4 heads of q, 2 of k/v, 64 values each); the GPU runs them
+// as one launch (mul_mat_vec_q1_qkv). The output holds ROPE(q) and both caches.
+static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct) {
+    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, 256, 1);
+    struct ggml_tensor* pos = ids(c, GGML_TYPE_I32, "ids:4000", 1, 1, 1);
+    struct ggml_tensor* idx = ids(c, GGML_TYPE_I64, "perm:30", 1, 1, 1);
+    struct ggml_tensor* q = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 256, 256), x);
+    struct ggml_tensor* rq = ggml_rope_ext(c, ggml_reshape_3d(c, q, 64, 4, 1), pos, NULL, mode == 0 ? 48 : 64, mode, 4096,
+                                           10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+    struct ggml_tensor* v = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 256, 128), x);
+    struct ggml_tensor* k = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 256, 128), x);
+    struct ggml_tensor* rk = ggml_rope_ext(c, ggml_reshape_3d(c, k, 64, 2, 1), pos, NULL, mode == 0 ? 48 : 64, mode, 4096,
+                                           10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+    struct ggml_tensor* sk = ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 128, 30), ggml_reshape_2d(c, rk, 128, 1), idx);
+    struct ggml_tensor* sv = ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 128, 30), ggml_reshape_2d(c, v, 128, 1), idx);
+    g_npre = 0;
+    g_pre[g_npre++] = rq;
+    g_pre[g_npre++] = v;
+    g_pre[g_npre++] = rk;
+    g_pre[g_npre++] = sk;
+    g_pre[g_npre++] = sv;
+    struct ggml_tensor* kf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sk : ggml_cast(c, sk, GGML_TYPE_F32), 128 * 30);
+    struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sv : ggml_cast(c, sv, GGML_TYPE_F32), 128 * 30);
+    return ggml_concat(c, ggml_concat(c, ggml_reshape_1d(c, rq, 256), kf, 0), vf, 0);
+}
+static struct ggml_tensor* attn_in_q4_1_normal(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_1, 0, GGML_TYPE_F16); }
+static struct ggml_tensor* attn_in_q8_0_neox(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_F16); }
+static struct ggml_tensor* attn_in_q4_0_normal_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_F32); }
 static struct ggml_tensor* mm_pair_q8_0(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q8_0); }
 
 static struct ggml_tensor* get_rows_t(struct ggml_context* c, enum ggml_type t) {
@@ -298,6 +333,9 @@ static const struct tcase CASES[] = {
     {"mul_mat q6_k x70 (tiled)", mm_q6_k_70, 5e-4, 0, 0, 0},
     {"mul_mat pair q4_1 x1 (one launch)", mm_pair_q4_1, 5e-4, 0, 0, 0},
     {"mul_mat pair q8_0 x1 (one launch)", mm_pair_q8_0, 5e-4, 0, 0, 0},
+    {"attention input q4_1 rope normal (48 of 64 dims), f16 caches (one launch)", attn_in_q4_1_normal, 5e-4, 0, 0, 0},
+    {"attention input q8_0 rope neox, f16 caches (one launch)", attn_in_q8_0_neox, 5e-4, 0, 0, 0},
+    {"attention input q4_0 rope normal (48 of 64 dims), f32 caches (one launch)", attn_in_q4_0_normal_f32, 5e-4, 0, 0, 0},
     {"get_rows f32", get_rows_f32, 1e-7, 0, 0, 0},
     {"get_rows f16", get_rows_f16, 1e-7, 0, 0, 0},
     {"get_rows q4_1", get_rows_q4_1, 1e-7, 0, 0, 0},
@@ -342,6 +380,8 @@ static int setup(struct run* r, const struct tcase* tc, ggml_backend_t be, ggml_
     r->ctx = ggml_init(p);
     r->out = tc->build(r->ctx);
     r->graph = ggml_new_graph(r->ctx);
+    for (int i = 0; i < g_npre; i++) ggml_build_forward_expand(r->graph, g_pre[i]);
+    g_npre = 0;
     ggml_build_forward_expand(r->graph, r->out);
     for (int i = 0; i < ggml_graph_n_nodes(r->graph); i++) {
         struct ggml_tensor* n = ggml_graph_node(r->graph, i);

@@ -233,3 +233,91 @@ RF_KERNEL void fused_rope_kv(const char* qa, char* qd, i64 q_ne1, i64 nq, i64 nb
         }
     }
 }
+
+// Q, K and V of one token (attention's input products of one quantized activation) in one
+// launch, together with what llama's graph does next with them: ROPE(Q) into ROPE's tensor,
+// ROPE(K) into its cache row, V into its cache row (SET_ROWS); Q, K and V themselves are not
+// written. Each block computes one rotation pair of rows (normal mode: adjacent rows; neox:
+// rows half a head apart), so no rotation needs another block's result. Blocks [0, Mq/2) take
+// Q, then Mk/2 blocks K, then V. Rope NORMAL (channels from n_dims on pass through) or NEOX
+// over whole heads (n_dims = ne0), no offset channel, position pos[0].
+template <typename T>
+RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv, const signed char* xq,
+                                  const float2* xds, i64 K, i64 Mq, i64 Mk, i64 Mv, i64 nb01q, i64 nb01k, i64 nb01v,
+                                  float* qd, char* kc, const char* kidx, int kidx64, int kc_f16, i64 kc_rows,
+                                  i64 nbkc1, char* vc, const char* vidx, int vidx64, int vc_f16, i64 vc_rows,
+                                  i64 nbvc1, const int* pos, const float* ff, i64 ne0, int n_dims, int neox,
+                                  float theta_scale, float freq_scale, float ext_factor, float attn_factor,
+                                  float corr0, float corr1) {
+    __shared__ float pair[2];
+    const i64 bq = Mq / 2, bk = Mk / 2, half = ne0 / 2;
+    i64 p = blockIdx.x;
+    int which = 0;  // 0 Q, 1 K, 2 V
+    if (p >= bq) {
+        p -= bq;
+        which = 1;
+        if (p >= bk) {
+            p -= bk;
+            which = 2;
+        }
+    }
+    const char* w = which == 0 ? wq : which == 1 ? wk : wv;
+    const i64 nb01 = which == 0 ? nb01q : which == 1 ? nb01k : nb01v;
+    const i64 M = which == 0 ? Mq : which == 1 ? Mk : Mv;
+    i64 r0 = 2 * p, stride = 1;
+    int k = (int)((r0 % ne0) / 2);
+    if (which < 2 && neox) {
+        k = (int)(p % half);
+        r0 = (p / half) * ne0 + k;
+        stride = half;
+    }
+    const float v = mv1_dots<T, 2, MV1_UNROLL_DEF>((const unsigned char*)w, nb01, M, r0, stride, xq, xds, K);
+    if (threadIdx.x < 2) pair[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const float x0 = pair[0], x1 = pair[1];
+    float y0 = x0, y1 = x1;
+    if (which < 2 && (neox || 2 * k < n_dims)) {
+        float c, s;
+        rope_cs((float)pos[0], ff ? ff[k] : 1.0f, k, theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1,
+                &c, &s);
+        y0 = x0 * c - x1 * s;
+        y1 = x0 * s + x1 * c;
+    }
+    if (which == 0) {
+        qd[r0] = y0;
+        qd[r0 + stride] = y1;
+        return;
+    }
+    char* cache = which == 1 ? kc : vc;
+    const i64 row = which == 1 ? fused_row_id(kidx, kidx64, 0, 0) : fused_row_id(vidx, vidx64, 0, 0);
+    if (row < 0 || row >= (which == 1 ? kc_rows : vc_rows)) return;
+    char* dst = cache + row * (which == 1 ? nbkc1 : nbvc1);
+    if (which == 1 ? kc_f16 : vc_f16) {
+        ((f16_bits*)dst)[r0] = rf_f32_to_f16(y0);
+        ((f16_bits*)dst)[r0 + stride] = rf_f32_to_f16(y1);
+    } else {
+        ((float*)dst)[r0] = y0;
+        ((float*)dst)[r0 + stride] = y1;
+    }
+}
+#define QKV_KERNEL(NAME)                                                                                           \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_qkv_##NAME(                                   \
+        const char* wq, const char* wk, const char* wv, const signed char* xq, const float2* xds, i64 K, i64 Mq,   \
+        i64 Mk, i64 Mv, i64 nb01q, i64 nb01k, i64 nb01v, float* qd, char* kc, const char* kidx, int kidx64,        \
+        int kc_f16, i64 kc_rows, i64 nbkc1, char* vc, const char* vidx, int vidx64, int vc_f16, i64 vc_rows,       \
+        i64 nbvc1, const int* pos, const float* ff, i64 ne0, int n_dims, int neox, float theta_scale,             \
+        float freq_scale, float ext_factor, float attn_factor, float corr0, float corr1) {                         \
+        mul_mat_vec_q1_qkv<mq_##NAME>(wq, wk, wv, xq, xds, K, Mq, Mk, Mv, nb01q, nb01k, nb01v, qd, kc, kidx,      \
+                                      kidx64, kc_f16, kc_rows, nbkc1, vc, vidx, vidx64, vc_f16, vc_rows, nbvc1,   \
+                                      pos, ff, ne0, n_dims, neox, theta_scale, freq_scale, ext_factor,             \
+                                      attn_factor, corr0, corr1);                                                  \
+    }
+QKV_KERNEL(q4_0)
+QKV_KERNEL(q4_1)
+QKV_KERNEL(q5_0)
+QKV_KERNEL(q5_1)
+QKV_KERNEL(q8_0)
+QKV_KERNEL(iq4_nl)
+QKV_KERNEL(q4_k)
+QKV_KERNEL(q6_k)

@@ -368,17 +368,18 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
 #define MV1_ROWS_DEF 2
 #define MV1_UNROLL_DEF 4
 #define MV1S_ROWS 8
-// MV1_ROWS rows from row0 of the weight rows at wb (stride nb01, M rows) times one quantized
-// column (xr, dr), into out[row]; called by all threads of the block.
+// Rows row0 + r * rstride (r < MV1_ROWS) of the weight rows at wb (stride nb01, M rows) times
+// one quantized column (xr, dr); called by all threads of the block. Thread r < MV1_ROWS
+// returns row r's dot (others 0).
 template <typename T, int MV1_ROWS, int MV1_UNROLL>
-RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, const signed char* xr, const float2* dr,
-                        i64 K, float* out) {
+RF_DEVICE float mv1_dots(const unsigned char* wb, i64 nb01, i64 M, i64 row0, i64 rstride, const signed char* xr,
+                         const float2* dr, i64 K) {
     __shared__ float part[RF_MAX_WARPS][MV1_ROWS];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     const int nwarps = blockDim.x / RF_WARP_SIZE;
     const unsigned char* wr[MV1_ROWS];
 #pragma unroll
-    for (int r = 0; r < MV1_ROWS; r++) wr[r] = wb + (row0 + r < M ? row0 + r : M - 1) * nb01;
+    for (int r = 0; r < MV1_ROWS; r++) wr[r] = wb + (row0 + r * rstride < M ? row0 + r * rstride : M - 1) * nb01;
     float acc[MV1_ROWS];
 #pragma unroll
     for (int r = 0; r < MV1_ROWS; r++) acc[r] = 0.0f;
@@ -412,12 +413,19 @@ RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, cons
         if (lane == 0) part[warp][r] = v;
     }
     __syncthreads();
-    if (threadIdx.x < MV1_ROWS && row0 + threadIdx.x < M) {
-        float v = 0.0f;
-#pragma unroll
+    float v = 0.0f;
+    if (threadIdx.x < MV1_ROWS) {
         for (int k = 0; k < nwarps; k++) v += part[k][threadIdx.x];
-        out[row0 + threadIdx.x] = v;
     }
+    return v;
+}
+
+// MV1_ROWS rows from row0 into out[row].
+template <typename T, int MV1_ROWS, int MV1_UNROLL>
+RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, const signed char* xr, const float2* dr,
+                        i64 K, float* out) {
+    const float v = mv1_dots<T, MV1_ROWS, MV1_UNROLL>(wb, nb01, M, row0, 1, xr, dr, K);
+    if (threadIdx.x < MV1_ROWS && row0 + threadIdx.x < M) out[row0 + threadIdx.x] = v;
 }
 
 template <typename T, int MV1_ROWS = MV1_ROWS_DEF, int MV1_UNROLL = MV1_UNROLL_DEF>

@@ -14,6 +14,26 @@ template <typename T> RF_DEVICE void rope_st(char* p, i64 i, float v);
 template <> RF_DEVICE_SPEC void rope_st<float>(char* p, i64 i, float v) { ((float*)p)[i] = v; }
 template <> RF_DEVICE_SPEC void rope_st<f16_bits>(char* p, i64 i, float v) { ((f16_bits*)p)[i] = rf_f32_to_f16(v); }
 
+// cos and sin (times the YaRN magnitude) of pair k's angle at position p, frequency factor f:
+// theta = p * theta_scale^k, by repeated multiplication exactly as ggml-cpu does. Also the
+// epilogue of the fused Q/K/V product (fused.hip).
+RF_DEVICE void rope_cs(float p, float f, int k, float theta_scale, float freq_scale, float ext_factor,
+                       float attn_factor, float corr0, float corr1, float* c, float* s) {
+    float theta_base = p;
+    for (int i = 0; i < k; i++) theta_base *= theta_scale;
+    const float theta_extrap = theta_base / f;
+    const float theta_interp = freq_scale * theta_extrap;
+    float theta = theta_interp, mscale = attn_factor;
+    if (ext_factor != 0.0f) {
+        const float y = ((float)k - corr0) / fmaxf(0.001f, corr1 - corr0);
+        const float ramp_mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
+        theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
+        mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+    }
+    *c = cosf(theta) * mscale;
+    *s = sinf(theta) * mscale;
+}
+
 // One row of ne0 values from src (type T) into dst (type TD), at position stream index i2
 // (of ne2); called by all threads of a block. Also the fused ROPE -> SET_ROWS (fused.hip).
 template <typename T, typename TD>
@@ -40,19 +60,9 @@ RF_DEVICE void rope_row(const char* src, char* dst, const int* pos, const float*
                 stream = 3;
             }
         }
-        // theta = p * theta_scale^k, by repeated multiplication exactly as ggml-cpu does.
-        float theta_base = (float)pos[i2 + stream * ne2];
-        for (int i = 0; i < k; i++) theta_base *= theta_scale;
-        const float theta_extrap = theta_base / f;
-        const float theta_interp = freq_scale * theta_extrap;
-        float theta = theta_interp, mscale = attn_factor;
-        if (ext_factor != 0.0f) {
-            const float y = ((float)k - corr0) / fmaxf(0.001f, corr1 - corr0);
-            const float ramp_mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
-            theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
-        }
-        const float c = cosf(theta) * mscale, s = sinf(theta) * mscale;
+        float c, s;
+        rope_cs((float)pos[i2 + stream * ne2], f, k, theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1,
+                &c, &s);
         const i64 i0 = neox || multi ? n_offs + k : n_offs + 2 * k;
         const i64 i1x = neox || multi ? i0 + half_dims : i0 + 1;
         const float x0 = rope_ld<T>(src, i0), x1 = rope_ld<T>(src, i1x);

@@ -80,6 +80,7 @@ pub fn kernel_names() -> Vec<String> {
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1s_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1_pair_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1_qkv_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_{suf}")));
     v.extend(MV1X_SHAPES.iter().map(|(r, u)| format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));

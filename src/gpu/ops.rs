@@ -1854,6 +1854,9 @@ pub fn launch_at(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         if let Some(n) = try_fused_rope_kv(nodes, i, None, uses, lc)? {
             return Ok(n);
         }
+        if let Some(n) = try_fused_qkv(nodes, i, uses, lc)? {
+            return Ok(n);
+        }
         if let Some(n) = try_fused_mv_pair(nodes, i, lc)? {
             return Ok(n);
         }
@@ -2054,6 +2057,114 @@ fn try_fused_mv_pair(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Op
     lc.note_written(a);
     lc.note_written(b);
     Ok(Some(2))
+}
+
+/// llama's attention input for one token: MUL_MAT q, ROPE q, MUL_MAT v, MUL_MAT k, ROPE k,
+/// SET_ROWS k (cache), SET_ROWS v (cache), the three products of one activation: one launch
+/// (mul_mat_vec_q1_qkv) that writes ROPE(q) and the two cache rows. Q, K, V and ROPE(k) are
+/// not written, so each must feed only the node after it; rope NORMAL, or NEOX over whole heads.
+fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+    let Some(&[mq, rq, m1, m2, rk, sk, sv]) = nodes.get(i..i + 7).map(|s| <[Tensor; 7]>::try_from(s).unwrap()).as_ref() else {
+        return Ok(None);
+    };
+    if lc.scratch == 0 || mv1_shape().is_some() || mq.op() != op::MUL_MAT || rq.op() != op::ROPE || rk.op() != op::ROPE {
+        return Ok(None);
+    }
+    // V and K in either order: K is the one ROPE(k) reads.
+    let (mv, mk) = if rk.src(0).is_some_and(|a| a.data() == m2.data()) { (m1, m2) } else { (m2, m1) };
+    let mm_ok = |m: &Tensor| m.op() == op::MUL_MAT && uses_mvq(m) && supports_mul_mat(m) && dense_f32(m);
+    if !mm_ok(&mq) || !mm_ok(&mk) || !mm_ok(&mv) {
+        return Ok(None);
+    }
+    let (wq, wk, wv, x) = (mq.src(0).unwrap(), mk.src(0).unwrap(), mv.src(0).unwrap(), mq.src(1).unwrap());
+    let single = |w: &Tensor| w.ne()[2] == 1 && w.ne()[3] == 1 && w.dtype() == wq.dtype() && w.ne()[0] == wq.ne()[0];
+    if !single(&wq) || !single(&wk) || !single(&wv) || x.ne()[1..] != [1, 1, 1] || !same(&x, mk.src(1)) || !same(&x, mv.src(1)) {
+        return Ok(None);
+    }
+    let (mq_rows, mk_rows, mv_rows) = (wq.ne()[1], wk.ne()[1], wv.ne()[1]);
+    if short_tall(wq.dtype(), wq.ne()[0], mq_rows) || mq_rows % 2 != 0 || mk_rows % 2 != 0 || mv_rows % 2 != 0 {
+        return Ok(None);
+    }
+    // The ROPEs: of q's and k's products, one token, same positions and parameters.
+    let ne0 = rq.ne()[0];
+    let n_dims = rq.param_i32(1) as usize;
+    let neox = rq.param_i32(2) == ROPE_NEOX;
+    let rope_ok = |r: &Tensor, m: &Tensor| {
+        rope_fusable(r)
+            && r.src(0).is_some_and(|a| a.data() == m.data() && a.is_contiguous())
+            && r.ne()[2] == 1
+            && r.nelements() == m.nelements()
+            && r.param_i32(15) == 0
+    };
+    if !rope_ok(&rq, &mq) || !rope_ok(&rk, &mk) || !same_rope(&rq, &rk) || ne0 % 2 != 0 || (neox && n_dims != ne0) {
+        return Ok(None);
+    }
+    // The cache rows: k's roped rows and v's rows, one token each, dense rows.
+    let k_ok = set_rows_plain(&sk, mk_rows, 1) && sk.src(0).is_some_and(|a| a.data() == rk.data());
+    let v_ok = set_rows_plain(&sv, mv_rows, 1) && sv.src(0).is_some_and(|a| a.data() == mv.data());
+    if !k_ok || !v_ok {
+        return Ok(None);
+    }
+    // Nothing else reads what is not written.
+    if !feeds_only_one(&mq, uses) || !feeds_only_one(&mk, uses) || !feeds_only_one(&mv, uses) || !feeds_only_one(&rk, uses) {
+        return Ok(None);
+    }
+    // What is written (ROPE(q), the two cache rows) overlaps nothing that is read.
+    let pos = rq.src(1).unwrap();
+    let reads = [Some(pos), rq.src(2), sk.src(1), sv.src(1)];
+    let writes = [rq, sk, sv];
+    for (n, w) in writes.iter().enumerate() {
+        if reads.iter().flatten().any(|r| overlap(w, r)) || writes[n + 1..].iter().any(|o| overlap(w, o)) {
+            return Ok(None);
+        }
+    }
+    let (xq, xds) = ensure_q8(&x, mvq_mode(wq.dtype()).unwrap_or(0), lc)?;
+    let (theta_scale, corr0, corr1) = rope_consts(&rq);
+    let (ki, vi) = (sk.src(1).unwrap(), sv.src(1).unwrap());
+    let args = Args::default()
+        .ptr(wq.data())
+        .ptr(wk.data())
+        .ptr(wv.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .i64(wq.ne()[0])
+        .i64(mq_rows)
+        .i64(mk_rows)
+        .i64(mv_rows)
+        .i64(wq.nb()[1])
+        .i64(wk.nb()[1])
+        .i64(wv.nb()[1])
+        .ptr(rq.data())
+        .ptr(sk.data())
+        .ptr(ki.data())
+        .i32((ki.dtype() == GgmlType::I64) as i32)
+        .i32((sk.dtype() == GgmlType::F16) as i32)
+        .i64(sk.ne()[1])
+        .i64(sk.nb()[1])
+        .ptr(sv.data())
+        .ptr(vi.data())
+        .i32((vi.dtype() == GgmlType::I64) as i32)
+        .i32((sv.dtype() == GgmlType::F16) as i32)
+        .i64(sv.ne()[1])
+        .i64(sv.nb()[1])
+        .ptr(pos.data())
+        .opt_ptr(rq.src(2))
+        .i64(ne0)
+        .i32(n_dims as i32)
+        .i32(neox as i32)
+        .f32(theta_scale)
+        .f32(rq.param_f32(6))
+        .f32(rq.param_f32(7))
+        .f32(rq.param_f32(8))
+        .f32(corr0)
+        .f32(corr1);
+    let suffix = weight_suffix(wq.dtype()).unwrap_or("q4_0");
+    let threads = (MV1_WARPS * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
+    lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
+    for n in &nodes[i..i + 7] {
+        lc.note_written(n);
+    }
+    Ok(Some(7))
 }
 
 fn overlap(a: &Tensor, b: &Tensor) -> bool {
