@@ -10,12 +10,67 @@
 // warp taking the keys in order with ggml's f16 accumulator, so generation agrees with
 // ggml-cpu's. q is rounded as ggml-cpu rounds it for its K type (round_q:
 // 1 = to f16 for F16 K, 2 = to Q8_0 blocks for Q8_0 K). With `part` set, blocks (row, split)
-// each take a range of keys and write partial results (split-KV, see flash_attn_split.hip).
+// each take a range of keys and write partial results (split-KV, see flash_attn_split.hip);
+// with `counters` set too, the last block of a row to finish merges the row's partials
+// itself (fa_merge_row: what flash_attn_split_combine does, quantizing into xq/xds when given),
+// so generation's attention is one launch.
 #include "prelude.h"
 #include "quants.h"
 
 #define FA_MAX_PER_LANE 8
 #define FA_WARPS 8
+
+// One warp merges the n_split partials of row r (stride DV + 2: outputs, maximum, sum),
+// adds the sink, writes the normalized row into dst [DV, n_head, n_q, n_seq] and, when xq
+// is set, quantizes it as quantize_q8 mode 0 (DV % 32 == 0). The partials were written by
+// other blocks of this launch: read through volatile loads, past any stale L1 line.
+RF_DEVICE void fa_merge_row(const float* part, i64 r, i64 n_split, const float* sinks, char* d, i64 DV, i64 n_q,
+                            i64 n_head, i64 nbd1, signed char* xq, float2* xds) {
+    const int lane = threadIdx.x % RF_WARP_SIZE;
+    const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
+    float m = rf_neg_inf(), s = 0.0f, acc[FA_MAX_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < FA_MAX_PER_LANE; j++) acc[j] = 0.0f;
+    for (i64 sp = 0; sp < n_split; sp++) {
+        const volatile float* pr = part + (r * n_split + sp) * (DV + 2);
+        const float pm = pr[DV];
+        if (pm == rf_neg_inf()) continue;  // this split saw no visible key
+        const float m_new = fmaxf(m, pm);
+        const float fo = expf(m - m_new), fn = expf(pm - m_new);
+        s = s * fo + pr[DV + 1] * fn;
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+            const i64 c = lane + (i64)j * RF_WARP_SIZE;
+            acc[j] = acc[j] * fo + (c < DV ? pr[c] : 0.0f) * fn;
+        }
+        m = m_new;
+    }
+    float total = s;
+    if (sinks) {
+        const float sink = sinks[iq2];
+        const float m_all = fmaxf(m, sink);
+        const float f = m == rf_neg_inf() ? 0.0f : expf(m - m_all);
+        total = total * f + expf(sink - m_all);
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) acc[j] *= f;
+    }
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
+    const i64 orow = (iq3 * n_q + iq1) * n_head + iq2;
+    float* out = (float*)(d + orow * nbd1);
+#pragma unroll
+    for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+        const i64 c = lane + (i64)j * RF_WARP_SIZE;
+        if (c < DV) out[c] = acc[j] * inv;
+    }
+    if (xq) {
+        // Lanes of a group of 32 hold one block (c = lane + j * warp): all in or all out.
+#pragma unroll
+        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
+            const i64 c = lane + (i64)j * RF_WARP_SIZE;
+            if (c - lane % 32 < DV) quantize_vals32(acc[j] * inv, xq + orow * DV, xds + orow * (DV / 32), c / 32, lane % 32);
+        }
+    }
+}
 
 template <typename KT, typename VT>
 RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const char* mask, const float* sinks, char* d,
@@ -23,7 +78,7 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
                           i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2,
                           i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale, float softcap,
                           float max_bias, float m0, float m1, int n_head_log2, int round_q, int f16_acc,
-                          float* part, i64 split_keys) {
+                          float* part, i64 split_keys, unsigned* counters, signed char* xq, float2* xds) {
     __shared__ float part_m[FA_WARPS], part_s[FA_WARPS];
     __shared__ float part_acc[FA_WARPS][RF_WARP_SIZE * FA_MAX_PER_LANE];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
@@ -136,6 +191,17 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
             pr[DV] = m_all;
             pr[DV + 1] = total;
         }
+        if (counters) {
+            // Publish the partial, then count it; the row's last block merges them all and
+            // sets the counter back to 0 for the next launch (or replay).
+            __threadfence();
+            float last = 0.0f;
+            if (lane == 0) last = atomicAdd(counters + r, 1u) == gridDim.y - 1 ? 1.0f : 0.0f;
+            if (rf_warp_sum(last) == 0.0f) return;
+            __threadfence();
+            if (lane == 0) counters[r] = 0;
+            fa_merge_row(part, r, gridDim.y, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
+        }
         return;
     }
     // Attention sinks: one more logit per head with no value row.
@@ -166,11 +232,11 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
         i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1,      \
         i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3,      \
         i64 nbd1, float scale, float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q, \
-        int f16_acc, float *part, i64 split_keys
+        int f16_acc, float *part, i64 split_keys, unsigned *counters, signed char *xq, float2 *xds
 #define FA_PASS                                                                                                \
     q, k, v, mask, sinks, d, DK, DV, n_q, n_head, n_seq, n_kv, rk2, rv2, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, \
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q, \
-        f16_acc, part, split_keys
+        f16_acc, part, split_keys, counters, xq, xds
 
 RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { flash_attn<w_f16, w_f16>(FA_PASS); }
 RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { flash_attn<w_f32, w_f32>(FA_PASS); }

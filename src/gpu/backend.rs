@@ -28,6 +28,9 @@ pub struct GpuBackend {
     name: CString,
     /// Scratch device memory (address, bytes) for ops that stage an operand; grows on demand.
     scratch: (DevPtr, usize),
+    /// Zeroed per-row counters of the split-KV attention kernel (its last block of a row
+    /// merges the row and sets the counter back to 0): allocated once, 0 until then.
+    fa_counters: DevPtr,
     /// Everything the last graph's launches depended on (see `graph_key`), and the buffer the
     /// next key is written into.
     last_key: Vec<u64>,
@@ -180,6 +183,7 @@ impl GpuBackend {
             stream,
             name,
             scratch: (0, 0),
+            fa_counters: 0,
             last_key: Vec::new(),
             key: Vec::new(),
             exec: None,
@@ -301,6 +305,17 @@ impl GpuBackend {
         if need > 0 {
             self.ensure_scratch(need)?;
         }
+        if self.fa_counters == 0 && nodes.iter().any(|n| n.op() == crate::ggml_types::op::FLASH_ATTN_EXT) {
+            // Failure only costs the one-launch merge (the combine kernel runs instead).
+            let (api, ord) = (&self.ctx.api, self.ctx.ord);
+            if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
+                if api.memset(ord, p, 0, ops::FA_COUNTERS * 4).is_ok() {
+                    self.fa_counters = p;
+                } else {
+                    api.free(ord, p);
+                }
+            }
+        }
         let ctx = self.ctx.clone();
         let kernels = ctx.kernels().map_err(Error::Device)?;
         let t1 = std::time::Instant::now();
@@ -312,6 +327,7 @@ impl GpuBackend {
             warp_size: ctx.info.warp_size,
             compute_units: ctx.info.compute_units,
             scratch: self.scratch.0,
+            fa_counters: self.fa_counters,
             q8: Default::default(),
             q8_next: Default::default(),
             fuse: self.fuse,
@@ -492,6 +508,9 @@ impl Drop for GpuBackend {
         }
         if self.scratch.0 != 0 {
             self.ctx.api.free(self.ctx.ord, self.scratch.0);
+        }
+        if self.fa_counters != 0 {
+            self.ctx.api.free(self.ctx.ord, self.fa_counters);
         }
         self.ctx.api.stream_destroy(self.ctx.ord, self.stream);
     }

@@ -309,6 +309,8 @@ pub struct LaunchCtx<'a> {
     pub compute_units: u32,
     /// Device scratch of at least `scratch_bytes` of every node of the graph.
     pub scratch: super::api::DevPtr,
+    /// FA_COUNTERS zeroed u32 for the split-KV attention kernel's one-launch merge (0: none).
+    pub fa_counters: super::api::DevPtr,
     /// What the scratch holds from an earlier node of this graph (see `Q8Src`).
     pub q8: std::cell::Cell<Option<Q8Src>>,
     /// What it holds once the node being launched has run, where that node's kernel
@@ -1344,6 +1346,9 @@ fn fa_tiled(node: &Tensor) -> bool {
 /// most query rows it takes (at least two splits each).
 const FA_MAX_SPLITS: usize = 64;
 const FA_SPLIT_MAX_PARTS: usize = 2048;
+/// Per-row counters of the split-KV row kernel's one-launch merge (rows are at most
+/// FA_SPLIT_MAX_PARTS / 2).
+pub const FA_COUNTERS: usize = FA_SPLIT_MAX_PARTS / 2;
 /// Most warps per block of the split-KV kernel (FAS_MAX_WARPS in flash_attn_split.hip is 8).
 const FA_SPLIT_WARPS: usize = 4;
 
@@ -1494,12 +1499,25 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         };
         if fa_split_mode() == 1 {
             let (splits, split_keys) = fa_row_split_plan(rows, kne[1], cu, max_parts);
+            if splits > 1 && lc.fa_counters != 0 && rows <= FA_COUNTERS && lc.fuse {
+                // The last block of each row to finish merges the row's partials (and
+                // quantizes it, as the combine kernel would): one launch instead of two.
+                let (xq, xds) = match q8 {
+                    Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
+                    None => (0, 0),
+                };
+                let args = args.i32(0).ptr(part).i64(split_keys).ptr(lc.fa_counters as usize as *const u8).ptr(xq as *const u8).ptr(xds as *const u8);
+                lc.run(kernel, [rows, splits, 1], (FA_WARPS * warp) as u32, args)?;
+                let k = vne[0] * n_head;
+                lc.q8_next.set(q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)));
+                return Ok(());
+            }
             if splits > 1 {
-                let args = args.i32(0).ptr(part).i64(split_keys);
+                let args = args.i32(0).ptr(part).i64(split_keys).ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null());
                 lc.run(kernel, [rows, splits, 1], (FA_WARPS * warp) as u32, args)?;
                 return combine(splits);
             }
-            let args = args.i32(0).ptr(std::ptr::null()).i64(kne[1]);
+            let args = args.i32(0).ptr(std::ptr::null()).i64(kne[1]).ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null());
             return lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args);
         }
         let (splits, split_keys, warps) = fa_split_plan(rows, kne[1], warp, cu, max_parts);
@@ -1545,7 +1563,7 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
         return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
     }
-    let args = args.i32(f16_acc as i32).ptr(std::ptr::null()).i64(kne[1]);
+    let args = args.i32(f16_acc as i32).ptr(std::ptr::null()).i64(kne[1]).ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null());
     let warp = lc.warp_size as usize;
     let warps = if f16_acc { 1 } else { FA_WARPS };
     lc.run(kernel, [rows, 1, 1], (warps * warp) as u32, args)
