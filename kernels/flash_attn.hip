@@ -20,14 +20,48 @@
 #define FA_MAX_PER_LANE 8
 #define FA_WARPS 8
 
-// One warp merges the n_split partials of row r (stride DV + 2: outputs, maximum, sum),
-// adds the sink, writes the normalized row into dst [DV, n_head, n_q, n_seq] and, when xq
-// is set, quantizes it as quantize_q8 mode 0 (DV % 32 == 0). The partials were written by
-// other blocks of this launch: read through volatile loads, past any stale L1 line.
+// The end of a merged row (running maximum m, sum of weights s, NJ unnormalized outputs per
+// lane), by one warp: the sink (one more logit per head, with no value row) added, the row
+// normalized into dst [DV, n_head, n_q, n_seq] and, when xq is set, quantized as quantize_q8
+// mode 0 for the output projection (DV % 32 == 0). Also flash_attn_split_combine's end.
+template <int NJ>
+RF_DEVICE void fa_finish_row(float m, float s, float* acc, i64 r, const float* sinks, char* d, i64 DV, i64 n_q,
+                             i64 n_head, i64 nbd1, signed char* xq, float2* xds) {
+    const int lane = threadIdx.x % RF_WARP_SIZE;
+    const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
+    float total = s;
+    if (sinks) {
+        const float sink = sinks[iq2];
+        const float m_all = fmaxf(m, sink);
+        const float f = m == rf_neg_inf() ? 0.0f : expf(m - m_all);
+        total = total * f + expf(sink - m_all);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) acc[j] *= f;
+    }
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
+    const i64 orow = (iq3 * n_q + iq1) * n_head + iq2;
+    float* out = (float*)(d + orow * nbd1);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const i64 c = lane + (i64)j * RF_WARP_SIZE;
+        if (c < DV) out[c] = acc[j] * inv;
+    }
+    if (xq) {
+        // Lanes of a group of 32 hold one block (c = lane + j * warp): all in or all out.
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const i64 c = lane + (i64)j * RF_WARP_SIZE;
+            if (c - lane % 32 < DV) quantize_vals32(acc[j] * inv, xq + orow * DV, xds + orow * (DV / 32), c / 32, lane % 32);
+        }
+    }
+}
+
+// One warp merges the n_split partials of row r (stride DV + 2: outputs, maximum, sum) and
+// finishes the row (fa_finish_row). The partials were written by other blocks of this
+// launch: read through volatile loads, past any stale L1 line.
 RF_DEVICE void fa_merge_row(const float* part, i64 r, i64 n_split, const float* sinks, char* d, i64 DV, i64 n_q,
                             i64 n_head, i64 nbd1, signed char* xq, float2* xds) {
     const int lane = threadIdx.x % RF_WARP_SIZE;
-    const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
     float m = rf_neg_inf(), s = 0.0f, acc[FA_MAX_PER_LANE];
 #pragma unroll
     for (int j = 0; j < FA_MAX_PER_LANE; j++) acc[j] = 0.0f;
@@ -45,31 +79,7 @@ RF_DEVICE void fa_merge_row(const float* part, i64 r, i64 n_split, const float* 
         }
         m = m_new;
     }
-    float total = s;
-    if (sinks) {
-        const float sink = sinks[iq2];
-        const float m_all = fmaxf(m, sink);
-        const float f = m == rf_neg_inf() ? 0.0f : expf(m - m_all);
-        total = total * f + expf(sink - m_all);
-#pragma unroll
-        for (int j = 0; j < FA_MAX_PER_LANE; j++) acc[j] *= f;
-    }
-    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
-    const i64 orow = (iq3 * n_q + iq1) * n_head + iq2;
-    float* out = (float*)(d + orow * nbd1);
-#pragma unroll
-    for (int j = 0; j < FA_MAX_PER_LANE; j++) {
-        const i64 c = lane + (i64)j * RF_WARP_SIZE;
-        if (c < DV) out[c] = acc[j] * inv;
-    }
-    if (xq) {
-        // Lanes of a group of 32 hold one block (c = lane + j * warp): all in or all out.
-#pragma unroll
-        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
-            const i64 c = lane + (i64)j * RF_WARP_SIZE;
-            if (c - lane % 32 < DV) quantize_vals32(acc[j] * inv, xq + orow * DV, xds + orow * (DV / 32), c / 32, lane % 32);
-        }
-    }
+    fa_finish_row<FA_MAX_PER_LANE>(m, s, acc, r, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
 }
 
 template <typename KT, typename VT>

@@ -15,6 +15,7 @@
 // writes the normalized row into dst.
 #include "prelude.h"
 #include "quants.h"
+#include "flash_attn.hip"  // fa_finish_row
 
 #define FAS_MAX_D 256
 #define FAS_PER_LANE (FAS_MAX_D / RF_WARP_SIZE)
@@ -255,7 +256,6 @@ RF_KERNEL void flash_attn_split_combine(const float* part, const float* sinks, c
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     const int nwarps = blockDim.x / RF_WARP_SIZE;
     const i64 r = blockIdx.x;
-    const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
     float m = rf_neg_inf(), s = 0.0f, acc[FAS_PER_LANE];
 #pragma unroll
     for (int j = 0; j < FAS_PER_LANE; j++) acc[j] = 0.0f;
@@ -275,29 +275,5 @@ RF_KERNEL void flash_attn_split_combine(const float* part, const float* sinks, c
     }
     fas_merge_warps<FAS_PER_LANE>(m, s, acc, sm, ss, sacc);
     if (warp != 0) return;
-    float total = s;
-    if (sinks) {
-        const float sink = sinks[iq2];
-        const float m_all = fmaxf(m, sink);
-        const float f = m == rf_neg_inf() ? 0.0f : expf(m - m_all);
-        total = total * f + expf(sink - m_all);
-#pragma unroll
-        for (int j = 0; j < FAS_PER_LANE; j++) acc[j] *= f;
-    }
-    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
-    const i64 orow = (iq3 * n_q + iq1) * n_head + iq2;
-    float* out = (float*)(d + orow * nbd1);
-#pragma unroll
-    for (int j = 0; j < FAS_PER_LANE; j++) {
-        const i64 c = lane + (i64)j * RF_WARP_SIZE;
-        if (c < DV) out[c] = acc[j] * inv;
-    }
-    if (xq) {
-        // Lanes of a group of 32 hold one block (c = lane + j * warp): all in or all out.
-#pragma unroll
-        for (int j = 0; j < FAS_PER_LANE; j++) {
-            const i64 c = lane + (i64)j * RF_WARP_SIZE;
-            if (c - lane % 32 < DV) quantize_vals32(acc[j] * inv, xq + orow * DV, xds + orow * (DV / 32), c / 32, lane % 32);
-        }
-    }
+    fa_finish_row<FAS_PER_LANE>(m, s, acc, r, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
 }

@@ -1403,6 +1403,12 @@ fn fa_split_plan(rows: usize, n_kv: usize, warp: usize, compute_units: usize, ma
     (splits, split_keys, warps)
 }
 
+/// The row kernel's last arguments where its blocks do not merge the row themselves:
+/// no counters, no quantized output.
+fn no_merge(args: Args) -> Args {
+    args.ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null())
+}
+
 fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
     let (mask, sinks) = (node.src(3), node.src(4));
@@ -1472,13 +1478,19 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let warp = lc.warp_size as usize;
         let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
         let part = lc.scratch as usize as *const u8;
-        // The combine also quantizes dst for the output projection that follows (fa_q8_at).
+        // The merge (combine kernel or the row kernel's last block) also quantizes dst for the
+        // output projection that follows (fa_q8_at); q8_next then says so.
         let q8 = fa_q8_at(node).filter(|_| lc.fuse);
+        let (xq, xds) = match q8 {
+            Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
+            None => (0, 0),
+        };
+        let note_q8 = || {
+            // dst seen as rows of DV * n_head values (the projection's reshape of it).
+            let k = vne[0] * n_head;
+            lc.q8_next.set(q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)));
+        };
         let combine = |splits: usize| {
-            let (xq, xds) = match q8 {
-                Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
-                None => (0, 0),
-            };
             let args = Args::default()
                 .ptr(part)
                 .opt_ptr(sinks)
@@ -1492,9 +1504,7 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
                 .ptr(xds as *const u8);
             let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
             lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * warp) as u32, args)?;
-            // dst seen as rows of DV * n_head values (the projection's reshape of it).
-            let k = vne[0] * n_head;
-            lc.q8_next.set(q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)));
+            note_q8();
             Ok(())
         };
         if fa_split_mode() == 1 {
@@ -1502,22 +1512,17 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             if splits > 1 && lc.fa_counters != 0 && rows <= FA_COUNTERS && lc.fuse {
                 // The last block of each row to finish merges the row's partials (and
                 // quantizes it, as the combine kernel would): one launch instead of two.
-                let (xq, xds) = match q8 {
-                    Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
-                    None => (0, 0),
-                };
                 let args = args.i32(0).ptr(part).i64(split_keys).ptr(lc.fa_counters as usize as *const u8).ptr(xq as *const u8).ptr(xds as *const u8);
                 lc.run(kernel, [rows, splits, 1], (FA_WARPS * warp) as u32, args)?;
-                let k = vne[0] * n_head;
-                lc.q8_next.set(q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)));
+                note_q8();
                 return Ok(());
             }
             if splits > 1 {
-                let args = args.i32(0).ptr(part).i64(split_keys).ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null());
+                let args = no_merge(args.i32(0).ptr(part).i64(split_keys));
                 lc.run(kernel, [rows, splits, 1], (FA_WARPS * warp) as u32, args)?;
                 return combine(splits);
             }
-            let args = args.i32(0).ptr(std::ptr::null()).i64(kne[1]).ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null());
+            let args = no_merge(args.i32(0).ptr(std::ptr::null()).i64(kne[1]));
             return lc.run(kernel, [rows, 1, 1], (FA_WARPS * warp) as u32, args);
         }
         let (splits, split_keys, warps) = fa_split_plan(rows, kne[1], warp, cu, max_parts);
@@ -1563,7 +1568,7 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
         return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
     }
-    let args = args.i32(f16_acc as i32).ptr(std::ptr::null()).i64(kne[1]).ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null());
+    let args = no_merge(args.i32(f16_acc as i32).ptr(std::ptr::null()).i64(kne[1]));
     let warp = lc.warp_size as usize;
     let warps = if f16_acc { 1 } else { FA_WARPS };
     lc.run(kernel, [rows, 1, 1], (warps * warp) as u32, args)
