@@ -976,6 +976,22 @@ mod bench {
     use super::*;
     use crate::cpu::types::traits as all_traits;
 
+    /// Rows × columns of `tl` over a rows × cols block, reps times; returns G MAC/s.
+    #[allow(clippy::too_many_arguments)]
+    fn time(tl: crate::cpu::types::Tile, n: usize, qx: &[u8], xs: usize, rows: usize, qy: &[u8], ys: usize, cols: usize, reps: usize) -> f64 {
+        let mut out = vec![0f32; rows * cols];
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            for j in (0..cols).step_by(tl.cols) {
+                for i in (0..rows).step_by(tl.rows) {
+                    unsafe { (tl.dot)(n, qx.as_ptr().add(i * xs), xs, qy.as_ptr().add(j * ys), ys, out.as_mut_ptr().add(i + j * rows) as *mut u8, rows * 4) };
+                }
+            }
+        }
+        std::hint::black_box(&out);
+        (n * rows * cols * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+    }
+
     /// One column against a matrix larger than the caches (generation's case): rows one
     /// `vec_dot` at a time vs the gemv tile.
     #[test]
@@ -1048,20 +1064,6 @@ mod bench {
             "avx512bw" => simd::has_avx512(),
             _ => simd::has_avx512_vnni_cpu(),
         };
-        // Rows × columns of `tl` over a rows × cols block, reps times; returns G MAC/s.
-        let time = |tl: Tile, n: usize, qx: &[u8], xs: usize, rows: usize, qy: &[u8], ys: usize, cols: usize, reps: usize| {
-            let mut out = vec![0f32; rows * cols];
-            let start = std::time::Instant::now();
-            for _ in 0..reps {
-                for j in (0..cols).step_by(tl.cols) {
-                    for i in (0..rows).step_by(tl.rows) {
-                        unsafe { (tl.dot)(n, qx.as_ptr().add(i * xs), xs, qy.as_ptr().add(j * ys), ys, out.as_mut_ptr().add(i + j * rows) as *mut u8, rows * 4) };
-                    }
-                }
-            }
-            std::hint::black_box(&out);
-            (n * rows * cols * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
-        };
         for (t, set) in sets {
             let tr = all_traits(t).unwrap();
             let yt = tr.vec_dot_type;
@@ -1105,19 +1107,6 @@ mod bench {
             let t = if T == 4 { Q4_K } else { Q6_K };
             unsafe { *(out as *mut f32) = (all_traits(t).unwrap().vec_dot.unwrap())(n, x, y) };
         }
-        let time = |tl: Tile, n: usize, qx: &[u8], xs: usize, rows: usize, qy: &[u8], ys: usize, cols: usize, reps: usize| {
-            let mut out = vec![0f32; rows * cols];
-            let start = std::time::Instant::now();
-            for _ in 0..reps {
-                for j in (0..cols).step_by(tl.cols) {
-                    for i in (0..rows).step_by(tl.rows) {
-                        unsafe { (tl.dot)(n, qx.as_ptr().add(i * xs), xs, qy.as_ptr().add(j * ys), ys, out.as_mut_ptr().add(i + j * rows) as *mut u8, rows * 4) };
-                    }
-                }
-            }
-            std::hint::black_box(&out);
-            (n * rows * cols * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
-        };
         let sets: [(GgmlType, Tile); 2] = [(Q4_K, Tile { rows: 1, cols: 1, dot: one_row::<4> }), (Q6_K, Tile { rows: 1, cols: 1, dot: one_row::<6> })];
         for (t, single) in sets {
             let tr = all_traits(t).unwrap();
