@@ -83,11 +83,12 @@ RF_DEVICE void unary_rows(int a, const char* x, char* d, i64 ne0, i64 ne1, i64 n
     int a, const char *x, char *d, i64 ne0, i64 ne1, i64 ne2, i64 n, i64 nbx1, i64 nbx2, i64 nbx3, i64 nbd1, \
         i64 nbd2, i64 nbd3, float p0, float p1
 #define UNARY_ROWS_PASS a, x, d, ne0, ne1, ne2, n, nbx1, nbx2, nbx3, nbd1, nbd2, nbd3, p0, p1
-RF_KERNEL void unary_rows_f32(UNARY_ROWS_ARGS) { unary_rows<float>(UNARY_ROWS_PASS); }
-RF_KERNEL void unary_rows_f16(UNARY_ROWS_ARGS) { unary_rows<f16_bits>(UNARY_ROWS_PASS); }
+RF_KERNEL void unary_rows_f32(UNARY_ROWS_ARGS) { rf_grid_begin(); unary_rows<float>(UNARY_ROWS_PASS); }
+RF_KERNEL void unary_rows_f16(UNARY_ROWS_ARGS) { rf_grid_begin(); unary_rows<f16_bits>(UNARY_ROWS_PASS); }
 
 // n contiguous floats.
 RF_KERNEL void unary_f32(int a, const float* x, float* d, i64 n) {
+    rf_grid_begin();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         d[i] = act(a, x[i]);
     }
@@ -107,8 +108,10 @@ RF_DEVICE void glu(int a, const char* x, const char* g, char* d, i64 nc, i64 nro
 }
 
 RF_KERNEL void glu_f32(int a, const char* x, const char* g, char* d, i64 nc, i64 nrows, i64 nbx1, i64 nbg1, i64 nbd1) {
+    rf_grid_begin();
     glu<float>(a, x, g, d, nc, nrows, nbx1, nbg1, nbd1);
 }
 RF_KERNEL void glu_f16(int a, const char* x, const char* g, char* d, i64 nc, i64 nrows, i64 nbx1, i64 nbg1, i64 nbd1) {
+    rf_grid_begin();
     glu<f16_bits>(a, x, g, d, nc, nrows, nbx1, nbg1, nbd1);
 }

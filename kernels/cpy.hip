@@ -33,12 +33,12 @@ RF_DEVICE void cpy(const char* s, char* d, i64 sne0, i64 sne1, i64 sne2, i64 snb
         i64 dne1, i64 dne2, i64 dnb0, i64 dnb1, i64 dnb2, i64 dnb3, i64 n
 #define CPY_PASS s, d, sne0, sne1, sne2, snb0, snb1, snb2, snb3, dne0, dne1, dne2, dnb0, dnb1, dnb2, dnb3, n
 
-RF_KERNEL void cpy_f32_f32(CPY_ARGS) { cpy<float, float>(CPY_PASS); }
-RF_KERNEL void cpy_f32_f16(CPY_ARGS) { cpy<float, f16_bits>(CPY_PASS); }
-RF_KERNEL void cpy_f16_f32(CPY_ARGS) { cpy<f16_bits, float>(CPY_PASS); }
-RF_KERNEL void cpy_f16_f16(CPY_ARGS) { cpy<f16_bits, f16_bits>(CPY_PASS); }
-RF_KERNEL void cpy_f32_bf16(CPY_ARGS) { cpy<float, cpy_bf16>(CPY_PASS); }
-RF_KERNEL void cpy_f16_bf16(CPY_ARGS) { cpy<f16_bits, cpy_bf16>(CPY_PASS); }
-RF_KERNEL void cpy_bf16_f32(CPY_ARGS) { cpy<cpy_bf16, float>(CPY_PASS); }
-RF_KERNEL void cpy_bf16_f16(CPY_ARGS) { cpy<cpy_bf16, f16_bits>(CPY_PASS); }
-RF_KERNEL void cpy_bf16_bf16(CPY_ARGS) { cpy<cpy_bf16, cpy_bf16>(CPY_PASS); }
+RF_KERNEL void cpy_f32_f32(CPY_ARGS) { rf_grid_begin(); cpy<float, float>(CPY_PASS); }
+RF_KERNEL void cpy_f32_f16(CPY_ARGS) { rf_grid_begin(); cpy<float, f16_bits>(CPY_PASS); }
+RF_KERNEL void cpy_f16_f32(CPY_ARGS) { rf_grid_begin(); cpy<f16_bits, float>(CPY_PASS); }
+RF_KERNEL void cpy_f16_f16(CPY_ARGS) { rf_grid_begin(); cpy<f16_bits, f16_bits>(CPY_PASS); }
+RF_KERNEL void cpy_f32_bf16(CPY_ARGS) { rf_grid_begin(); cpy<float, cpy_bf16>(CPY_PASS); }
+RF_KERNEL void cpy_f16_bf16(CPY_ARGS) { rf_grid_begin(); cpy<f16_bits, cpy_bf16>(CPY_PASS); }
+RF_KERNEL void cpy_bf16_f32(CPY_ARGS) { rf_grid_begin(); cpy<cpy_bf16, float>(CPY_PASS); }
+RF_KERNEL void cpy_bf16_f16(CPY_ARGS) { rf_grid_begin(); cpy<cpy_bf16, f16_bits>(CPY_PASS); }
+RF_KERNEL void cpy_bf16_bf16(CPY_ARGS) { rf_grid_begin(); cpy<cpy_bf16, cpy_bf16>(CPY_PASS); }

@@ -35,7 +35,7 @@ RF_DEVICE void dequant_f16(const char* w, f16_bits* out, i64 K, i64 M, i64 ne2, 
 #define DEQUANT_ARGS \
     const char *w, f16_bits *out, i64 K, i64 M, i64 ne2, i64 n_rows, i64 nb01, i64 nb02, i64 nb03
 #define DEQUANT_KERNEL(NAME, W) \
-    RF_KERNEL void dequant_f16_##NAME(DEQUANT_ARGS) { dequant_f16<W>(w, out, K, M, ne2, n_rows, nb01, nb02, nb03); }
+    RF_KERNEL void dequant_f16_##NAME(DEQUANT_ARGS) { rf_grid_begin(); dequant_f16<W>(w, out, K, M, ne2, n_rows, nb01, nb02, nb03); }
 
 DEQUANT_KERNEL(f32, w_f32)
 DEQUANT_KERNEL(f16, w_f16)
@@ -59,6 +59,7 @@ DEQUANT_KERNEL(q5_k, w_q5_k)
 // (grid-stride over rows), a multiple of 32 threads.
 RF_KERNEL void src1_to_f16(const char* x, f16_bits* out, int mode, i64 K, i64 N, i64 ne12, i64 n_rows, i64 nb11,
                            i64 nb12, i64 nb13) {
+    rf_grid_begin();
     const int lane = threadIdx.x % 32, group = threadIdx.x / 32, ngroups = blockDim.x / 32;
     for (i64 row = blockIdx.x; row < n_rows; row += gridDim.x) {
         const i64 i1 = row % N, i2 = (row / N) % ne12, i3 = row / (N * ne12);

@@ -11,6 +11,7 @@
 RF_KERNEL void binary_f32(int op, const char* a, const char* b, char* d, i64 ne0, i64 ne1, i64 ne2, i64 ne3,
                           i64 bne0, i64 bne1, i64 bne2, i64 bne3, i64 nba0, i64 nba1, i64 nba2, i64 nba3, i64 nbb0,
                           i64 nbb1, i64 nbb2, i64 nbb3, i64 nbd0, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     const i64 n = ne0 * ne1 * ne2 * ne3;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         const i64 i0 = i % ne0, i1 = (i / ne0) % ne1, i2 = (i / (ne0 * ne1)) % ne2, i3 = i / (ne0 * ne1 * ne2);
@@ -29,6 +30,7 @@ RF_KERNEL void binary_f32(int op, const char* a, const char* b, char* d, i64 ne0
 
 // dst = src * s + b over n contiguous floats.
 RF_KERNEL void scale_f32(const float* a, float* d, i64 n, float s, float b) {
+    rf_grid_begin();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         d[i] = b == 0.0f ? a[i] * s : a[i] * s + b;
     }
@@ -54,6 +56,7 @@ RF_DEVICE void ew_st(char* p, int t, float v) {
 RF_KERNEL void binary_typed(int op, int ta, int tb, int td, const char* a, const char* b, char* d, i64 ne0, i64 ne1,
                             i64 ne2, i64 ne3, i64 bne0, i64 bne1, i64 bne2, i64 bne3, i64 nba0, i64 nba1, i64 nba2,
                             i64 nba3, i64 nbb0, i64 nbb1, i64 nbb2, i64 nbb3, i64 nbd0, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     const i64 n = ne0 * ne1 * ne2 * ne3;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         const i64 i0 = i % ne0, i1 = (i / ne0) % ne1, i2 = (i / (ne0 * ne1)) % ne2, i3 = i / (ne0 * ne1 * ne2);
@@ -74,6 +77,7 @@ RF_KERNEL void binary_typed(int op, int ta, int tb, int td, const char* a, const
 // graph with timed events behind it, so the kernels then run back to back as they would
 // without the profiler, and each event pair times one kernel).
 RF_KERNEL void rf_spin(i64 cycles) {
+    rf_grid_begin();
     const i64 t0 = clock64();
     while (clock64() - t0 < cycles) {
     }

@@ -248,6 +248,6 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q, \
         f16_acc, part, split_keys, counters, xq, xds
 
-RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { flash_attn<w_f16, w_f16>(FA_PASS); }
-RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { flash_attn<w_f32, w_f32>(FA_PASS); }
-RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) { flash_attn<w_q8_0, w_q8_0>(FA_PASS); }
+RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { rf_grid_begin(); flash_attn<w_f16, w_f16>(FA_PASS); }
+RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { rf_grid_begin(); flash_attn<w_f32, w_f32>(FA_PASS); }
+RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) { rf_grid_begin(); flash_attn<w_q8_0, w_q8_0>(FA_PASS); }

@@ -234,15 +234,15 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
 
 // _dN: head sizes up to N (values per lane fixed at compile time).
 #define FAS_NJ(N) ((N) / RF_WARP_SIZE > 0 ? (N) / RF_WARP_SIZE : 1)
-RF_KERNEL void flash_attn_split_f16_f16_d64(FAS_ARGS) { flash_attn_split<w_f16, w_f16, FAS_NJ(64)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_f16_f16_d128(FAS_ARGS) { flash_attn_split<w_f16, w_f16, FAS_NJ(128)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_f16_f16_d256(FAS_ARGS) { flash_attn_split<w_f16, w_f16, FAS_NJ(256)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_f32_f32_d64(FAS_ARGS) { flash_attn_split<w_f32, w_f32, FAS_NJ(64)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_f32_f32_d128(FAS_ARGS) { flash_attn_split<w_f32, w_f32, FAS_NJ(128)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_f32_f32_d256(FAS_ARGS) { flash_attn_split<w_f32, w_f32, FAS_NJ(256)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_q8_0_q8_0_d64(FAS_ARGS) { flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(64)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_q8_0_q8_0_d128(FAS_ARGS) { flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(128)>(FAS_PASS); }
-RF_KERNEL void flash_attn_split_q8_0_q8_0_d256(FAS_ARGS) { flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(256)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f16_f16_d64(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f16, w_f16, FAS_NJ(64)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f16_f16_d128(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f16, w_f16, FAS_NJ(128)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f16_f16_d256(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f16, w_f16, FAS_NJ(256)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f32_f32_d64(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f32, w_f32, FAS_NJ(64)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f32_f32_d128(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f32, w_f32, FAS_NJ(128)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_f32_f32_d256(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f32, w_f32, FAS_NJ(256)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_q8_0_q8_0_d64(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(64)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_q8_0_q8_0_d128(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(128)>(FAS_PASS); }
+RF_KERNEL void flash_attn_split_q8_0_q8_0_d256(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(256)>(FAS_PASS); }
 
 // One block per row: its warps take the row's partials in turn (online merge), then the
 // warps are merged, the sink (one more logit per head, with no value row) added and the
@@ -251,6 +251,7 @@ RF_KERNEL void flash_attn_split_q8_0_q8_0_d256(FAS_ARGS) { flash_attn_split<w_q8
 // values (blocks of 32 never cross a head), for the output projection that reads it next.
 RF_KERNEL void flash_attn_split_combine(const float* part, const float* sinks, char* d, i64 DV, i64 n_q, i64 n_head,
                                         i64 n_split, i64 nbd1, signed char* xq, float2* xds) {
+    rf_grid_begin();
     __shared__ float sm[FAS_MAX_WARPS], ss[FAS_MAX_WARPS];
     __shared__ float sacc[FAS_MAX_WARPS][FAS_MAX_D];
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;

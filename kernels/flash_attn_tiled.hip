@@ -192,26 +192,34 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
 
 // flash_attn_tiled_{K}_{V}_d{DP}_q{BQ}: BQ = 16 (128 threads) or 32 (256 threads).
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f16_f16_d64_q16(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 64, 8>(FT_PASS);
 }
 RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d64_q32(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 64, 16>(FT_PASS);
 }
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f16_f16_d128_q16(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 128, 8>(FT_PASS);
 }
 RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d128_q32(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 128, 16>(FT_PASS);
 }
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f32_f32_d64_q16(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 64, 8>(FT_PASS);
 }
 RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d64_q32(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 64, 16>(FT_PASS);
 }
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f32_f32_d128_q16(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 128, 8>(FT_PASS);
 }
 RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d128_q32(FT_ARGS) {
+    rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 128, 16>(FT_PASS);
 }

@@ -20,6 +20,7 @@
 RF_KERNEL __launch_bounds__(1024) void fused_rms_norm(const float* a, const float* b, float* sum, const float* w,
                                                       float* out, signed char* xq, float2* xds, int qmode, i64 ne0,
                                                       float eps) {
+    rf_grid_begin();
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 r = blockIdx.x;
     const int nt = blockDim.x;
@@ -159,13 +160,22 @@ RF_DEVICE void mul_mat_vec_q_glu_q8(const char* wg, const char* wu, const signed
     if (threadIdx.x < 32) quantize_vals32(vals[threadIdx.x], oq, ods, blockIdx.x, threadIdx.x);
 }
 
+// mul_mat_vec_q_glu_q8's rows of both matrices, for its prefetch.
+RF_DEVICE void glu_q8_prefetch_l2(const char* wg, const char* wu, i64 nb01g, i64 nb01u) {
+    const i64 row0 = (i64)blockIdx.x * 32;
+    rf_prefetch_l2(wg + row0 * nb01g, 32 * nb01g);
+    rf_prefetch_l2(wu + row0 * nb01u, 32 * nb01u);
+}
+
 #define MVQ_GLU_ARGS                                                                                     \
     const char *wg, const char *wu, const signed char *xq, const float2 *xds, float *out, signed char *oq, \
         float2 *ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u
 #define MVQ_GLU_PASS wg, wu, xq, xds, out, oq, ods, act_code, K, M, nb01g, nb01u
 #define MVQ_GLU_KERNEL(NAME)                                                                                  \
-    RF_KERNEL void mul_mat_vec_q_glu_##NAME(MVQ_GLU_ARGS) { mul_mat_vec_q_glu<mq_##NAME>(MVQ_GLU_PASS); }       \
+    RF_KERNEL void mul_mat_vec_q_glu_##NAME(MVQ_GLU_ARGS) { rf_grid_begin(); mul_mat_vec_q_glu<mq_##NAME>(MVQ_GLU_PASS); } \
     RF_KERNEL __launch_bounds__(1024) void mul_mat_vec_q_glu_q8_##NAME(MVQ_GLU_ARGS) {                       \
+        glu_q8_prefetch_l2(wg, wu, nb01g, nb01u);                                                           \
+        rf_grid_begin();                                                                                    \
         mul_mat_vec_q_glu_q8<mq_##NAME>(MVQ_GLU_PASS);                                                      \
     }
 
@@ -195,6 +205,7 @@ RF_KERNEL void fused_rope_kv(const char* qa, char* qd, i64 q_ne1, i64 nq, i64 nb
                              i64 n_tok, const int* pos, const float* ff, i64 ne0, int n_dims, int neox, int n_offs,
                              float theta_scale, float freq_scale, float ext_factor, float attn_factor, float corr0,
                              float corr1) {
+    rf_grid_begin();
     i64 b = blockIdx.x;
     if (b < nq) {
         const i64 i1 = b % q_ne1, i2 = b / q_ne1;
@@ -241,6 +252,49 @@ RF_KERNEL void fused_rope_kv(const char* qa, char* qd, i64 q_ne1, i64 nq, i64 nb
 // rows half a head apart), so no rotation needs another block's result. Blocks [0, Mq/2) take
 // Q, then Mk/2 blocks K, then V. Rope NORMAL (channels from n_dims on pass through) or NEOX
 // over whole heads (n_dims = ne0), no offset channel, position pos[0].
+struct QkvBlock {
+    int which;  // 0 Q, 1 K, 2 V
+    int k;      // rotation pair index within the head
+    i64 r0, stride;
+};
+RF_DEVICE QkvBlock qkv_block(i64 Mq, i64 Mk, i64 ne0, int neox) {
+    const i64 bq = Mq / 2, bk = Mk / 2, half = ne0 / 2;
+    QkvBlock b;
+    i64 p = blockIdx.x;
+    b.which = 0;
+    if (p >= bq) {
+        p -= bq;
+        b.which = 1;
+        if (p >= bk) {
+            p -= bk;
+            b.which = 2;
+        }
+    }
+    b.r0 = 2 * p;
+    b.stride = 1;
+    b.k = (int)((b.r0 % ne0) / 2);
+    if (b.which < 2 && neox) {
+        b.k = (int)(p % half);
+        b.r0 = (p / half) * ne0 + b.k;
+        b.stride = half;
+    }
+    return b;
+}
+
+// The block's two weight rows, for its prefetch.
+RF_DEVICE void qkv_prefetch_l2(const char* wq, const char* wk, const char* wv, i64 Mq, i64 Mk, i64 nb01q, i64 nb01k,
+                               i64 nb01v, i64 ne0, int neox) {
+    const QkvBlock b = qkv_block(Mq, Mk, ne0, neox);
+    const char* w = b.which == 0 ? wq : b.which == 1 ? wk : wv;
+    const i64 nb01 = b.which == 0 ? nb01q : b.which == 1 ? nb01k : nb01v;
+    if (b.stride == 1) {
+        rf_prefetch_l2(w + b.r0 * nb01, 2 * nb01);
+    } else {
+        rf_prefetch_l2(w + b.r0 * nb01, nb01);
+        rf_prefetch_l2(w + (b.r0 + b.stride) * nb01, nb01);
+    }
+}
+
 template <typename T>
 RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv, const signed char* xq,
                                   const float2* xds, i64 K, i64 Mq, i64 Mk, i64 Mv, i64 nb01q, i64 nb01k, i64 nb01v,
@@ -250,27 +304,12 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
                                   float theta_scale, float freq_scale, float ext_factor, float attn_factor,
                                   float corr0, float corr1) {
     __shared__ float pair[2];
-    const i64 bq = Mq / 2, bk = Mk / 2, half = ne0 / 2;
-    i64 p = blockIdx.x;
-    int which = 0;  // 0 Q, 1 K, 2 V
-    if (p >= bq) {
-        p -= bq;
-        which = 1;
-        if (p >= bk) {
-            p -= bk;
-            which = 2;
-        }
-    }
+    const QkvBlock b = qkv_block(Mq, Mk, ne0, neox);
+    const int which = b.which, k = b.k;
+    const i64 r0 = b.r0, stride = b.stride;
     const char* w = which == 0 ? wq : which == 1 ? wk : wv;
     const i64 nb01 = which == 0 ? nb01q : which == 1 ? nb01k : nb01v;
     const i64 M = which == 0 ? Mq : which == 1 ? Mk : Mv;
-    i64 r0 = 2 * p, stride = 1;
-    int k = (int)((r0 % ne0) / 2);
-    if (which < 2 && neox) {
-        k = (int)(p % half);
-        r0 = (p / half) * ne0 + k;
-        stride = half;
-    }
     const float v = mv1_dots<T, 2, MV1_UNROLL_DEF>((const unsigned char*)w, nb01, M, r0, stride, xq, xds, K);
     if (threadIdx.x < 2) pair[threadIdx.x] = v;
     __syncthreads();
@@ -308,6 +347,8 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
         int kc_f16, i64 kc_rows, i64 nbkc1, char* vc, const char* vidx, int vidx64, int vc_f16, i64 vc_rows,       \
         i64 nbvc1, const int* pos, const float* ff, i64 ne0, int n_dims, int neox, float theta_scale,             \
         float freq_scale, float ext_factor, float attn_factor, float corr0, float corr1) {                         \
+        qkv_prefetch_l2(wq, wk, wv, Mq, Mk, nb01q, nb01k, nb01v, ne0, neox);                                       \
+        rf_grid_begin();                                                                                            \
         mul_mat_vec_q1_qkv<mq_##NAME>(wq, wk, wv, xq, xds, K, Mq, Mk, Mv, nb01q, nb01k, nb01v, qd, kc, kidx,      \
                                       kidx64, kc_f16, kc_rows, nbkc1, vc, vidx, vidx64, vc_f16, vc_rows, nbvc1,   \
                                       pos, ff, ne0, n_dims, neox, theta_scale, freq_scale, ext_factor,             \

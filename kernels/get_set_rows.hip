@@ -21,7 +21,7 @@ RF_DEVICE void get_rows(const char* a, const char* ids, char* d, i64 ne0, i64 an
         i64 nbi0, i64 nbi1, i64 nbi2, i64 nbd1, i64 nbd2, i64 nbd3
 #define GET_ROWS_PASS a, ids, d, ne0, ane1, ine0, ine1, nba1, nba2, nba3, nbi0, nbi1, nbi2, nbd1, nbd2, nbd3
 #define GET_ROWS_KERNEL(NAME, W) \
-    RF_KERNEL void get_rows_##NAME(GET_ROWS_ARGS) { get_rows<W>(GET_ROWS_PASS); }
+    RF_KERNEL void get_rows_##NAME(GET_ROWS_ARGS) { rf_grid_begin(); get_rows<W>(GET_ROWS_PASS); }
 
 GET_ROWS_KERNEL(f32, w_f32)
 GET_ROWS_KERNEL(f16, w_f16)
@@ -42,6 +42,7 @@ GET_ROWS_KERNEL(q5_k, w_q5_k)
 RF_KERNEL void set_rows(const char* a, const char* ids, char* d, int src_f16, int dst_f16, int ids_i64, i64 ne0,
                         i64 ane1, i64 ane2, i64 ine1, i64 ine2, i64 dne1, i64 nba1, i64 nba2, i64 nba3, i64 nbi0,
                         i64 nbi1, i64 nbi2, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     const i64 r = blockIdx.x;
     const i64 i = r % ane1, i02 = (r / ane1) % ane2, i03 = r / (ane1 * ane2);
     const char* ip = ids + i * nbi0 + (i02 % ine1) * nbi1 + (i03 % ine2) * nbi2;

@@ -21,6 +21,7 @@ RF_DEVICE void copy_elem(const char* s, char* d, int size) {
 RF_KERNEL void concat(const char* a, const char* b, char* d, int size, int dim, i64 ne0, i64 ne1, i64 ne2, i64 n,
                       i64 ane0, i64 ane1, i64 ane2, i64 ane3, i64 nba0, i64 nba1, i64 nba2, i64 nba3, i64 nbb0,
                       i64 nbb1, i64 nbb2, i64 nbb3, i64 nbd0, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     FOR_EACH(i, n) {
         LAYOUT_INDEX(i, ne0, ne1, ne2);
         i64 j[4] = {i0, i1, i2, i3};
@@ -40,6 +41,7 @@ RF_KERNEL void concat(const char* a, const char* b, char* d, int size, int dim, 
 RF_KERNEL void repeat(const char* a, char* d, int size, i64 ne0, i64 ne1, i64 ne2, i64 n, i64 ane0, i64 ane1,
                       i64 ane2, i64 ane3, i64 nba0, i64 nba1, i64 nba2, i64 nba3, i64 nbd0, i64 nbd1, i64 nbd2,
                       i64 nbd3) {
+    rf_grid_begin();
     FOR_EACH(i, n) {
         LAYOUT_INDEX(i, ne0, ne1, ne2);
         const char* s = a + (i0 % ane0) * nba0 + (i1 % ane1) * nba1 + (i2 % ane2) * nba2 + (i3 % ane3) * nba3;
@@ -51,6 +53,7 @@ RF_KERNEL void repeat(const char* a, char* d, int size, i64 ne0, i64 ne1, i64 ne
 RF_KERNEL void pad_f32(const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64 n, i64 ane0, i64 ane1, i64 ane2,
                        i64 ane3, i64 lp0, i64 lp1, i64 lp2, i64 lp3, i64 nba0, i64 nba1, i64 nba2, i64 nba3,
                        i64 nbd0, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     FOR_EACH(i, n) {
         LAYOUT_INDEX(i, ne0, ne1, ne2);
         const i64 j0 = i0 - lp0, j1 = i1 - lp1, j2 = i2 - lp2, j3 = i3 - lp3;
@@ -63,6 +66,7 @@ RF_KERNEL void pad_f32(const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64 n,
 // Every element = c (f16 = 1: F16 dst).
 RF_KERNEL void fill(char* d, int f16, float c, i64 ne0, i64 ne1, i64 ne2, i64 n, i64 nbd0, i64 nbd1, i64 nbd2,
                     i64 nbd3) {
+    rf_grid_begin();
     FOR_EACH(i, n) {
         LAYOUT_INDEX(i, ne0, ne1, ne2);
         char* p = d + i0 * nbd0 + i1 * nbd1 + i2 * nbd2 + i3 * nbd3;
@@ -75,11 +79,13 @@ RF_KERNEL void fill(char* d, int f16, float c, i64 ne0, i64 ne1, i64 ne2, i64 n,
 }
 
 RF_KERNEL void arange_f32(float* d, float start, float step, i64 n) {
+    rf_grid_begin();
     FOR_EACH(i, n) d[i] = start + step * (float)i;
 }
 
 // Contiguous rows of ne0: element (i, j = row % ne1) = -inf where i > n_past + j, else a.
 RF_KERNEL void diag_mask_inf_f32(const float* a, float* d, i64 ne0, i64 ne1, i64 n, int n_past) {
+    rf_grid_begin();
     FOR_EACH(i, n) {
         const i64 c = i % ne0, j = (i / ne0) % ne1;
         d[i] = c > n_past + j ? rf_neg_inf() : a[i];

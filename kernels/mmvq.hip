@@ -420,6 +420,15 @@ RF_DEVICE float mv1_dots(const unsigned char* wb, i64 nb01, i64 M, i64 row0, i64
     return v;
 }
 
+// The weight rows block blockIdx of the one-column kernel reads (rows blockIdx.x * ROWS on, of
+// batch blockIdx.z), into L2 before its rf_grid_begin(): arithmetic on the arguments only.
+RF_DEVICE void mv1_prefetch_l2(const char* w, i64 M, i64 rows_per_block, i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02,
+                               i64 nb03) {
+    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12, row0 = (i64)blockIdx.x * rows_per_block;
+    const i64 rows = M - row0 < rows_per_block ? M - row0 : rows_per_block;
+    rf_prefetch_l2(w + (i2 / r2) * nb02 + (i3 / r3) * nb03 + row0 * nb01, rows * nb01);
+}
+
 // MV1_ROWS rows from row0 into out[row].
 template <typename T, int MV1_ROWS, int MV1_UNROLL>
 RF_DEVICE void mv1_rows(const unsigned char* wb, i64 nb01, i64 M, i64 row0, const signed char* xr, const float2* dr,
@@ -469,6 +478,14 @@ RF_DEVICE void mul_mat_vec_q1_pair(const char* wa, const char* wb, const signed 
     mv1_rows<T, MV1_ROWS_DEF, MV1_UNROLL_DEF>((const unsigned char*)(a ? wa : wb), a ? nb01a : nb01b, a ? Ma : Mb, row0,
                                               xq, xds, K, (float*)(a ? da : db));
 }
+// mul_mat_vec_q1_pair's block mapping, for its prefetch.
+RF_DEVICE void mv1_pair_prefetch_l2(const char* wa, const char* wb, i64 Ma, i64 Mb, i64 nb01a, i64 nb01b) {
+    const i64 blocks_a = (Ma + MV1_ROWS_DEF - 1) / MV1_ROWS_DEF;
+    const bool a = (i64)blockIdx.x < blocks_a;
+    const i64 row0 = ((i64)blockIdx.x - (a ? 0 : blocks_a)) * MV1_ROWS_DEF, M = a ? Ma : Mb, nb01 = a ? nb01a : nb01b;
+    const i64 rows = M - row0 < MV1_ROWS_DEF ? M - row0 : MV1_ROWS_DEF;
+    rf_prefetch_l2((a ? wa : wb) + row0 * nb01, rows * nb01);
+}
 #define MVQ_PAIR_ARGS                                                                                            \
     const char *wa, const char *wb, const signed char *xq, const float2 *xds, char *da, char *db, i64 K, i64 Ma, \
         i64 Mb, i64 nb01a, i64 nb01b
@@ -477,27 +494,36 @@ RF_DEVICE void mul_mat_vec_q1_pair(const char* wa, const char* wb, const signed 
     const char *w, const signed char *xq, const float2 *xds, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, \
         i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3
 #define MVQ_PASS w, xq, xds, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb1, nb2, nb3
+#define MVQ_PREFETCH(ROWS) w, M, ROWS, ne12, r2, r3, nb01, nb02, nb03
 #define MVQ_KERNEL(NAME)                                                                    \
-    RF_KERNEL void mul_mat_vec_q_##NAME(MVQ_ARGS) { mul_mat_vec_q<mq_##NAME>(MVQ_PASS); } \
-    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_##NAME(MVQ_ARGS) {  \
+    RF_KERNEL void mul_mat_vec_q_##NAME(MVQ_ARGS) { rf_grid_begin(); mul_mat_vec_q<mq_##NAME>(MVQ_PASS); } \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_##NAME(MVQ_ARGS) {                  \
+        mv1_prefetch_l2(MVQ_PREFETCH(MV1_ROWS_DEF));                                        \
+        rf_grid_begin();                                                                    \
         mul_mat_vec_q1<mq_##NAME>(MVQ_PASS);                                                \
     }                                                                                       \
-    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1s_##NAME(MVQ_ARGS) { \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1s_##NAME(MVQ_ARGS) {                 \
+        mv1_prefetch_l2(MVQ_PREFETCH(MV1S_ROWS));                                           \
+        rf_grid_begin();                                                                    \
         mul_mat_vec_q1<mq_##NAME, MV1S_ROWS, 1>(MVQ_PASS);                                  \
     }                                                                                       \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_pair_##NAME(MVQ_PAIR_ARGS) { \
+        mv1_pair_prefetch_l2(wa, wb, Ma, Mb, nb01a, nb01b);                                 \
+        rf_grid_begin();                                                                    \
         mul_mat_vec_q1_pair<mq_##NAME>(MVQ_PAIR_PASS);                                      \
     }                                                                                       \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_id_q_##NAME(         \
         const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K, i64 M,  \
-        i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) {    \
+        i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) { rf_grid_begin(); \
         mul_mat_id_q<mq_##NAME>(w, xq, xds, ids, d, K, M, n_as, ne11, nb01, nb02, nbi0, nbi1, nb1, nb2); \
     }
 
 MVQ_KERNEL(q4_0)
 // Other shapes of the one-column kernel for Q4_0, for measuring (ROCMFORGE_GPU_MV1=rows,unroll,warps).
 #define MV1X_KERNEL(R, U)                                                                                     \
-    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1x_q4_0_r##R##_u##U(MVQ_ARGS) {            \
+    RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1x_q4_0_r##R##_u##U(MVQ_ARGS) {                 \
+        mv1_prefetch_l2(MVQ_PREFETCH(R));                                                                      \
+        rf_grid_begin();                                                                                       \
         mul_mat_vec_q1<mq_q4_0, R, U>(MVQ_PASS);                                                               \
     }
 MV1X_KERNEL(1, 4)
@@ -547,6 +573,7 @@ RF_DEVICE void quantize_block256(const float* xr, signed char* q, float2* ds, i6
 // group of 32 threads per block of values.
 RF_KERNEL void quantize_q8(const char* x, signed char* xq, float2* xds, int mode, i64 K, i64 N, i64 ne12, i64 nb11,
                            i64 nb12, i64 nb13) {
+    rf_grid_begin();
     const i64 row = blockIdx.x;
     const i64 i1 = row % N, i2 = (row / N) % ne12, i3 = row / (N * ne12);
     const float* xr = (const float*)(x + i1 * nb11 + i2 * nb12 + i3 * nb13);

@@ -145,8 +145,8 @@ RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M
 #define MUL_MAT_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr
 
 #define MUL_MAT_KERNELS(NAME, W)                                                          \
-    RF_KERNEL void mul_mat_vec_##NAME(MUL_MAT_ARGS) { mul_mat_vec<W>(MUL_MAT_PASS); } \
-    RF_KERNEL void mul_mat_tiled_##NAME(MUL_MAT_ARGS) { mul_mat_tiled<W>(MUL_MAT_PASS); }
+    RF_KERNEL void mul_mat_vec_##NAME(MUL_MAT_ARGS) { rf_grid_begin(); mul_mat_vec<W>(MUL_MAT_PASS); } \
+    RF_KERNEL void mul_mat_tiled_##NAME(MUL_MAT_ARGS) { rf_grid_begin(); mul_mat_tiled<W>(MUL_MAT_PASS); }
 
 MUL_MAT_KERNELS(f32, w_f32)
 MUL_MAT_KERNELS(f16, w_f16)
@@ -176,6 +176,7 @@ MUL_MAT_KERNELS(q5_k, w_q5_k)
 // the block one load at a time.
 RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 K, i64 N, i64 ne12, i64 nb11, i64 nb12,
                           i64 nb13) {
+    rf_grid_begin();
     const i64 row = blockIdx.x;
     const i64 i1 = row % N, i2 = (row / N) % ne12, i3 = row / (N * ne12);
     const float* xr = (const float*)(x + i1 * nb11 + i2 * nb12 + i3 * nb13);

@@ -47,7 +47,7 @@ RF_DEVICE void mul_mat_id(const char* w, const char* x, const char* ids, char* d
         i64 nb02, i64 nb11, i64 nb12, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2, const float *corr
 #define MMID_PASS w, x, ids, d, K, M, n_as, ne11, nb01, nb02, nb11, nb12, nbi0, nbi1, nb1, nb2, corr
 #define MUL_MAT_ID_KERNEL(NAME, W) \
-    RF_KERNEL void mul_mat_id_##NAME(MMID_ARGS) { mul_mat_id<W>(MMID_PASS); }
+    RF_KERNEL void mul_mat_id_##NAME(MMID_ARGS) { rf_grid_begin(); mul_mat_id<W>(MMID_PASS); }
 
 MUL_MAT_ID_KERNEL(f32, w_f32)
 MUL_MAT_ID_KERNEL(f16, w_f16)
@@ -68,6 +68,7 @@ MUL_MAT_ID_KERNEL(q6_k, w_q6_k)
 RF_KERNEL void add_id_f32(const char* a, const char* b, const char* ids, char* d, i64 ne0, i64 ne1, i64 ne2,
                           i64 nb_rows, i64 nba1, i64 nba2, i64 nba3, i64 nbb1, i64 nbi0, i64 nbi1, i64 nbd1,
                           i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     const i64 r = blockIdx.x;
     const i64 i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
     const float* x = (const float*)(a + i1 * nba1 + i2 * nba2 + i3 * nba3);

@@ -5,6 +5,7 @@
 // mode 0 = NORM, 1 = L2_NORM.
 RF_KERNEL void norm_f32(int mode, const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64 nba1, i64 nba2, i64 nba3,
                         i64 nbd1, i64 nbd2, i64 nbd3, float eps) {
+    rf_grid_begin();
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 r = blockIdx.x;
     const i64 i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);

@@ -126,4 +126,56 @@ RF_DEVICE float rf_block_max(float v, float* scratch) {
 // Most warps a block can hold (1024 threads / 32).
 #define RF_MAX_WARPS 32
 
+// Programmatic dependent launch (NVIDIA sm_90+; the host launches with it where the driver
+// has it): a kernel may start while the one before it in the stream is still running, so
+// every kernel begins with rf_grid_begin(): it waits until the kernel before has finished
+// and its writes are visible, then lets the next kernel start launching (its blocks wait in
+// their own rf_grid_begin, so at most one kernel waits behind the running one). Nothing may
+// be read or written before it (a unit test checks that it is each kernel's first
+// statement). Elsewhere it is nothing. RF_PDL_TRIGGER (ROCMFORGE_GPU_PDL, for measuring):
+// 1 = release after the wait (default), 0 = only when this kernel's blocks exit, 2 = before
+// the wait (every later kernel may launch and wait).
+#ifndef RF_PDL_TRIGGER
+#define RF_PDL_TRIGGER 1
+#endif
+RF_DEVICE void rf_grid_begin();
+
+// Starts pulling bytes [p, p + bytes) into L2 (sm_90 bulk prefetch by the block's first
+// thread; a hint; elsewhere nothing). Every access meets in L2, so a prefetch never makes
+// stale data visible: a kernel may issue it before rf_grid_begin() for what it will read
+// (weights, mostly), so that those bytes come from memory while the kernel before still runs.
+// Before rf_grid_begin() only addresses computed from the kernel's arguments may be used
+// (helpers named *_prefetch_l2; the unit test allows those alone there).
+#ifndef RF_L2_PREFETCH
+#define RF_L2_PREFETCH 1
+#endif
+RF_DEVICE void rf_prefetch_l2(const void* p, i64 bytes) {
+#if defined(RF_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && RF_L2_PREFETCH
+    if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0 || bytes <= 0) return;
+    // The instruction takes 16-byte aligned addresses and sizes: whole 16-byte pieces inside.
+    unsigned long long a = ((unsigned long long)p + 15) & ~15ull;
+    const unsigned long long e = ((unsigned long long)p + (unsigned long long)bytes) & ~15ull;
+    while (a < e) {
+        const unsigned int n = e - a < (1ull << 20) ? (unsigned int)(e - a) : (1u << 20);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+        a += n;
+    }
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+RF_DEVICE void rf_grid_begin() {
+#if defined(RF_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if RF_PDL_TRIGGER == 2
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#if RF_PDL_TRIGGER == 1
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#endif
+}
+
 #endif

@@ -63,6 +63,7 @@ RF_DEVICE void quantize_unit(const char* src, int src_f16, char* dst, int dt, i6
 RF_KERNEL void set_rows_q(const char* a, const char* ids, char* d, int src_f16, int dt, int ids_i64, i64 units,
                           i64 ane1, i64 ane2, i64 ine1, i64 ine2, i64 dne1, i64 n, i64 nba1, i64 nba2, i64 nba3,
                           i64 nbi0, i64 nbi1, i64 nbi2, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (i64)gridDim.x * blockDim.x) {
         const i64 u = t % units, r = t / units;
         const i64 i = r % ane1, i02 = (r / ane1) % ane2, i03 = r / (ane1 * ane2);
@@ -77,6 +78,7 @@ RF_KERNEL void set_rows_q(const char* a, const char* ids, char* d, int src_f16, 
 // row r of dst (shape dne1, dne2).
 RF_KERNEL void cpy_rows_q(const char* s, char* d, int src_f16, int dt, i64 units, i64 n, i64 sne1, i64 sne2,
                           i64 snb1, i64 snb2, i64 snb3, i64 dne1, i64 dne2, i64 dnb1, i64 dnb2, i64 dnb3) {
+    rf_grid_begin();
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (i64)gridDim.x * blockDim.x) {
         const i64 u = t % units, r = t / units;
         const char* sr = s + (r % sne1) * snb1 + ((r / sne1) % sne2) * snb2 + (r / (sne1 * sne2)) * snb3;

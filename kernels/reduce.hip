@@ -12,6 +12,7 @@ RF_DEVICE const float* red_row(const char* a, i64 r, i64 ne1, i64 ne2, i64 nb1, 
 // One block per row; mean = 1 divides by ne0.
 RF_KERNEL void sum_rows_f32(const char* a, char* d, int mean, i64 ne0, i64 ne1, i64 ne2, i64 nba1, i64 nba2,
                             i64 nba3, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 r = blockIdx.x;
     const float* x = red_row(a, r, ne1, ne2, nba1, nba2, nba3);
@@ -23,6 +24,7 @@ RF_KERNEL void sum_rows_f32(const char* a, char* d, int mean, i64 ne0, i64 ne1, 
 
 // One block for the whole tensor.
 RF_KERNEL void sum_f32(const char* a, float* d, i64 ne0, i64 ne1, i64 ne2, i64 nrows, i64 nba1, i64 nba2, i64 nba3) {
+    rf_grid_begin();
     __shared__ float scratch[RF_MAX_WARPS];
     float s = 0.0f;
     for (i64 i = threadIdx.x; i < ne0 * nrows; i += blockDim.x) {
@@ -36,6 +38,7 @@ RF_KERNEL void sum_f32(const char* a, float* d, i64 ne0, i64 ne1, i64 ne2, i64 n
 // running total of the chunks before.
 RF_KERNEL void cumsum_f32(const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64 nba1, i64 nba2, i64 nba3,
                           i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     const i64 r = blockIdx.x;
     const int lane = threadIdx.x;
     const float* x = red_row(a, r, ne1, ne2, nba1, nba2, nba3);
@@ -69,6 +72,7 @@ RF_KERNEL void cumsum_f32(const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64
 // ids out: all ne0 (ARGSORT) or the first k (TOP_K, descending).
 RF_KERNEL void argsort_f32(const char* a, char* d, int desc, i64 ne0, i64 k, i64 n, i64 ne1, i64 ne2, i64 nba1,
                            i64 nba2, i64 nba3, i64 nbd1, i64 nbd2, i64 nbd3) {
+    rf_grid_begin();
     __shared__ float val[SORT_MAX];
     __shared__ int idx[SORT_MAX];
     const i64 r = blockIdx.x;

@@ -8,6 +8,7 @@ RF_KERNEL void soft_max_f32(const char* a, const char* mask, const float* sinks,
                             i64 nba1, i64 nba2, i64 nba3, int mask_f16, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2,
                             i64 nbm3, i64 nbd1, i64 nbd2, i64 nbd3, float scale, float max_bias, float m0, float m1,
                             int n_head_log2) {
+    rf_grid_begin();
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 r = blockIdx.x;
     const i64 i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
@@ -44,6 +45,7 @@ RF_KERNEL void soft_max_f32(const char* a, const char* mask, const float* sinks,
 // dst = src / sqrt(mean(src^2) + eps) along dim 0.
 RF_KERNEL __launch_bounds__(1024) void rms_norm_f32(const char* a, char* d, i64 ne0, i64 ne1, i64 ne2, i64 nba1, i64 nba2, i64 nba3, i64 nbd1,
                             i64 nbd2, i64 nbd3, float eps) {
+    rf_grid_begin();
     __shared__ float scratch[RF_MAX_WARPS];
     const i64 r = blockIdx.x;
     const i64 i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);

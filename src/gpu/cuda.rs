@@ -29,6 +29,26 @@ const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
 const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x02;
 const CU_MEMHOSTREGISTER_READ_ONLY: c_uint = 0x08;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x02;
+const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: c_int = 6;
+
+/// cuLaunchKernelEx's launch configuration (cuda.h, CUDA 12.0+).
+#[repr(C)]
+struct CuLaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_mem: c_uint,
+    stream: CuStream,
+    attrs: *mut CuLaunchAttribute,
+    num_attrs: c_uint,
+}
+
+/// One launch attribute: its id, then a 64-byte union of values at offset 8.
+#[repr(C)]
+struct CuLaunchAttribute {
+    id: c_int,
+    pad: c_int,
+    value: [u64; 8],
+}
 
 #[derive(Clone, Copy)]
 struct Driver {
@@ -67,6 +87,9 @@ struct Driver {
         *mut *mut c_void,
         *mut *mut c_void,
     ) -> CuResult,
+    /// None with drivers older than CUDA 12 (then kernels launch without programmatic
+    /// dependent launch).
+    launch_kernel_ex: Option<unsafe extern "C" fn(*const CuLaunchConfig, CuFunction, *mut *mut c_void, *mut *mut c_void) -> CuResult>,
     /// None with drivers older than CUDA 12 (then graphs are simply not used).
     graphs: Option<Graphs>,
     io: Io,
@@ -133,6 +156,9 @@ pub struct CudaApi {
     rtc: Nvrtc,
     /// (device handle, retained primary context) per ordinal.
     devices: Vec<(CuDevice, usize)>,
+    /// Per ordinal: launch with programmatic dependent launch (sm_90+, a driver with
+    /// cuLaunchKernelEx, ROCMFORGE_GPU_PDL not 0). The kernels' rf_grid_begin() makes it safe.
+    pdl: Vec<std::sync::atomic::AtomicBool>,
     _libs: (libloading::Library, libloading::Library),
 }
 
@@ -190,6 +216,7 @@ impl CudaApi {
                 module_load_data: sym(&lib, "cuModuleLoadData")?,
                 module_get_function: sym(&lib, "cuModuleGetFunction")?,
                 launch_kernel: sym(&lib, "cuLaunchKernel")?,
+                launch_kernel_ex: sym(&lib, "cuLaunchKernelEx").ok(),
                 graphs: (|| {
                     Ok::<_, String>(Graphs {
                         stream_begin_capture: sym(&lib, "cuStreamBeginCapture_v2")?,
@@ -256,7 +283,16 @@ impl CudaApi {
                 Err(e) => crate::log_warn!("CUDA device {i} skipped: {e}"),
             }
         }
-        Ok(CudaApi { drv, rtc, devices, _libs: (lib, rlib) })
+        let pdl_env = std::env::var("ROCMFORGE_GPU_PDL").map(|v| v != "0").unwrap_or(true);
+        let pdl = devices
+            .iter()
+            .map(|&(d, _)| {
+                let mut major: c_int = 0;
+                let r = unsafe { (drv.device_get_attribute)(&mut major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d) };
+                std::sync::atomic::AtomicBool::new(pdl_env && drv.launch_kernel_ex.is_some() && r == 0 && major >= 9)
+            })
+            .collect();
+        Ok(CudaApi { drv, rtc, devices, pdl, _libs: (lib, rlib) })
     }
 
     fn check(&self, r: CuResult, what: &str) -> ApiResult<()> {
@@ -467,6 +503,27 @@ impl GpuApi for CudaApi {
         args: &mut [*mut c_void],
     ) -> ApiResult<()> {
         self.current(ord)?;
+        let pdl = self.pdl.get(ord).is_some_and(|p| p.load(std::sync::atomic::Ordering::Relaxed));
+        if let (true, Some(launch_ex)) = (pdl, self.drv.launch_kernel_ex) {
+            let mut attr = CuLaunchAttribute { id: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, pad: 0, value: [0; 8] };
+            attr.value[0] = 1; // programmaticStreamSerializationAllowed: an int at the union's start
+            let cfg = CuLaunchConfig {
+                grid,
+                block,
+                shared_mem,
+                stream: s.0 as CuStream,
+                attrs: &mut attr,
+                num_attrs: 1,
+            };
+            let r = unsafe { launch_ex(&cfg, f.0 as CuFunction, args.as_mut_ptr(), std::ptr::null_mut()) };
+            if r == 0 {
+                return Ok(());
+            }
+            // Launch the plain way from now on (this kernel too).
+            let e = self.check(r, "cuLaunchKernelEx").unwrap_err();
+            crate::log_warn!("CUDA device {ord}: programmatic dependent launch refused ({e}); launching without it");
+            self.pdl[ord].store(false, std::sync::atomic::Ordering::Relaxed);
+        }
         self.check(
             unsafe {
                 (self.drv.launch_kernel)(

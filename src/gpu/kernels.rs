@@ -203,7 +203,15 @@ pub fn cache_dir() -> Option<PathBuf> {
 
 /// Options every compile gets besides the target.
 pub fn compile_options(info: &DeviceInfo) -> Vec<String> {
-    vec![format!("-DRF_WARP_SIZE={}", info.warp_size)]
+    let mut v = vec![format!("-DRF_WARP_SIZE={}", info.warp_size)];
+    // When a kernel lets the next one launch (prelude.h, rf_grid_begin): for measuring.
+    match std::env::var("ROCMFORGE_GPU_PDL").as_deref() {
+        Ok("exit") => v.push("-DRF_PDL_TRIGGER=0".into()),
+        Ok("early") => v.push("-DRF_PDL_TRIGGER=2".into()),
+        Ok("noprefetch") => v.push("-DRF_L2_PREFETCH=0".into()),
+        _ => {}
+    }
+    v
 }
 
 /// Name of the cached binary for this program on this target.
@@ -310,6 +318,46 @@ mod tests {
             assert!(direct || stamped || mv1x, "kernel {name} missing from the sources");
         }
         assert!(!s.contains("#include \""));
+    }
+
+    /// The host launches kernels with programmatic dependent launch on sm_90+: a kernel that
+    /// touched memory before rf_grid_begin() could read its inputs before they are written
+    /// (only L2 prefetches, helpers named *_prefetch_l2, may come before it).
+    #[test]
+    fn every_kernel_begins_with_grid_begin() {
+        let mut count = 0;
+        for (file, src) in SOURCES {
+            let mut rest = *src;
+            while let Some(at) = rest.find("RF_KERNEL ") {
+                let k = &rest[at..];
+                let name_at = k.find(" void ").expect("kernel without void");
+                let open = name_at + k[name_at..].find('(').unwrap();
+                let mut depth = 0;
+                let mut close = open;
+                for (i, c) in k[open..].char_indices() {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        close = open + i;
+                        break;
+                    }
+                }
+                let brace = close + k[close..].find('{').unwrap();
+                let mut body = k[brace + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
+                // L2 prefetches (address arithmetic on the arguments) may come first.
+                while body.split('(').next().is_some_and(|f| f.ends_with("_prefetch_l2") && !f.contains(char::is_whitespace)) {
+                    body = body[body.find(';').unwrap() + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
+                }
+                let name = k[name_at + 6..open].trim();
+                assert!(body.starts_with("rf_grid_begin();"), "{file}: kernel {name} does not begin with rf_grid_begin()");
+                count += 1;
+                rest = &k[brace..];
+            }
+        }
+        assert!(count > 70, "found only {count} kernels");
     }
 
     #[test]
