@@ -176,8 +176,9 @@ static int g_npre;
 
 // Attention's input for one token as llama builds it: MUL_MAT q, ROPE q, MUL_MAT v, MUL_MAT k,
 // ROPE k, SET_ROWS k, SET_ROWS v (4 heads of q, 2 of k/v, 64 values each); the GPU runs them
-// as one launch (mul_mat_vec_q1_qkv). The output holds ROPE(q) and both caches.
-static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct) {
+// as one launch (mul_mat_vec_q1_qkv). The output holds ROPE(q) and both caches. vtrans: the V
+// cache transposed as llama stores it without flash attention (one row per value).
+static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans) {
     struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, 256, 1);
     struct ggml_tensor* pos = ids(c, GGML_TYPE_I32, "ids:4000", 1, 1, 1);
     struct ggml_tensor* idx = ids(c, GGML_TYPE_I64, "perm:30", 1, 1, 1);
@@ -189,7 +190,9 @@ static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int
     struct ggml_tensor* rk = ggml_rope_ext(c, ggml_reshape_3d(c, k, 64, 2, 1), pos, NULL, mode == 0 ? 48 : 64, mode, 4096,
                                            10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
     struct ggml_tensor* sk = ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 128, 30), ggml_reshape_2d(c, rk, 128, 1), idx);
-    struct ggml_tensor* sv = ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 128, 30), ggml_reshape_2d(c, v, 128, 1), idx);
+    struct ggml_tensor* sv = vtrans ? ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 1, 128 * 30), ggml_reshape_2d(c, v, 1, 128),
+                                                    ids(c, GGML_TYPE_I64, "perm:3840", 128, 1, 1))
+                                    : ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 128, 30), ggml_reshape_2d(c, v, 128, 1), idx);
     g_npre = 0;
     g_pre[g_npre++] = rq;
     g_pre[g_npre++] = v;
@@ -200,9 +203,11 @@ static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int
     struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sv : ggml_cast(c, sv, GGML_TYPE_F32), 128 * 30);
     return ggml_concat(c, ggml_concat(c, ggml_reshape_1d(c, rq, 256), kf, 0), vf, 0);
 }
-static struct ggml_tensor* attn_in_q4_1_normal(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_1, 0, GGML_TYPE_F16); }
-static struct ggml_tensor* attn_in_q8_0_neox(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_F16); }
-static struct ggml_tensor* attn_in_q4_0_normal_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_F32); }
+static struct ggml_tensor* attn_in_q4_1_normal(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_1, 0, GGML_TYPE_F16, 0); }
+static struct ggml_tensor* attn_in_q8_0_neox(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_F16, 0); }
+static struct ggml_tensor* attn_in_q4_0_normal_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_F32, 0); }
+static struct ggml_tensor* attn_in_q4_1_vtrans(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_1, 0, GGML_TYPE_F16, 1); }
+static struct ggml_tensor* attn_in_q8_0_neox_vtrans_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_F32, 1); }
 static struct ggml_tensor* mm_pair_q8_0(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q8_0); }
 
 static struct ggml_tensor* get_rows_t(struct ggml_context* c, enum ggml_type t) {
@@ -336,6 +341,8 @@ static const struct tcase CASES[] = {
     {"attention input q4_1 rope normal (48 of 64 dims), f16 caches (one launch)", attn_in_q4_1_normal, 5e-4, 0, 0, 0},
     {"attention input q8_0 rope neox, f16 caches (one launch)", attn_in_q8_0_neox, 5e-4, 0, 0, 0},
     {"attention input q4_0 rope normal (48 of 64 dims), f32 caches (one launch)", attn_in_q4_0_normal_f32, 5e-4, 0, 0, 0},
+    {"attention input q4_1, f16 caches, V transposed (no flash attention; one launch)", attn_in_q4_1_vtrans, 5e-4, 0, 0, 0},
+    {"attention input q8_0 neox, f32 caches, V transposed (one launch)", attn_in_q8_0_neox_vtrans_f32, 5e-4, 0, 0, 0},
     {"get_rows f32", get_rows_f32, 1e-7, 0, 0, 0},
     {"get_rows f16", get_rows_f16, 1e-7, 0, 0, 0},
     {"get_rows q4_1", get_rows_q4_1, 1e-7, 0, 0, 0},

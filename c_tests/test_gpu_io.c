@@ -11,6 +11,8 @@
 //      event_synchronize makes an asynchronous read-back visible on the host;
 //   6. ggml_backend_sched over [RFGPU0, ggml-cpu] (with and without pipeline copies) against
 //      ggml-cpu alone.
+//   7. with a second GPU device: cpy_tensor_async and tensor_copy between the two, both ways
+//      (skipped with one).
 // Without a GPU it prints "skipped: no GPU" and exits 0, like test_ops --gpus and gpu_smoke.
 #include "common.h"
 
@@ -369,6 +371,47 @@ static void test_copies_and_events(ggml_backend_t be1, ggml_backend_t be2) {
     chain_free(&m);
 }
 
+// ---- 4b. copies between two GPU devices (peer copies) ----------------------------------------
+
+// a computed on `src`'s device, copied to a tensor in `dst`'s device memory while the chain may
+// still run (cpy_tensor_async orders it), then 2b on `dst`; and the same through the
+// synchronous ggml_backend_tensor_copy.
+static void test_peer_copies(ggml_backend_t src, ggml_backend_t dst) {
+    struct chain m;
+    chain_build(&m, src);
+    struct ggml_context * ctx = new_ctx(4);
+    struct ggml_tensor * b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, PK, PN);
+    struct ggml_tensor * d = ggml_scale(ctx, b, 2.0f);
+    struct ggml_cgraph * g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, d);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, dst);
+    CHECK(buf != NULL, "buffer on %s", ggml_backend_name(dst));
+    if (buf) {
+        ggml_backend_tensor_memset(m.a, 0, 0, ggml_nbytes(m.a));
+        ggml_backend_tensor_memset(b, 0, 0, ggml_nbytes(b));
+        CHECK(ggml_backend_graph_compute_async(src, m.g_long) == GGML_STATUS_SUCCESS, "chain on %s", ggml_backend_name(src));
+        ggml_backend_tensor_copy_async(src, dst, m.a, b);
+        CHECK(ggml_backend_graph_compute_async(dst, g) == GGML_STATUS_SUCCESS, "2b on %s", ggml_backend_name(dst));
+        ggml_backend_synchronize(dst);
+        int bad = check_double(d, m.want_a);
+        printf("peer: chain on %s, cpy_tensor_async to %s, 2b there: %d mismatches\n", ggml_backend_name(src),
+               ggml_backend_name(dst), bad);
+        CHECK(bad == 0, "cpy_tensor_async between two GPU devices");
+        ggml_backend_synchronize(src);
+
+        ggml_backend_tensor_memset(b, 0, 0, ggml_nbytes(b));
+        ggml_backend_tensor_copy(m.a, b);
+        float * v = rf_tensor_to_float(b);
+        bad = count_diff(v, m.want_a, (size_t) PK * PN);
+        free(v);
+        printf("peer: ggml_backend_tensor_copy %s -> %s: %d mismatches\n", ggml_backend_name(src), ggml_backend_name(dst), bad);
+        CHECK(bad == 0, "tensor_copy between two GPU devices");
+        ggml_backend_buffer_free(buf);
+    }
+    ggml_free(ctx);
+    chain_free(&m);
+}
+
 // ---- 6. the scheduler over [RFGPU0, ggml-cpu] ----------------------------------------------
 
 typedef struct ggml_tensor * (*unary_fn)(struct ggml_context *, struct ggml_tensor *);
@@ -549,6 +592,25 @@ int main(void) {
     test_async_set_get(be1);
     test_copies_and_events(be1, be2);
     test_sched(be1, cpu);
+
+    // A second GPU device: copies between the two, both ways.
+    ggml_backend_dev_t g_gpu2 = NULL;
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg) && !g_gpu2; i++) {
+        ggml_backend_dev_t d = ggml_backend_reg_dev_get(reg, i);
+        if (d != g_gpu && strncmp(ggml_backend_dev_name(d), "RFGPU", 5) == 0) g_gpu2 = d;
+    }
+    if (g_gpu2) {
+        printf("second GPU device: %s (%s)\n", ggml_backend_dev_name(g_gpu2), ggml_backend_dev_description(g_gpu2));
+        ggml_backend_t other = ggml_backend_dev_init(g_gpu2, NULL);
+        CHECK(other != NULL, "backend of the second GPU");
+        if (other) {
+            test_peer_copies(be1, other);
+            test_peer_copies(other, be1);
+            ggml_backend_free(other);
+        }
+    } else {
+        printf("peer copies: skipped (one GPU device)\n");
+    }
 
     ggml_backend_free(cpu);
     ggml_backend_free(be2);

@@ -10,7 +10,8 @@
 //       pp<N> and tg<N> tokens/s (best of R repetitions)
 //
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
-// or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv); without it all runs on the
+// or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
+// between devices); without it all runs on the
 // library's CPU device. --mmap off reads the file instead of mapping it (libllama then uploads
 // GPU weights through the device's pinned host buffers and events, where it has them). -L LIB2 loads a second backend library, for hosts whose GPU library
 // has no CPU device of its own (ggml-cuda needs ggml-cpu beside it).
@@ -161,11 +162,19 @@ int main(int argc, char ** argv) {
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     if (o.no_mmap) mp.load_mode = LLAMA_LOAD_MODE_NONE;
-    ggml_backend_dev_t devs[2] = { NULL, NULL };
+    // --device A[,B...]: every layer on these devices (libllama splits the layers between them
+    // in proportion to their free memory; activations cross between them).
+    ggml_backend_dev_t devs[9] = { NULL };
     if (o.device) {
-        devs[0] = ggml_backend_dev_by_name(o.device);
-        if (!devs[0]) { fprintf(stderr, "llama_run: no device named %s\n", o.device); return 1; }
-        fprintf(stderr, "llama_run: offloading to %s (%s)\n", o.device, ggml_backend_dev_description(devs[0]));
+        char names[256];
+        snprintf(names, sizeof names, "%s", o.device);
+        int n = 0;
+        for (char * tok = strtok(names, ","); tok && n < 8; tok = strtok(NULL, ",")) {
+            devs[n] = ggml_backend_dev_by_name(tok);
+            if (!devs[n]) { fprintf(stderr, "llama_run: no device named %s\n", tok); return 1; }
+            fprintf(stderr, "llama_run: offloading to %s (%s)\n", tok, ggml_backend_dev_description(devs[n]));
+            n++;
+        }
         mp.devices = devs;
         mp.n_gpu_layers = -1;
     }

@@ -237,6 +237,27 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     }
 }
 
+// The keys and values (and mask) block (row, split) reads, into L2 before its rf_grid_begin()
+// (arithmetic on the arguments only). k32 / v32: bytes of 32 values of K / V. The rows of
+// one query's heads share them: only the blocks of query 0 ask.
+RF_DEVICE void fa_prefetch_l2(const char* k, const char* v, const char* mask, i64 DK, i64 DV, i64 n_q, i64 n_head,
+                              i64 n_kv, i64 rk2, i64 rv2, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3,
+                              i64 mne2, i64 mne3, i64 nbm2, i64 nbm3, const float* part, i64 split_keys, i64 k32,
+                              i64 v32) {
+    const i64 r = blockIdx.x;
+    const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
+    if (iq1 != 0) return;
+    const i64 ic0 = part ? (i64)blockIdx.y * split_keys : 0;
+    const i64 ic1 = part && ic0 + split_keys < n_kv ? ic0 + split_keys : n_kv;
+    if (ic1 <= ic0) return;
+    // From the first key's row to the last value of the last key's row (never past the view).
+    rf_prefetch_l2(k + (iq2 / rk2) * nbk2 + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + (DK + 31) / 32 * k32);
+    rf_prefetch_l2(v + (iq2 / rv2) * nbv2 + iq3 * nbv3 + ic0 * nbv1, (ic1 - 1 - ic0) * nbv1 + (DV + 31) / 32 * v32);
+    if (mask) rf_prefetch_l2(mask + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3 + ic0 * 2, (ic1 - ic0) * 2);
+}
+#define FA_PREFETCH(K32, V32)                                                                                   \
+    k, v, mask, DK, DV, n_q, n_head, n_kv, rk2, rv2, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3, mne2, mne3, nbm2, nbm3, \
+        part, split_keys, K32, V32
 #define FA_ARGS                                                                                                  \
     const char *q, const char *k, const char *v, const char *mask, const float *sinks, char *d, i64 DK, i64 DV,  \
         i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1,      \
@@ -248,6 +269,18 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q, \
         f16_acc, part, split_keys, counters, xq, xds
 
-RF_KERNEL void flash_attn_f16_f16(FA_ARGS) { rf_grid_begin(); flash_attn<w_f16, w_f16>(FA_PASS); }
-RF_KERNEL void flash_attn_f32_f32(FA_ARGS) { rf_grid_begin(); flash_attn<w_f32, w_f32>(FA_PASS); }
-RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) { rf_grid_begin(); flash_attn<w_q8_0, w_q8_0>(FA_PASS); }
+RF_KERNEL void flash_attn_f16_f16(FA_ARGS) {
+    fa_prefetch_l2(FA_PREFETCH(64, 64));
+    rf_grid_begin();
+    flash_attn<w_f16, w_f16>(FA_PASS);
+}
+RF_KERNEL void flash_attn_f32_f32(FA_ARGS) {
+    fa_prefetch_l2(FA_PREFETCH(128, 128));
+    rf_grid_begin();
+    flash_attn<w_f32, w_f32>(FA_PASS);
+}
+RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) {
+    fa_prefetch_l2(FA_PREFETCH(34, 34));
+    rf_grid_begin();
+    flash_attn<w_q8_0, w_q8_0>(FA_PASS);
+}

@@ -300,7 +300,7 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
                                   const float2* xds, i64 K, i64 Mq, i64 Mk, i64 Mv, i64 nb01q, i64 nb01k, i64 nb01v,
                                   float* qd, char* kc, const char* kidx, int kidx64, int kc_f16, i64 kc_rows,
                                   i64 nbkc1, char* vc, const char* vidx, int vidx64, int vc_f16, i64 vc_rows,
-                                  i64 nbvc1, const int* pos, const float* ff, i64 ne0, int n_dims, int neox,
+                                  i64 nbvc1, int v_per_value, i64 nbvi0, const int* pos, const float* ff, i64 ne0, int n_dims, int neox,
                                   float theta_scale, float freq_scale, float ext_factor, float attn_factor,
                                   float corr0, float corr1) {
     __shared__ float pair[2];
@@ -328,6 +328,19 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
         qd[r0 + stride] = y1;
         return;
     }
+    if (which == 2 && v_per_value) {
+        // V cache stored transposed (llama without flash attention): value r into row vidx[r].
+        const i64 ra = fused_row_id(vidx, vidx64, r0, nbvi0), rb = fused_row_id(vidx, vidx64, r0 + stride, nbvi0);
+        if (ra >= 0 && ra < vc_rows) {
+            if (vc_f16) *(f16_bits*)(vc + ra * nbvc1) = rf_f32_to_f16(y0);
+            else *(float*)(vc + ra * nbvc1) = y0;
+        }
+        if (rb >= 0 && rb < vc_rows) {
+            if (vc_f16) *(f16_bits*)(vc + rb * nbvc1) = rf_f32_to_f16(y1);
+            else *(float*)(vc + rb * nbvc1) = y1;
+        }
+        return;
+    }
     char* cache = which == 1 ? kc : vc;
     const i64 row = which == 1 ? fused_row_id(kidx, kidx64, 0, 0) : fused_row_id(vidx, vidx64, 0, 0);
     if (row < 0 || row >= (which == 1 ? kc_rows : vc_rows)) return;
@@ -345,13 +358,14 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
         const char* wq, const char* wk, const char* wv, const signed char* xq, const float2* xds, i64 K, i64 Mq,   \
         i64 Mk, i64 Mv, i64 nb01q, i64 nb01k, i64 nb01v, float* qd, char* kc, const char* kidx, int kidx64,        \
         int kc_f16, i64 kc_rows, i64 nbkc1, char* vc, const char* vidx, int vidx64, int vc_f16, i64 vc_rows,       \
-        i64 nbvc1, const int* pos, const float* ff, i64 ne0, int n_dims, int neox, float theta_scale,             \
-        float freq_scale, float ext_factor, float attn_factor, float corr0, float corr1) {                         \
+        i64 nbvc1, int v_per_value, i64 nbvi0, const int* pos, const float* ff, i64 ne0, int n_dims, int neox,     \
+        float theta_scale, float freq_scale, float ext_factor, float attn_factor, float corr0, float corr1) {      \
         qkv_prefetch_l2(wq, wk, wv, Mq, Mk, nb01q, nb01k, nb01v, ne0, neox);                                       \
         rf_grid_begin();                                                                                            \
         mul_mat_vec_q1_qkv<mq_##NAME>(wq, wk, wv, xq, xds, K, Mq, Mk, Mv, nb01q, nb01k, nb01v, qd, kc, kidx,      \
                                       kidx64, kc_f16, kc_rows, nbkc1, vc, vidx, vidx64, vc_f16, vc_rows, nbvc1,   \
-                                      pos, ff, ne0, n_dims, neox, theta_scale, freq_scale, ext_factor,             \
+                                      v_per_value, nbvi0, pos, ff, ne0, n_dims, neox, theta_scale, freq_scale,     \
+                                      ext_factor,                                                                  \
                                       attn_factor, corr0, corr1);                                                  \
     }
 QKV_KERNEL(q4_0)

@@ -13,10 +13,16 @@
 #define MV_COLS 4
 #define MV_ROWS 4
 
+// x rounded as round_src1's float modes round it (2 = f16, 4 = bf16, else as is): the vector
+// kernel does it in place of a round_src1 launch.
+RF_DEVICE float mv_round_x(float v, int xround) {
+    return xround == 2 ? rf_f16_to_f32(rf_f32_to_f16(v)) : xround == 4 ? rf_round_bf16(v) : v;
+}
+
 template <typename W>
 RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3,
                            i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3,
-                           const float* corr) {
+                           const float* corr, int xround) {
     const int lane = threadIdx.x % RF_WARP_SIZE;
     const i64 row = (i64)blockIdx.x * MV_ROWS + threadIdx.x / RF_WARP_SIZE;
     if (row >= M) return;  // whole warp leaves together
@@ -39,7 +45,7 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, 
                 const float* xv = xr[c] + blk * 32;
                 float s = 0.0f;
 #pragma unroll
-                for (int j = 0; j < 32; j++) s += wv[j] * xv[j];
+                for (int j = 0; j < 32; j++) s += wv[j] * mv_round_x(xv[j], xround);
                 acc[c] += s;
             }
         }
@@ -56,7 +62,7 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, 
         const float wk = load_w<W>(wr, k);
 #pragma unroll
         for (int c = 0; c < MV_COLS; c++) {
-            if (c < ncols) acc[c] += wk * xr[c][k];
+            if (c < ncols) acc[c] += wk * mv_round_x(xr[c][k], xround);
         }
     }
     char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
@@ -76,7 +82,8 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, 
 template <typename W>
 RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3,
                              i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3,
-                             const float* corr) {
+                             const float* corr, int xround) {
+    (void)xround;  // src1 comes rounded (round_src1)
     __shared__ float As[MM_BK][MM_BM + 1];
     __shared__ float Bs[MM_BK][MM_BN + 1];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -141,8 +148,8 @@ RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M
 
 #define MUL_MAT_ARGS                                                                                          \
     const char *w, const char *x, char *d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, \
-        i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3, const float *corr
-#define MUL_MAT_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr
+        i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3, const float *corr, int xround
+#define MUL_MAT_PASS w, x, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb1, nb2, nb3, corr, xround
 
 #define MUL_MAT_KERNELS(NAME, W)                                                          \
     RF_KERNEL void mul_mat_vec_##NAME(MUL_MAT_ARGS) { rf_grid_begin(); mul_mat_vec<W>(MUL_MAT_PASS); } \

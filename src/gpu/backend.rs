@@ -131,32 +131,58 @@ fn same_runtime(a: &GpuCtx, b: &GpuCtx) -> bool {
 /// What the kernel arguments of a graph are made of: per node its op, parameters and type,
 /// and address, shape and strides of it and its sources. Equal keys launch identical kernels
 /// (fusion decisions included: they follow from ops, flags and which addresses feed which).
-/// Written into `key` (cleared first, capacity kept: this runs for every token).
-fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
-    key.clear();
-    key.push(scratch);
-    let tensor = |key: &mut Vec<u64>, t: &Tensor| {
-        key.push(t.data() as usize as u64);
-        key.push(t.dtype() as u64);
-        key.extend(t.ne().iter().map(|&v| v as u64));
-        key.extend(t.nb().iter().map(|&v| v as u64));
-    };
+/// Each word goes to `f`, in order; None from `f` stops the walk.
+fn key_words(nodes: &[Tensor], scratch: DevPtr, f: &mut impl FnMut(u64) -> Option<()>) -> Option<()> {
+    f(scratch)?;
+    fn tensor(f: &mut impl FnMut(u64) -> Option<()>, t: &Tensor) -> Option<()> {
+        f(t.data() as usize as u64)?;
+        f(t.dtype() as u64)?;
+        for v in t.ne().iter().chain(t.nb().iter()) {
+            f(*v as u64)?;
+        }
+        Some(())
+    }
     for n in nodes {
         let params = &n.raw().op_params;
         // Flags too: fusion skips writing intermediates that are not graph outputs.
-        key.push(n.op() as u64 | (n.raw().flags as u32 as u64) << 32);
-        key.extend(params.chunks(2).map(|p| p.iter().rev().fold(0u64, |acc, &v| (acc << 32) | v as u32 as u64)));
-        tensor(key, n);
+        f(n.op() as u64 | (n.raw().flags as u32 as u64) << 32)?;
+        for p in params.chunks(2) {
+            f(p.iter().rev().fold(0u64, |acc, &v| (acc << 32) | v as u32 as u64))?;
+        }
+        tensor(f, n)?;
         // Sources up to the last one present (most nodes have one to three of ten).
         let nsrc = (0..crate::ffi::abi::GGML_MAX_SRC).rev().find(|&i| n.src(i).is_some()).map_or(0, |i| i + 1);
-        key.push(nsrc as u64);
+        f(nsrc as u64)?;
         for i in 0..nsrc {
             match n.src(i) {
-                Some(s) => tensor(key, &s),
-                None => key.push(u64::MAX),
+                Some(s) => tensor(f, &s)?,
+                None => f(u64::MAX)?,
             }
         }
     }
+    Some(())
+}
+
+/// The graph's key written into `key` (cleared first, capacity kept).
+fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
+    key.clear();
+    key_words(nodes, scratch, &mut |w| {
+        key.push(w);
+        Some(())
+    });
+}
+
+/// Whether the graph's key equals `last`, compared word by word as it is walked (nothing
+/// written: this runs for every token, and the key is rebuilt only when it differs).
+fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr) -> bool {
+    let mut at = 0;
+    key_words(nodes, scratch, &mut |w| {
+        let same = last.get(at) == Some(&w);
+        at += 1;
+        same.then_some(())
+    })
+    .is_some()
+        && at == last.len()
 }
 
 /// What ROCMFORGE_GPU_PROFILE adds a launch's time to: op, how many nodes it fused, the
@@ -334,10 +360,10 @@ impl GpuBackend {
         };
         // Addresses are checked once per new graph: a repeated key has the addresses checked
         // when it was first seen.
-        let repeated = self.graphs_ok && {
+        let repeated = self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0);
+        if self.graphs_ok && !repeated {
             graph_key(&mut self.key, nodes, self.scratch.0);
-            self.key == self.last_key
-        };
+        }
         let t2 = std::time::Instant::now();
         // ROCMFORGE_GPU_TIMING: host time per phase and how the graph ran (0 replayed,
         // 1 captured, 2 kernel by kernel), noted when compute_graph returns.
@@ -575,5 +601,38 @@ impl Backend for GpuBackend {
 
     fn as_gpu(&mut self) -> Option<&mut GpuBackend> {
         Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::ops::testutil::TT;
+    use crate::ggml_types::{op, GgmlType};
+
+    #[test]
+    fn key_matches_only_the_same_graph() {
+        let x = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        let y = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        let mut a = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a.op(op::ADD).src(0, &x).src(1, &y);
+        let mut s = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        s.op(op::SCALE).pf(0, 2.0).src(0, &a);
+        let nodes = [a.tensor(), s.tensor()];
+        let mut key = Vec::new();
+        graph_key(&mut key, &nodes, 4096);
+        assert!(key_matches(&key, &nodes, 4096));
+        assert!(!key_matches(&key, &nodes, 8192), "scratch address");
+        assert!(!key_matches(&key[..key.len() - 1], &nodes, 4096), "a shorter key");
+        assert!(!key_matches(&key, &nodes[..1], 4096), "fewer nodes");
+        let mut s2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        s2.op(op::SCALE).pf(0, 3.0).src(0, &a);
+        assert!(!key_matches(&key, &[a.tensor(), s2.tensor()], 4096), "an op parameter");
+        let mut a2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a2.op(op::ADD).src(0, &x).src(1, &x);
+        assert!(!key_matches(&key, &[a2.tensor(), s.tensor()], 4096), "a source");
+        let mut key2 = Vec::new();
+        graph_key(&mut key2, &[a2.tensor(), s.tensor()], 4096);
+        assert!(key_matches(&key2, &[a2.tensor(), s.tensor()], 4096));
     }
 }

@@ -890,8 +890,13 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (k, m, n) = (wne[0], wne[1], xne[1]);
     let batches = xne[2] * xne[3];
     let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
-    // src1 as ggml-cpu sees it: rounded into the scratch (dense) or used in place.
-    let (xp, xnb, corr) = match round_src1_to_scratch(&x, w.dtype(), lc)? {
+    // src1 as ggml-cpu sees it: rounded into the scratch (dense) or used in place; the vector
+    // kernel rounds to f16 / bf16 itself (one launch less per product: attention's KQ and
+    // KQV with an F16 cache in generation).
+    let vec = n < MUL_MAT_VEC_MAX_COLS;
+    let xround = src1_rounding(w.dtype()).filter(|m| vec && (*m == 2 || *m == 4));
+    let rounded = if xround.is_some() { None } else { round_src1_to_scratch(&x, w.dtype(), lc)? };
+    let (xp, xnb, corr) = match rounded {
         Some((xp, corr)) => (xp, [4, k * 4, k * 4 * n, k * 4 * n * xne[2]], corr),
         None => (x.data() as *const u8, x.nb(), std::ptr::null()),
     };
@@ -908,8 +913,9 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&wnb[1..])
         .i64s(&xnb[1..])
         .i64s(&dnb[1..])
-        .ptr(corr);
-    if n < MUL_MAT_VEC_MAX_COLS {
+        .ptr(corr)
+        .i32(xround.unwrap_or(-1));
+    if vec {
         lc.run(&format!("mul_mat_vec_{suffix}"), [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches], (MV_ROWS * lc.warp_size as usize) as u32, args)
     } else {
         lc.run(&format!("mul_mat_tiled_{suffix}"), [m.div_ceil(64), n.div_ceil(64), batches], 256, args)
@@ -2123,8 +2129,10 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         return Ok(None);
     }
     // The cache rows: k's roped rows and v's rows, one token each, dense rows.
+    // V's row, or (llama without flash attention: the V cache transposed) one row per value.
     let k_ok = set_rows_plain(&sk, mk_rows, 1) && sk.src(0).is_some_and(|a| a.data() == rk.data());
-    let v_ok = set_rows_plain(&sv, mv_rows, 1) && sv.src(0).is_some_and(|a| a.data() == mv.data());
+    let v_per_value = set_rows_per_value(&sv, mv_rows);
+    let v_ok = (set_rows_plain(&sv, mv_rows, 1) || v_per_value) && sv.src(0).is_some_and(|a| a.data() == mv.data());
     if !k_ok || !v_ok {
         return Ok(None);
     }
@@ -2170,6 +2178,8 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         .i32((sv.dtype() == GgmlType::F16) as i32)
         .i64(sv.ne()[1])
         .i64(sv.nb()[1])
+        .i32(v_per_value as i32)
+        .i64(vi.nb()[0])
         .ptr(pos.data())
         .opt_ptr(rq.src(2))
         .i64(ne0)
@@ -2233,6 +2243,24 @@ fn set_rows_plain(s: &Tensor, n: usize, n_tok: usize) -> bool {
         && a.ne() == [n, n_tok, 1, 1]
         && a.nb()[0] == 4
         && row_ids_ok(&idx, n_tok)
+}
+
+/// A SET_ROWS of `n` F32 values (a dense [1, n] view), each into its own row (of one value)
+/// of a 2-D F16 / F32 tensor: ids [n], dense.
+fn set_rows_per_value(s: &Tensor, n: usize) -> bool {
+    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else { return false };
+    s.op() == op::SET_ROWS
+        && supports_set_rows(s)
+        && matches!(s.dtype(), GgmlType::F16 | GgmlType::F32)
+        && s.ne()[0] == 1
+        && s.ne()[2] == 1
+        && s.ne()[3] == 1
+        && a.dtype() == GgmlType::F32
+        && a.ne() == [1, n, 1, 1]
+        && a.nb()[1] == 4
+        && matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64)
+        && idx.ne() == [n, 1, 1, 1]
+        && idx.nb()[0] == idx.dtype().type_size()
 }
 
 /// [ROPE(q), given when a caller moved it here (none does yet: llama.cpp's allocator may put

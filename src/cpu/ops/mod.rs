@@ -19,7 +19,7 @@ mod softmax;
 mod unary;
 
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use super::pool::Worker;
 use crate::ggml_types::op;
