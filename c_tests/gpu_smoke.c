@@ -178,15 +178,16 @@ static int g_npre;
 // ROPE k, SET_ROWS k, SET_ROWS v (4 heads of q, 2 of k/v, 64 values each); the GPU runs them
 // as one launch (mul_mat_vec_q1_qkv). The output holds ROPE(q) and both caches. vtrans: the V
 // cache transposed as llama stores it without flash attention (one row per value).
-static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans) {
-    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, 256, 1);
+static struct ggml_tensor* attn_in_k(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
+                                     int K) {
+    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1);
     struct ggml_tensor* pos = ids(c, GGML_TYPE_I32, "ids:4000", 1, 1, 1);
     struct ggml_tensor* idx = ids(c, GGML_TYPE_I64, "perm:30", 1, 1, 1);
-    struct ggml_tensor* q = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 256, 256), x);
+    struct ggml_tensor* q = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, 256), x);
     struct ggml_tensor* rq = ggml_rope_ext(c, ggml_reshape_3d(c, q, 64, 4, 1), pos, NULL, mode == 0 ? 48 : 64, mode, 4096,
                                            10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
-    struct ggml_tensor* v = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 256, 128), x);
-    struct ggml_tensor* k = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, 256, 128), x);
+    struct ggml_tensor* v = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, 128), x);
+    struct ggml_tensor* k = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, 128), x);
     struct ggml_tensor* rk = ggml_rope_ext(c, ggml_reshape_3d(c, k, 64, 2, 1), pos, NULL, mode == 0 ? 48 : 64, mode, 4096,
                                            10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
     struct ggml_tensor* sk = ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 128, 30), ggml_reshape_2d(c, rk, 128, 1), idx);
@@ -203,12 +204,30 @@ static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int
     struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sv : ggml_cast(c, sv, GGML_TYPE_F32), 128 * 30);
     return ggml_concat(c, ggml_concat(c, ggml_reshape_1d(c, rq, 256), kf, 0), vf, 0);
 }
+static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans) {
+    return attn_in_k(c, t, mode, ct, vtrans, 256);
+}
+// Rows long enough for blocks of one warp (8B-class: 4096 values).
+static struct ggml_tensor* attn_in_q4_0_k4096(struct ggml_context* c) { return attn_in_k(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_F16, 0, 4096); }
 static struct ggml_tensor* attn_in_q4_1_normal(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_1, 0, GGML_TYPE_F16, 0); }
 static struct ggml_tensor* attn_in_q8_0_neox(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_F16, 0); }
 static struct ggml_tensor* attn_in_q4_0_normal_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_F32, 0); }
 static struct ggml_tensor* attn_in_q4_1_vtrans(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_1, 0, GGML_TYPE_F16, 1); }
 static struct ggml_tensor* attn_in_q8_0_neox_vtrans_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_F32, 1); }
 static struct ggml_tensor* mm_pair_q8_0(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q8_0); }
+
+// A feed-forward block for one token as llama builds it: MUL_MAT gate, MUL_MAT up, SWIGLU, then
+// MUL_MAT down of the result: the GPU runs the first three as one launch that also quantizes
+// for the down product (mul_mat_vec_q_glu_q8; warps per block depend on M's block count).
+static struct ggml_tensor* ffn(struct ggml_context* c, enum ggml_type t, int K, int M) {
+    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1);
+    struct ggml_tensor* g = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, M), x);
+    struct ggml_tensor* u = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, M), x);
+    return ggml_mul_mat(c, ggml_new_tensor_2d(c, t, M, K), ggml_swiglu_split(c, g, u));
+}
+static struct ggml_tensor* ffn_q4_0_m1536(struct ggml_context* c) { return ffn(c, GGML_TYPE_Q4_0, 256, 1536); }
+static struct ggml_tensor* ffn_q4_0_m14336(struct ggml_context* c) { return ffn(c, GGML_TYPE_Q4_0, 256, 14336); }
+static struct ggml_tensor* ffn_q4_1_m1536(struct ggml_context* c) { return ffn(c, GGML_TYPE_Q4_1, 576, 1536); }
 
 static struct ggml_tensor* get_rows_t(struct ggml_context* c, enum ggml_type t) {
     struct ggml_tensor* a = ggml_new_tensor_3d(c, t, 256, 20, 2);
@@ -342,6 +361,10 @@ static const struct tcase CASES[] = {
     {"attention input q8_0 rope neox, f16 caches (one launch)", attn_in_q8_0_neox, 5e-4, 0, 0, 0},
     {"attention input q4_0 rope normal (48 of 64 dims), f32 caches (one launch)", attn_in_q4_0_normal_f32, 5e-4, 0, 0, 0},
     {"attention input q4_1, f16 caches, V transposed (no flash attention; one launch)", attn_in_q4_1_vtrans, 5e-4, 0, 0, 0},
+    {"attention input q4_0, rows of 4096 (one-warp blocks; one launch)", attn_in_q4_0_k4096, 5e-4, 0, 0, 0},
+    {"ffn q4_0 256 -> 1536 (gate/up/swiglu one launch, 32-warp blocks)", ffn_q4_0_m1536, 5e-4, 0, 0, 0},
+    {"ffn q4_0 256 -> 14336 (gate/up/swiglu one launch, 8-warp blocks on 132 SMs)", ffn_q4_0_m14336, 5e-4, 0, 0, 0},
+    {"ffn q4_1 576 -> 1536 (gate/up/swiglu one launch)", ffn_q4_1_m1536, 5e-4, 0, 0, 0},
     {"attention input q8_0 neox, f32 caches, V transposed (one launch)", attn_in_q8_0_neox_vtrans_f32, 5e-4, 0, 0, 0},
     {"get_rows f32", get_rows_f32, 1e-7, 0, 0, 0},
     {"get_rows f16", get_rows_f16, 1e-7, 0, 0, 0},

@@ -1973,6 +1973,22 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
     Ok(Some(j - i))
 }
 
+/// Warps per block of mul_mat_vec_q_glu_q8 (32 rows per block, the warps taking rows in
+/// turn). Its 64 registers a thread leave room for 1024 threads on a compute unit: all the
+/// blocks are made to fit at once (no last partial wave) while each warp still has a row.
+/// On an H100, 8B-class gate/up (448 blocks): one 1024-thread block per SM ran 3.4 waves at
+/// 53% of DRAM bandwidth, each block's loads idle while it reduced and quantized.
+/// ROCMFORGE_GPU_GLU_WARPS=N (1..32) overrides, for measuring.
+fn glu_q8_warps(blocks: usize, lc: &LaunchCtx) -> usize {
+    static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
+    let max = (1024 / lc.warp_size as usize).clamp(1, 32);
+    if let Some(w) = *FORCED.get_or_init(|| std::env::var("ROCMFORGE_GPU_GLU_WARPS").ok()?.parse().ok().filter(|w| (1..=32).contains(w))) {
+        return w.min(max);
+    }
+    let per_cu = blocks.div_ceil(lc.compute_units.max(1) as usize).max(1);
+    (max / per_cu).clamp(4.min(max), max)
+}
+
 /// MUL_MAT(gate, x), MUL_MAT(up, x), GLU(gate out, up out) for one column x: one kernel
 /// that reads both weight rows and writes act(gate) * up.
 fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
@@ -2022,8 +2038,8 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         .i64(wu.nb()[1]);
     let suffix = weight_suffix(wg.dtype()).unwrap_or("q4_0");
     if next_q8 {
-        let warps = (1024 / lc.warp_size as usize).min(32);
-        lc.run(&format!("mul_mat_vec_q_glu_q8_{suffix}"), [m / 32, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
+        let blocks = m / 32;
+        lc.run(&format!("mul_mat_vec_q_glu_q8_{suffix}"), [blocks, 1, 1], (glu_q8_warps(blocks, lc) * lc.warp_size as usize) as u32, args)?;
     } else {
         lc.run(&format!("mul_mat_vec_q_glu_{suffix}"), [m.div_ceil(MV_ROWS), 1, 1], (MV_ROWS * lc.warp_size as usize) as u32, args)?;
     }
@@ -2192,12 +2208,35 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         .f32(corr0)
         .f32(corr1);
     let suffix = weight_suffix(wq.dtype()).unwrap_or("q4_0");
-    let threads = (MV1_WARPS * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
+    let threads = (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
     lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
     for n in &nodes[i..i + 7] {
         lc.note_written(n);
     }
     Ok(Some(7))
+}
+
+/// Warps per block of mul_mat_vec_q1_qkv (two rows a block): MV1_WARPS, or fewer where rows
+/// are long enough to give every lane 4 parts (the unroll) with fewer warps. On an H100,
+/// 8B-class Q/K/V (K = 4096, 3072 blocks of 4 warps, one Q4_0 block a lane): 12.8 µs, 1.1
+/// TB/s. ROCMFORGE_GPU_QKV_WARPS=N (1..8) overrides, for measuring.
+fn qkv_warps(t: GgmlType, k: usize) -> usize {
+    static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
+    if let Some(w) = *FORCED.get_or_init(|| std::env::var("ROCMFORGE_GPU_QKV_WARPS").ok()?.parse().ok().filter(|w| (1..=8).contains(w))) {
+        return w;
+    }
+    let parts = k / t.block_size() * mvq_parts_per_block(t);
+    let w = parts / (MV1_UNROLL * 32);
+    if w == 0 { MV1_WARPS } else { w.min(MV1_WARPS) }
+}
+
+/// Parts a lane takes per weight block in the integer-dot kernels (NSUB in mmvq.hip).
+fn mvq_parts_per_block(t: GgmlType) -> usize {
+    match t {
+        GgmlType::Q4_1 | GgmlType::Q5_1 => 2,
+        GgmlType::Q4_K | GgmlType::Q6_K => 16,
+        _ => 1,
+    }
 }
 
 fn overlap(a: &Tensor, b: &Tensor) -> bool {
