@@ -40,6 +40,12 @@ fn mv1_shape() -> Option<(usize, usize, usize)> {
         }
     })
 }
+/// ROCMFORGE_GPU_MV1_WARPS=N (1..8): warps per block of the one-column kernel's default shape
+/// (the fused kernels unchanged), for measuring.
+fn mv1_warps() -> Option<usize> {
+    static V: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_MV1_WARPS").ok()?.parse().ok().filter(|w| (1..=8).contains(w)))
+}
 /// Whether a one-column product takes the 8-rows-per-warp kernel (mul_mat_vec_q1s_*): rows of
 /// at most 32 blocks of 32 (most lanes of a wider block would be idle) in a matrix tall enough
 /// to fill the GPU with such blocks. On an H100: SmolLM2's 49152 x 576 Q8_0 output projection
@@ -830,8 +836,8 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let (rows, unroll, warps) = match mv1_shape() {
             // Measured best for Q4_0 on an H100 (8B shapes, ncu: 82.7 against 86.0 us of
             // mat-vec kernels per layer): 4 rows per block, 2 warps.
-            None if suffix == "q4_0" => (4, 4, 2),
-            None => (MV1_ROWS, MV1_UNROLL, MV1_WARPS),
+            None if suffix == "q4_0" => (4, 4, mv1_warps().unwrap_or(2)),
+            None => (MV1_ROWS, MV1_UNROLL, mv1_warps().unwrap_or(MV1_WARPS)),
             Some(s) => s,
         };
         let threads = (warps * lc.warp_size as usize).min(MV1_MAX_THREADS);
