@@ -299,6 +299,28 @@ impl CudaApi {
         cu_check(&self.drv, r, what)
     }
 
+    /// cuLaunchKernel (the context is current).
+    fn plain_launch(&self, f: Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, s: Stream, args: &mut [*mut c_void]) -> ApiResult<()> {
+        self.check(
+            unsafe {
+                (self.drv.launch_kernel)(
+                    f.0 as CuFunction,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_mem,
+                    s.0 as CuStream,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        )
+    }
+
     fn current(&self, ord: usize) -> ApiResult<()> {
         let (_, ctx) = *self.devices.get(ord).ok_or("no such CUDA device")?;
         self.check(unsafe { (self.drv.ctx_set_current)(ctx as CuContext) }, "cuCtxSetCurrent")
@@ -519,29 +541,14 @@ impl GpuApi for CudaApi {
             if r == 0 {
                 return Ok(());
             }
-            // Launch the plain way from now on (this kernel too).
+            // Try the plain way; if that works, the attribute was the problem: plain from now on.
             let e = self.check(r, "cuLaunchKernelEx").unwrap_err();
+            self.plain_launch(f, grid, block, shared_mem, s, args)?;
             crate::log_warn!("CUDA device {ord}: programmatic dependent launch refused ({e}); launching without it");
             self.pdl[ord].store(false, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
         }
-        self.check(
-            unsafe {
-                (self.drv.launch_kernel)(
-                    f.0 as CuFunction,
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
-                    shared_mem,
-                    s.0 as CuStream,
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel",
-        )
+        self.plain_launch(f, grid, block, shared_mem, s, args)
     }
 
     fn capture_begin(&self, ord: usize, s: Stream) -> ApiResult<()> {
@@ -702,5 +709,26 @@ impl GpuApi for CudaApi {
         let mut ms = 0f32;
         self.check(unsafe { (self.drv.io.event_elapsed_time)(&mut ms, start.0 as CuEvent, end.0 as CuEvent) }, "cuEventElapsedTime")?;
         Ok(ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cuLaunchKernelEx's structs as cuda.h 13.0 lays them out (printed by a C program built
+    /// against the H100 machine's cuda.h: CUlaunchConfig 56 bytes, hStream at 32, attrs at 40,
+    /// numAttrs at 48; CUlaunchAttribute 72 bytes, value at 8).
+    #[test]
+    fn launch_structs_match_cuda_h() {
+        use std::mem::{offset_of, size_of};
+        assert_eq!(size_of::<CuLaunchConfig>(), 56);
+        assert_eq!(offset_of!(CuLaunchConfig, block), 12);
+        assert_eq!(offset_of!(CuLaunchConfig, shared_mem), 24);
+        assert_eq!(offset_of!(CuLaunchConfig, stream), 32);
+        assert_eq!(offset_of!(CuLaunchConfig, attrs), 40);
+        assert_eq!(offset_of!(CuLaunchConfig, num_attrs), 48);
+        assert_eq!(size_of::<CuLaunchAttribute>(), 72);
+        assert_eq!(offset_of!(CuLaunchAttribute, value), 8);
     }
 }
