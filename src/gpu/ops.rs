@@ -40,11 +40,16 @@ fn mv1_shape() -> Option<(usize, usize, usize)> {
         }
     })
 }
+/// A measuring override: the variable's value if it is a number in 1..=max.
+fn env_count(name: &str, max: usize) -> Option<usize> {
+    std::env::var(name).ok()?.parse().ok().filter(|n| (1..=max).contains(n))
+}
+
 /// ROCMFORGE_GPU_MV1_WARPS=N (1..8): warps per block of the one-column kernel's default shape
 /// (the fused kernels unchanged), for measuring.
 fn mv1_warps() -> Option<usize> {
     static V: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_MV1_WARPS").ok()?.parse().ok().filter(|w| (1..=8).contains(w)))
+    *V.get_or_init(|| env_count("ROCMFORGE_GPU_MV1_WARPS", 8))
 }
 /// Whether a one-column product takes the 8-rows-per-warp kernel (mul_mat_vec_q1s_*): rows of
 /// at most 32 blocks of 32 (most lanes of a wider block would be idle) in a matrix tall enough
@@ -1988,7 +1993,7 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
 fn glu_q8_warps(blocks: usize, lc: &LaunchCtx) -> usize {
     static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
     let max = (1024 / lc.warp_size as usize).clamp(1, 32);
-    if let Some(w) = *FORCED.get_or_init(|| std::env::var("ROCMFORGE_GPU_GLU_WARPS").ok()?.parse().ok().filter(|w| (1..=32).contains(w))) {
+    if let Some(w) = *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_GLU_WARPS", 32)) {
         return w.min(max);
     }
     let per_cu = blocks.div_ceil(lc.compute_units.max(1) as usize).max(1);
@@ -2228,7 +2233,7 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
 /// TB/s. ROCMFORGE_GPU_QKV_WARPS=N (1..8) overrides, for measuring.
 fn qkv_warps(t: GgmlType, k: usize) -> usize {
     static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    if let Some(w) = *FORCED.get_or_init(|| std::env::var("ROCMFORGE_GPU_QKV_WARPS").ok()?.parse().ok().filter(|w| (1..=8).contains(w))) {
+    if let Some(w) = *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_QKV_WARPS", 8)) {
         return w;
     }
     let parts = k / t.block_size() * mvq_parts_per_block(t);
