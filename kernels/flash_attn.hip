@@ -82,6 +82,13 @@ RF_DEVICE void fa_merge_row(const float* part, i64 r, i64 n_split, const float* 
     fa_finish_row<FA_MAX_PER_LANE>(m, s, acc, r, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
 }
 
+// Keys [ic0, ic1) of block (row, blockIdx.y): all of them, or with `part` (split-KV) the
+// block's range of split_keys.
+RF_DEVICE void fa_key_range(const float* part, i64 split_keys, i64 n_kv, i64* ic0, i64* ic1) {
+    *ic0 = part ? (i64)blockIdx.y * split_keys : 0;
+    *ic1 = part && *ic0 + split_keys < n_kv ? *ic0 + split_keys : n_kv;
+}
+
 template <typename KT, typename VT>
 RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const char* mask, const float* sinks, char* d,
                           i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2, i64 nbq1,
@@ -121,8 +128,8 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     const f16_bits* mrow = mask ? (const f16_bits*)(mask + iq1 * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3) : 0;
     // Split-KV (part != 0): block y takes keys [y * split_keys, (y + 1) * split_keys) and
     // writes a partial result for flash_attn_split_combine (flash_attn_split.hip).
-    const i64 ic0 = part ? (i64)blockIdx.y * split_keys : 0;
-    const i64 ic1 = part && ic0 + split_keys < n_kv ? ic0 + split_keys : n_kv;
+    i64 ic0, ic1;
+    fa_key_range(part, split_keys, n_kv, &ic0, &ic1);
     float m_max = rf_neg_inf(), s_sum = 0.0f;
     for (i64 ic = ic0 + warp; ic < ic1; ic += nwarps) {
         const float mv = mrow ? slope * rf_f16_to_f32(mrow[ic]) : 0.0f;
@@ -247,8 +254,8 @@ RF_DEVICE void fa_prefetch_l2(const char* k, const char* v, const char* mask, i6
     const i64 r = blockIdx.x;
     const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
     if (iq1 != 0) return;
-    const i64 ic0 = part ? (i64)blockIdx.y * split_keys : 0;
-    const i64 ic1 = part && ic0 + split_keys < n_kv ? ic0 + split_keys : n_kv;
+    i64 ic0, ic1;
+    fa_key_range(part, split_keys, n_kv, &ic0, &ic1);
     if (ic1 <= ic0) return;
     // From the first key's row to the last value of the last key's row (never past the view).
     rf_prefetch_l2(k + (iq2 / rk2) * nbk2 + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + (DK + 31) / 32 * k32);

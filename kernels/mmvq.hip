@@ -469,20 +469,27 @@ RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* 
 // in the graph) in one launch of the one-column kernel's default shape: blocks below blocks_a
 // take matrix a, the others matrix b. Weights of one type, K values per row, single batch;
 // outputs dense F32.
+// Which matrix block blockIdx takes (true: a) and its first row.
+RF_DEVICE bool mv1_pair_block(i64 Ma, i64* row0) {
+    const i64 blocks_a = (Ma + MV1_ROWS_DEF - 1) / MV1_ROWS_DEF;
+    const bool a = (i64)blockIdx.x < blocks_a;
+    *row0 = ((i64)blockIdx.x - (a ? 0 : blocks_a)) * MV1_ROWS_DEF;
+    return a;
+}
+
 template <typename T>
 RF_DEVICE void mul_mat_vec_q1_pair(const char* wa, const char* wb, const signed char* xq, const float2* xds, char* da,
                                    char* db, i64 K, i64 Ma, i64 Mb, i64 nb01a, i64 nb01b) {
-    const i64 blocks_a = (Ma + MV1_ROWS_DEF - 1) / MV1_ROWS_DEF;
-    const bool a = (i64)blockIdx.x < blocks_a;
-    const i64 row0 = ((i64)blockIdx.x - (a ? 0 : blocks_a)) * MV1_ROWS_DEF;
+    i64 row0;
+    const bool a = mv1_pair_block(Ma, &row0);
     mv1_rows<T, MV1_ROWS_DEF, MV1_UNROLL_DEF>((const unsigned char*)(a ? wa : wb), a ? nb01a : nb01b, a ? Ma : Mb, row0,
                                               xq, xds, K, (float*)(a ? da : db));
 }
-// mul_mat_vec_q1_pair's block mapping, for its prefetch.
+// The weight rows of mul_mat_vec_q1_pair's block, for its prefetch.
 RF_DEVICE void mv1_pair_prefetch_l2(const char* wa, const char* wb, i64 Ma, i64 Mb, i64 nb01a, i64 nb01b) {
-    const i64 blocks_a = (Ma + MV1_ROWS_DEF - 1) / MV1_ROWS_DEF;
-    const bool a = (i64)blockIdx.x < blocks_a;
-    const i64 row0 = ((i64)blockIdx.x - (a ? 0 : blocks_a)) * MV1_ROWS_DEF, M = a ? Ma : Mb, nb01 = a ? nb01a : nb01b;
+    i64 row0;
+    const bool a = mv1_pair_block(Ma, &row0);
+    const i64 M = a ? Ma : Mb, nb01 = a ? nb01a : nb01b;
     const i64 rows = M - row0 < MV1_ROWS_DEF ? M - row0 : MV1_ROWS_DEF;
     rf_prefetch_l2((a ? wa : wb) + row0 * nb01, rows * nb01);
 }
