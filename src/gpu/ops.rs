@@ -2308,8 +2308,7 @@ fn set_rows_per_value(s: &Tensor, n: usize) -> bool {
         && a.dtype() == GgmlType::F32
         && a.ne() == [1, n, 1, 1]
         && a.nb()[1] == 4
-        && matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64)
-        && idx.ne() == [n, 1, 1, 1]
+        && row_ids_ok(&idx, n)
         && idx.nb()[0] == idx.dtype().type_size()
 }
 
