@@ -567,14 +567,20 @@ static void test_sched(ggml_backend_t gpu, ggml_backend_t cpu) {
     }
 }
 
+// The first RFGPU device of the registry other than `skip` (NULL: none).
+static ggml_backend_dev_t find_gpu(ggml_backend_reg_t reg, ggml_backend_dev_t skip) {
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
+        ggml_backend_dev_t d = ggml_backend_reg_dev_get(reg, i);
+        if (d != skip && strncmp(ggml_backend_dev_name(d), "RFGPU", 5) == 0) return d;
+    }
+    return NULL;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);  // every line survives a crash
     g_cpu_dev = rf_ggml_cpu_device();
     ggml_backend_reg_t reg = rf_rocmforge_reg();
-    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg) && !g_gpu; i++) {
-        ggml_backend_dev_t d = ggml_backend_reg_dev_get(reg, i);
-        if (strncmp(ggml_backend_dev_name(d), "RFGPU", 5) == 0) g_gpu = d;
-    }
+    g_gpu = find_gpu(reg, NULL);
     if (!g_gpu) {
         printf("skipped: no GPU (no RFGPU device in the rocmforge registry)\n");
         return 0;
@@ -594,11 +600,7 @@ int main(void) {
     test_sched(be1, cpu);
 
     // A second GPU device: copies between the two, both ways.
-    ggml_backend_dev_t g_gpu2 = NULL;
-    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg) && !g_gpu2; i++) {
-        ggml_backend_dev_t d = ggml_backend_reg_dev_get(reg, i);
-        if (d != g_gpu && strncmp(ggml_backend_dev_name(d), "RFGPU", 5) == 0) g_gpu2 = d;
-    }
+    ggml_backend_dev_t g_gpu2 = find_gpu(reg, g_gpu);
     if (g_gpu2) {
         printf("second GPU device: %s (%s)\n", ggml_backend_dev_name(g_gpu2), ggml_backend_dev_description(g_gpu2));
         ggml_backend_t other = ggml_backend_dev_init(g_gpu2, NULL);
