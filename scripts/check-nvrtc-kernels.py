@@ -1,27 +1,23 @@
 #!/usr/bin/env python3
-"""Compiles the GPU kernels as the library does on NVIDIA (one program: prelude.h, quants.h,
-then kernels/*.hip in src/gpu/kernels.rs's order, their #include lines blanked) with an nvrtc
-found here, for the architectures given (default sm_90 sm_80), and reports errors.
-No GPU is needed; exit 2 (skipped) when no nvrtc can be had. nvrtc: $NVRTC_LIB, or the pip wheel nvidia-cuda-nvrtc-cu12 under
-$NVRTC_DIR (default .nvrtc/, fetched with pip download when missing)."""
-import ctypes, glob, os, re, subprocess, sys, time
+"""Compiles the GPU kernels as the library does on NVIDIA (the program text comes from the
+library itself: src/gpu/kernels.rs's program_source(), written out by the ignored unit test
+write_program_source) with an nvrtc found here, for the architectures given (default sm_90
+sm_80), and reports errors. No GPU is needed; exit 2 (skipped) when no nvrtc can be had.
+nvrtc: $NVRTC_LIB, or the pip wheel nvidia-cuda-nvrtc-cu12 under $NVRTC_DIR (default .nvrtc/,
+fetched with pip download when missing)."""
+import ctypes, glob, os, subprocess, sys, tempfile, time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def program_source():
-    rs = open(os.path.join(root, "src/gpu/kernels.rs")).read()
-    files = [("prelude.h", None)] + [(m, None) for m in re.findall(r'include_str!\("\.\./\.\./kernels/([\w.]+)"\)', rs) if m != "prelude.h"]
-    out = []
-    for name, _ in files:
-        text = open(os.path.join(root, "kernels", name)).read()
-        out.append(f'#line 1 "{name}"\n' if name == "prelude.h" else f'\n#line 1 "{name}"\n')
-        if name == "prelude.h":
-            out.append(text)
-            continue
-        for line in text.splitlines():
-            out.append("\n" if line.lstrip().startswith('#include "') else line + "\n")
-    return "".join(out)
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rocmforge.hip")
+        env = dict(os.environ, ROCMFORGE_KERNEL_SOURCE_OUT=out)
+        subprocess.check_call([os.environ.get("CARGO", "cargo"), "test", "-q", "--release", "--lib", "gpu::kernels::tests::write_program_source",
+                               "--", "--ignored", "--exact"], cwd=root, env=env, stdout=subprocess.DEVNULL)
+        with open(out, "rb") as f:
+            return f.read()
 
 
 def find_nvrtc():
@@ -51,7 +47,7 @@ def main():
     nv = ctypes.CDLL(find_nvrtc())
     major, minor = ctypes.c_int(), ctypes.c_int()
     nv.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    src = program_source().encode()
+    src = program_source()
     failed = 0
     for arch in archs:
         t0 = time.time()

@@ -360,6 +360,15 @@ mod tests {
         assert!(count > 70, "found only {count} kernels");
     }
 
+    /// Not a check: writes the program exactly as the library compiles it to the file named by
+    /// ROCMFORGE_KERNEL_SOURCE_OUT, for scripts/check-nvrtc-kernels.py (run with --ignored).
+    #[test]
+    #[ignore]
+    fn write_program_source() {
+        let path = std::env::var_os("ROCMFORGE_KERNEL_SOURCE_OUT").expect("ROCMFORGE_KERNEL_SOURCE_OUT names the output file");
+        std::fs::write(path, program_source()).unwrap();
+    }
+
     #[test]
     fn cache_key_changes_with_every_input() {
         let o = vec!["-DRF_WARP_SIZE=32".to_string()];
