@@ -160,21 +160,23 @@ RF_DEVICE void mul_mat_vec_q_glu_q8(const char* wg, const char* wu, const signed
     if (threadIdx.x < 32) quantize_vals32(vals[threadIdx.x], oq, ods, blockIdx.x, threadIdx.x);
 }
 
-// mul_mat_vec_q_glu_q8's rows of both matrices, for its prefetch.
-RF_DEVICE void glu_q8_prefetch_l2(const char* wg, const char* wu, i64 nb01g, i64 nb01u) {
+// The first pf_rows of mul_mat_vec_q_glu_q8's 32 rows of both matrices, for its prefetch
+// (the launcher keeps what all blocks prefetch within part of L2: prefetched lines evicted
+// before their use are read twice).
+RF_DEVICE void glu_q8_prefetch_l2(const char* wg, const char* wu, i64 nb01g, i64 nb01u, i64 pf_rows) {
     const i64 row0 = (i64)blockIdx.x * 32;
-    rf_prefetch_l2(wg + row0 * nb01g, 32 * nb01g);
-    rf_prefetch_l2(wu + row0 * nb01u, 32 * nb01u);
+    rf_prefetch_l2(wg + row0 * nb01g, pf_rows * nb01g);
+    rf_prefetch_l2(wu + row0 * nb01u, pf_rows * nb01u);
 }
 
 #define MVQ_GLU_ARGS                                                                                     \
     const char *wg, const char *wu, const signed char *xq, const float2 *xds, float *out, signed char *oq, \
-        float2 *ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u
+        float2 *ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u, i64 pf_rows
 #define MVQ_GLU_PASS wg, wu, xq, xds, out, oq, ods, act_code, K, M, nb01g, nb01u
 #define MVQ_GLU_KERNEL(NAME)                                                                                  \
     RF_KERNEL void mul_mat_vec_q_glu_##NAME(MVQ_GLU_ARGS) { rf_grid_begin(); mul_mat_vec_q_glu<mq_##NAME>(MVQ_GLU_PASS); } \
     RF_KERNEL __launch_bounds__(1024) void mul_mat_vec_q_glu_q8_##NAME(MVQ_GLU_ARGS) {                       \
-        glu_q8_prefetch_l2(wg, wu, nb01g, nb01u);                                                           \
+        glu_q8_prefetch_l2(wg, wu, nb01g, nb01u, pf_rows);                                                           \
         rf_grid_begin();                                                                                    \
         mul_mat_vec_q_glu_q8<mq_##NAME>(MVQ_GLU_PASS);                                                      \
     }

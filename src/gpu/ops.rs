@@ -2000,6 +2000,19 @@ fn glu_q8_warps(blocks: usize, lc: &LaunchCtx) -> usize {
     (max / per_cu).clamp(4.min(max), max)
 }
 
+/// Rows of its 32 (of both matrices, `pair_bytes` a row of the two) that each gate/up block
+/// prefetches into L2 before it waits: all of them while the whole launch's prefetch stays
+/// within GLU_PREFETCH_BYTES, fewer beyond. On an H100 the 8B-class gate/up (66 MB, all 32
+/// rows prefetched into its 50 MB L2) read 83 MB from memory. ROCMFORGE_GPU_GLU_PF_MB=N
+/// overrides the budget, for measuring.
+fn glu_prefetch_rows(m: usize, pair_bytes: usize) -> i64 {
+    static V: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
+    let budget = V.get_or_init(|| std::env::var("ROCMFORGE_GPU_GLU_PF_MB").ok()?.parse::<usize>().ok()).map_or(GLU_PREFETCH_BYTES, |mb| mb << 20);
+    let per_block = budget / (m / 32).max(1);
+    (per_block / pair_bytes.max(1)).min(32) as i64
+}
+const GLU_PREFETCH_BYTES: usize = 24 << 20;
+
 /// MUL_MAT(gate, x), MUL_MAT(up, x), GLU(gate out, up out) for one column x: one kernel
 /// that reads both weight rows and writes act(gate) * up.
 fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
@@ -2046,7 +2059,8 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         .i64(k)
         .i64(m)
         .i64(wg.nb()[1])
-        .i64(wu.nb()[1]);
+        .i64(wu.nb()[1])
+        .i64(glu_prefetch_rows(m, wg.nb()[1] + wu.nb()[1]) as usize);
     let suffix = weight_suffix(wg.dtype()).unwrap_or("q4_0");
     if next_q8 {
         let blocks = m / 32;

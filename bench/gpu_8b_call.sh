@@ -1,0 +1,102 @@
+#!/bin/bash
+# Device call for 8B-class token generation (session 5): correctness (test_ops --gpus,
+# gpu_smoke, test_gpu_io), the 8B tg against ggml-cuda interleaved, sweeps of measuring knobs,
+# the in-stream profile and an ncu window of one layer's kernels. Carry .device-carry/common (bin/, smol-tokenizer.gguf)
+# and .device-carry/cuda (libggml-cuda.so.xz built on the device from the pinned sources).
+#   STEPS="ops smoke 8b smol" bash bench/gpu_stream_call.sh
+set -u
+R=$PWD; C=$R/.device-carry/common
+STEPS=${STEPS:-"ops smoke 8b"}
+has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
+mkdir -p /tmp/gc && cp -a $C/bin/* $C/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc
+[ -f libggml-cuda.so ] || xz -dc $R/.device-carry/cuda/libggml-cuda.so.xz > libggml-cuda.so
+mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
+export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+P8=; if { has 8b || has prof || has glupf || has detail || has norm; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
+if has ops; then
+    ( time timeout 300 ./test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops --gpus rc=$?"
+    grep -E "FAIL|cases:|passed|failed|real" $OUT/test_ops.log | tail -6
+fi
+if has smoke; then
+    timeout 200 ./gpu_smoke ./libggml-rocmforge.so ./libggml-cpu.so > $OUT/smoke.log 2>&1; echo "gpu_smoke rc=$? $(grep -c FAIL $OUT/smoke.log) FAIL lines"
+    grep -iE "mul_mat|glu|ffn" $OUT/smoke.log | head -20
+    timeout 120 ./test_gpu_io > $OUT/gpu_io.log 2>&1; echo "test_gpu_io rc=$? $(tail -1 $OUT/gpu_io.log)"
+fi
+b() { # LABEL BACKEND-ARGS... (env before)
+    local label=$1; shift
+    "$@" 2>$OUT/bench-$label.err | grep "backend=" | sed "s/^/$label: /"
+}
+if has 8b; then
+    [ -n "$P8" ] && wait $P8; tail -1 $OUT/make8b.log
+    for r in 1 2; do
+        b cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+        b rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+    done
+    b st-all env ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 16 --tg 64 --reps 2
+fi
+if has smol; then
+    ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf > /dev/null 2>&1
+    for r in 1 2; do
+        b smol-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m smol.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 128 --reps 3
+        b smol-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 128 --reps 3
+    done
+fi
+if has glupf; then
+    [ -n "$P8" ] && wait $P8
+    for r in 1 2; do
+        for mb in 100 0 12 24 36; do
+            b "glupf$mb-$r" env ROCMFORGE_GPU_GLU_PF_MB=$mb ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 16 --tg 64 --reps 2
+        done
+    done
+fi
+if has detail; then  # ncu sections of the norm and the attention kernel, FA split modes at a 512-token context
+    [ -n "$P8" ] && wait $P8
+    timeout 150 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:"fused_rms_norm|flash_attn" --launch-skip 200 --launch-count 2 \
+        --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section SchedulerStats \
+        env ROCMFORGE_GPU_GRAPHS=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 8 --reps 1 > $OUT/ncu-detail.txt 2>&1
+    grep -E "fused_rms_norm|flash_attn|Duration|Elapsed Cycles|SM Active Cycles|Block Size|Grid Size|Registers Per|Achieved Occupancy|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|Memory Throughput|Dynamic Shared|Static Shared" $OUT/ncu-detail.txt | head -60
+    for m in 1 2 0; do
+        b "fa$m" env ROCMFORGE_GPU_FA_SPLIT=$m ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+    done
+    ROCMFORGE_GPU_PROFILE=1 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 32 --reps 1 > /dev/null 2> $OUT/prof512.err
+    echo "profile at 512 context:"; grep -A12 "kernel profile" $OUT/prof512.err | grep -v "op 74 " ; grep "op 74 " $OUT/prof512.err | head -3
+fi
+if has norm; then  # fused_rms_norm over 1 / 4 / 16 blocks a row
+    [ -n "$P8" ] && wait $P8
+    for r in 1 2; do
+        for n in 1 4 16; do
+            b "norm$n-$r" env ROCMFORGE_GPU_NORM_SLICES=$n ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+        done
+    done
+    timeout 100 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:"fused_rms_norm" --launch-skip 200 --launch-count 4 --metrics gpu__time_duration.sum \
+        env ROCMFORGE_GPU_GRAPHS=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 8 --tg 8 --reps 1 2>&1 | grep -E "fused_rms_norm|duration"
+fi
+if has e2e; then  # synthetic llama-family models fully on RFGPU0 against ggml-cpu
+    mkdir -p e2e
+    for spec in llama:q4_0 qwen3:q4_k llama:f16 gemma3:f16 qwen3moe:q4_0 qwen2:f16; do
+      a=${spec%:*} t=${spec#*:}; m=/tmp/gc/e2e/$a-$t.gguf; mkdir -p /tmp/gc/e2e/$a-$t
+      ./make_model --arch $a --type $t --tokenizer smol-tokenizer.gguf -o $m >/dev/null 2>&1
+      timeout 90 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so $m /tmp/gc/e2e/$a-$t --fa both --threads 8 --min-stable 0 --device RFGPU0 > $OUT/e2e-$a-$t.log 2>&1
+      echo "e2e $spec rc=$? $(grep -E '^fa=' $OUT/e2e-$a-$t.log | cut -c1-150 | tr '\n' ' ')"
+    done
+fi
+if has prof; then
+    [ -n "$P8" ] && wait $P8
+    ROCMFORGE_GPU_PROFILE=1 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 8 --tg 32 --reps 1 > /dev/null 2> $OUT/prof.err
+    echo "profile:"; grep -A16 "kernel profile" $OUT/prof.err
+    timeout 120 /usr/local/cuda/bin/ncu --clock-control none --launch-skip 1200 --launch-count 30 \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum --csv \
+        env ROCMFORGE_GPU_GRAPHS=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 8 --tg 8 --reps 1 > $OUT/ncu.csv 2>/dev/null
+    python3 - $OUT/ncu.csv <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: print("ncu: no data"); sys.exit()
+h = rows[0]; k = h.index("Kernel Name"); n = h.index("Metric Name"); v = h.index("Metric Value"); g = h.index("Grid Size"); i = h.index("ID")
+by = {}
+for r in rows[1:]:
+    by.setdefault(r[i], [r[k].split('(')[0], r[g], {}])[2][r[n]] = float(r[v].replace(",", ""))
+for key, (name, grid, m) in by.items():
+    print(f"{name[:40]:40s} {grid:>16s} {m.get('gpu__time_duration.sum',0)/1e3:8.1f} us  dram {m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed',0):5.1f}%  {m.get('dram__bytes_read.sum',0)/1e6:7.2f} MB")
+PY
+fi
