@@ -1,9 +1,15 @@
 #!/bin/bash
 # Device call for 8B-class token generation (session 5): correctness (test_ops --gpus,
 # gpu_smoke, test_gpu_io), the 8B tg against ggml-cuda interleaved, sweeps of measuring knobs,
-# the in-stream profile and an ncu window of one layer's kernels. Carry .device-carry/common (bin/, smol-tokenizer.gguf)
-# and .device-carry/cuda (libggml-cuda.so.xz built on the device from the pinned sources).
-#   STEPS="ops smoke 8b smol" bash bench/gpu_stream_call.sh
+# the in-stream profile and an ncu window of one layer's kernels.
+# Carry .device-carry/common (bin/, smol-tokenizer.gguf)
+# and .device-carry/cuda (libggml-cuda.so.xz: `bench/gpu_vs_ggml_cuda.sh build` on the device from
+# the pinned sources, stripped, brought back through $OUT, compressed here to fit the 64 MiB carry).
+#   STEPS="ops smoke 8b smol" bash bench/gpu_8b_call.sh
+# Steps: ops (test_ops --gpus), smoke (gpu_smoke, test_gpu_io), 8b / smol (tg and pp against
+# ggml-cuda, fa on and off, interleaved), glupf (gate/up prefetch budget sweep), e2e (synthetic
+# llama-family models on RFGPU0 against ggml-cpu), detail (ncu sections of the norm and attention
+# kernels, attention split modes), prof (in-stream profile and an ncu window of one layer).
 set -u
 R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
@@ -13,7 +19,7 @@ mkdir -p /tmp/gc && cp -a $C/bin/* $C/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-P8=; if { has 8b || has prof || has glupf || has detail || has norm; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
+P8=; if { has 8b || has prof || has glupf || has detail ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
 if has ops; then
     ( time timeout 300 ./test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops --gpus rc=$?"
     grep -E "FAIL|cases:|passed|failed|real" $OUT/test_ops.log | tail -6
@@ -27,19 +33,23 @@ b() { # LABEL BACKEND-ARGS... (env before)
     local label=$1; shift
     "$@" 2>$OUT/bench-$label.err | grep "backend=" | sed "s/^/$label: /"
 }
-if has 8b; then
+if has 8b; then  # interleaved; rf-pf100 = the gate/up prefetch of the build before (all 32 rows)
     [ -n "$P8" ] && wait $P8; tail -1 $OUT/make8b.log
-    for r in 1 2; do
-        b cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 64 --reps 2
-        b rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+    for fa in on off; do
+        for r in 1 2; do
+            b 8b-$fa-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
+            b 8b-$fa-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
+            [ $fa = on ] && b 8b-$fa-rf-pf100-$r env ROCMFORGE_GPU_GLU_PF_MB=100 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
+        done
     done
-    b st-all env ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 16 --tg 64 --reps 2
 fi
 if has smol; then
     ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf > /dev/null 2>&1
-    for r in 1 2; do
-        b smol-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m smol.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 128 --reps 3
-        b smol-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 128 --reps 3
+    for fa in on off; do
+        for r in 1 2; do
+            b smol-$fa-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m smol.gguf --device CUDA0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
+            b smol-$fa-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
+        done
     done
 fi
 if has glupf; then
@@ -61,16 +71,6 @@ if has detail; then  # ncu sections of the norm and the attention kernel, FA spl
     done
     ROCMFORGE_GPU_PROFILE=1 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 32 --reps 1 > /dev/null 2> $OUT/prof512.err
     echo "profile at 512 context:"; grep -A12 "kernel profile" $OUT/prof512.err | grep -v "op 74 " ; grep "op 74 " $OUT/prof512.err | head -3
-fi
-if has norm; then  # fused_rms_norm over 1 / 4 / 16 blocks a row
-    [ -n "$P8" ] && wait $P8
-    for r in 1 2; do
-        for n in 1 4 16; do
-            b "norm$n-$r" env ROCMFORGE_GPU_NORM_SLICES=$n ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
-        done
-    done
-    timeout 100 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:"fused_rms_norm" --launch-skip 200 --launch-count 4 --metrics gpu__time_duration.sum \
-        env ROCMFORGE_GPU_GRAPHS=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 8 --tg 8 --reps 1 2>&1 | grep -E "fused_rms_norm|duration"
 fi
 if has e2e; then  # synthetic llama-family models fully on RFGPU0 against ggml-cpu
     mkdir -p e2e
