@@ -564,6 +564,16 @@ impl Args {
         self.0.push(v.to_bits() as u64);
         self
     }
+    /// The cache that SET_ROWS `set` writes, as mul_mat_vec_q1_qkv takes its K and V caches:
+    /// cache, row ids `idx`, ids are I64, cache is F16, cache rows, row stride.
+    fn qkv_cache(self, set: &Tensor, idx: &Tensor) -> Self {
+        self.ptr(set.data())
+            .ptr(idx.data())
+            .i32((idx.dtype() == GgmlType::I64) as i32)
+            .i32((set.dtype() == GgmlType::F16) as i32)
+            .i64(set.ne()[1])
+            .i64(set.nb()[1])
+    }
 }
 
 impl LaunchCtx<'_> {
@@ -2210,18 +2220,8 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         .i64(wk.nb()[1])
         .i64(wv.nb()[1])
         .ptr(rq.data())
-        .ptr(sk.data())
-        .ptr(ki.data())
-        .i32((ki.dtype() == GgmlType::I64) as i32)
-        .i32((sk.dtype() == GgmlType::F16) as i32)
-        .i64(sk.ne()[1])
-        .i64(sk.nb()[1])
-        .ptr(sv.data())
-        .ptr(vi.data())
-        .i32((vi.dtype() == GgmlType::I64) as i32)
-        .i32((sv.dtype() == GgmlType::F16) as i32)
-        .i64(sv.ne()[1])
-        .i64(sv.nb()[1])
+        .qkv_cache(&sk, &ki)
+        .qkv_cache(&sv, &vi)
         .i32(v_per_value as i32)
         .i64(vi.nb()[0])
         .ptr(pos.data())
