@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device call for 8B-class token generation (session 5): correctness (test_ops --gpus,
+# Device call for 8B-class token generation (sessions 5-6): correctness (test_ops --gpus,
 # gpu_smoke, test_gpu_io), the 8B tg against ggml-cuda interleaved, sweeps of measuring knobs,
 # the in-stream profile and an ncu window of one layer's kernels.
 # Carry .device-carry/common (bin/, smol-tokenizer.gguf)
@@ -26,20 +26,20 @@ if has ops; then
 fi
 if has smoke; then
     timeout 200 ./gpu_smoke ./libggml-rocmforge.so ./libggml-cpu.so > $OUT/smoke.log 2>&1; echo "gpu_smoke rc=$? $(grep -c FAIL $OUT/smoke.log) FAIL lines"
-    grep -iE "mul_mat|glu|ffn" $OUT/smoke.log | head -20
+    grep -iE "layer|attention input|ffn" $OUT/smoke.log | head -20
     timeout 120 ./test_gpu_io > $OUT/gpu_io.log 2>&1; echo "test_gpu_io rc=$? $(tail -1 $OUT/gpu_io.log)"
 fi
 b() { # LABEL BACKEND-ARGS... (env before)
     local label=$1; shift
     "$@" 2>$OUT/bench-$label.err | grep "backend=" | sed "s/^/$label: /"
 }
-if has 8b; then  # interleaved; rf-pf100 = the gate/up prefetch of the build before (all 32 rows)
+if has 8b; then  # interleaved; rf-noaddnorm = without the projection+add+norm launch (the build before)
     [ -n "$P8" ] && wait $P8; tail -1 $OUT/make8b.log
     for fa in on off; do
         for r in 1 2; do
             b 8b-$fa-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
             b 8b-$fa-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
-            [ $fa = on ] && b 8b-$fa-rf-pf100-$r env ROCMFORGE_GPU_GLU_PF_MB=100 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
+            b 8b-$fa-rf-noaddnorm$r env ROCMFORGE_GPU_ADD_NORM=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
         done
     done
 fi
@@ -49,6 +49,7 @@ if has smol; then
         for r in 1 2; do
             b smol-$fa-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m smol.gguf --device CUDA0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
             b smol-$fa-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
+            b smol-$fa-rf-noaddnorm$r env ROCMFORGE_GPU_ADD_NORM=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
         done
     done
 fi

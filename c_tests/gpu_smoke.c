@@ -178,9 +178,9 @@ static int g_npre;
 // ROPE k, SET_ROWS k, SET_ROWS v (4 heads of q, 2 of k/v, 64 values each); the GPU runs them
 // as one launch (mul_mat_vec_q1_qkv). The output holds ROPE(q) and both caches. vtrans: the V
 // cache transposed as llama stores it without flash attention (one row per value).
-static struct ggml_tensor* attn_in_k(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
-                                     int K) {
-    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1);
+static struct ggml_tensor* attn_in_x(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
+                                     struct ggml_tensor* x) {
+    const int K = (int)x->ne[0];
     struct ggml_tensor* pos = ids(c, GGML_TYPE_I32, "ids:4000", 1, 1, 1);
     struct ggml_tensor* idx = ids(c, GGML_TYPE_I64, "perm:30", 1, 1, 1);
     struct ggml_tensor* q = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, 256), x);
@@ -204,6 +204,10 @@ static struct ggml_tensor* attn_in_k(struct ggml_context* c, enum ggml_type t, i
     struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sv : ggml_cast(c, sv, GGML_TYPE_F32), 128 * 30);
     return ggml_concat(c, ggml_concat(c, ggml_reshape_1d(c, rq, 256), kf, 0), vf, 0);
 }
+static struct ggml_tensor* attn_in_k(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
+                                     int K) {
+    return attn_in_x(c, t, mode, ct, vtrans, ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1));
+}
 static struct ggml_tensor* attn_in(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans) {
     return attn_in_k(c, t, mode, ct, vtrans, 256);
 }
@@ -219,15 +223,37 @@ static struct ggml_tensor* mm_pair_q8_0(struct ggml_context* c) { return mm_pair
 // A feed-forward block for one token as llama builds it: MUL_MAT gate, MUL_MAT up, SWIGLU, then
 // MUL_MAT down of the result: the GPU runs the first three as one launch that also quantizes
 // for the down product (mul_mat_vec_q_glu_q8; warps per block depend on M's block count).
-static struct ggml_tensor* ffn(struct ggml_context* c, enum ggml_type t, int K, int M) {
-    struct ggml_tensor* x = ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1);
+static struct ggml_tensor* ffn_x(struct ggml_context* c, enum ggml_type t, struct ggml_tensor* x, int M) {
+    const int K = (int)x->ne[0];
     struct ggml_tensor* g = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, M), x);
     struct ggml_tensor* u = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, M), x);
     return ggml_mul_mat(c, ggml_new_tensor_2d(c, t, M, K), ggml_swiglu_split(c, g, u));
 }
+static struct ggml_tensor* ffn(struct ggml_context* c, enum ggml_type t, int K, int M) {
+    return ffn_x(c, t, ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1), M);
+}
 static struct ggml_tensor* ffn_q4_0_m1536(struct ggml_context* c) { return ffn(c, GGML_TYPE_Q4_0, 256, 1536); }
 static struct ggml_tensor* ffn_q4_0_m14336(struct ggml_context* c) { return ffn(c, GGML_TYPE_Q4_0, 256, 14336); }
 static struct ggml_tensor* ffn_q4_1_m1536(struct ggml_context* c) { return ffn(c, GGML_TYPE_Q4_1, 576, 1536); }
+
+// A llama layer's joints for one token: the attention's output projection + residual ADD ->
+// RMS_NORM -> MUL -> the feed-forward block above -> its down projection + residual ADD ->
+// RMS_NORM -> MUL -> the attention input above. The GPU computes each projection with its ADD,
+// norm and MUL in one launch (mul_mat_vec_q_add_norm) and leaves the norm's division to the
+// gate/up and Q/K/V launches. Output: both residual sums and the attention input's results.
+static struct ggml_tensor* layer(struct ggml_context* c, enum ggml_type t, int K, int F, int mode) {
+    struct ggml_tensor* h = ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1);
+    struct ggml_tensor* res = ggml_new_tensor_2d(c, GGML_TYPE_F32, K, 1);
+    struct ggml_tensor* s1 = ggml_add(c, ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, K), h), res);
+    struct ggml_tensor* n1 = ggml_mul(c, ggml_rms_norm(c, s1, 1e-5f), ggml_new_tensor_1d(c, GGML_TYPE_F32, K));
+    struct ggml_tensor* s2 = ggml_add(c, ffn_x(c, t, n1, F), s1);
+    struct ggml_tensor* n2 = ggml_mul(c, ggml_rms_norm(c, s2, 1e-6f), ggml_new_tensor_1d(c, GGML_TYPE_F32, K));
+    struct ggml_tensor* a = attn_in_x(c, t, mode, GGML_TYPE_F16, 0, n2);
+    return ggml_concat(c, ggml_concat(c, ggml_reshape_1d(c, s1, K), ggml_reshape_1d(c, s2, K), 0), a, 0);
+}
+static struct ggml_tensor* layer_q4_0_k4096(struct ggml_context* c) { return layer(c, GGML_TYPE_Q4_0, 4096, 2048, 0); }
+static struct ggml_tensor* layer_q4_1_k576(struct ggml_context* c) { return layer(c, GGML_TYPE_Q4_1, 576, 1536, 0); }
+static struct ggml_tensor* layer_q8_0_k256_neox(struct ggml_context* c) { return layer(c, GGML_TYPE_Q8_0, 256, 768, 2); }
 
 static struct ggml_tensor* get_rows_t(struct ggml_context* c, enum ggml_type t) {
     struct ggml_tensor* a = ggml_new_tensor_3d(c, t, 256, 20, 2);
@@ -366,6 +392,9 @@ static const struct tcase CASES[] = {
     {"ffn q4_0 256 -> 14336 (gate/up/swiglu one launch, 8-warp blocks on 132 SMs)", ffn_q4_0_m14336, 5e-4, 0, 0, 0},
     {"ffn q4_1 576 -> 1536 (gate/up/swiglu one launch)", ffn_q4_1_m1536, 5e-4, 0, 0, 0},
     {"attention input q8_0 neox, f32 caches, V transposed (one launch)", attn_in_q8_0_neox_vtrans_f32, 5e-4, 0, 0, 0},
+    {"layer joints q4_0 4096/2048 (projection+add+norm in one launch, norm applied by gate/up and q/k/v)", layer_q4_0_k4096, 5e-4, 0, 0, 0},
+    {"layer joints q4_1 576/1536 (projection+add+norm in one launch)", layer_q4_1_k576, 5e-4, 0, 0, 0},
+    {"layer joints q8_0 256/768 rope neox (projection+add+norm in one launch)", layer_q8_0_k256_neox, 5e-4, 0, 0, 0},
     {"get_rows f32", get_rows_f32, 1e-7, 0, 0, 0},
     {"get_rows f16", get_rows_f16, 1e-7, 0, 0, 0},
     {"get_rows q4_1", get_rows_q4_1, 1e-7, 0, 0, 0},

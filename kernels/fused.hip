@@ -92,24 +92,27 @@ RF_KERNEL __launch_bounds__(1024) void fused_rms_norm(const float* a, const floa
     }
 }
 
-// MUL_MAT(wg, x), MUL_MAT(wu, x), then GLU: act(wg[row] . x) * (wu[row] . x) for a single
-// src1 column already quantized (xq, xds), by one warp (every lane gets the result).
-template <typename T>
-RF_DEVICE float glu_row(const unsigned char* gr, const unsigned char* ur, const signed char* xq, const float2* xds,
-                        int act_code, i64 K) {
+// Dot products of NM weight rows (r0, and r1 when NM == 2) with one quantized src1 column
+// (xq, xds) by one warp; every lane gets them in acc.
+template <typename T, int NM>
+RF_DEVICE void warp_row_dots(const unsigned char* r0, const unsigned char* r1, const signed char* xq, const float2* xds,
+                             i64 K, float acc[NM]) {
     const int lane = threadIdx.x % RF_WARP_SIZE;
-    float ag = 0.0f, au = 0.0f;
+    const unsigned char* rows[2] = {r0, r1};
+#pragma unroll
+    for (int m = 0; m < NM; m++) acc[m] = 0.0f;
     const int nparts = (int)(K / T::QK * T::NSUB);
-    // Whole-block types hold few registers per part: more of them in flight.
-    enum { UNROLL = T::NSUB == 1 ? 4 : 2 };
+    // Whole-block types hold few registers per part: more of them in flight; for one row of a
+    // small part (Q4_0, IQ4_NL, Q4_1) twice as many (64 registers a thread, no spills).
+    enum { UNROLL = (T::NSUB == 1 ? 4 : 2) * (NM == 1 && sizeof(typename T::R) <= 20 ? 2 : 1) };
     for (int base = lane; base < nparts; base += UNROLL * RF_WARP_SIZE) {
-        typename T::R rg[UNROLL], ru[UNROLL];
+        typename T::R r[UNROLL][NM];
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const int it = base + u * RF_WARP_SIZE;
             if (it < nparts) {
-                rg[u] = T::load(gr + (it / T::NSUB) * T::BYTES, it % T::NSUB);
-                ru[u] = T::load(ur + (it / T::NSUB) * T::BYTES, it % T::NSUB);
+#pragma unroll
+                for (int m = 0; m < NM; m++) r[u][m] = T::load(rows[m] + (it / T::NSUB) * T::BYTES, it % T::NSUB);
             }
         }
 #pragma unroll
@@ -119,38 +122,71 @@ RF_DEVICE float glu_row(const unsigned char* gr, const unsigned char* ur, const 
                 const int blk = it / T::NSUB, s = it % T::NSUB;
                 const int* xb = (const int*)(xq + (i64)blk * T::QK);
                 const float2* db = xds + (i64)blk * (T::QK / 32);
-                ag += T::dot(rg[u], s, xb, db);
-                au += T::dot(ru[u], s, xb, db);
+#pragma unroll
+                for (int m = 0; m < NM; m++) acc[m] += T::dot(r[u][m], s, xb, db);
             }
         }
     }
-    ag = rf_warp_sum(ag);
-    au = rf_warp_sum(au);
-    return act(act_code, ag) * au;
+#pragma unroll
+    for (int m = 0; m < NM; m++) acc[m] = rf_warp_sum(acc[m]);
 }
 
-// A warp per row, MVQ_ROWS rows per block.
+// The RMS norm that mul_mat_vec_q_add_norm leaves to the kernel after it: a warp's lanes read
+// the per-32-value sums of squares ssq[0, K / 32) early (rf_norm_part: the loads are issued
+// there and waited for where rf_norm_scale adds them) and get 1 / sqrt(mean + eps). Every warp
+// adds in the same order: one value for the whole row. ssq NULL: no norm pending, 1.
+struct NormPart {
+    float v[4];
+};
+RF_DEVICE NormPart rf_norm_part(const float* ssq, i64 K) {
+    NormPart p;
+    const i64 lane = threadIdx.x % RF_WARP_SIZE, n = K / 32;
+#pragma unroll
+    for (int j = 0; j < 4; j++) p.v[j] = ssq && lane + j * RF_WARP_SIZE < n ? ssq[lane + j * RF_WARP_SIZE] : 0.0f;
+    return p;
+}
+RF_DEVICE float rf_norm_scale(NormPart p, const float* ssq, i64 K, float eps) {
+    if (!ssq) return 1.0f;
+    float t = (p.v[0] + p.v[1]) + (p.v[2] + p.v[3]);
+    for (i64 i = threadIdx.x % RF_WARP_SIZE + 4 * RF_WARP_SIZE; i < K / 32; i += RF_WARP_SIZE) t += ssq[i];
+    t = rf_warp_sum(t);
+    return 1.0f / sqrtf(t / (float)K + eps);
+}
+
+// MUL_MAT(wg, x), MUL_MAT(wu, x), then GLU: act(sc * wg[row] . x) * (sc * wu[row] . x) for a
+// single src1 column already quantized (xq, xds), a warp per row; sc is the pending norm's
+// factor (1 when none). Here a warp per row, MVQ_ROWS rows per block.
 template <typename T>
 RF_DEVICE void mul_mat_vec_q_glu(const char* wg, const char* wu, const signed char* xq, const float2* xds, float* out,
-                                 signed char* oq, float2* ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u) {
+                                 signed char* oq, float2* ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u,
+                                 const float* ssq, float eps) {
     const i64 row = (i64)blockIdx.x * MVQ_ROWS + threadIdx.x / RF_WARP_SIZE;
     if (row >= M) return;
-    const float o = glu_row<T>((const unsigned char*)wg + row * nb01g, (const unsigned char*)wu + row * nb01u, xq, xds,
-                               act_code, K);
+    const NormPart np = rf_norm_part(ssq, K);
+    float a[2];
+    warp_row_dots<T, 2>((const unsigned char*)wg + row * nb01g, (const unsigned char*)wu + row * nb01u, xq, xds, K, a);
+    const float sc = rf_norm_scale(np, ssq, K, eps);
+    const float o = act(act_code, a[0] * sc) * (a[1] * sc);
     if (threadIdx.x % RF_WARP_SIZE == 0) out[row] = o;
 }
 
 // 32 rows per block (M % 32 == 0), warps taking rows in turn; the block's 32 outputs are
 // then quantized (quantize_q8's mode 0) into oq / ods for the next matrix-vector product.
+// A pending norm (ssq) is applied by each warp to its own rows (the factor before act).
 template <typename T>
 RF_DEVICE void mul_mat_vec_q_glu_q8(const char* wg, const char* wu, const signed char* xq, const float2* xds, float* out,
-                                    signed char* oq, float2* ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u) {
+                                    signed char* oq, float2* ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u,
+                                    const float* ssq, float eps) {
     __shared__ float vals[32];
     const int warp = threadIdx.x / RF_WARP_SIZE, nwarps = blockDim.x / RF_WARP_SIZE;
+    const NormPart np = rf_norm_part(ssq, K);
+    float sc = -1.0f;  // computed before the warp's first row is finished
     for (int rr = warp; rr < 32; rr += nwarps) {
         const i64 row = (i64)blockIdx.x * 32 + rr;
-        const float o = glu_row<T>((const unsigned char*)wg + row * nb01g, (const unsigned char*)wu + row * nb01u, xq,
-                                   xds, act_code, K);
+        float a[2];
+        warp_row_dots<T, 2>((const unsigned char*)wg + row * nb01g, (const unsigned char*)wu + row * nb01u, xq, xds, K, a);
+        if (sc < 0.0f) sc = rf_norm_scale(np, ssq, K, eps);
+        const float o = act(act_code, a[0] * sc) * (a[1] * sc);
         if (threadIdx.x % RF_WARP_SIZE == 0) {
             out[row] = o;
             vals[rr] = o;
@@ -171,8 +207,8 @@ RF_DEVICE void glu_q8_prefetch_l2(const char* wg, const char* wu, i64 nb01g, i64
 
 #define MVQ_GLU_ARGS                                                                                     \
     const char *wg, const char *wu, const signed char *xq, const float2 *xds, float *out, signed char *oq, \
-        float2 *ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u, i64 pf_rows
-#define MVQ_GLU_PASS wg, wu, xq, xds, out, oq, ods, act_code, K, M, nb01g, nb01u
+        float2 *ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u, i64 pf_rows, const float *ssq, float eps
+#define MVQ_GLU_PASS wg, wu, xq, xds, out, oq, ods, act_code, K, M, nb01g, nb01u, ssq, eps
 #define MVQ_GLU_KERNEL(NAME)                                                                                  \
     RF_KERNEL void mul_mat_vec_q_glu_##NAME(MVQ_GLU_ARGS) { rf_grid_begin(); mul_mat_vec_q_glu<mq_##NAME>(MVQ_GLU_PASS); } \
     RF_KERNEL __launch_bounds__(1024) void mul_mat_vec_q_glu_q8_##NAME(MVQ_GLU_ARGS) {                       \
@@ -189,6 +225,56 @@ MVQ_GLU_KERNEL(q8_0)
 MVQ_GLU_KERNEL(iq4_nl)
 MVQ_GLU_KERNEL(q4_k)
 MVQ_GLU_KERNEL(q6_k)
+
+// MUL_MAT(w, x) -> ADD(res) -> RMS_NORM -> MUL(nw) for one quantized src1 column (xq, xds), with
+// the norm's division left to the kernel that reads the result: 32 rows per block (M % 32 ==
+// 0), a warp per row, warps taking rows in turn; then for the block's 32 rows
+//   sum[row] = w[row] . x + res[row]        (the ADD: the residual stream, written)
+//   oq, ods  <- sum[row] * nw[row] quantized in blocks of 32 (quantize_q8's mode 0, f32 scales)
+//   ssq[blockIdx.x] = the 32 rows' sum of sum[row]^2
+// A block of 32 values quantizes to the same integers whatever positive factor scales them all,
+// so the next kernel multiplies its dot products by rf_norm_scale (1 / sqrt(mean + eps) of the
+// whole row) and gets those of RMS_NORM's output times nw, up to float rounding: the norm costs
+// no launch of its own. sum may alias res (in-place ADD): each value is read before it is
+// written, by the same thread.
+template <typename T>
+RF_DEVICE void mul_mat_vec_q_add_norm(const char* w, const signed char* xq, const float2* xds, const float* res,
+                                      float* sum, const float* nw, signed char* oq, float2* ods, float* ssq, i64 K,
+                                      i64 nb01) {
+    __shared__ float vals[32];
+    const int warp = threadIdx.x / RF_WARP_SIZE, nwarps = blockDim.x / RF_WARP_SIZE;
+    for (int rr = warp; rr < 32; rr += nwarps) {
+        const i64 row = (i64)blockIdx.x * 32 + rr;
+        float a[1];
+        warp_row_dots<T, 1>((const unsigned char*)w + row * nb01, 0, xq, xds, K, a);
+        if (threadIdx.x % RF_WARP_SIZE == 0) vals[rr] = a[0];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const i64 row = (i64)blockIdx.x * 32 + threadIdx.x;
+        const float v = vals[threadIdx.x] + res[row];
+        sum[row] = v;
+        quantize_vals32(v * nw[row], oq, ods, blockIdx.x, threadIdx.x, true);
+        const float q = rf_group_sum<32>(v * v);
+        if (threadIdx.x == 0) ssq[blockIdx.x] = q;
+    }
+}
+#define MVQ_ADD_NORM_KERNEL(NAME)                                                                                  \
+    RF_KERNEL __launch_bounds__(1024) void mul_mat_vec_q_add_norm_##NAME(                                          \
+        const char* w, const signed char* xq, const float2* xds, const float* res, float* sum, const float* nw,    \
+        signed char* oq, float2* ods, float* ssq, i64 K, i64 nb01, i64 pf_rows) {                                  \
+        rf_prefetch_l2(w + (i64)blockIdx.x * 32 * nb01, pf_rows * nb01);                                           \
+        rf_grid_begin();                                                                                            \
+        mul_mat_vec_q_add_norm<mq_##NAME>(w, xq, xds, res, sum, nw, oq, ods, ssq, K, nb01);                         \
+    }
+MVQ_ADD_NORM_KERNEL(q4_0)
+MVQ_ADD_NORM_KERNEL(q4_1)
+MVQ_ADD_NORM_KERNEL(q5_0)
+MVQ_ADD_NORM_KERNEL(q5_1)
+MVQ_ADD_NORM_KERNEL(q8_0)
+MVQ_ADD_NORM_KERNEL(iq4_nl)
+MVQ_ADD_NORM_KERNEL(q4_k)
+MVQ_ADD_NORM_KERNEL(q6_k)
 
 // [ROPE(q) ->] ROPE(k) -> SET_ROWS(k cache) [-> SET_ROWS(v cache)] of F32 rows, normal or neox
 // rope, one block per row: blocks [0, nq) rope a row of q (nq = q_ne1 * q_ne2, rows (head i1,
@@ -304,7 +390,7 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
                                   i64 nbkc1, char* vc, const char* vidx, int vidx64, int vc_f16, i64 vc_rows,
                                   i64 nbvc1, int v_per_value, i64 nbvi0, const int* pos, const float* ff, i64 ne0, int n_dims, int neox,
                                   float theta_scale, float freq_scale, float ext_factor, float attn_factor,
-                                  float corr0, float corr1) {
+                                  float corr0, float corr1, const float* ssq, float eps) {
     __shared__ float pair[2];
     const QkvBlock b = qkv_block(Mq, Mk, ne0, neox);
     const int which = b.which, k = b.k;
@@ -312,11 +398,14 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
     const char* w = which == 0 ? wq : which == 1 ? wk : wv;
     const i64 nb01 = which == 0 ? nb01q : which == 1 ? nb01k : nb01v;
     const i64 M = which == 0 ? Mq : which == 1 ? Mk : Mv;
+    const NormPart np = rf_norm_part(threadIdx.x < RF_WARP_SIZE ? ssq : 0, K);
     const float v = mv1_dots<T, 2, MV1_UNROLL_DEF>((const unsigned char*)w, nb01, M, r0, stride, xq, xds, K);
     if (threadIdx.x < 2) pair[threadIdx.x] = v;
     __syncthreads();
+    if (threadIdx.x >= RF_WARP_SIZE) return;
+    const float sc = rf_norm_scale(np, ssq, K, eps);  // the pending norm's factor, by the first warp
     if (threadIdx.x != 0) return;
-    const float x0 = pair[0], x1 = pair[1];
+    const float x0 = pair[0] * sc, x1 = pair[1] * sc;
     float y0 = x0, y1 = x1;
     if (which < 2 && (neox || 2 * k < n_dims)) {
         float c, s;
@@ -361,14 +450,15 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
         i64 Mk, i64 Mv, i64 nb01q, i64 nb01k, i64 nb01v, float* qd, char* kc, const char* kidx, int kidx64,        \
         int kc_f16, i64 kc_rows, i64 nbkc1, char* vc, const char* vidx, int vidx64, int vc_f16, i64 vc_rows,       \
         i64 nbvc1, int v_per_value, i64 nbvi0, const int* pos, const float* ff, i64 ne0, int n_dims, int neox,     \
-        float theta_scale, float freq_scale, float ext_factor, float attn_factor, float corr0, float corr1) {      \
+        float theta_scale, float freq_scale, float ext_factor, float attn_factor, float corr0, float corr1,        \
+        const float* ssq, float eps) {                                                                              \
         qkv_prefetch_l2(wq, wk, wv, Mq, Mk, nb01q, nb01k, nb01v, ne0, neox);                                       \
         rf_grid_begin();                                                                                            \
         mul_mat_vec_q1_qkv<mq_##NAME>(wq, wk, wv, xq, xds, K, Mq, Mk, Mv, nb01q, nb01k, nb01v, qd, kc, kidx,      \
                                       kidx64, kc_f16, kc_rows, nbkc1, vc, vidx, vidx64, vc_f16, vc_rows, nbvc1,   \
                                       v_per_value, nbvi0, pos, ff, ne0, n_dims, neox, theta_scale, freq_scale,     \
                                       ext_factor,                                                                  \
-                                      attn_factor, corr0, corr1);                                                  \
+                                      attn_factor, corr0, corr1, ssq, eps);                                        \
     }
 QKV_KERNEL(q4_0)
 QKV_KERNEL(q4_1)

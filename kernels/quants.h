@@ -291,13 +291,17 @@ RF_DEVICE float rf_round_q8_32(float v, float& d32, float& q) {
 }
 // One block of 32 values quantized as ggml-cpu's Q8_0 / Q8_1 (quantize_q8 mode 0) by a group
 // of 32 lanes, each holding value `lane` of block b in v: the integers into q[b * 32 + lane],
-// (f16 scale, f16 scale * sum of the integers) into ds[b].
-RF_DEVICE void quantize_vals32(float v, signed char* q, float2* ds, i64 b, int lane) {
+// (f16 scale, f16 scale * sum of the integers) into ds[b]. f32_scales: the two kept in f32 (values
+// that a later factor scales, mul_mat_vec_q_add_norm: f16 could overflow before it applies).
+RF_DEVICE void quantize_vals32(float v, signed char* q, float2* ds, i64 b, int lane, bool f32_scales = false) {
     float d32, qv;
     rf_round_q8_32(v, d32, qv);
     q[b * 32 + lane] = (signed char)(int)qv;
     const float sum = rf_group_sum<32>(qv);  // |sum| <= 32 * 127: exact in f32
-    if (lane == 0) ds[b] = make_float2(rf_f16_to_f32(rf_f32_to_f16(d32)), rf_f16_to_f32(rf_f32_to_f16(d32 * sum)));
+    if (lane == 0) {
+        ds[b] = f32_scales ? make_float2(d32, d32 * sum)
+                           : make_float2(rf_f16_to_f32(rf_f32_to_f16(d32)), rf_f16_to_f32(rf_f32_to_f16(d32 * sum)));
+    }
 }
 // Q8_K blocks of 256: element lane + 32 * t of xb rounded into r[t]; the scale comes from the
 // value of largest magnitude, the first one on ties.

@@ -353,6 +353,7 @@ impl GpuBackend {
             warp_size: ctx.info.warp_size,
             compute_units: ctx.info.compute_units,
             scratch: self.scratch.0,
+            scratch_len: self.scratch.1,
             fa_counters: self.fa_counters,
             q8: Default::default(),
             q8_next: Default::default(),

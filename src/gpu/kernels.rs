@@ -85,6 +85,7 @@ pub fn kernel_names() -> Vec<String> {
     v.extend(MV1X_SHAPES.iter().map(|(r, u)| format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_add_norm_{suf}")));
     v
 }
 
@@ -311,7 +312,8 @@ mod tests {
                 || MVQ_TYPES.iter().any(|suf| {
                     (name == format!("mul_mat_vec_q_glu_{suf}") || name == format!("mul_mat_vec_q_glu_q8_{suf}"))
                         && s.contains(&format!("MVQ_GLU_KERNEL({suf})"))
-                });
+                })
+                || MVQ_TYPES.iter().any(|suf| name == format!("mul_mat_vec_q_add_norm_{suf}") && s.contains(&format!("MVQ_ADD_NORM_KERNEL({suf})")));
             let mv1x = MV1X_SHAPES.iter().any(|(r, u)| {
                 name == format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}") && s.contains(&format!("MV1X_KERNEL({r}, {u})"))
             });

@@ -306,6 +306,27 @@ pub struct Q8Src {
     k: usize,
     rows: usize,
     mode: i32,
+    /// Some: the values are an RMS norm's input times its weight, not yet divided by the norm
+    /// (mul_mat_vec_q_add_norm); the F32 tensor `data` was never written. Only kernels that
+    /// take the pending norm (ensure_q8_norm) may read them.
+    norm: Option<PendingNorm>,
+}
+
+/// Where mul_mat_vec_q_add_norm left its sums of squares (one per 32 values, q8_ss_offset
+/// after the values) and the norm's epsilon (bits of the f32).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PendingNorm {
+    ssq_at: usize,
+    eps_bits: u32,
+}
+
+/// A quantized src1 in the scratch, as the integer-dot kernels take it: addresses of the
+/// values, of their scales, of the pending norm's sums of squares (0: none) and its epsilon.
+struct Q8Operand {
+    xq: usize,
+    xds: usize,
+    ssq: usize,
+    eps: f32,
 }
 
 /// What launching needs: the runtime, the device, its stream and kernels.
@@ -329,6 +350,8 @@ pub struct LaunchCtx<'a> {
     pub q8_next: std::cell::Cell<Option<Q8Src>>,
     /// Whether runs of nodes may be fused (`launch_at`); ROCMFORGE_GPU_FUSE=0 turns it off.
     pub fuse: bool,
+    /// Bytes of the scratch.
+    pub scratch_len: usize,
 }
 
 /// How ggml-cpu rounds src1 before its dot products with weights of type `t` (the mode of
@@ -375,10 +398,23 @@ fn q8_ds_offset(n: usize) -> usize {
     n.next_multiple_of(256)
 }
 
-/// Bytes of scratch one quantized src1 of `n` values takes (values, scales, alignment).
+/// Byte offset of the sums of squares (one f32 per 32 values) that mul_mat_vec_q_add_norm
+/// writes after the scales.
+fn q8_ss_offset(n: usize) -> usize {
+    (q8_ds_offset(n) + n.div_ceil(32) * 8).next_multiple_of(256)
+}
+
+/// Bytes of scratch one quantized src1 of `n` values takes (values, scales, sums of squares,
+/// alignment).
 fn q8_region(n: usize) -> usize {
     // 256-byte multiple: the kernels read the values of a region that follows as 16-byte words.
-    (q8_ds_offset(n) + n.div_ceil(32) * 8).next_multiple_of(256) + 256
+    (q8_ss_offset(n) + n.div_ceil(32) * 4).next_multiple_of(256) + 256
+}
+
+/// Where a kernel that reads a quantized src1 of `k_in` values at `in_at` writes its own
+/// quantized output of `m` values: before the input where it fits, else after it.
+fn q8_out_at(in_at: usize, k_in: usize, m: usize) -> usize {
+    if q8_region(m) <= in_at { 0 } else { in_at + q8_region(k_in) }
 }
 
 /// Device scratch a node needs while it runs: its quantized src1 (integer-dot kernels), its
@@ -606,14 +642,14 @@ impl Q8Src {
         (x.is_contiguous() && x.dtype() == GgmlType::F32 && k > 0).then(|| Q8Src::rows(at, x.data() as usize, k, x.nelements() / k, mode))
     }
     fn rows(at: usize, data: usize, k: usize, rows: usize, mode: i32) -> Q8Src {
-        Q8Src { at, data, k, rows, mode }
+        Q8Src { at, data, k, rows, mode, norm: None }
     }
     /// Bytes of the F32 source.
     fn bytes(&self) -> usize {
         self.k * self.rows * 4
     }
     fn same_src(&self, x: &Tensor, mode: i32) -> bool {
-        Q8Src::of(self.at, x, mode) == Some(*self)
+        Q8Src::of(self.at, x, mode) == Some(Q8Src { norm: None, ..*self })
     }
 }
 
@@ -800,13 +836,24 @@ fn launch_rms_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 }
 
 /// Quantizes src1 `x` into the scratch for the integer-dot kernels, unless it is there already;
-/// returns the addresses of the values and of the scales.
+/// returns the addresses of the values and of the scales. For kernels that do not take a
+/// pending norm: an error where the scratch holds one for `x` (a fusion planned wrong).
 fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)> {
+    let o = ensure_q8_norm(x, mode, lc)?;
+    if o.ssq != 0 {
+        return Err("internal: a fused norm's output was read by a kernel that does not apply the norm".into());
+    }
+    Ok((o.xq, o.xds))
+}
+
+/// ensure_q8 for the kernels that apply a pending norm (mul_mat_vec_q1_qkv, mul_mat_vec_q_glu*).
+fn ensure_q8_norm(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<Q8Operand> {
     let xne = x.ne();
     let (k, n, batches) = (xne[0], xne[1], xne[2] * xne[3]);
     if let Some(c) = lc.q8.get().filter(|c| c.same_src(x, mode)) {
         let xq = lc.scratch as usize + c.at;
-        return Ok((xq, xq + q8_ds_offset(x.nelements())));
+        let (ssq, eps) = c.norm.map_or((0, 0.0), |p| (lc.scratch as usize + p.ssq_at, f32::from_bits(p.eps_bits)));
+        return Ok(Q8Operand { xq, xds: xq + q8_ds_offset(x.nelements()), ssq, eps });
     }
     let xq = lc.scratch as usize;
     let xds = xq + q8_ds_offset(x.nelements());
@@ -822,7 +869,7 @@ fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)>
         .i64s(&x.nb()[1..]);
     lc.run("quantize_q8", [n * batches, groups.div_ceil(8), 1], 256, args)?;
     lc.q8.set(Q8Src::of(0, x, mode));
-    Ok((xq, xds))
+    Ok(Q8Operand { xq, xds, ssq: 0, eps: 0.0 })
 }
 
 /// Matrix-vector product with integer dots: src1 quantized into the scratch (unless it is
@@ -1895,16 +1942,19 @@ fn dense_f32(t: &Tensor) -> bool {
 /// many nodes were computed.
 pub fn launch_at(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<usize> {
     if lc.fuse {
+        if let Some(n) = try_fused_mv_add_norm(nodes, i, uses, lc)? {
+            return Ok(n);
+        }
         if let Some(n) = try_fused_norm(nodes, i, uses, lc)? {
             return Ok(n);
         }
-        if let Some(n) = try_fused_glu(nodes, i, uses, lc)? {
+        if let Some(n) = try_fused_glu(nodes, i, uses, lc, false)? {
             return Ok(n);
         }
         if let Some(n) = try_fused_rope_kv(nodes, i, None, uses, lc)? {
             return Ok(n);
         }
-        if let Some(n) = try_fused_qkv(nodes, i, uses, lc)? {
+        if let Some(n) = try_fused_qkv(nodes, i, uses, lc, false)? {
             return Ok(n);
         }
         if let Some(n) = try_fused_mv_pair(nodes, i, lc)? {
@@ -1994,6 +2044,94 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
     Ok(Some(j - i))
 }
 
+/// MUL_MAT(w, x) -> ADD(residual) -> RMS_NORM -> MUL(weight) for one column, when what reads the
+/// MUL's output is one fused kernel that applies a pending norm (the Q/K/V launch or the gate/up
+/// launch right after): one kernel (mul_mat_vec_q_add_norm) writes the ADD's sum and quantizes
+/// sum * weight for that kernel, which divides by the norm itself. llama's graph has this run
+/// twice a layer (output projection -> FFN norm, down projection -> next layer's attention
+/// norm), so the norm costs no launch there. The product, the norm and the MUL's output are not
+/// written: each must feed only the node after it (the MUL: only that kernel's products).
+/// ROCMFORGE_GPU_ADD_NORM=0 turns this fusion off, for measuring.
+fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+    static ON: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
+    if !*ON.get_or_init(|| std::env::var("ROCMFORGE_GPU_ADD_NORM").map_or(true, |v| v != "0")) {
+        return Ok(None);
+    }
+    let Some(&[mm, add, norm, mul]) = nodes.get(i..i + 4).map(|s| <[Tensor; 4]>::try_from(s).unwrap()).as_ref() else {
+        return Ok(None);
+    };
+    if lc.scratch == 0 || mm.op() != op::MUL_MAT || add.op() != op::ADD || norm.op() != op::RMS_NORM || mul.op() != op::MUL {
+        return Ok(None);
+    }
+    let (w, x) = (mm.src(0).unwrap(), mm.src(1).unwrap());
+    let m = w.ne()[1];
+    let col = [m, 1, 1, 1];
+    let mm_ok = uses_mvq(&mm) && supports_mul_mat(&mm) && dense_f32(&mm) && mm.ne() == col && w.ne()[2] == 1 && w.ne()[3] == 1;
+    if !mm_ok || m % 32 != 0 || !feeds_only_one(&mm, uses) {
+        return Ok(None);
+    }
+    // The residual: the ADD's other operand (either order: float addition commutes).
+    let res = match (add.src(0), add.src(1)) {
+        (Some(a), Some(b)) if same(&mm, Some(a)) => b,
+        (Some(a), Some(b)) if same(&mm, Some(b)) => a,
+        _ => return Ok(None),
+    };
+    let col_f32 = |t: &Tensor| dense_f32(t) && t.ne() == col;
+    if !col_f32(&add) || !col_f32(&res) || !same(&add, norm.src(0)) || !supports_rms_norm(&norm) || !col_f32(&norm) {
+        return Ok(None);
+    }
+    let Some(nw) = mul.src(1) else { return Ok(None) };
+    if !same(&norm, mul.src(0)) || !col_f32(&nw) || !col_f32(&mul) || !feeds_only_one(&norm, uses) {
+        return Ok(None);
+    }
+    // What reads the MUL's output: exactly one fused kernel's products, of 32-value blocks.
+    let j = i + 4;
+    let reader_mode = |k: usize| nodes.get(k).and_then(|n| n.src(0)).and_then(|w| mvq_mode(w.dtype()));
+    let products = if try_fused_qkv(nodes, j, uses, lc, true)?.is_some() {
+        3
+    } else if try_fused_glu(nodes, j, uses, lc, true)?.is_some() {
+        2
+    } else {
+        return Ok(None);
+    };
+    let reads_mul = nodes[j..j + products + 1].iter().filter(|n| n.op() == op::MUL_MAT && same(&mul, n.src(1))).count();
+    if reader_mode(j) != Some(0) || reads_mul != products || mul.raw().flags & FLAG_OUTPUT != 0 || uses.count(&mul) != products as u32 {
+        return Ok(None);
+    }
+    // Scratch: the product's own quantized input where it is (or will be), the output beside it.
+    let mode = mvq_mode(w.dtype()).unwrap_or(0);
+    let k = w.ne()[0];
+    let in_at = lc.q8.get().filter(|c| c.same_src(&x, mode) && c.norm.is_none()).map_or(0, |c| c.at);
+    let out_at = q8_out_at(in_at, k, m);
+    if in_at + q8_region(k) > lc.scratch_len || out_at + q8_region(m) > lc.scratch_len {
+        return Ok(None);
+    }
+    let (xq, xds) = ensure_q8(&x, mode, lc)?;
+    let oq = lc.scratch as usize + out_at;
+    let blocks = m / 32;
+    let args = Args::default()
+        .ptr(w.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .ptr(res.data())
+        .ptr(add.data())
+        .ptr(nw.data())
+        .ptr(oq as *const u8)
+        .ptr((oq + q8_ds_offset(m)) as *const u8)
+        .ptr((oq + q8_ss_offset(m)) as *const u8)
+        .i64(k)
+        .i64(w.nb()[1])
+        .i64(glu_prefetch_rows(m, w.nb()[1]));
+    let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
+    lc.run(&format!("mul_mat_vec_q_add_norm_{suffix}"), [blocks, 1, 1], (glu_q8_warps(blocks, lc) * lc.warp_size as usize) as u32, args)?;
+    for n in &nodes[i..j] {
+        lc.note_written(n);
+    }
+    let pending = PendingNorm { ssq_at: out_at + q8_ss_offset(m), eps_bits: norm.param_f32(0).to_bits() };
+    lc.q8.set(Some(Q8Src { norm: Some(pending), ..Q8Src::rows(out_at, mul.data() as usize, m, 1, 0) }));
+    Ok(Some(4))
+}
+
 /// Warps per block of mul_mat_vec_q_glu_q8 (32 rows per block, the warps taking rows in
 /// turn). Its 64 registers a thread leave room for 1024 threads on a compute unit: all the
 /// blocks are made to fit at once (no last partial wave) while each warp still has a row.
@@ -2027,8 +2165,9 @@ fn glu_prefetch_rows_within(budget: usize, m: usize, pair_bytes: usize) -> usize
 const GLU_PREFETCH_BYTES: usize = 24 << 20;
 
 /// MUL_MAT(gate, x), MUL_MAT(up, x), GLU(gate out, up out) for one column x: one kernel
-/// that reads both weight rows and writes act(gate) * up.
-fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+/// that reads both weight rows and writes act(gate) * up. `check`: only whether it would fuse
+/// (nothing launched).
+fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check: bool) -> ApiResult<Option<usize>> {
     let (Some(g), Some(u), Some(glu)) = (nodes.get(i), nodes.get(i + 1), nodes.get(i + 2)) else { return Ok(None) };
     if g.op() != op::MUL_MAT || u.op() != op::MUL_MAT || glu.op() != op::GLU || lc.scratch == 0 {
         return Ok(None);
@@ -2050,21 +2189,25 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
     if !shapes_ok || !wiring_ok || !feeds_only_one(g, uses) || !feeds_only_one(u, uses) {
         return Ok(None);
     }
-    let (xq, xds) = ensure_q8(&x, mvq_mode(wg.dtype()).unwrap_or(0), lc)?;
+    if check {
+        return Ok(Some(3));
+    }
+    let xo = ensure_q8_norm(&x, mvq_mode(wg.dtype()).unwrap_or(0), lc)?;
     let (k, m) = (wg.ne()[0], wg.ne()[1]);
     // When the next node is a matrix-vector product of the GLU's output with 32-value blocks,
-    // the kernel quantizes its output too (32 rows per block), after the input's scratch region.
+    // the kernel quantizes its output too (32 rows per block), in scratch the input leaves free.
+    let in_at = xo.xq - lc.scratch as usize;
+    let out_at = q8_out_at(in_at, k, m);
     let next_q8 = nodes.get(i + 3).is_some_and(|mm| {
         uses_mvq(mm) && same(glu, mm.src(1)) && mvq_mode(mm.src(0).unwrap().dtype()) == Some(0) && m % 32 == 0
-    });
-    let out_at = q8_region(x.nelements());
+    }) && out_at + q8_region(m) <= lc.scratch_len;
     let oq = lc.scratch as usize + out_at;
     let ods = oq + q8_ds_offset(m);
     let args = Args::default()
         .ptr(wg.data())
         .ptr(wu.data())
-        .ptr(xq as *const u8)
-        .ptr(xds as *const u8)
+        .ptr(xo.xq as *const u8)
+        .ptr(xo.xds as *const u8)
         .ptr(glu.data())
         .ptr(if next_q8 { oq as *const u8 } else { std::ptr::null() })
         .ptr(if next_q8 { ods as *const u8 } else { std::ptr::null() })
@@ -2073,7 +2216,9 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         .i64(m)
         .i64(wg.nb()[1])
         .i64(wu.nb()[1])
-        .i64(glu_prefetch_rows(m, wg.nb()[1] + wu.nb()[1]));
+        .i64(glu_prefetch_rows(m, wg.nb()[1] + wu.nb()[1]))
+        .ptr(xo.ssq as *const u8)
+        .f32(xo.eps);
     let suffix = weight_suffix(wg.dtype()).unwrap_or("q4_0");
     if next_q8 {
         let blocks = m / 32;
@@ -2146,7 +2291,8 @@ fn try_fused_mv_pair(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Op
 /// SET_ROWS k (cache), SET_ROWS v (cache), the three products of one activation: one launch
 /// (mul_mat_vec_q1_qkv) that writes ROPE(q) and the two cache rows. Q, K, V and ROPE(k) are
 /// not written, so each must feed only the node after it; rope NORMAL, or NEOX over whole heads.
-fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+/// `check`: only whether it would fuse (nothing launched).
+fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check: bool) -> ApiResult<Option<usize>> {
     let Some(&[mq, rq, m1, m2, rk, sk, sv]) = nodes.get(i..i + 7).map(|s| <[Tensor; 7]>::try_from(s).unwrap()).as_ref() else {
         return Ok(None);
     };
@@ -2203,15 +2349,18 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
             return Ok(None);
         }
     }
-    let (xq, xds) = ensure_q8(&x, mvq_mode(wq.dtype()).unwrap_or(0), lc)?;
+    if check {
+        return Ok(Some(7));
+    }
+    let xo = ensure_q8_norm(&x, mvq_mode(wq.dtype()).unwrap_or(0), lc)?;
     let (theta_scale, corr0, corr1) = rope_consts(&rq);
     let (ki, vi) = (sk.src(1).unwrap(), sv.src(1).unwrap());
     let args = Args::default()
         .ptr(wq.data())
         .ptr(wk.data())
         .ptr(wv.data())
-        .ptr(xq as *const u8)
-        .ptr(xds as *const u8)
+        .ptr(xo.xq as *const u8)
+        .ptr(xo.xds as *const u8)
         .i64(wq.ne()[0])
         .i64(mq_rows)
         .i64(mk_rows)
@@ -2234,7 +2383,9 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         .f32(rq.param_f32(7))
         .f32(rq.param_f32(8))
         .f32(corr0)
-        .f32(corr1);
+        .f32(corr1)
+        .ptr(xo.ssq as *const u8)
+        .f32(xo.eps);
     let suffix = weight_suffix(wq.dtype()).unwrap_or("q4_0");
     let threads = (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
     lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
@@ -2457,5 +2608,23 @@ mod tests {
         assert!(14336 / 32 * rows * 2 * 2304 <= GLU_PREFETCH_BYTES);
         assert_eq!(glu_prefetch_rows_within(GLU_PREFETCH_BYTES, 1536, 2 * 360), 32);
         assert_eq!(glu_prefetch_rows_within(0, 1536, 2 * 360), 0);
+    }
+
+    /// A kernel's quantized output never overlaps its quantized input (which it reads while it
+    /// writes), and the sums of squares sit inside the region: llama's shapes (8B-class: 4096 /
+    /// 14336, SmolLM2: 576 / 1536) and flash attention's input offsets.
+    #[test]
+    fn q8_output_regions_leave_the_input_alone() {
+        for (k, m) in [(4096, 4096), (14336, 4096), (4096, 14336), (576, 576), (1536, 576), (576, 1536), (256, 768)] {
+            for in_at in [0, 256, q8_region(4096), q8_region(576), 1 << 20] {
+                let out = q8_out_at(in_at, k, m);
+                assert!(out + q8_region(m) <= in_at || in_at + q8_region(k) <= out, "k {k} m {m} in_at {in_at} out {out}");
+            }
+            assert!(q8_ss_offset(m) + m / 32 * 4 <= q8_region(m));
+            assert!(q8_ds_offset(m) + m / 32 * 8 <= q8_ss_offset(m));
+        }
+        // Gate/up after a norm-fusing projection of 4096 rows (out at 0): its output after the
+        // input, as before the pending norm existed.
+        assert_eq!(q8_out_at(0, 4096, 14336), q8_region(4096));
     }
 }
