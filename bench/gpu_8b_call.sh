@@ -7,7 +7,8 @@
 # the pinned sources, stripped, brought back through $OUT, compressed here to fit the 64 MiB carry).
 #   STEPS="ops smoke 8b smol" bash bench/gpu_8b_call.sh
 # Steps: ops (test_ops --gpus), smoke (gpu_smoke, test_gpu_io), 8b / smol (tg and pp against
-# ggml-cuda, fa on and off, interleaved), glupf (gate/up prefetch budget sweep), e2e (synthetic
+# ggml-cuda, fa on and off, interleaved, and without the projection+add+norm launch), glupf (gate/up
+# prefetch budget sweep), warps (block sizes of the add+norm and gate/up launches), e2e (synthetic
 # llama-family models on RFGPU0 against ggml-cpu), detail (ncu sections of the norm and attention
 # kernels, attention split modes), prof (in-stream profile and an ncu window of one layer).
 set -u
@@ -15,11 +16,11 @@ R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p /tmp/gc && cp -a $C/bin/* $C/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc
-[ -f libggml-cuda.so ] || xz -dc $R/.device-carry/cuda/libggml-cuda.so.xz > libggml-cuda.so
+[ -s libggml-cuda.so ] || { [ -f $R/.device-carry/cuda/libggml-cuda.so.xz ] && xz -dc $R/.device-carry/cuda/libggml-cuda.so.xz > libggml-cuda.so; }
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-P8=; if { has 8b || has prof || has glupf || has detail ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
+P8=; if { has 8b || has prof || has glupf || has detail || has warps ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
 if has ops; then
     ( time timeout 300 ./test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops --gpus rc=$?"
     grep -E "FAIL|cases:|passed|failed|real" $OUT/test_ops.log | tail -6
@@ -72,6 +73,15 @@ if has detail; then  # ncu sections of the norm and the attention kernel, FA spl
     done
     ROCMFORGE_GPU_PROFILE=1 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 32 --reps 1 > /dev/null 2> $OUT/prof512.err
     echo "profile at 512 context:"; grep -A12 "kernel profile" $OUT/prof512.err | grep -v "op 74 " ; grep "op 74 " $OUT/prof512.err | head -3
+fi
+if has warps; then  # warps per block of the projection+add+norm and gate/up launches
+    [ -n "$P8" ] && wait $P8
+    for r in 1 2; do
+        for v in "32 8" "16 8" "8 8" "32 4" "16 4" "16 6"; do
+            set -- $v
+            b "an$1-glu$2-$r" env ROCMFORGE_GPU_ADD_NORM_WARPS=$1 ROCMFORGE_GPU_GLU_WARPS=$2 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+        done
+    done
 fi
 if has e2e; then  # synthetic llama-family models fully on RFGPU0 against ggml-cpu
     mkdir -p e2e

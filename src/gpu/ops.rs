@@ -2123,7 +2123,9 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
         .i64(w.nb()[1])
         .i64(glu_prefetch_rows(m, w.nb()[1]));
     let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
-    lc.run(&format!("mul_mat_vec_q_add_norm_{suffix}"), [blocks, 1, 1], (glu_q8_warps(blocks, lc) * lc.warp_size as usize) as u32, args)?;
+    static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
+    let warps = FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_ADD_NORM_WARPS", 32)).map_or_else(|| glu_q8_warps(blocks, lc), |w| w.min(1024 / lc.warp_size as usize));
+    lc.run(&format!("mul_mat_vec_q_add_norm_{suffix}"), [blocks, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
     for n in &nodes[i..j] {
         lc.note_written(n);
     }
