@@ -2098,15 +2098,14 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
     if reader_mode(j) != Some(0) || reads_mul != products || mul.raw().flags & FLAG_OUTPUT != 0 || uses.count(&mul) != products as u32 {
         return Ok(None);
     }
-    // Scratch: the product's own quantized input where it is (or will be), the output beside it.
-    let mode = mvq_mode(w.dtype()).unwrap_or(0);
+    // Scratch: the product's own quantized input where ensure_q8 has it, the output beside it
+    // (where it does not fit, the product runs unfused on the same quantized input).
     let k = w.ne()[0];
-    let in_at = lc.q8.get().filter(|c| c.same_src(&x, mode) && c.norm.is_none()).map_or(0, |c| c.at);
-    let out_at = q8_out_at(in_at, k, m);
-    if in_at + q8_region(k) > lc.scratch_len || out_at + q8_region(m) > lc.scratch_len {
+    let (xq, xds) = ensure_q8(&x, mvq_mode(w.dtype()).unwrap_or(0), lc)?;
+    let out_at = q8_out_at(xq - lc.scratch as usize, k, m);
+    if out_at + q8_region(m) > lc.scratch_len {
         return Ok(None);
     }
-    let (xq, xds) = ensure_q8(&x, mode, lc)?;
     let oq = lc.scratch as usize + out_at;
     let blocks = m / 32;
     let args = Args::default()
@@ -2124,7 +2123,7 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
         .i64(glu_prefetch_rows(m, w.nb()[1]));
     let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
     static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    let warps = FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_ADD_NORM_WARPS", 32)).map_or_else(|| glu_q8_warps(blocks, lc), |w| w.min(1024 / lc.warp_size as usize));
+    let warps = rows32_warps(blocks, lc, *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_ADD_NORM_WARPS", 32)));
     lc.run(&format!("mul_mat_vec_q_add_norm_{suffix}"), [blocks, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
     for n in &nodes[i..j] {
         lc.note_written(n);
@@ -2134,16 +2133,16 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
     Ok(Some(4))
 }
 
-/// Warps per block of mul_mat_vec_q_glu_q8 (32 rows per block, the warps taking rows in
-/// turn). Its 64 registers a thread leave room for 1024 threads on a compute unit: all the
-/// blocks are made to fit at once (no last partial wave) while each warp still has a row.
-/// On an H100, 8B-class gate/up (448 blocks): one 1024-thread block per SM ran 3.4 waves at
-/// 53% of DRAM bandwidth, each block's loads idle while it reduced and quantized.
-/// ROCMFORGE_GPU_GLU_WARPS=N (1..32) overrides, for measuring.
-fn glu_q8_warps(blocks: usize, lc: &LaunchCtx) -> usize {
-    static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
+/// Warps per block of the 32-rows-a-block kernels (mul_mat_vec_q_glu_q8,
+/// mul_mat_vec_q_add_norm; the warps take rows in turn). Their 64 registers a thread leave room
+/// for 1024 threads on a compute unit: all the blocks are made to fit at once (no last partial
+/// wave) while each warp still has a row. On an H100, 8B-class gate/up (448 blocks): one
+/// 1024-thread block per SM ran 3.4 waves at 53% of DRAM bandwidth, each block's loads idle
+/// while it reduced and quantized. `forced`: the launch's measuring override
+/// (ROCMFORGE_GPU_GLU_WARPS, ROCMFORGE_GPU_ADD_NORM_WARPS).
+fn rows32_warps(blocks: usize, lc: &LaunchCtx, forced: Option<usize>) -> usize {
     let max = (1024 / lc.warp_size as usize).clamp(1, 32);
-    if let Some(w) = *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_GLU_WARPS", 32)) {
+    if let Some(w) = forced {
         return w.min(max);
     }
     let per_cu = blocks.div_ceil(lc.compute_units.max(1) as usize).max(1);
@@ -2152,7 +2151,8 @@ fn glu_q8_warps(blocks: usize, lc: &LaunchCtx) -> usize {
 
 /// Rows of its 32 (of both matrices, `pair_bytes` a row of the two) that each gate/up block
 /// prefetches into L2 before it waits: all of them while the whole launch's prefetch stays
-/// within GLU_PREFETCH_BYTES, fewer beyond. On an H100 the 8B-class gate/up (66 MB, all 32
+/// within GLU_PREFETCH_BYTES, fewer beyond. The add+norm launch (one matrix, 32 rows a block)
+/// takes the same budget. On an H100 the 8B-class gate/up (66 MB, all 32
 /// rows prefetched into its 50 MB L2) read 83 MB from memory, 66 MB with this budget (ncu: 38.7
 /// → 33 µs; tg64 within noise to +3%). ROCMFORGE_GPU_GLU_PF_MB=N overrides the budget, for measuring.
 fn glu_prefetch_rows(m: usize, pair_bytes: usize) -> usize {
@@ -2224,7 +2224,9 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     let suffix = weight_suffix(wg.dtype()).unwrap_or("q4_0");
     if next_q8 {
         let blocks = m / 32;
-        lc.run(&format!("mul_mat_vec_q_glu_q8_{suffix}"), [blocks, 1, 1], (glu_q8_warps(blocks, lc) * lc.warp_size as usize) as u32, args)?;
+        static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
+        let warps = rows32_warps(blocks, lc, *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_GLU_WARPS", 32)));
+        lc.run(&format!("mul_mat_vec_q_glu_q8_{suffix}"), [blocks, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
     } else {
         lc.run(&format!("mul_mat_vec_q_glu_{suffix}"), [m.div_ceil(MV_ROWS), 1, 1], (MV_ROWS * lc.warp_size as usize) as u32, args)?;
     }
