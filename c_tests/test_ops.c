@@ -1014,6 +1014,11 @@ static void cases_flash_attn(void) {
         { 128, 3, 8, 2, 1000, 1, 1, 0.09f, 8.0f, 0.0f }, // ALiBi, sinks
         { 80, 1, 4, 4, 333, 0, 0, 0.1f, 0.0f, 0.0f },    // head size 80 (narrow loads), no mask
         { 256, 1, 2, 1, 600, 1, 0, 0.06f, 0.0f, 0.0f },  // largest head size
+        // The GPU's KV-head-grouped kernel: every row of a KV head in one block (rows * D <= 1024).
+        { 128, 1, 32, 8, 577, 1, 0, 0.088f, 0.0f, 0.0f }, // 8B-like, partial last chunk
+        { 128, 1, 8, 2, 1000, 1, 1, 0.09f, 8.0f, 0.0f },  // ALiBi, sinks
+        { 256, 1, 4, 1, 300, 3, 1, 0.06f, 0.0f, 0.0f },   // 4 rows of 256, whole splits masked
+        { 64, 4, 8, 2, 50, 2, 0, 0.125f, 0.0f, 20.0f },   // 16 rows of 64, causal, softcap
     };
     for (size_t k = 0; k < 3; k++) {
         for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {

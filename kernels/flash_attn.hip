@@ -57,29 +57,63 @@ RF_DEVICE void fa_finish_row(float m, float s, float* acc, i64 r, const float* s
 }
 
 // One warp merges the n_split partials of row r (stride DV + 2: outputs, maximum, sum) and
-// finishes the row (fa_finish_row). The partials were written by other blocks of this
-// launch: read through volatile loads, past any stale L1 line.
+// finishes the row (fa_finish_row); lane c holds outputs c + j * warp. The partials were
+// written by other blocks of this launch: read from L2 (rf_load_l2), past any stale L1 line.
+// Lane i reads split i's maximum and sum, and the outputs of the first UB splits are read with
+// them: up to UB splits take one trip to memory. No load waits on a loaded value.
+template <int NJ>
 RF_DEVICE void fa_merge_row(const float* part, i64 r, i64 n_split, const float* sinks, char* d, i64 DV, i64 n_q,
                             i64 n_head, i64 nbd1, signed char* xq, float2* xds) {
+    constexpr int UB = NJ >= 8 ? 4 : 8;  // splits whose outputs are loaded at once
     const int lane = threadIdx.x % RF_WARP_SIZE;
-    float m = rf_neg_inf(), s = 0.0f, acc[FA_MAX_PER_LANE];
+    const float* base = part + r * n_split * (DV + 2);
+    float x[UB][NJ];
+    auto load_outputs = [&](i64 first, int n) {
 #pragma unroll
-    for (int j = 0; j < FA_MAX_PER_LANE; j++) acc[j] = 0.0f;
-    for (i64 sp = 0; sp < n_split; sp++) {
-        const volatile float* pr = part + (r * n_split + sp) * (DV + 2);
-        const float pm = pr[DV];
-        if (pm == rf_neg_inf()) continue;  // this split saw no visible key
-        const float m_new = fmaxf(m, pm);
-        const float fo = expf(m - m_new), fn = expf(pm - m_new);
-        s = s * fo + pr[DV + 1] * fn;
+        for (int u = 0; u < UB; u++) {
+            const float* pr = base + (first + u) * (DV + 2);
 #pragma unroll
-        for (int j = 0; j < FA_MAX_PER_LANE; j++) {
-            const i64 c = lane + (i64)j * RF_WARP_SIZE;
-            acc[j] = acc[j] * fo + (c < DV ? pr[c] : 0.0f) * fn;
+            for (int j = 0; j < NJ; j++) {
+                const i64 c = lane + (i64)j * RF_WARP_SIZE;
+                x[u][j] = u < n && c < DV ? rf_load_l2(pr + c) : 0.0f;
+            }
         }
-        m = m_new;
+    };
+    float pm = rf_neg_inf(), ps = 0.0f;
+    if (lane < n_split) {
+        pm = rf_load_l2(base + lane * (DV + 2) + DV);
+        ps = rf_load_l2(base + lane * (DV + 2) + DV + 1);
     }
-    fa_finish_row<FA_MAX_PER_LANE>(m, s, acc, r, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
+    load_outputs(0, n_split < UB ? (int)n_split : UB);
+    float m = pm;
+    for (i64 sp = lane + RF_WARP_SIZE; sp < n_split; sp += RF_WARP_SIZE) m = fmaxf(m, rf_load_l2(base + sp * (DV + 2) + DV));
+    m = rf_warp_max(m);
+    float s = 0.0f, acc[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc[j] = 0.0f;
+    for (i64 s0 = 0; s0 < n_split; s0 += RF_WARP_SIZE) {
+        if (s0 > 0) {
+            pm = rf_neg_inf();
+            ps = 0.0f;
+            if (s0 + lane < n_split) {
+                pm = rf_load_l2(base + (s0 + lane) * (DV + 2) + DV);
+                ps = rf_load_l2(base + (s0 + lane) * (DV + 2) + DV + 1);
+            }
+        }
+        const float f = pm == rf_neg_inf() ? 0.0f : expf(pm - m);  // a split that saw no visible key weighs 0
+        s += f * ps;
+        const int n = n_split - s0 < RF_WARP_SIZE ? (int)(n_split - s0) : RF_WARP_SIZE;
+        for (int u0 = 0; u0 < n; u0 += UB) {
+            if (s0 > 0 || u0 > 0) load_outputs(s0 + u0, n - u0);
+#pragma unroll
+            for (int u = 0; u < UB; u++) {
+                const float fu = rf_shfl(f, u0 + u);  // 0 past the last split
+#pragma unroll
+                for (int j = 0; j < NJ; j++) acc[j] += fu * x[u][j];
+            }
+        }
+    }
+    fa_finish_row<NJ>(m, rf_warp_sum(s), acc, r, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
 }
 
 // Keys [ic0, ic1) of block (row, blockIdx.y): all of them, or with `part` (split-KV) the
@@ -217,7 +251,7 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
             if (rf_warp_sum(last) == 0.0f) return;
             __threadfence();
             if (lane == 0) counters[r] = 0;
-            fa_merge_row(part, r, gridDim.y, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
+            fa_merge_row<FA_MAX_PER_LANE>(part, r, gridDim.y, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
         }
         return;
     }
@@ -245,22 +279,24 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
 }
 
 // The keys and values (and mask) block (row, split) reads, into L2 before its rf_grid_begin()
-// (arithmetic on the arguments only). k32 / v32: bytes of 32 values of K / V. The rows of
-// one query's heads share them: only the blocks of query 0 ask.
+// (arithmetic on the arguments only). k32 / v32: bytes of 32 values of K / V. Each K/V row
+// holds every KV head and the rows of one query share them: only the blocks of query 0 and
+// head 0 ask, for the whole rows of their keys.
 RF_DEVICE void fa_prefetch_l2(const char* k, const char* v, const char* mask, i64 DK, i64 DV, i64 n_q, i64 n_head,
                               i64 n_kv, i64 rk2, i64 rv2, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3,
                               i64 mne2, i64 mne3, i64 nbm2, i64 nbm3, const float* part, i64 split_keys, i64 k32,
                               i64 v32) {
     const i64 r = blockIdx.x;
     const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
-    if (iq1 != 0) return;
+    if (iq1 != 0 || iq2 != 0) return;
     i64 ic0, ic1;
     fa_key_range(part, split_keys, n_kv, &ic0, &ic1);
     if (ic1 <= ic0) return;
-    // From the first key's row to the last value of the last key's row (never past the view).
-    rf_prefetch_l2(k + (iq2 / rk2) * nbk2 + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + (DK + 31) / 32 * k32);
-    rf_prefetch_l2(v + (iq2 / rv2) * nbv2 + iq3 * nbv3 + ic0 * nbv1, (ic1 - 1 - ic0) * nbv1 + (DV + 31) / 32 * v32);
-    if (mask) rf_prefetch_l2(mask + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3 + ic0 * 2, (ic1 - ic0) * 2);
+    // From the first key's row to the last value of the last head in the last key's row.
+    const i64 kh = n_head / rk2 - 1, vh = n_head / rv2 - 1;
+    rf_prefetch_l2(k + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + kh * nbk2 + (DK + 31) / 32 * k32);
+    rf_prefetch_l2(v + iq3 * nbv3 + ic0 * nbv1, (ic1 - 1 - ic0) * nbv1 + vh * nbv2 + (DV + 31) / 32 * v32);
+    if (mask) rf_prefetch_l2(mask + (iq3 % mne3) * nbm3 + ic0 * 2, (ic1 - ic0) * 2);
 }
 #define FA_PREFETCH(K32, V32)                                                                                   \
     k, v, mask, DK, DV, n_q, n_head, n_kv, rk2, rv2, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3, mne2, mne3, nbm2, nbm3, \

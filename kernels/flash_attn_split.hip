@@ -21,12 +21,6 @@
 #define FAS_PER_LANE (FAS_MAX_D / RF_WARP_SIZE)
 #define FAS_MAX_WARPS 8
 
-#if defined(RF_NVIDIA)
-RF_DEVICE float fas_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
-#else
-RF_DEVICE float fas_shfl(float v, int src) { return __shfl(v, src); }
-#endif
-
 // 16-byte loads (no vendor vector types: the run-time compilers get no headers).
 struct __attribute__((aligned(16))) fas_u4 {
     unsigned x, y, z, w;
@@ -199,7 +193,7 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
         const int nk = (int)(ic1 - base < RF_WARP_SIZE ? ic1 - base : RF_WARP_SIZE);
 #pragma unroll
         for (int kk = 0; kk < RF_WARP_SIZE; kk++) {
-            const float pk = fas_shfl(p, kk);
+            const float pk = rf_shfl(p, kk);
             const char* vr = vb + (base + (kk < nk ? kk : nk - 1)) * nbv1;
 #pragma unroll
             for (int j = 0; j < NJ; j++) {

@@ -39,6 +39,7 @@ typedef unsigned short f16_bits;
 
 #if defined(RF_NVIDIA)
 RF_DEVICE float rf_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+RF_DEVICE float rf_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 // IEEE half <-> float through the hardware conversion (round to nearest even).
 RF_DEVICE float rf_f16_to_f32(f16_bits h) {
     float f;
@@ -53,6 +54,7 @@ RF_DEVICE f16_bits rf_f32_to_f16(float f) {
 RF_DEVICE float rf_neg_inf() { return __int_as_float(0xff800000); }
 #else
 RF_DEVICE float rf_shfl_xor(float v, int mask) { return __shfl_xor(v, mask); }
+RF_DEVICE float rf_shfl(float v, int src) { return __shfl(v, src); }
 RF_DEVICE float rf_f16_to_f32(f16_bits h) { return (float)__builtin_bit_cast(_Float16, h); }
 RF_DEVICE f16_bits rf_f32_to_f16(float f) { return __builtin_bit_cast(f16_bits, (_Float16)f); }
 RF_DEVICE float rf_neg_inf() { return -__builtin_huge_valf(); }
@@ -79,6 +81,19 @@ RF_DEVICE int rf_dp4a(int a, int b, int c) {
     for (int i = 0; i < 32; i += 8) c += (int)(signed char)(a >> i) * (int)(signed char)(b >> i);
     return c;
 }
+#endif
+
+// A float that another block of this launch wrote (read after the atomic that says it is
+// there): from L2, past L1, which is not coherent between blocks. NVIDIA: ld.global.cg (a
+// volatile load is a system-scope one there); AMD: a volatile load (glc).
+#if defined(RF_NVIDIA)
+RF_DEVICE float rf_load_l2(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+#else
+RF_DEVICE float rf_load_l2(const float* p) { return *(const volatile float*)p; }
 #endif
 
 // Sum / max over aligned groups of WIDTH lanes (a power of two up to the warp size): xor

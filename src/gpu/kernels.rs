@@ -22,6 +22,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("activation.hip", include_str!("../../kernels/activation.hip")),
     ("flash_attn.hip", include_str!("../../kernels/flash_attn.hip")),
     ("flash_attn_split.hip", include_str!("../../kernels/flash_attn_split.hip")),
+    ("flash_attn_vec.hip", include_str!("../../kernels/flash_attn_vec.hip")),
     ("mul_mat_id.hip", include_str!("../../kernels/mul_mat_id.hip")),
     ("norm.hip", include_str!("../../kernels/norm.hip")),
     ("reduce.hip", include_str!("../../kernels/reduce.hip")),
@@ -65,6 +66,10 @@ pub const MVQ_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl
 /// (rows, unroll) shapes of the measuring variants mul_mat_vec_q1x_q4_0_r{rows}_u{unroll} (mmvq.hip).
 pub const MV1X_SHAPES: &[(usize, usize)] = &[(1, 4), (1, 8), (2, 2), (2, 8), (4, 2), (4, 4)];
 
+/// (head size, most rows) of the generation attention kernels flash_attn_vec_f16_d{D}_r{R}
+/// (flash_attn_vec.hip), smallest row count first for each head size.
+pub const FAV_SHAPES: &[(usize, usize)] = &[(64, 4), (64, 16), (128, 4), (128, 8), (256, 4)];
+
 /// Entry points made once per weight type: `{prefix}_{suffix}`.
 const PER_WEIGHT_TYPE: &[&str] = &["mul_mat_vec", "mul_mat_tiled", "get_rows", "dequant_f16", "mul_mat_id"];
 
@@ -86,6 +91,7 @@ pub fn kernel_names() -> Vec<String> {
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_add_norm_{suf}")));
+    v.extend(FAV_SHAPES.iter().map(|(d, r)| format!("flash_attn_vec_f16_d{d}_r{r}")));
     v
 }
 
@@ -212,6 +218,10 @@ pub fn compile_options(info: &DeviceInfo) -> Vec<String> {
         Ok("noprefetch") => v.push("-DRF_L2_PREFETCH=0".into()),
         _ => {}
     }
+    // Extra -D options for measuring builds (ROCMFORGE_GPU_DEFINES="-DX=1 -DY"; part of the cache key).
+    if let Ok(extra) = std::env::var("ROCMFORGE_GPU_DEFINES") {
+        v.extend(extra.split_whitespace().filter(|o| o.starts_with("-D")).map(String::from));
+    }
     v
 }
 
@@ -317,7 +327,8 @@ mod tests {
             let mv1x = MV1X_SHAPES.iter().any(|(r, u)| {
                 name == format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}") && s.contains(&format!("MV1X_KERNEL({r}, {u})"))
             });
-            assert!(direct || stamped || mv1x, "kernel {name} missing from the sources");
+            let fav = FAV_SHAPES.iter().any(|(d, r)| name == format!("flash_attn_vec_f16_d{d}_r{r}") && s.contains(&format!("FAV_KERNEL({d}, {r})")));
+            assert!(direct || stamped || mv1x || fav, "kernel {name} missing from the sources");
         }
         assert!(!s.contains("#include \""));
     }

@@ -1477,6 +1477,71 @@ fn fa_split_plan(rows: usize, n_kv: usize, warp: usize, compute_units: usize, ma
     (splits, split_keys, warps)
 }
 
+/// Threads per block and keys per chunk of the generation kernel (FAV_THREADS, FAV_CHUNK in
+/// flash_attn_vec.hip).
+const FA_VEC_THREADS: usize = 128;
+const FA_VEC_CHUNK: usize = 32;
+
+/// Blocks per compute unit the generation kernel (flash_attn_vec.hip) aims at:
+/// `ROCMFORGE_GPU_FA_VEC`, default 8 (H100, 8B-class at a 2048-token context: 2 gave 226/222
+/// t/s, 8 230/230: 36 splits of 64 keys instead of 24 of 96; FA_SPLIT_MAX_PARTS caps them);
+/// 0 sends generation back to the row kernel (A/B runs).
+fn fa_vec_blocks_per_cu() -> usize {
+    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_VEC").ok().and_then(|v| v.parse().ok()).unwrap_or(8))
+}
+
+/// A launch of the generation kernel: grid (groups = KV heads x sequences, splits), each
+/// split `split_keys` keys (whole chunks).
+struct FaVecPlan {
+    groups: usize,
+    splits: usize,
+    split_keys: usize,
+    /// The kernel's row count (`_r{most_rows}`).
+    most_rows: usize,
+}
+
+/// Whether the split-KV path takes the generation kernel (kernels/flash_attn_vec.hip) for
+/// this node, and its launch: F16 K and V of one head size (64, 128 or 256), as many K as V
+/// heads, the rows reading one KV head (queries x heads of the group) at most those of a
+/// kernel for D (FAV_SHAPES: 1024 / D), 16-byte aligned K and V rows; several splits need the
+/// merge counters.
+fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, max_parts: usize) -> Option<FaVecPlan> {
+    let per_cu = fa_vec_blocks_per_cu();
+    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
+    let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
+    let (d, warp) = (qne[0], lc.warp_size as usize);
+    if per_cu == 0 || fa_split_mode() != 1 || k.dtype() != GgmlType::F16 || v.dtype() != GgmlType::F16 {
+        return None;
+    }
+    if vne[0] != d || !matches!(d, 64 | 128 | 256) || warp == 0 || d % warp != 0 || FA_VEC_THREADS % warp != 0 || kne[2] != vne[2] {
+        return None;
+    }
+    let rows_per_block = qne[1] * (qne[2] / kne[2]);
+    let (_, most_rows) = *super::kernels::FAV_SHAPES.iter().find(|(sd, r)| *sd == d && rows_per_block <= *r)?;
+    let aligned = |t: &Tensor| t.data() as usize % 16 == 0 && t.nb()[1..].iter().all(|n| n % 16 == 0);
+    let groups = kne[2] * qne[3];
+    if !aligned(&k) || !aligned(&v) || groups == 0 || groups > FA_COUNTERS {
+        return None;
+    }
+    let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
+    let (splits, split_keys) = fa_vec_splits(kne[1], groups, per_cu * cu, max_parts / rows.max(1));
+    if splits > 1 && lc.fa_counters == 0 {
+        return None;
+    }
+    Some(FaVecPlan { groups, splits, split_keys, most_rows })
+}
+
+/// How the generation kernel splits `n_kv` keys of each of `groups` (KV head, sequence)
+/// groups: (splits, keys per split), splits of whole chunks, about `target_blocks` blocks in
+/// all, at most `max_splits` splits.
+fn fa_vec_splits(n_kv: usize, groups: usize, target_blocks: usize, max_splits: usize) -> (usize, usize) {
+    let chunks = n_kv.div_ceil(FA_VEC_CHUNK).max(1);
+    let splits = target_blocks.div_ceil(groups.max(1)).min(chunks).min(max_splits).max(1);
+    let split_keys = chunks.div_ceil(splits) * FA_VEC_CHUNK;
+    (n_kv.div_ceil(split_keys).max(1), split_keys)
+}
+
 /// The row kernel's last arguments where its blocks do not merge the row themselves:
 /// no counters, no quantized output.
 fn no_merge(args: Args) -> Args {
@@ -1581,6 +1646,48 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             note_q8();
             Ok(())
         };
+        if let Some(plan) = fa_vec_plan(node, lc, rows, max_parts) {
+            // F16 caches: one block per KV head and split takes every row that reads it.
+            let (part, counters) = if plan.splits > 1 {
+                (part, lc.fa_counters as usize as *const u8)
+            } else {
+                (std::ptr::null(), std::ptr::null())
+            };
+            let args = Args::default()
+                .ptr(q.data())
+                .ptr(k.data())
+                .ptr(v.data())
+                .opt_ptr(mask)
+                .opt_ptr(sinks)
+                .ptr(node.data())
+                .i64(qne[1])
+                .i64(n_head)
+                .i64(kne[2])
+                .i64(kne[1])
+                .i64(n_head / kne[2])
+                .i64s(&q.nb()[1..])
+                .i64s(&k.nb()[1..])
+                .i64s(&v.nb()[1..])
+                .i64(mne[2])
+                .i64(mne[3])
+                .i64s(&nbm[1..])
+                .i64(node.nb()[1])
+                .f32(scale)
+                .f32(softcap)
+                .f32(max_bias)
+                .f32(m0)
+                .f32(m1)
+                .i32(n_head_log2 as i32)
+                .ptr(part)
+                .i64(plan.split_keys)
+                .ptr(counters)
+                .ptr(xq as *const u8)
+                .ptr(xds as *const u8);
+            let kernel = format!("flash_attn_vec_f16_d{}_r{}", qne[0], plan.most_rows);
+            lc.run(&kernel, [plan.groups, plan.splits, 1], FA_VEC_THREADS as u32, args)?;
+            note_q8();
+            return Ok(());
+        }
         if fa_split_mode() == 1 {
             let (splits, split_keys) = fa_row_split_plan(rows, kne[1], cu, max_parts);
             if splits > 1 && lc.fa_counters != 0 && rows <= FA_COUNTERS && lc.fuse {
@@ -2601,6 +2708,22 @@ fn try_fused_rope_kv(nodes: &[Tensor], i: usize, q: Option<Tensor>, uses: &Uses,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The generation attention's splits cover every key once, in whole chunks, within the
+    /// limits: 8B-class (8 KV heads) at 256 and 2304 keys, SmolLM2 (3), odd key counts.
+    #[test]
+    fn fa_vec_splits_cover_every_key() {
+        for (n_kv, groups, target, max_splits) in
+            [(256, 8, 1056, 64), (2304, 8, 1056, 64), (256, 3, 1056, 64), (4096, 3, 1056, 64), (1, 3, 1056, 64), (577, 8, 264, 4), (100, 1, 1, 1)]
+        {
+            let (splits, split_keys) = fa_vec_splits(n_kv, groups, target, max_splits);
+            assert!(split_keys % FA_VEC_CHUNK == 0 && split_keys > 0, "{n_kv} {groups}");
+            assert!(splits * split_keys >= n_kv && (splits - 1) * split_keys < n_kv, "{n_kv} {groups}: {splits} x {split_keys}");
+            assert!(splits <= max_splits && splits >= 1, "{n_kv} {groups}: {splits}");
+        }
+        assert_eq!(fa_vec_splits(256, 8, 1056, 64), (8, 32));
+        assert_eq!(fa_vec_splits(2304, 8, 1056, 64), (36, 64));
+    }
 
     /// The gate/up prefetch stays within its budget: 8B-class (14336 rows, 4096-value Q4_0 rows
     /// of 2304 bytes in each matrix) prefetches 12 of each block's 32 rows, 21 MB in all;

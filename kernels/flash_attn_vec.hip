@@ -1,0 +1,283 @@
+// FLASH_ATTN_EXT for generation, one block per (KV head, sequence, split of the keys): the
+// block takes every query row that reads its KV head (n_q queries x the G heads of the GQA
+// group, R = n_q * G rows, R * D <= 1024), so each K and V row is read once for all of them.
+// F16 K and V of one head size D (64, 128 or 256), q rounded to f16 as ggml-cpu rounds it for
+// F16 K, f32 accumulators; masks broadcast over heads/sequences, ALiBi, softcap and sinks as
+// flash_attn.hip.
+//
+// Generation's attention is latency-bound (a few hundred blocks, each a short chain of
+// dependent steps), so a block of 128 threads takes a chunk of 32 keys at a time and spreads
+// every step over all of its threads: four threads score a key against the R rows (16-byte K
+// loads, q rows in shared memory), the chunk's maximum per row is one block reduction, then
+// each thread accumulates one pair of V values of its set of keys for every row. The chunk's
+// loads (K, V, mask) are all issued before any is used. All threads share the running
+// maximum, so the key sets are merged by a plain sum at the end. With one split the block
+// writes dst itself; with more, each block writes a partial result per row (DV outputs,
+// maximum, sum of weights: flash_attn.hip's layout) and the last block of the group to finish
+// merges them (fa_merge_row) and writes dst, quantized for the output projection when xq is
+// set. A masked key's K and V are never used (they may hold anything).
+#include "prelude.h"
+#include "quants.h"
+#include "flash_attn.hip"  // fa_finish_row, fa_merge_row, fa_key_range
+
+// 16-byte loads (no vendor vector types: the run-time compilers get no headers).
+struct __attribute__((aligned(16))) fav_u4 {
+    unsigned x, y, z, w;
+};
+struct __attribute__((aligned(16))) fav_f4 {
+    float x, y, z, w;
+};
+
+RF_DEVICE float fav_lo(unsigned u) { return rf_f16_to_f32((f16_bits)(u & 0xffff)); }
+RF_DEVICE float fav_hi(unsigned u) { return rf_f16_to_f32((f16_bits)(u >> 16)); }
+
+#define FAV_THREADS 128
+#define FAV_CHUNK 32
+
+template <int D, int RM>
+RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const char* mask, const float* sinks,
+                              char* d, i64 n_q, i64 n_head, i64 n_head_kv, i64 n_kv, i64 G, i64 nbq1, i64 nbq2,
+                              i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2,
+                              i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale, float softcap,
+                              float max_bias, float m0, float m1, int n_head_log2, float* part, i64 split_keys,
+                              unsigned* counters, signed char* xq, float2* xds) {
+    constexpr int WS = RF_WARP_SIZE;
+    constexpr int NWARP = FAV_THREADS / WS;
+    constexpr int TPK = FAV_THREADS / FAV_CHUNK;  // threads scoring one key (4)
+    constexpr int KP = D / 8 / TPK;            // 16-byte pieces of a K row per thread
+    constexpr int DG = D / 2;                  // value pairs of a V row: one per thread
+    constexpr int KS = FAV_THREADS / DG;       // key sets of the V step (4, 2 or 1)
+    constexpr int KPS = FAV_CHUNK / KS;        // keys per set
+    constexpr int NJ = D / WS;                 // outputs per lane when a warp finishes a row
+    __shared__ __attribute__((aligned(16))) float q_s[RM * D];
+    __shared__ __attribute__((aligned(16))) float p_s[RM * FAV_CHUNK];
+    __shared__ __attribute__((aligned(16))) float red_s[KS * RM * D];
+    __shared__ float wmax_s[2][NWARP][RM];
+    __shared__ float lsum_s[KS][RM];
+    __shared__ float slope_s[RM], m_s[RM], live_s[FAV_CHUNK];
+    __shared__ i64 qoff_s[RM], moff_s[RM], row_s[RM];
+    __shared__ int last_s;
+    const int t = threadIdx.x, lane = t % WS, warp = t / WS;
+    const i64 ikv = blockIdx.x % n_head_kv, iq3 = blockIdx.x / n_head_kv;
+    const int nq = (int)n_q, R = (int)(n_q * G);
+
+    // Per row (query iq1, head iq2 of the group): where its q and mask rows are, its ALiBi
+    // slope and the row index fa_finish_row decodes; then the q rows, rounded to f16 as
+    // ggml-cpu rounds them for F16 K.
+    if (t < R) {
+        const i64 iq1 = t % nq, iq2 = ikv * G + t / nq;
+        qoff_s[t] = iq1 * nbq1 + iq2 * nbq2 + iq3 * nbq3;
+        moff_s[t] = iq1 * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3;
+        row_s[t] = (iq3 * n_head + iq2) * n_q + iq1;
+        float slope = 1.0f;
+        if (max_bias > 0.0f) {
+            slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
+        }
+        slope_s[t] = slope;
+    }
+    __syncthreads();
+    for (int i = t; i < R * D; i += FAV_THREADS) {
+        q_s[i] = rf_f16_to_f32(rf_f32_to_f16(((const float*)(q + qoff_s[i / D]))[i % D]));
+    }
+    __syncthreads();
+
+    i64 ic0, ic1;
+    fa_key_range(part, split_keys, n_kv, &ic0, &ic1);
+    const char* kb = k + ikv * nbk2 + iq3 * nbk3;
+    const char* vb = v + ikv * nbv2 + iq3 * nbv3;
+    // Scores: thread t takes key t / TPK of the chunk, its 16-byte pieces pq, pq + TPK, ...
+    // (the TPK threads of a key read 16 * TPK consecutive bytes at a time; their q reads
+    // fall in different banks). Values: thread t takes the pair dg of the keys of set ks.
+    const int kk = t / TPK, pq = t % TPK, dg = t % DG, ks = t / DG;
+    float M[RM], L[RM], acc[RM][2];
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        M[r] = rf_neg_inf();
+        L[r] = 0.0f;
+        acc[r][0] = acc[r][1] = 0.0f;
+    }
+    int par = 0;
+    for (i64 kc = ic0; kc < ic1; kc += FAV_CHUNK, par ^= 1) {
+        const i64 key = kc + kk;
+        const bool valid = key < ic1;
+        // Every load of the chunk first: K pieces, this thread's V pairs, mask values.
+        const fav_u4* k4 = (const fav_u4*)(kb + (valid ? key : kc) * nbk1) + pq;
+        fav_u4 w[KP];
+#pragma unroll
+        for (int i = 0; i < KP; i++) w[i] = k4[TPK * i];
+        unsigned vr[KPS];
+#pragma unroll
+        for (int u = 0; u < KPS; u++) {
+            const i64 vk = kc + ks * KPS + u;
+            vr[u] = vk < ic1 ? *(const unsigned*)(vb + vk * nbv1 + dg * 4) : 0u;
+        }
+        float mv[RM];
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            mv[r] = r < R && mask && valid ? rf_f16_to_f32(((const f16_bits*)(mask + moff_s[r]))[key]) : 0.0f;
+        }
+        float s[RM];
+#pragma unroll
+        for (int r = 0; r < RM; r++) s[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KP; i++) {
+            const float kf[8] = {fav_lo(w[i].x), fav_hi(w[i].x), fav_lo(w[i].y), fav_hi(w[i].y),
+                                 fav_lo(w[i].z), fav_hi(w[i].z), fav_lo(w[i].w), fav_hi(w[i].w)};
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                if (r < R) {
+                    const fav_f4* qr = (const fav_f4*)(q_s + r * D + (pq + TPK * i) * 8);
+                    const fav_f4 qa = qr[0], qb = qr[1];
+                    s[r] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] + qb.y * kf[5] +
+                            qb.z * kf[6] + qb.w * kf[7];
+                }
+            }
+        }
+        bool live = false;
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            if (r < R) {
+                float x = s[r];
+#pragma unroll
+                for (int m = 1; m < TPK; m <<= 1) x += rf_shfl_xor(x, m);
+                x *= scale;
+                if (softcap != 0.0f) x = softcap * tanhf(x);
+                // A masked key's K (and V) is never used: it may be anything.
+                x = valid && mv[r] != rf_neg_inf() ? x + slope_s[r] * mv[r] : rf_neg_inf();
+                live |= x != rf_neg_inf();
+                s[r] = x;
+                float wm = x;
+#pragma unroll
+                for (int m = TPK; m < WS; m <<= 1) wm = fmaxf(wm, rf_shfl_xor(wm, m));
+                if (lane == 0) wmax_s[par][warp][r] = wm;
+            }
+        }
+        if (pq == 0) live_s[kk] = live ? 1.0f : 0.0f;
+        __syncthreads();
+        // The chunk's maximum per row; this key's weights; old sums rescaled.
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            if (r < R) {
+                float cm = rf_neg_inf();
+#pragma unroll
+                for (int w2 = 0; w2 < NWARP; w2++) cm = fmaxf(cm, wmax_s[par][w2][r]);
+                const float mn = fmaxf(M[r], cm);
+                const float alpha = M[r] == rf_neg_inf() ? 0.0f : expf(M[r] - mn);
+                if (pq == 0) p_s[r * FAV_CHUNK + kk] = s[r] == rf_neg_inf() ? 0.0f : expf(s[r] - mn);
+                M[r] = mn;
+                L[r] *= alpha;
+                acc[r][0] *= alpha;
+                acc[r][1] *= alpha;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < KPS; u++) {
+            const int c = ks * KPS + u;
+            const bool use = live_s[c] != 0.0f;
+            const float v0 = use ? fav_lo(vr[u]) : 0.0f, v1 = use ? fav_hi(vr[u]) : 0.0f;
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                if (r < R) {
+                    const float p = p_s[r * FAV_CHUNK + c];
+                    L[r] += p;
+                    acc[r][0] += p * v0;
+                    acc[r][1] += p * v1;
+                }
+            }
+        }
+    }
+
+    // The key sets' sums (one running maximum for all of them), then a warp per row.
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        if (r < R) {
+            red_s[(ks * RM + r) * D + 2 * dg] = acc[r][0];
+            red_s[(ks * RM + r) * D + 2 * dg + 1] = acc[r][1];
+            if (dg == 0) lsum_s[ks][r] = L[r];
+            if (t == 0) m_s[r] = M[r];
+        }
+    }
+    __syncthreads();
+    const i64 n_split = gridDim.y;
+    for (int r = warp; r < R; r += NWARP) {
+        float o[NJ], l = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            o[j] = 0.0f;
+#pragma unroll
+            for (int s2 = 0; s2 < KS; s2++) o[j] += red_s[(s2 * RM + r) * D + lane + j * WS];
+        }
+#pragma unroll
+        for (int s2 = 0; s2 < KS; s2++) l += lsum_s[s2][r];
+        if (n_split == 1) {
+            fa_finish_row<NJ>(m_s[r], l, o, row_s[r], sinks, d, D, n_q, n_head, nbd1, xq, xds);
+        } else {
+            float* pr = part + (row_s[r] * n_split + blockIdx.y) * (D + 2);
+#pragma unroll
+            for (int j = 0; j < NJ; j++) pr[lane + j * WS] = o[j];
+            if (lane == 0) {
+                pr[D] = m_s[r];
+                pr[D + 1] = l;
+            }
+        }
+    }
+    if (n_split == 1) return;
+    // Publish the partials, then count them; the group's last block merges every row and sets
+    // the counter back to 0 for the next launch (or replay).
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last_s = atomicAdd(counters + blockIdx.x, 1u) == n_split - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    if (t == 0) counters[blockIdx.x] = 0;
+
+    for (int r = warp; r < R; r += NWARP) {
+        fa_merge_row<NJ>(part, row_s[r], n_split, sinks, d, D, n_q, n_head, nbd1, xq, xds);
+    }
+}
+
+// The K and V rows of the block's keys (all heads: each row holds every KV head, and the
+// blocks of the other heads read the rest), into L2 before its rf_grid_begin(): asked once,
+// by the blocks of the first KV head. Also the mask rows.
+RF_DEVICE void fav_prefetch_l2(const char* k, const char* v, const char* mask, i64 n_q, i64 n_head_kv, i64 n_kv,
+                               i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne3, i64 nbm1,
+                               i64 nbm3, const float* part, i64 split_keys) {
+    const i64 ikv = blockIdx.x % n_head_kv, iq3 = blockIdx.x / n_head_kv;
+    if (ikv != 0) return;
+    i64 ic0, ic1;
+    fa_key_range(part, split_keys, n_kv, &ic0, &ic1);
+    if (ic1 <= ic0) return;
+    rf_prefetch_l2(k + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + n_head_kv * nbk2);
+    rf_prefetch_l2(v + iq3 * nbv3 + ic0 * nbv1, (ic1 - 1 - ic0) * nbv1 + n_head_kv * nbv2);
+    for (i64 iq1 = 0; mask && iq1 < n_q; iq1++) {
+        rf_prefetch_l2(mask + iq1 * nbm1 + (iq3 % mne3) * nbm3 + ic0 * 2, (ic1 - ic0) * 2);
+    }
+}
+
+#define FAV_ARGS                                                                                                 \
+    const char *q, const char *k, const char *v, const char *mask, const float *sinks, char *d, i64 n_q,       \
+        i64 n_head, i64 n_head_kv, i64 n_kv, i64 G, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, \
+        i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale,  \
+        float softcap, float max_bias, float m0, float m1, int n_head_log2, float *part, i64 split_keys,        \
+        unsigned *counters, signed char *xq, float2 *xds
+#define FAV_PASS                                                                                                  \
+    q, k, v, mask, sinks, d, n_q, n_head, n_head_kv, n_kv, G, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3, \
+        mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, part, split_keys,       \
+        counters, xq, xds
+#define FAV_PREFETCH k, v, mask, n_q, n_head_kv, n_kv, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3, mne3, nbm1, nbm3, part, split_keys
+
+// _dD_rN: head size D, at most N rows a block (code for exactly those rows: the loops over
+// rows are unrolled, and rows past R still cost issue slots).
+#define FAV_KERNEL(D, RM)                                           \
+    RF_KERNEL void flash_attn_vec_f16_d##D##_r##RM(FAV_ARGS) {      \
+        fav_prefetch_l2(FAV_PREFETCH);                              \
+        rf_grid_begin();                                            \
+        flash_attn_vec<D, RM>(FAV_PASS);                            \
+    }
+FAV_KERNEL(64, 4)
+FAV_KERNEL(64, 16)
+FAV_KERNEL(128, 4)
+FAV_KERNEL(128, 8)
+FAV_KERNEL(256, 4)
