@@ -5,12 +5,14 @@
 # Carry .device-carry/common (bin/, smol-tokenizer.gguf)
 # and .device-carry/cuda (libggml-cuda.so.xz: `bench/gpu_vs_ggml_cuda.sh build` on the device from
 # the pinned sources, stripped, brought back through $OUT, compressed here to fit the 64 MiB carry).
-#   STEPS="ops smoke 8b smol" bash bench/gpu_8b_call.sh
+#   STEPS="ops smoke 8b smol" bash bench/gpu_8b_call.sh   (AB=0: without the A/B runs of 8b / smol)
 # Steps: ops (test_ops --gpus), smoke (gpu_smoke, test_gpu_io), 8b / smol (tg and pp against
 # ggml-cuda, fa on and off, interleaved, and without the projection+add+norm launch), glupf (gate/up
 # prefetch budget sweep), warps (block sizes of the add+norm and gate/up launches), e2e (synthetic
 # llama-family models on RFGPU0 against ggml-cpu), detail (ncu sections of the norm and attention
-# kernels, attention split modes), prof (in-stream profile and an ncu window of one layer).
+# kernels, attention split modes), prof (in-stream profile and an ncu window of one layer), fav
+# (generation attention: blocks per SM of the KV-head-grouped kernel, 0 = the row kernel, the build before
+# as bin/libggml-rocmforge-base.so where carried), depth (tg after 2048 tokens of context, the same variants).
 set -u
 R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
@@ -20,7 +22,7 @@ mkdir -p /tmp/gc && cp -a $C/bin/* $C/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-P8=; if { has 8b || has prof || has glupf || has detail || has warps ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
+P8=; if { has 8b || has prof || has glupf || has detail || has warps || has fav || has depth ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
 if has ops; then
     ( time timeout 300 ./test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops --gpus rc=$?"
     grep -E "FAIL|cases:|passed|failed|real" $OUT/test_ops.log | tail -6
@@ -40,7 +42,29 @@ if has 8b; then  # interleaved; rf-noaddnorm = without the projection+add+norm l
         for r in 1 2; do
             b 8b-$fa-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
             b 8b-$fa-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
-            b 8b-$fa-rf-noaddnorm$r env ROCMFORGE_GPU_ADD_NORM=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
+            [ "${AB:-1}" = 1 ] && b 8b-$fa-rf-noaddnorm$r env ROCMFORGE_GPU_ADD_NORM=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 64 --reps 2
+        done
+    done
+fi
+if has fav; then  # attention for generation: the KV-head-grouped kernel's blocks per SM (0 = the row kernel), the build before (base)
+    [ -n "$P8" ] && wait $P8
+    BASE=; [ -f libggml-rocmforge-base.so ] && BASE=./libggml-rocmforge-base.so
+    for r in 1 2; do
+        b fav-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+        [ -n "$BASE" ] && b fav-base$r ./llama_run bench -b rocmforge -l $BASE -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+        for w in 0 1 2 4; do
+            b fav-w$w-$r env ROCMFORGE_GPU_FA_VEC=$w ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2
+        done
+    done
+fi
+if has depth; then  # generation after 2048 tokens of context (llama-bench -d 2048), fa on: attention's share grows
+    [ -n "$P8" ] && wait $P8
+    BASE=; [ -f libggml-rocmforge-base.so ] && BASE=./libggml-rocmforge-base.so
+    for r in 1 2; do
+        b d2048-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
+        [ -n "$BASE" ] && b d2048-base$r ./llama_run bench -b rocmforge -l $BASE -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
+        for w in 2 0 8; do
+            b d2048-fav$w-$r env ROCMFORGE_GPU_FA_VEC=$w ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
         done
     done
 fi
@@ -50,7 +74,7 @@ if has smol; then
         for r in 1 2; do
             b smol-$fa-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m smol.gguf --device CUDA0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
             b smol-$fa-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
-            b smol-$fa-rf-noaddnorm$r env ROCMFORGE_GPU_ADD_NORM=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
+            [ "${AB:-1}" = 1 ] && b smol-$fa-rf-noaddnorm$r env ROCMFORGE_GPU_ADD_NORM=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa $fa -t 8 --pp 512 --tg 128 --reps 3
         done
     done
 fi

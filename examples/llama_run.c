@@ -6,8 +6,8 @@
 //       prompt in, text out, prompt and generation tokens/s printed
 //   llama_run logits   -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N] [--gen N]
 //       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
-//   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R]
-//       pp<N> and tg<N> tokens/s (best of R repetitions)
+//   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R] [--depth N]
+//       pp<N> and tg<N> tokens/s (best of R repetitions); --depth N: tg after N tokens of context
 //
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
@@ -50,7 +50,7 @@ struct opts {
     // KV cache type (--kv f16|q8_0|q4_0): K always, V only with flash attention (llama.cpp
     // quantizes V only then).
     enum ggml_type kv;
-    int n_predict, threads, fa, positions, gen, pp, tg, reps, no_mmap;
+    int n_predict, threads, fa, positions, gen, pp, tg, reps, no_mmap, depth;
 };
 
 static void usage(void) {
@@ -87,6 +87,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "--pp")) o.pp = atoi(v);
         else if (!strcmp(a, "--tg")) o.tg = atoi(v);
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else if (!strcmp(a, "--depth")) o.depth = atoi(v);
         else usage();
         i++;
     }
@@ -248,7 +249,7 @@ int main(int argc, char ** argv) {
         llama_token * toks = malloc(sizeof(llama_token) * o.pp);
         for (int i = 0; i < o.pp; i++) toks[i] = (llama_token) ((i * 7919 + 13) % n_vocab);
         double best_pp = 0, best_tg = 0;
-        struct llama_context * ctx = make_ctx(model, &o, o.pp + o.tg + 16, o.pp);
+        struct llama_context * ctx = make_ctx(model, &o, (o.pp > o.depth ? o.pp : o.depth) + o.tg + 16, o.pp);
         for (int r = 0; r < o.reps; r++) {
             llama_memory_clear(llama_get_memory(ctx), true);
             double t0 = now_s();
@@ -256,8 +257,14 @@ int main(int argc, char ** argv) {
             llama_synchronize(ctx);  // as llama-bench: asynchronous backends return before the GPU is done
             double t1 = now_s();
             if (o.pp / (t1 - t0) > best_pp) best_pp = o.pp / (t1 - t0);
-            // tg: generation after a 1-token prompt, as llama-bench measures it.
+            // tg: generation after a 1-token prompt, as llama-bench measures it; with --depth N
+            // after N tokens of context (llama-bench -d), decoded in batches of pp first.
             llama_memory_clear(llama_get_memory(ctx), true);
+            for (int done = 0; done < o.depth;) {
+                const int n = o.depth - done < o.pp ? o.depth - done : o.pp;
+                if (llama_decode(ctx, llama_batch_get_one(toks, n))) { fprintf(stderr, "decode failed\n"); return 1; }
+                done += n;
+            }
             llama_token tok = toks[0];
             double t2 = now_s();
             for (int i = 0; i < o.tg; i++) {
@@ -267,8 +274,10 @@ int main(int argc, char ** argv) {
             double t3 = now_s();
             if (o.tg / (t3 - t2) > best_tg) best_tg = o.tg / (t3 - t2);
         }
-        printf("backend=%s device=%s threads=%d pp%d=%.2f tg%d=%.2f\n", o.backend, o.device ? o.device : "cpu", o.threads,
-               o.pp, best_pp, o.tg, best_tg);
+        if (o.depth) printf("backend=%s device=%s threads=%d pp%d=%.2f tg%d@d%d=%.2f\n", o.backend, o.device ? o.device : "cpu",
+                            o.threads, o.pp, best_pp, o.tg, o.depth, best_tg);
+        else printf("backend=%s device=%s threads=%d pp%d=%.2f tg%d=%.2f\n", o.backend, o.device ? o.device : "cpu", o.threads,
+                    o.pp, best_pp, o.tg, best_tg);
         free(toks);
         llama_free(ctx);
     } else {
