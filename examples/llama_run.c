@@ -274,10 +274,11 @@ int main(int argc, char ** argv) {
             double t3 = now_s();
             if (o.tg / (t3 - t2) > best_tg) best_tg = o.tg / (t3 - t2);
         }
-        if (o.depth) printf("backend=%s device=%s threads=%d pp%d=%.2f tg%d@d%d=%.2f\n", o.backend, o.device ? o.device : "cpu",
-                            o.threads, o.pp, best_pp, o.tg, o.depth, best_tg);
-        else printf("backend=%s device=%s threads=%d pp%d=%.2f tg%d=%.2f\n", o.backend, o.device ? o.device : "cpu", o.threads,
-                    o.pp, best_pp, o.tg, best_tg);
+        char tg_label[48];  // tg64, or tg64@d2048 after a context
+        if (o.depth) snprintf(tg_label, sizeof tg_label, "tg%d@d%d", o.tg, o.depth);
+        else snprintf(tg_label, sizeof tg_label, "tg%d", o.tg);
+        printf("backend=%s device=%s threads=%d pp%d=%.2f %s=%.2f\n", o.backend, o.device ? o.device : "cpu", o.threads,
+               o.pp, best_pp, tg_label, best_tg);
         free(toks);
         llama_free(ctx);
     } else {

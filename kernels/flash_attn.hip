@@ -136,10 +136,7 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     const int nwarps = blockDim.x / RF_WARP_SIZE;
     const i64 r = blockIdx.x;
     const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
-    float slope = 1.0f;
-    if (max_bias > 0.0f) {
-        slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
-    }
+    const float slope = rf_alibi_slope(iq2, max_bias, m0, m1, n_head_log2);
     const float* qr = (const float*)(q + iq1 * nbq1 + iq2 * nbq2 + iq3 * nbq3);
     float qv[FA_MAX_PER_LANE], acc[FA_MAX_PER_LANE];
 #pragma unroll
@@ -278,9 +275,20 @@ RF_DEVICE void flash_attn(const char* q, const char* k, const char* v, const cha
     }
 }
 
-// The keys and values (and mask) block (row, split) reads, into L2 before its rf_grid_begin()
-// (arithmetic on the arguments only). k32 / v32: bytes of 32 values of K / V. Each K/V row
-// holds every KV head and the rows of one query share them: only the blocks of query 0 and
+// Keys [ic0, ic1) of sequence iq3 into L2: the whole K and V rows (each holds every KV head),
+// from the first key's to the last value of the last head in the last key's row, and the
+// mask row of query 0 and head 0. k32 / v32: bytes of 32 values of K / V.
+RF_DEVICE void fa_rows_prefetch_l2(const char* k, const char* v, const char* mask, i64 iq3, i64 ic0, i64 ic1, i64 DK,
+                                   i64 DV, i64 k_heads, i64 v_heads, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2,
+                                   i64 nbv3, i64 mne3, i64 nbm3, i64 k32, i64 v32) {
+    if (ic1 <= ic0) return;
+    rf_prefetch_l2(k + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + (k_heads - 1) * nbk2 + (DK + 31) / 32 * k32);
+    rf_prefetch_l2(v + iq3 * nbv3 + ic0 * nbv1, (ic1 - 1 - ic0) * nbv1 + (v_heads - 1) * nbv2 + (DV + 31) / 32 * v32);
+    if (mask) rf_prefetch_l2(mask + (iq3 % mne3) * nbm3 + ic0 * 2, (ic1 - ic0) * 2);
+}
+
+// What block (row, split) reads, into L2 before its rf_grid_begin() (arithmetic on the
+// arguments only). The rows of one query share the K/V rows: only the blocks of query 0 and
 // head 0 ask, for the whole rows of their keys.
 RF_DEVICE void fa_prefetch_l2(const char* k, const char* v, const char* mask, i64 DK, i64 DV, i64 n_q, i64 n_head,
                               i64 n_kv, i64 rk2, i64 rv2, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3,
@@ -291,12 +299,8 @@ RF_DEVICE void fa_prefetch_l2(const char* k, const char* v, const char* mask, i6
     if (iq1 != 0 || iq2 != 0) return;
     i64 ic0, ic1;
     fa_key_range(part, split_keys, n_kv, &ic0, &ic1);
-    if (ic1 <= ic0) return;
-    // From the first key's row to the last value of the last head in the last key's row.
-    const i64 kh = n_head / rk2 - 1, vh = n_head / rv2 - 1;
-    rf_prefetch_l2(k + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + kh * nbk2 + (DK + 31) / 32 * k32);
-    rf_prefetch_l2(v + iq3 * nbv3 + ic0 * nbv1, (ic1 - 1 - ic0) * nbv1 + vh * nbv2 + (DV + 31) / 32 * v32);
-    if (mask) rf_prefetch_l2(mask + (iq3 % mne3) * nbm3 + ic0 * 2, (ic1 - ic0) * 2);
+    fa_rows_prefetch_l2(k, v, mask, iq3, ic0, ic1, DK, DV, n_head / rk2, n_head / rv2, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3,
+                        mne3, nbm3, k32, v32);
 }
 #define FA_PREFETCH(K32, V32)                                                                                   \
     k, v, mask, DK, DV, n_q, n_head, n_kv, rk2, rv2, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3, mne2, mne3, nbm2, nbm3, \

@@ -135,10 +135,7 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
     const int nwarps = blockDim.x / RF_WARP_SIZE;
     const i64 r = blockIdx.x, split = blockIdx.y, n_split = gridDim.y;
     const i64 iq1 = r % n_q, iq2 = (r / n_q) % n_head, iq3 = r / (n_q * n_head);
-    float slope = 1.0f;
-    if (max_bias > 0.0f) {
-        slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
-    }
+    const float slope = rf_alibi_slope(iq2, max_bias, m0, m1, n_head_log2);
     // The q row, rounded as ggml-cpu rounds it, into shared memory (warp 0).
     if (warp == 0) {
         const float* qr = (const float*)(q + iq1 * nbq1 + iq2 * nbq2 + iq3 * nbq3);

@@ -43,10 +43,7 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
     float* Vs = SPLIT_KV ? Vbuf : Ks;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const i64 q0 = (i64)blockIdx.x * BQ, iq2 = blockIdx.y, iq3 = blockIdx.z;
-    float slope = 1.0f;
-    if (max_bias > 0.0f) {
-        slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
-    }
+    const float slope = rf_alibi_slope(iq2, max_bias, m0, m1, n_head_log2);
     for (int j = 0; j < BQ * DP / NT; j++) {
         const int e = tid + NT * j, r = e / DP, c = e % DP;
         float x = 0.0f;

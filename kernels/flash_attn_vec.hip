@@ -34,13 +34,16 @@ RF_DEVICE float fav_hi(unsigned u) { return rf_f16_to_f32((f16_bits)(u >> 16)); 
 #define FAV_THREADS 128
 #define FAV_CHUNK 32
 
+// The row kernel's arguments (FA_ARGS): DK == DV == D, K and V with as many heads (rk2 == rv2
+// == G, the heads of a group), q rounded to f16 (round_q 1), no f16 accumulator.
 template <int D, int RM>
 RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const char* mask, const float* sinks,
-                              char* d, i64 n_q, i64 n_head, i64 n_head_kv, i64 n_kv, i64 G, i64 nbq1, i64 nbq2,
-                              i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2,
-                              i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale, float softcap,
-                              float max_bias, float m0, float m1, int n_head_log2, float* part, i64 split_keys,
-                              unsigned* counters, signed char* xq, float2* xds) {
+                              char* d, i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 G, i64 rv2,
+                              i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2,
+                              i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale,
+                              float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q,
+                              int f16_acc, float* part, i64 split_keys, unsigned* counters, signed char* xq,
+                              float2* xds) {
     constexpr int WS = RF_WARP_SIZE;
     constexpr int NWARP = FAV_THREADS / WS;
     constexpr int TPK = FAV_THREADS / FAV_CHUNK;  // threads scoring one key (4)
@@ -58,6 +61,7 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
     __shared__ i64 qoff_s[RM], moff_s[RM], row_s[RM];
     __shared__ int last_s;
     const int t = threadIdx.x, lane = t % WS, warp = t / WS;
+    const i64 n_head_kv = n_head / G;
     const i64 ikv = blockIdx.x % n_head_kv, iq3 = blockIdx.x / n_head_kv;
     const int nq = (int)n_q, R = (int)(n_q * G);
 
@@ -69,11 +73,7 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
         qoff_s[t] = iq1 * nbq1 + iq2 * nbq2 + iq3 * nbq3;
         moff_s[t] = iq1 * nbm1 + (iq2 % mne2) * nbm2 + (iq3 % mne3) * nbm3;
         row_s[t] = (iq3 * n_head + iq2) * n_q + iq1;
-        float slope = 1.0f;
-        if (max_bias > 0.0f) {
-            slope = iq2 < n_head_log2 ? powf(m0, (float)(iq2 + 1)) : powf(m1, (float)(2 * (iq2 - n_head_log2) + 1));
-        }
-        slope_s[t] = slope;
+        slope_s[t] = rf_alibi_slope(iq2, max_bias, m0, m1, n_head_log2);
     }
     __syncthreads();
     for (int i = t; i < R * D; i += FAV_THREADS) {
@@ -238,43 +238,27 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
     }
 }
 
-// The K and V rows of the block's keys (all heads: each row holds every KV head, and the
-// blocks of the other heads read the rest), into L2 before its rf_grid_begin(): asked once,
-// by the blocks of the first KV head. Also the mask rows.
-RF_DEVICE void fav_prefetch_l2(const char* k, const char* v, const char* mask, i64 n_q, i64 n_head_kv, i64 n_kv,
-                               i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3, i64 mne3, i64 nbm1,
-                               i64 nbm3, const float* part, i64 split_keys) {
-    const i64 ikv = blockIdx.x % n_head_kv, iq3 = blockIdx.x / n_head_kv;
-    if (ikv != 0) return;
+// What block (KV head, split) reads, into L2 before its rf_grid_begin(): asked once per key
+// range, by the blocks of the first KV head (fa_rows_prefetch_l2: the whole rows).
+RF_DEVICE void fav_prefetch_l2(const char* k, const char* v, const char* mask, i64 DK, i64 DV, i64 n_q, i64 n_head,
+                               i64 n_kv, i64 rk2, i64 rv2, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2, i64 nbv3,
+                               i64 mne2, i64 mne3, i64 nbm2, i64 nbm3, const float* part, i64 split_keys, i64 k32,
+                               i64 v32) {
+    const i64 n_head_kv = n_head / rk2;
+    if (blockIdx.x % n_head_kv != 0) return;
     i64 ic0, ic1;
     fa_key_range(part, split_keys, n_kv, &ic0, &ic1);
-    if (ic1 <= ic0) return;
-    rf_prefetch_l2(k + iq3 * nbk3 + ic0 * nbk1, (ic1 - 1 - ic0) * nbk1 + n_head_kv * nbk2);
-    rf_prefetch_l2(v + iq3 * nbv3 + ic0 * nbv1, (ic1 - 1 - ic0) * nbv1 + n_head_kv * nbv2);
-    for (i64 iq1 = 0; mask && iq1 < n_q; iq1++) {
-        rf_prefetch_l2(mask + iq1 * nbm1 + (iq3 % mne3) * nbm3 + ic0 * 2, (ic1 - ic0) * 2);
-    }
+    fa_rows_prefetch_l2(k, v, mask, blockIdx.x / n_head_kv, ic0, ic1, DK, DV, n_head_kv, n_head_kv, nbk1, nbk2, nbk3,
+                        nbv1, nbv2, nbv3, mne3, nbm3, k32, v32);
 }
-
-#define FAV_ARGS                                                                                                 \
-    const char *q, const char *k, const char *v, const char *mask, const float *sinks, char *d, i64 n_q,       \
-        i64 n_head, i64 n_head_kv, i64 n_kv, i64 G, i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, \
-        i64 nbv1, i64 nbv2, i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale,  \
-        float softcap, float max_bias, float m0, float m1, int n_head_log2, float *part, i64 split_keys,        \
-        unsigned *counters, signed char *xq, float2 *xds
-#define FAV_PASS                                                                                                  \
-    q, k, v, mask, sinks, d, n_q, n_head, n_head_kv, n_kv, G, nbq1, nbq2, nbq3, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3, \
-        mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, part, split_keys,       \
-        counters, xq, xds
-#define FAV_PREFETCH k, v, mask, n_q, n_head_kv, n_kv, nbk1, nbk2, nbk3, nbv1, nbv2, nbv3, mne3, nbm1, nbm3, part, split_keys
 
 // _dD_rN: head size D, at most N rows a block (code for exactly those rows: the loops over
 // rows are unrolled, and rows past R still cost issue slots).
 #define FAV_KERNEL(D, RM)                                           \
-    RF_KERNEL void flash_attn_vec_f16_d##D##_r##RM(FAV_ARGS) {      \
-        fav_prefetch_l2(FAV_PREFETCH);                              \
+    RF_KERNEL void flash_attn_vec_f16_d##D##_r##RM(FA_ARGS) {       \
+        fav_prefetch_l2(FA_PREFETCH(64, 64));                       \
         rf_grid_begin();                                            \
-        flash_attn_vec<D, RM>(FAV_PASS);                            \
+        flash_attn_vec<D, RM>(FA_PASS);                             \
     }
 FAV_KERNEL(64, 4)
 FAV_KERNEL(64, 16)

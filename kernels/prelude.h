@@ -96,6 +96,13 @@ RF_DEVICE float rf_load_l2(const float* p) {
 RF_DEVICE float rf_load_l2(const float* p) { return *(const volatile float*)p; }
 #endif
 
+// ALiBi: the slope of head h's mask (ggml's soft_max / flash_attn_ext: m0 for the first
+// n_head_log2 heads, m1 for the rest); 1 without ALiBi (max_bias 0).
+RF_DEVICE float rf_alibi_slope(i64 h, float max_bias, float m0, float m1, int n_head_log2) {
+    if (max_bias <= 0.0f) return 1.0f;
+    return h < n_head_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_head_log2) + 1));
+}
+
 // Sum / max over aligned groups of WIDTH lanes (a power of two up to the warp size): xor
 // masks below WIDTH never leave the group. Every lane gets its group's result.
 template <int WIDTH> RF_DEVICE float rf_group_sum(float v) {

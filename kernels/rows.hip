@@ -14,10 +14,7 @@ RF_KERNEL void soft_max_f32(const char* a, const char* mask, const float* sinks,
     const i64 i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
     const float* x = (const float*)(a + i1 * nba1 + i2 * nba2 + i3 * nba3);
     float* y = (float*)(d + i1 * nbd1 + i2 * nbd2 + i3 * nbd3);
-    float slope = 1.0f;
-    if (max_bias > 0.0f) {
-        slope = i2 < n_head_log2 ? powf(m0, (float)(i2 + 1)) : powf(m1, (float)(2 * (i2 - n_head_log2) + 1));
-    }
+    const float slope = rf_alibi_slope(i2, max_bias, m0, m1, n_head_log2);
     const char* mrow = mask ? mask + i1 * nbm1 + (i2 % mne2) * nbm2 + (i3 % mne3) * nbm3 : 0;
 
     float mx = rf_neg_inf();

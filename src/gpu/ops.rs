@@ -1506,7 +1506,7 @@ struct FaVecPlan {
 /// heads, the rows reading one KV head (queries x heads of the group) at most those of a
 /// kernel for D (FAV_SHAPES: 1024 / D), 16-byte aligned K and V rows; several splits need the
 /// merge counters.
-fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, max_parts: usize) -> Option<FaVecPlan> {
+fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize, max_parts: usize) -> Option<FaVecPlan> {
     let per_cu = fa_vec_blocks_per_cu();
     let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
     let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
@@ -1524,8 +1524,7 @@ fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, max_parts: usize) -> 
     if !aligned(&k) || !aligned(&v) || groups == 0 || groups > FA_COUNTERS {
         return None;
     }
-    let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
-    let (splits, split_keys) = fa_vec_splits(kne[1], groups, per_cu * cu, max_parts / rows.max(1));
+    let (splits, split_keys) = fa_vec_splits(kne[1], groups, per_cu * compute_units, max_parts / rows.max(1));
     if splits > 1 && lc.fa_counters == 0 {
         return None;
     }
@@ -1646,43 +1645,15 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             note_q8();
             Ok(())
         };
-        if let Some(plan) = fa_vec_plan(node, lc, rows, max_parts) {
-            // F16 caches: one block per KV head and split takes every row that reads it.
+        if let Some(plan) = fa_vec_plan(node, lc, rows, cu, max_parts) {
+            // F16 caches: one block per KV head and split takes every row that reads it (the
+            // row kernel's arguments; merged by the group's last block where split).
             let (part, counters) = if plan.splits > 1 {
                 (part, lc.fa_counters as usize as *const u8)
             } else {
                 (std::ptr::null(), std::ptr::null())
             };
-            let args = Args::default()
-                .ptr(q.data())
-                .ptr(k.data())
-                .ptr(v.data())
-                .opt_ptr(mask)
-                .opt_ptr(sinks)
-                .ptr(node.data())
-                .i64(qne[1])
-                .i64(n_head)
-                .i64(kne[2])
-                .i64(kne[1])
-                .i64(n_head / kne[2])
-                .i64s(&q.nb()[1..])
-                .i64s(&k.nb()[1..])
-                .i64s(&v.nb()[1..])
-                .i64(mne[2])
-                .i64(mne[3])
-                .i64s(&nbm[1..])
-                .i64(node.nb()[1])
-                .f32(scale)
-                .f32(softcap)
-                .f32(max_bias)
-                .f32(m0)
-                .f32(m1)
-                .i32(n_head_log2 as i32)
-                .ptr(part)
-                .i64(plan.split_keys)
-                .ptr(counters)
-                .ptr(xq as *const u8)
-                .ptr(xds as *const u8);
+            let args = args.i32(0).ptr(part).i64(plan.split_keys).ptr(counters).ptr(xq as *const u8).ptr(xds as *const u8);
             let kernel = format!("flash_attn_vec_f16_d{}_r{}", qne[0], plan.most_rows);
             lc.run(&kernel, [plan.groups, plan.splits, 1], FA_VEC_THREADS as u32, args)?;
             note_q8();
