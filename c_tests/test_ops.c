@@ -1003,6 +1003,11 @@ static void cases_flash_attn(void) {
         { 64, 36, 8, 8, 40, 2, 0, 0.125f, 8.0f, 0.0f },  // ALiBi
         { 64, 32, 4, 2, 48, 2, 0, 0.02f, 0.0f, 30.0f },  // logit softcap
         { 256, 32, 2, 2, 40, 2, 0, 0.06f, 0.0f, 0.0f },  // head size over the tiled kernel's
+        // The GPU's tensor-core prompt kernel (F16, head size 64 / 128): 16 rows a warp, 64-key tiles.
+        { 128, 130, 8, 2, 300, 2, 1, 0.088f, 0.0f, 0.0f }, // partial query and key tiles, GQA, causal, sinks
+        { 64, 64, 4, 4, 129, 1, 0, 0.125f, 8.0f, 20.0f },  // random mask, ALiBi, softcap
+        { 64, 320, 32, 8, 100, 2, 0, 0.125f, 0.0f, 0.0f }, // 4-warp blocks (a grid that fills an H100)
+        { 128, 48, 4, 4, 70, 0, 0, 0.09f, 0.0f, 0.0f },    // no mask
         // Generation (1..few query rows: the GPU's split-KV kernel), SmolLM2-like 9/3 heads.
         { 64, 1, 9, 3, 1, 1, 1, 0.125f, 0.0f, 0.0f },    // a single key
         { 64, 1, 9, 3, 7, 1, 0, 0.125f, 0.0f, 0.0f },

@@ -7,7 +7,7 @@
 //   llama_run logits   -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N] [--gen N]
 //       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
 //   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R] [--depth N]
-//       pp<N> and tg<N> tokens/s (best of R repetitions); --depth N: tg after N tokens of context
+//       pp<N> and tg<N> tokens/s (best of R repetitions); --depth N: both after N tokens of context
 //
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
@@ -139,6 +139,18 @@ static struct llama_context * make_ctx(struct llama_model * model, const struct 
     return llama_init_from_model(model, cp);
 }
 
+// Decodes `depth` tokens of toks (in batches of at most `batch`) into an empty cache: the context
+// that bench's pp and tg run after. 1 when a decode fails.
+static int fill_depth(struct llama_context * ctx, const llama_token * toks, int depth, int batch) {
+    for (int done = 0; done < depth;) {
+        const int n = depth - done < batch ? depth - done : batch;
+        if (llama_decode(ctx, llama_batch_get_one((llama_token *) toks, n))) { fprintf(stderr, "decode failed\n"); return 1; }
+        done += n;
+    }
+    llama_synchronize(ctx);  // the last batch may still run on an asynchronous backend: not timed
+    return 0;
+}
+
 static int argmax(const float * v, int n) {
     int best = 0;
     for (int i = 1; i < n; i++) if (v[i] > v[best]) best = i;
@@ -249,22 +261,20 @@ int main(int argc, char ** argv) {
         llama_token * toks = malloc(sizeof(llama_token) * o.pp);
         for (int i = 0; i < o.pp; i++) toks[i] = (llama_token) ((i * 7919 + 13) % n_vocab);
         double best_pp = 0, best_tg = 0;
-        struct llama_context * ctx = make_ctx(model, &o, (o.pp > o.depth ? o.pp : o.depth) + o.tg + 16, o.pp);
+        struct llama_context * ctx = make_ctx(model, &o, o.depth + (o.pp > o.tg ? o.pp : o.tg) + 16, o.pp);
         for (int r = 0; r < o.reps; r++) {
+            // pp and tg after --depth N tokens of context (llama-bench -d), decoded in batches
+            // of pp first; 0: after an empty cache.
             llama_memory_clear(llama_get_memory(ctx), true);
+            if (fill_depth(ctx, toks, o.depth, o.pp)) return 1;
             double t0 = now_s();
             if (llama_decode(ctx, llama_batch_get_one(toks, o.pp))) { fprintf(stderr, "decode failed\n"); return 1; }
             llama_synchronize(ctx);  // as llama-bench: asynchronous backends return before the GPU is done
             double t1 = now_s();
             if (o.pp / (t1 - t0) > best_pp) best_pp = o.pp / (t1 - t0);
-            // tg: generation after a 1-token prompt, as llama-bench measures it; with --depth N
-            // after N tokens of context (llama-bench -d), decoded in batches of pp first.
+            // tg: generation after a 1-token prompt (as llama-bench measures it) or the depth.
             llama_memory_clear(llama_get_memory(ctx), true);
-            for (int done = 0; done < o.depth;) {
-                const int n = o.depth - done < o.pp ? o.depth - done : o.pp;
-                if (llama_decode(ctx, llama_batch_get_one(toks, n))) { fprintf(stderr, "decode failed\n"); return 1; }
-                done += n;
-            }
+            if (fill_depth(ctx, toks, o.depth, o.pp)) return 1;
             llama_token tok = toks[0];
             double t2 = now_s();
             for (int i = 0; i < o.tg; i++) {
@@ -274,11 +284,10 @@ int main(int argc, char ** argv) {
             double t3 = now_s();
             if (o.tg / (t3 - t2) > best_tg) best_tg = o.tg / (t3 - t2);
         }
-        char tg_label[48];  // tg64, or tg64@d2048 after a context
-        if (o.depth) snprintf(tg_label, sizeof tg_label, "tg%d@d%d", o.tg, o.depth);
-        else snprintf(tg_label, sizeof tg_label, "tg%d", o.tg);
-        printf("backend=%s device=%s threads=%d pp%d=%.2f %s=%.2f\n", o.backend, o.device ? o.device : "cpu", o.threads,
-               o.pp, best_pp, tg_label, best_tg);
+        char at[24] = "";  // "@d2048" after a context
+        if (o.depth) snprintf(at, sizeof at, "@d%d", o.depth);
+        printf("backend=%s device=%s threads=%d pp%d%s=%.2f tg%d%s=%.2f\n", o.backend, o.device ? o.device : "cpu",
+               o.threads, o.pp, at, best_pp, o.tg, at, best_tg);
         free(toks);
         llama_free(ctx);
     } else {

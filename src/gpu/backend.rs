@@ -358,6 +358,7 @@ impl GpuBackend {
             q8: Default::default(),
             q8_next: Default::default(),
             fuse: self.fuse,
+            mma: ops::arch_has_mma(&ctx.info.arch),
         };
         // Addresses are checked once per new graph: a repeated key has the addresses checked
         // when it was first seen.

@@ -30,6 +30,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("quantize.hip", include_str!("../../kernels/quantize.hip")),
     ("dequant.hip", include_str!("../../kernels/dequant.hip")),
     ("flash_attn_tiled.hip", include_str!("../../kernels/flash_attn_tiled.hip")),
+    ("flash_attn_mma.hip", include_str!("../../kernels/flash_attn_mma.hip")),
     // Last: it uses mmvq.hip's, activation.hip's and rope.hip's device functions.
     ("fused.hip", include_str!("../../kernels/fused.hip")),
 ];
@@ -66,6 +67,10 @@ pub const MVQ_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl
 /// (rows, unroll) shapes of the measuring variants mul_mat_vec_q1x_q4_0_r{rows}_u{unroll} (mmvq.hip).
 pub const MV1X_SHAPES: &[(usize, usize)] = &[(1, 4), (1, 8), (2, 2), (2, 8), (4, 2), (4, 4)];
 
+/// (head size, warps) of the tensor-core prompt attention kernels flash_attn_mma_f16_d{D}_w{W}
+/// (flash_attn_mma.hip): 16 query rows a warp.
+pub const FM_SHAPES: &[(usize, usize)] = &[(64, 2), (64, 4), (128, 2), (128, 4)];
+
 /// (head size, most rows) of the generation attention kernels flash_attn_vec_f16_d{D}_r{R}
 /// (flash_attn_vec.hip), smallest row count first for each head size.
 pub const FAV_SHAPES: &[(usize, usize)] = &[(64, 4), (64, 16), (128, 4), (128, 8), (256, 4)];
@@ -92,6 +97,7 @@ pub fn kernel_names() -> Vec<String> {
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_add_norm_{suf}")));
     v.extend(FAV_SHAPES.iter().map(|(d, r)| format!("flash_attn_vec_f16_d{d}_r{r}")));
+    v.extend(FM_SHAPES.iter().map(|(d, w)| format!("flash_attn_mma_f16_d{d}_w{w}")));
     v
 }
 
@@ -328,7 +334,8 @@ mod tests {
                 name == format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}") && s.contains(&format!("MV1X_KERNEL({r}, {u})"))
             });
             let fav = FAV_SHAPES.iter().any(|(d, r)| name == format!("flash_attn_vec_f16_d{d}_r{r}") && s.contains(&format!("FAV_KERNEL({d}, {r})")));
-            assert!(direct || stamped || mv1x || fav, "kernel {name} missing from the sources");
+            let fm = FM_SHAPES.iter().any(|(d, w)| name == format!("flash_attn_mma_f16_d{d}_w{w}") && s.contains(&format!("FM_KERNEL({d}, {w})")));
+            assert!(direct || stamped || mv1x || fav || fm, "kernel {name} missing from the sources");
         }
         assert!(!s.contains("#include \""));
     }

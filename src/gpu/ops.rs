@@ -352,6 +352,14 @@ pub struct LaunchCtx<'a> {
     pub fuse: bool,
     /// Bytes of the scratch.
     pub scratch_len: usize,
+    /// Whether the device has the tensor-core instructions of flash_attn_mma.hip (NVIDIA sm_80+:
+    /// mma.sync m16n8k16, ldmatrix, cp.async).
+    pub mma: bool,
+}
+
+/// Whether a device of this compiler target runs flash_attn_mma.hip's tensor-core kernels.
+pub fn arch_has_mma(arch: &str) -> bool {
+    arch.strip_prefix("sm_").and_then(|v| v.parse::<u32>().ok()).is_some_and(|v| v >= 80)
 }
 
 /// How ggml-cpu rounds src1 before its dot products with weights of type `t` (the mode of
@@ -1416,6 +1424,32 @@ fn fa_tiled(node: &Tensor) -> bool {
         && qne[3] <= MAX_GRID_YZ
 }
 
+/// `ROCMFORGE_GPU_FA_MMA=0` keeps prompts on flash_attn_tiled.hip where the tensor-core
+/// kernel could take them (A/B runs, and the scalar kernel's tests on NVIDIA).
+fn fa_mma_enabled() -> bool {
+    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_MMA").map_or(true, |v| v != "0"))
+}
+
+/// The tensor-core prompt kernel (flash_attn_mma.hip) for a node the tiled kernel would take,
+/// as (head size, warps a block): a device with the instructions, F16 K and V of one head size
+/// 64 or 128 with 16-byte aligned rows (cp.async). Four warps (64 query rows) a block, or two
+/// where four would leave compute units idle.
+fn fa_mma_shape(node: &Tensor, lc: &LaunchCtx) -> Option<(usize, usize)> {
+    let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
+    let (qne, d) = (q.ne(), q.ne()[0]);
+    if !lc.mma || !fa_mma_enabled() || !fa_tiled(node) || k.dtype() != GgmlType::F16 || v.dtype() != GgmlType::F16 {
+        return None;
+    }
+    let aligned = |t: &Tensor| t.data() as usize % 16 == 0 && t.nb()[1..].iter().all(|n| n % 16 == 0);
+    if v.ne()[0] != d || !matches!(d, 64 | 128) || !aligned(&k) || !aligned(&v) {
+        return None;
+    }
+    let blocks4 = qne[1].div_ceil(64) * qne[2] * qne[3];
+    let warps = if blocks4 < lc.compute_units.max(1) as usize { 2 } else { 4 };
+    super::kernels::FM_SHAPES.contains(&(d, warps)).then_some((d, warps))
+}
+
 /// Most splits of one row's keys in the split-KV kernel, most partial results in all, and
 /// most query rows it takes (at least two splits each).
 const FA_MAX_SPLITS: usize = 64;
@@ -1712,6 +1746,12 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         return combine(splits);
     }
     let head = qne[0].max(vne[0]);
+    if let Some((d, warps)) = fa_mma_shape(node, lc) {
+        // Prompts on tensor cores: 16 query rows a warp, K/V tiles of 64 keys.
+        let rows = 16 * warps;
+        let kernel = format!("flash_attn_mma_f16_d{d}_w{warps}");
+        return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (32 * warps) as u32, args);
+    }
     if fa_tiled(node) {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
         // out for head size 64 or 128.
@@ -2679,6 +2719,14 @@ fn try_fused_rope_kv(nodes: &[Tensor], i: usize, q: Option<Tensor>, uses: &Uses,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tensor-core prompt kernel is taken on NVIDIA sm_80 and later only.
+    #[test]
+    fn mma_needs_sm80() {
+        for (arch, want) in [("sm_90", true), ("sm_80", true), ("sm_120", true), ("sm_75", false), ("sm_61", false), ("gfx90a:sramecc+:xnack-", false), ("gfx1030", false)] {
+            assert_eq!(arch_has_mma(arch), want, "{arch}");
+        }
+    }
 
     /// The generation attention's splits cover every key once, in whole chunks, within the
     /// limits: 8B-class (8 KV heads) at 256 and 2304 keys, SmolLM2 (3), odd key counts.
