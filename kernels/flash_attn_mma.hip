@@ -11,8 +11,10 @@
 //               (the m16n8 accumulator layout is the m16n8k16 A layout, two tiles side by
 //               side); V's come from the tile by ldmatrix.trans.
 // Tiles whose every score of the block is masked out (the causal upper triangle) are skipped.
-// F16 K and V of one head size D (64 or 128). Elsewhere (AMD, older NVIDIA) the kernels are
-// empty and the launcher takes flash_attn_tiled.hip.
+// F16 K and V, or Q8_0 K and V (the tile holds their values as f16, and q is rounded as
+// ggml-cpu quantizes it for Q8_0 K: to Q8_0 values), of one head size D (64 or 128).
+// Elsewhere (AMD, older NVIDIA) the kernels are empty and the launcher takes
+// flash_attn_tiled.hip (F16) or flash_attn.hip (Q8_0).
 #include "prelude.h"
 #include "quants.h"
 #include "flash_attn_tiled.hip"  // FT_ARGS, FT_PASS
@@ -62,11 +64,70 @@ RF_DEVICE unsigned fm_pack(float lo, float hi) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+
+// One tile of FM_BK rows of D values into shared memory (row stride RH halves) from rows k0..
+// of src; rows past n_kv are zeros. F16: cp.async, one commit group (the caller waits). Q8_0:
+// each 34-byte block (f16 scale, 32 int8; 2-byte aligned) as 32 f16 values d * q.
+template <int D, int NT, bool Q8>
+RF_DEVICE void fm_load_tile(unsigned base, const char* src, i64 nb1, i64 k0, i64 n_kv) {
+    constexpr int RH = D + 8;
+    if (!Q8) {
+        // Thread t copies piece c = t % (D / 8) of rows t / (D / 8), + NT / (D / 8), ...
+        constexpr int RSTEP = NT / (D / 8);
+        const int c = threadIdx.x % (D / 8), r0 = threadIdx.x / (D / 8);
+        const char* p = src + (k0 + r0) * nb1 + c * 16;
+#pragma unroll
+        for (int r = r0; r < FM_BK; r += RSTEP, p += RSTEP * nb1) {
+            const bool ok = k0 + r < n_kv;
+            fm_cp16(base + (r * RH + c * 8) * 2, ok ? p : src, ok);
+        }
+        fm_commit();
+    } else {
+#pragma unroll
+    for (int i = threadIdx.x; i < FM_BK * D / 32; i += NT) {
+        const int r = i / (D / 32), b = i % (D / 32);
+        unsigned h[16];
+        if (k0 + r < n_kv) {
+            const unsigned short* blk = (const unsigned short*)(src + (k0 + r) * nb1 + b * 34);
+            const float dq = rf_f16_to_f32(blk[0]);
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const unsigned w = blk[1 + j];
+                h[j] = fm_pack(dq * (float)(signed char)(w & 0xff), dq * (float)(signed char)(w >> 8));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 16; j++) h[j] = 0u;
+        }
+        const unsigned dst = base + (unsigned)(r * RH + b * 32) * 2;
+#pragma unroll
+        for (int j = 0; j < 16; j += 4) {
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst + j * 4), "r"(h[j]), "r"(h[j + 1]),
+                         "r"(h[j + 2]), "r"(h[j + 3])
+                         : "memory");
+        }
+    }
+    }
+}
+
+// Q rounded as ggml-cpu rounds it for K of this kind: to f16 (F16 K), or to Q8_0 values
+// (Q8_0 K: per 32 values d = max |x| / 127, x -> round(x / d) * f16(d)), as the f16 pair
+// (lo, hi) of an A fragment. The 32 values of a Q8_0 block sit in the lane's 8 values of
+// steps 2b and 2b + 1 and the 4 lanes of its quad: amax is the quad's maximum of the lane's.
+RF_DEVICE float fm_q8_scale(float amax) {
+    amax = fmaxf(amax, rf_shfl_xor(amax, 1));
+    amax = fmaxf(amax, rf_shfl_xor(amax, 2));
+    return amax / 127.0f;
+}
+RF_DEVICE float fm_q8_value(float x, float d) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    return roundf(x * id) * rf_f16_to_f32(rf_f32_to_f16(d));
+}
 #endif
 
 // D: head size (DK == DV); NW: warps, 16 query rows each. Lane (g = lane / 4, t4 = lane % 4)
 // holds rows g and g + 8 of its warp's 16 and, of every 8-column piece, columns 2 t4, 2 t4 + 1.
-template <int D, int NW>
+template <int D, int NW, bool Q8>
 RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const char* mask, const float* sinks,
                               char* d, i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2,
                               i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2,
@@ -84,19 +145,47 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
     const float slope = rf_alibi_slope(iq2, max_bias, m0, m1, n_head_log2);
     const float NEG_INF = rf_neg_inf();
 
-    // Q's A fragments, rounded to f16 (what ggml-cpu does to q for F16 K, and what the mma
-    // takes); rows past n_q are zeros.
+    // Q's A fragments, rounded as ggml-cpu rounds q for this K (fm_q8_value) and to f16 for
+    // the mma; rows past n_q are zeros.
     unsigned qa[KQ][4];
     {
         const float* q0p = r0 < n_q ? (const float*)(q + r0 * nbq1 + iq2 * nbq2 + iq3 * nbq3) : 0;
         const float* q1p = r1 < n_q ? (const float*)(q + r1 * nbq1 + iq2 * nbq2 + iq3 * nbq3) : 0;
 #pragma unroll
-        for (int s = 0; s < KQ; s++) {
-            const int c = s * 16 + 2 * t4;
-            qa[s][0] = q0p ? fm_pack(q0p[c], q0p[c + 1]) : 0u;
-            qa[s][1] = q1p ? fm_pack(q1p[c], q1p[c + 1]) : 0u;
-            qa[s][2] = q0p ? fm_pack(q0p[c + 8], q0p[c + 9]) : 0u;
-            qa[s][3] = q1p ? fm_pack(q1p[c + 8], q1p[c + 9]) : 0u;
+        for (int b = 0; b < KQ / 2; b++) {
+            // x[h][s][e]: row h (r0, r1), step 2b + s, element e (columns 2 t4, +1, +8, +9).
+            float x[2][2][4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float* p = h == 0 ? q0p : q1p;
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const int c = (2 * b + s) * 16 + 2 * t4;
+                    x[h][s][0] = p ? p[c] : 0.0f;
+                    x[h][s][1] = p ? p[c + 1] : 0.0f;
+                    x[h][s][2] = p ? p[c + 8] : 0.0f;
+                    x[h][s][3] = p ? p[c + 9] : 0.0f;
+                }
+                if (Q8) {
+                    float amax = 0.0f;
+#pragma unroll
+                    for (int s = 0; s < 2; s++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) amax = fmaxf(amax, fabsf(x[h][s][e]));
+                    const float dq = fm_q8_scale(amax);
+#pragma unroll
+                    for (int s = 0; s < 2; s++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) x[h][s][e] = fm_q8_value(x[h][s][e], dq);
+                }
+            }
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                qa[2 * b + s][0] = fm_pack(x[0][s][0], x[0][s][1]);
+                qa[2 * b + s][1] = fm_pack(x[1][s][0], x[1][s][1]);
+                qa[2 * b + s][2] = fm_pack(x[0][s][2], x[0][s][3]);
+                qa[2 * b + s][3] = fm_pack(x[1][s][2], x[1][s][3]);
+            }
         }
     }
     const char* kb = k + (iq2 / rk2) * nbk2 + iq3 * nbk3;
@@ -130,21 +219,9 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
         }
         // Also the barrier after the previous tile's reads of Ks and Vs.
         if (!__syncthreads_or(any)) continue;
-#pragma unroll
-        for (int i = tid; i < FM_BK * D / 8; i += NT) {
-            const int r = i / (D / 8), c = i % (D / 8);
-            const bool ok = k0 + r < n_kv;
-            fm_cp16(ks_base + (r * RH + c * 8) * 2, kb + (ok ? k0 + r : 0) * nbk1 + c * 16, ok);
-        }
-        fm_commit();
-#pragma unroll
-        for (int i = tid; i < FM_BK * D / 8; i += NT) {
-            const int r = i / (D / 8), c = i % (D / 8);
-            const bool ok = k0 + r < n_kv;
-            fm_cp16(vs_base + (r * RH + c * 8) * 2, vb + (ok ? k0 + r : 0) * nbv1 + c * 16, ok);
-        }
-        fm_commit();
-        fm_wait<1>();  // K is in
+        fm_load_tile<D, NT, Q8>(ks_base, kb, nbk1, k0, n_kv);
+        fm_load_tile<D, NT, Q8>(vs_base, vb, nbv1, k0, n_kv);
+        fm_wait<1>();  // K is in (F16; Q8_0 tiles were stored by this thread already)
         __syncthreads();
 
         // S = Q K^T: piece j (keys 8 j ..), two 16-wide steps of D per ldmatrix.
@@ -243,14 +320,22 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
 #endif
 }
 
-// flash_attn_mma_f16_d{D}_w{NW}: 16 * NW query rows a block (NW = 4: 64 rows, 2: 32 rows for
-// grids that would not fill the GPU otherwise).
-#define FM_KERNEL(D, NW)                                                               \
-    RF_KERNEL __launch_bounds__(32 * NW) void flash_attn_mma_f16_d##D##_w##NW(FT_ARGS) { \
-        rf_grid_begin();                                                               \
-        flash_attn_mma<D, NW>(FT_PASS);                                                \
+// flash_attn_mma_{f16,q8_0}_d{D}_w{NW}: 16 * NW query rows a block (NW = 4: 64 rows, 2: 32 rows
+// for grids that would not fill the GPU otherwise).
+// FM_MIN_BLOCKS: blocks per SM the registers must allow (a -D for measuring builds).
+#ifndef FM_MIN_BLOCKS
+#define FM_MIN_BLOCKS 1
+#endif
+#define FM_KERNEL(KV, Q8, D, NW)                                                                          \
+    RF_KERNEL __launch_bounds__(32 * NW, FM_MIN_BLOCKS) void flash_attn_mma_##KV##_d##D##_w##NW(FT_ARGS) { \
+        rf_grid_begin();                                                                   \
+        flash_attn_mma<D, NW, Q8>(FT_PASS);                                                \
     }
-FM_KERNEL(64, 2)
-FM_KERNEL(64, 4)
-FM_KERNEL(128, 2)
-FM_KERNEL(128, 4)
+FM_KERNEL(f16, false, 64, 2)
+FM_KERNEL(f16, false, 64, 4)
+FM_KERNEL(f16, false, 128, 2)
+FM_KERNEL(f16, false, 128, 4)
+FM_KERNEL(q8_0, true, 64, 2)
+FM_KERNEL(q8_0, true, 64, 4)
+FM_KERNEL(q8_0, true, 128, 2)
+FM_KERNEL(q8_0, true, 128, 4)

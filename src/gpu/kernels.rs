@@ -67,8 +67,8 @@ pub const MVQ_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl
 /// (rows, unroll) shapes of the measuring variants mul_mat_vec_q1x_q4_0_r{rows}_u{unroll} (mmvq.hip).
 pub const MV1X_SHAPES: &[(usize, usize)] = &[(1, 4), (1, 8), (2, 2), (2, 8), (4, 2), (4, 4)];
 
-/// (head size, warps) of the tensor-core prompt attention kernels flash_attn_mma_f16_d{D}_w{W}
-/// (flash_attn_mma.hip): 16 query rows a warp.
+/// (head size, warps) of the tensor-core prompt attention kernels flash_attn_mma_{kv}_d{D}_w{W}
+/// (flash_attn_mma.hip, kv f16 or q8_0): 16 query rows a warp.
 pub const FM_SHAPES: &[(usize, usize)] = &[(64, 2), (64, 4), (128, 2), (128, 4)];
 
 /// (head size, most rows) of the generation attention kernels flash_attn_vec_f16_d{D}_r{R}
@@ -97,7 +97,9 @@ pub fn kernel_names() -> Vec<String> {
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_add_norm_{suf}")));
     v.extend(FAV_SHAPES.iter().map(|(d, r)| format!("flash_attn_vec_f16_d{d}_r{r}")));
-    v.extend(FM_SHAPES.iter().map(|(d, w)| format!("flash_attn_mma_f16_d{d}_w{w}")));
+    for kv in ["f16", "q8_0"] {
+        v.extend(FM_SHAPES.iter().map(|(d, w)| format!("flash_attn_mma_{kv}_d{d}_w{w}")));
+    }
     v
 }
 
@@ -334,7 +336,9 @@ mod tests {
                 name == format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}") && s.contains(&format!("MV1X_KERNEL({r}, {u})"))
             });
             let fav = FAV_SHAPES.iter().any(|(d, r)| name == format!("flash_attn_vec_f16_d{d}_r{r}") && s.contains(&format!("FAV_KERNEL({d}, {r})")));
-            let fm = FM_SHAPES.iter().any(|(d, w)| name == format!("flash_attn_mma_f16_d{d}_w{w}") && s.contains(&format!("FM_KERNEL({d}, {w})")));
+            let fm = [("f16", "false"), ("q8_0", "true")].iter().any(|(kv, q8)| {
+                FM_SHAPES.iter().any(|(d, w)| name == format!("flash_attn_mma_{kv}_d{d}_w{w}") && s.contains(&format!("FM_KERNEL({kv}, {q8}, {d}, {w})")))
+            });
             assert!(direct || stamped || mv1x || fav || fm, "kernel {name} missing from the sources");
         }
         assert!(!s.contains("#include \""));

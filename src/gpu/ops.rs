@@ -1409,19 +1409,27 @@ fn fa_f16_acc(node: &Tensor) -> bool {
     fa_f16_acc_enabled() && v.dtype() == GgmlType::F16 && !ggml_split_kv && !ggml_tiled
 }
 
-/// Whether the node goes to the tiled prompt kernel (kernels/flash_attn_tiled.hip).
-fn fa_tiled(node: &Tensor) -> bool {
+/// Whether the node is a prompt for the tile kernels (32+ query rows, head size up to 128):
+/// F16 / F32 K and V (flash_attn_mma.hip on tensor cores for F16, else flash_attn_tiled.hip)
+/// or Q8_0 K and V (flash_attn_mma.hip; without tensor cores the row kernel, unsplit).
+fn fa_prompt(node: &Tensor) -> bool {
     let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
     let qne = q.ne();
-    let kv_plain = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype();
+    let kv_ok = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32 | GgmlType::Q8_0) && k.dtype() == v.dtype();
     let head = qne[0].max(v.ne()[0]);
-    kv_plain
+    kv_ok
         && qne[1] >= FA_TILE_MIN_Q
         && fa_tiled_enabled()
         && !fa_f16_acc(node)
         && head <= FA_TILE_MAX_HEAD
         && qne[2] <= MAX_GRID_YZ
         && qne[3] <= MAX_GRID_YZ
+}
+
+/// Whether the node goes to the scalar tiled prompt kernel (kernels/flash_attn_tiled.hip) when
+/// the tensor-core one does not take it: F16 or F32 K and V.
+fn fa_tiled(node: &Tensor) -> bool {
+    fa_prompt(node) && node.src(1).is_some_and(|k| matches!(k.dtype(), GgmlType::F16 | GgmlType::F32))
 }
 
 /// `ROCMFORGE_GPU_FA_MMA=0` keeps prompts on flash_attn_tiled.hip where the tensor-core
@@ -1431,23 +1439,25 @@ fn fa_mma_enabled() -> bool {
     *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_MMA").map_or(true, |v| v != "0"))
 }
 
-/// The tensor-core prompt kernel (flash_attn_mma.hip) for a node the tiled kernel would take,
-/// as (head size, warps a block): a device with the instructions, F16 K and V of one head size
-/// 64 or 128 with 16-byte aligned rows (cp.async). Four warps (64 query rows) a block, or two
-/// where four would leave compute units idle.
-fn fa_mma_shape(node: &Tensor, lc: &LaunchCtx) -> Option<(usize, usize)> {
+/// The tensor-core prompt kernel (flash_attn_mma.hip) for a prompt node, as (K/V kind, head
+/// size, warps a block): a device with the instructions, F16 K and V of one head size 64 or
+/// 128 with 16-byte aligned rows (cp.async), or Q8_0 K and V (2-byte aligned blocks). Four
+/// warps (64 query rows) a block, or two where four would leave compute units idle.
+fn fa_mma_shape(node: &Tensor, lc: &LaunchCtx) -> Option<(&'static str, usize, usize)> {
     let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
     let (qne, d) = (q.ne(), q.ne()[0]);
-    if !lc.mma || !fa_mma_enabled() || !fa_tiled(node) || k.dtype() != GgmlType::F16 || v.dtype() != GgmlType::F16 {
+    if !lc.mma || !fa_mma_enabled() || !fa_prompt(node) || v.ne()[0] != d || !matches!(d, 64 | 128) {
         return None;
     }
-    let aligned = |t: &Tensor| t.data() as usize % 16 == 0 && t.nb()[1..].iter().all(|n| n % 16 == 0);
-    if v.ne()[0] != d || !matches!(d, 64 | 128) || !aligned(&k) || !aligned(&v) {
-        return None;
-    }
+    let aligned = |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
+    let kv = match (k.dtype(), v.dtype()) {
+        (GgmlType::F16, GgmlType::F16) if aligned(&k, 16) && aligned(&v, 16) => "f16",
+        (GgmlType::Q8_0, GgmlType::Q8_0) if aligned(&k, 2) && aligned(&v, 2) => "q8_0",
+        _ => return None,
+    };
     let blocks4 = qne[1].div_ceil(64) * qne[2] * qne[3];
     let warps = if blocks4 < lc.compute_units.max(1) as usize { 2 } else { 4 };
-    super::kernels::FM_SHAPES.contains(&(d, warps)).then_some((d, warps))
+    super::kernels::FM_SHAPES.contains(&(d, warps)).then_some((kv, d, warps))
 }
 
 /// Most splits of one row's keys in the split-KV kernel, most partial results in all, and
@@ -1480,7 +1490,7 @@ fn fa_part_floats(node: &Tensor) -> usize {
 fn fa_split_max_parts(node: &Tensor) -> Option<usize> {
     let q = node.src(0)?;
     let rows = q.ne()[1] * q.ne()[2] * q.ne()[3];
-    if fa_split_mode() == 0 || fa_tiled(node) || fa_f16_acc(node) || rows == 0 || rows * 2 > FA_SPLIT_MAX_PARTS {
+    if fa_split_mode() == 0 || fa_prompt(node) || fa_f16_acc(node) || rows == 0 || rows * 2 > FA_SPLIT_MAX_PARTS {
         return None;
     }
     Some((rows * FA_MAX_SPLITS).min(FA_SPLIT_MAX_PARTS))
@@ -1746,10 +1756,10 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         return combine(splits);
     }
     let head = qne[0].max(vne[0]);
-    if let Some((d, warps)) = fa_mma_shape(node, lc) {
+    if let Some((kv, d, warps)) = fa_mma_shape(node, lc) {
         // Prompts on tensor cores: 16 query rows a warp, K/V tiles of 64 keys.
         let rows = 16 * warps;
-        let kernel = format!("flash_attn_mma_f16_d{d}_w{warps}");
+        let kernel = format!("flash_attn_mma_{kv}_d{d}_w{warps}");
         return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (32 * warps) as u32, args);
     }
     if fa_tiled(node) {
