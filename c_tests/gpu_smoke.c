@@ -200,8 +200,15 @@ static struct ggml_tensor* attn_in_x(struct ggml_context* c, enum ggml_type t, i
     g_pre[g_npre++] = rk;
     g_pre[g_npre++] = sk;
     g_pre[g_npre++] = sv;
-    struct ggml_tensor* kf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sk : ggml_cast(c, sk, GGML_TYPE_F32), 128 * 30);
-    struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sv : ggml_cast(c, sv, GGML_TYPE_F32), 128 * 30);
+    // The caches as F32: Q8_0 rows through GET_ROWS (every row: a permutation of the 30).
+    struct ggml_tensor* kf = ggml_reshape_1d(c, ct == GGML_TYPE_F32   ? sk
+                                                : ct == GGML_TYPE_Q8_0 ? ggml_get_rows(c, sk, ids(c, GGML_TYPE_I32, "perm:30", 30, 1, 1))
+                                                                        : ggml_cast(c, sk, GGML_TYPE_F32),
+                                             128 * 30);
+    struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32   ? sv
+                                                : ct == GGML_TYPE_Q8_0 ? ggml_get_rows(c, sv, ids(c, GGML_TYPE_I32, "perm:30", 30, 1, 1))
+                                                                        : ggml_cast(c, sv, GGML_TYPE_F32),
+                                             128 * 30);
     return ggml_concat(c, ggml_concat(c, ggml_reshape_1d(c, rq, 256), kf, 0), vf, 0);
 }
 static struct ggml_tensor* attn_in_k(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
@@ -218,6 +225,9 @@ static struct ggml_tensor* attn_in_q8_0_neox(struct ggml_context* c) { return at
 static struct ggml_tensor* attn_in_q4_0_normal_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_F32, 0); }
 static struct ggml_tensor* attn_in_q4_1_vtrans(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_1, 0, GGML_TYPE_F16, 1); }
 static struct ggml_tensor* attn_in_q8_0_neox_vtrans_f32(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_F32, 1); }
+// Q8_0 caches (llama's --cache-type-k/v q8_0): the cache rows go through their F32 sources.
+static struct ggml_tensor* attn_in_q4_0_q8_0_cache(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_Q8_0, 0); }
+static struct ggml_tensor* attn_in_q8_0_neox_q8_0_cache(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_Q8_0, 0); }
 static struct ggml_tensor* mm_pair_q8_0(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q8_0); }
 
 // A feed-forward block for one token as llama builds it: MUL_MAT gate, MUL_MAT up, SWIGLU, then
@@ -392,6 +402,8 @@ static const struct tcase CASES[] = {
     {"ffn q4_0 256 -> 14336 (gate/up/swiglu one launch, 8-warp blocks on 132 SMs)", ffn_q4_0_m14336, 5e-4, 0, 0, 0},
     {"ffn q4_1 576 -> 1536 (gate/up/swiglu one launch)", ffn_q4_1_m1536, 5e-4, 0, 0, 0},
     {"attention input q8_0 neox, f32 caches, V transposed (one launch)", attn_in_q8_0_neox_vtrans_f32, 5e-4, 0, 0, 0},
+    {"attention input q4_0, q8_0 caches (one launch, then the two rows quantized)", attn_in_q4_0_q8_0_cache, 5e-4, 0, 0, 0},
+    {"attention input q8_0 neox, q8_0 caches (one launch, then the two rows quantized)", attn_in_q8_0_neox_q8_0_cache, 5e-4, 0, 0, 0},
     {"layer joints q4_0 4096/2048 (projection+add+norm in one launch, norm applied by gate/up and q/k/v)", layer_q4_0_k4096, 5e-4, 0, 0, 0},
     {"layer joints q4_1 576/1536 (projection+add+norm in one launch)", layer_q4_1_k576, 5e-4, 0, 0, 0},
     {"layer joints q8_0 256/768 rope neox (projection+add+norm in one launch)", layer_q8_0_k256_neox, 5e-4, 0, 0, 0},

@@ -114,14 +114,15 @@ RF_DEVICE void fm_load_tile(unsigned base, const char* src, i64 nb1, i64 k0, i64
 // (Q8_0 K: per 32 values d = max |x| / 127, x -> round(x / d) * f16(d)), as the f16 pair
 // (lo, hi) of an A fragment. The 32 values of a Q8_0 block sit in the lane's 8 values of
 // steps 2b and 2b + 1 and the 4 lanes of its quad: amax is the quad's maximum of the lane's.
-RF_DEVICE float fm_q8_scale(float amax) {
+// The rounding is ggml-cpu's (its AVX2 quantize_row_q8_0, as flash_attn.hip's round_q 2):
+// x * 127 / amax to nearest even, times the f16 scale.
+RF_DEVICE float fm_q8_amax(float amax) {
     amax = fmaxf(amax, rf_shfl_xor(amax, 1));
-    amax = fmaxf(amax, rf_shfl_xor(amax, 2));
-    return amax / 127.0f;
+    return fmaxf(amax, rf_shfl_xor(amax, 2));
 }
-RF_DEVICE float fm_q8_value(float x, float d) {
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    return roundf(x * id) * rf_f16_to_f32(rf_f32_to_f16(d));
+RF_DEVICE float fm_q8_value(float x, float amax) {
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return rintf(x * id) * rf_f16_to_f32(rf_f32_to_f16(amax / 127.0f));
 }
 #endif
 
@@ -172,11 +173,11 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
                     for (int s = 0; s < 2; s++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) amax = fmaxf(amax, fabsf(x[h][s][e]));
-                    const float dq = fm_q8_scale(amax);
+                    amax = fm_q8_amax(amax);
 #pragma unroll
                     for (int s = 0; s < 2; s++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) x[h][s][e] = fm_q8_value(x[h][s][e], dq);
+                        for (int e = 0; e < 4; e++) x[h][s][e] = fm_q8_value(x[h][s][e], amax);
                 }
             }
 #pragma unroll

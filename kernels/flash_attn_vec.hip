@@ -1,8 +1,8 @@
 // FLASH_ATTN_EXT for generation, one block per (KV head, sequence, split of the keys): the
 // block takes every query row that reads its KV head (n_q queries x the G heads of the GQA
 // group, R = n_q * G rows, R * D <= 1024), so each K and V row is read once for all of them.
-// F16 K and V of one head size D (64, 128 or 256), q rounded to f16 as ggml-cpu rounds it for
-// F16 K, f32 accumulators; masks broadcast over heads/sequences, ALiBi, softcap and sinks as
+// F16 K and V, or Q8_0 K and V, of one head size D (64, 128 or 256), q rounded as ggml-cpu
+// rounds it for that K (to f16; to Q8_0 values), f32 accumulators; masks broadcast over heads/sequences, ALiBi, softcap and sinks as
 // flash_attn.hip.
 //
 // Generation's attention is latency-bound (a few hundred blocks, each a short chain of
@@ -34,9 +34,57 @@ RF_DEVICE float fav_hi(unsigned u) { return rf_f16_to_f32((f16_bits)(u >> 16)); 
 #define FAV_THREADS 128
 #define FAV_CHUNK 32
 
+// A piece of 8 K values (piece p of a row: values 8p .. 8p + 7) as loaded: F16, the 16 bytes;
+// Q8_0 (34-byte blocks, 2-byte aligned), the 8 int8 in x, y and the block's f16 scale in z.
+template <bool Q8> RF_DEVICE fav_u4 fav_load_k(const char* row, int p) {
+    if (Q8) {
+        const unsigned short* b = (const unsigned short*)(row + (p / 4) * 34);
+        const int o = 1 + (p % 4) * 4;
+        fav_u4 w;
+        w.x = b[o] | ((unsigned)b[o + 1] << 16);
+        w.y = b[o + 2] | ((unsigned)b[o + 3] << 16);
+        w.z = b[0];
+        w.w = 0u;
+        return w;
+    }
+    return ((const fav_u4*)row)[p];
+}
+template <bool Q8> RF_DEVICE void fav_k_values(fav_u4 w, float* kf) {
+    if (Q8) {
+        const float d = rf_f16_to_f32((f16_bits)w.z);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            kf[j] = d * (float)(signed char)(w.x >> (8 * j));
+            kf[4 + j] = d * (float)(signed char)(w.y >> (8 * j));
+        }
+    } else {
+        kf[0] = fav_lo(w.x), kf[1] = fav_hi(w.x), kf[2] = fav_lo(w.y), kf[3] = fav_hi(w.y);
+        kf[4] = fav_lo(w.z), kf[5] = fav_hi(w.z), kf[6] = fav_lo(w.w), kf[7] = fav_hi(w.w);
+    }
+}
+// The V pair dg (values 2 dg, 2 dg + 1) of a row: F16, its 4 bytes; Q8_0, the two int8 in the
+// low half and the block's f16 scale in the high half.
+template <bool Q8> RF_DEVICE unsigned fav_load_v(const char* row, int dg) {
+    if (Q8) {
+        const unsigned short* b = (const unsigned short*)(row + (dg / 16) * 34);
+        return b[1 + dg % 16] | ((unsigned)b[0] << 16);
+    }
+    return *(const unsigned*)(row + dg * 4);
+}
+template <bool Q8> RF_DEVICE void fav_v_values(unsigned u, float* v0, float* v1) {
+    if (Q8) {
+        const float d = rf_f16_to_f32((f16_bits)(u >> 16));
+        *v0 = d * (float)(signed char)(u & 0xff);
+        *v1 = d * (float)(signed char)((u >> 8) & 0xff);
+    } else {
+        *v0 = fav_lo(u);
+        *v1 = fav_hi(u);
+    }
+}
+
 // The row kernel's arguments (FA_ARGS): DK == DV == D, K and V with as many heads (rk2 == rv2
-// == G, the heads of a group), q rounded to f16 (round_q 1), no f16 accumulator.
-template <int D, int RM>
+// == G, the heads of a group), q rounded for K (round_q 1 or 2), no f16 accumulator.
+template <int D, int RM, bool Q8>
 RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const char* mask, const float* sinks,
                               char* d, i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 G, i64 rv2,
                               i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2,
@@ -66,8 +114,9 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
     const int nq = (int)n_q, R = (int)(n_q * G);
 
     // Per row (query iq1, head iq2 of the group): where its q and mask rows are, its ALiBi
-    // slope and the row index fa_finish_row decodes; then the q rows, rounded to f16 as
-    // ggml-cpu rounds them for F16 K.
+    // slope and the row index fa_finish_row decodes; then the q rows, rounded as ggml-cpu
+    // rounds them for K: to f16, or (Q8_0) to Q8_0 values as flash_attn.hip's round_q 2 (32
+    // consecutive values are 32 consecutive lanes: R * D is a multiple of 32).
     if (t < R) {
         const i64 iq1 = t % nq, iq2 = ikv * G + t / nq;
         qoff_s[t] = iq1 * nbq1 + iq2 * nbq2 + iq3 * nbq3;
@@ -77,7 +126,15 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
     }
     __syncthreads();
     for (int i = t; i < R * D; i += FAV_THREADS) {
-        q_s[i] = rf_f16_to_f32(rf_f32_to_f16(((const float*)(q + qoff_s[i / D]))[i % D]));
+        float x = ((const float*)(q + qoff_s[i / D]))[i % D];
+        if (Q8) {
+            const float amax = rf_group_max<32>(fabsf(x));
+            const float dq = rf_f16_to_f32(rf_f32_to_f16(amax / 127.0f));
+            x = dq * rintf(x * (amax != 0.0f ? 127.0f / amax : 0.0f));
+        } else {
+            x = rf_f16_to_f32(rf_f32_to_f16(x));
+        }
+        q_s[i] = x;
     }
     __syncthreads();
 
@@ -101,15 +158,15 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
         const i64 key = kc + kk;
         const bool valid = key < ic1;
         // Every load of the chunk first: K pieces, this thread's V pairs, mask values.
-        const fav_u4* k4 = (const fav_u4*)(kb + (valid ? key : kc) * nbk1) + pq;
+        const char* krow = kb + (valid ? key : kc) * nbk1;
         fav_u4 w[KP];
 #pragma unroll
-        for (int i = 0; i < KP; i++) w[i] = k4[TPK * i];
+        for (int i = 0; i < KP; i++) w[i] = fav_load_k<Q8>(krow, pq + TPK * i);
         unsigned vr[KPS];
 #pragma unroll
         for (int u = 0; u < KPS; u++) {
             const i64 vk = kc + ks * KPS + u;
-            vr[u] = vk < ic1 ? *(const unsigned*)(vb + vk * nbv1 + dg * 4) : 0u;
+            vr[u] = vk < ic1 ? fav_load_v<Q8>(vb + vk * nbv1, dg) : 0u;
         }
         float mv[RM];
 #pragma unroll
@@ -121,8 +178,8 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
         for (int r = 0; r < RM; r++) s[r] = 0.0f;
 #pragma unroll
         for (int i = 0; i < KP; i++) {
-            const float kf[8] = {fav_lo(w[i].x), fav_hi(w[i].x), fav_lo(w[i].y), fav_hi(w[i].y),
-                                 fav_lo(w[i].z), fav_hi(w[i].z), fav_lo(w[i].w), fav_hi(w[i].w)};
+            float kf[8];
+            fav_k_values<Q8>(w[i], kf);
 #pragma unroll
             for (int r = 0; r < RM; r++) {
                 if (r < R) {
@@ -175,7 +232,9 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
         for (int u = 0; u < KPS; u++) {
             const int c = ks * KPS + u;
             const bool use = live_s[c] != 0.0f;
-            const float v0 = use ? fav_lo(vr[u]) : 0.0f, v1 = use ? fav_hi(vr[u]) : 0.0f;
+            float v0, v1;
+            fav_v_values<Q8>(vr[u], &v0, &v1);
+            if (!use) v0 = v1 = 0.0f;
 #pragma unroll
             for (int r = 0; r < RM; r++) {
                 if (r < R) {
@@ -252,16 +311,22 @@ RF_DEVICE void fav_prefetch_l2(const char* k, const char* v, const char* mask, i
                         nbv1, nbv2, nbv3, mne3, nbm3, k32, v32);
 }
 
-// _dD_rN: head size D, at most N rows a block (code for exactly those rows: the loops over
-// rows are unrolled, and rows past R still cost issue slots).
-#define FAV_KERNEL(D, RM)                                           \
-    RF_KERNEL void flash_attn_vec_f16_d##D##_r##RM(FA_ARGS) {       \
-        fav_prefetch_l2(FA_PREFETCH(64, 64));                       \
-        rf_grid_begin();                                            \
-        flash_attn_vec<D, RM>(FA_PASS);                             \
+// _{f16,q8_0}_dD_rN: K/V type, head size D, at most N rows a block (code for exactly those
+// rows: the loops over rows are unrolled, and rows past R still cost issue slots). The
+// prefetch takes the bytes of 32 values: 64 (F16), 34 (Q8_0).
+#define FAV_KERNEL(KV, Q8, B32, D, RM)                               \
+    RF_KERNEL void flash_attn_vec_##KV##_d##D##_r##RM(FA_ARGS) {     \
+        fav_prefetch_l2(FA_PREFETCH(B32, B32));                      \
+        rf_grid_begin();                                             \
+        flash_attn_vec<D, RM, Q8>(FA_PASS);                          \
     }
-FAV_KERNEL(64, 4)
-FAV_KERNEL(64, 16)
-FAV_KERNEL(128, 4)
-FAV_KERNEL(128, 8)
-FAV_KERNEL(256, 4)
+FAV_KERNEL(f16, false, 64, 64, 4)
+FAV_KERNEL(f16, false, 64, 64, 16)
+FAV_KERNEL(f16, false, 64, 128, 4)
+FAV_KERNEL(f16, false, 64, 128, 8)
+FAV_KERNEL(f16, false, 64, 256, 4)
+FAV_KERNEL(q8_0, true, 34, 64, 4)
+FAV_KERNEL(q8_0, true, 34, 64, 16)
+FAV_KERNEL(q8_0, true, 34, 128, 4)
+FAV_KERNEL(q8_0, true, 34, 128, 8)
+FAV_KERNEL(q8_0, true, 34, 256, 4)

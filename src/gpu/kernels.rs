@@ -71,7 +71,7 @@ pub const MV1X_SHAPES: &[(usize, usize)] = &[(1, 4), (1, 8), (2, 2), (2, 8), (4,
 /// (flash_attn_mma.hip, kv f16 or q8_0): 16 query rows a warp.
 pub const FM_SHAPES: &[(usize, usize)] = &[(64, 2), (64, 4), (128, 2), (128, 4)];
 
-/// (head size, most rows) of the generation attention kernels flash_attn_vec_f16_d{D}_r{R}
+/// (head size, most rows) of the generation attention kernels flash_attn_vec_{kv}_d{D}_r{R} (kv f16 or q8_0)
 /// (flash_attn_vec.hip), smallest row count first for each head size.
 pub const FAV_SHAPES: &[(usize, usize)] = &[(64, 4), (64, 16), (128, 4), (128, 8), (256, 4)];
 
@@ -96,7 +96,9 @@ pub fn kernel_names() -> Vec<String> {
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_glu_q8_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_add_norm_{suf}")));
-    v.extend(FAV_SHAPES.iter().map(|(d, r)| format!("flash_attn_vec_f16_d{d}_r{r}")));
+    for kv in ["f16", "q8_0"] {
+        v.extend(FAV_SHAPES.iter().map(|(d, r)| format!("flash_attn_vec_{kv}_d{d}_r{r}")));
+    }
     for kv in ["f16", "q8_0"] {
         v.extend(FM_SHAPES.iter().map(|(d, w)| format!("flash_attn_mma_{kv}_d{d}_w{w}")));
     }
@@ -335,7 +337,9 @@ mod tests {
             let mv1x = MV1X_SHAPES.iter().any(|(r, u)| {
                 name == format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}") && s.contains(&format!("MV1X_KERNEL({r}, {u})"))
             });
-            let fav = FAV_SHAPES.iter().any(|(d, r)| name == format!("flash_attn_vec_f16_d{d}_r{r}") && s.contains(&format!("FAV_KERNEL({d}, {r})")));
+            let fav = [("f16", "false, 64"), ("q8_0", "true, 34")].iter().any(|(kv, rest)| {
+                FAV_SHAPES.iter().any(|(d, r)| name == format!("flash_attn_vec_{kv}_d{d}_r{r}") && s.contains(&format!("FAV_KERNEL({kv}, {rest}, {d}, {r})")))
+            });
             let fm = [("f16", "false"), ("q8_0", "true")].iter().any(|(kv, q8)| {
                 FM_SHAPES.iter().any(|(d, w)| name == format!("flash_attn_mma_{kv}_d{d}_w{w}") && s.contains(&format!("FM_KERNEL({kv}, {q8}, {d}, {w})")))
             });

@@ -609,14 +609,18 @@ impl Args {
         self
     }
     /// The cache that SET_ROWS `set` writes, as mul_mat_vec_q1_qkv takes its K and V caches:
-    /// cache, row ids `idx`, ids are I64, cache is F16, cache rows, row stride.
+    /// cache, row ids `idx`, ids are I64, cache is F16, cache rows, row stride. A Q8_0 cache
+    /// is written by `set` itself afterwards: the kernel writes its F32 source instead (one
+    /// row, whatever the id: row stride 0).
     fn qkv_cache(self, set: &Tensor, idx: &Tensor) -> Self {
-        self.ptr(set.data())
+        let staged = set.dtype() == GgmlType::Q8_0;
+        let data = if staged { set.src(0).map_or(std::ptr::null(), |a| a.data()) } else { set.data() };
+        self.ptr(data)
             .ptr(idx.data())
             .i32((idx.dtype() == GgmlType::I64) as i32)
             .i32((set.dtype() == GgmlType::F16) as i32)
             .i64(set.ne()[1])
-            .i64(set.nb()[1])
+            .i64(if staged { 0 } else { set.nb()[1] })
     }
 }
 
@@ -1543,19 +1547,27 @@ struct FaVecPlan {
     split_keys: usize,
     /// The kernel's row count (`_r{most_rows}`).
     most_rows: usize,
+    /// The K/V kind of the kernel name: f16 or q8_0.
+    kv: &'static str,
 }
 
 /// Whether the split-KV path takes the generation kernel (kernels/flash_attn_vec.hip) for
-/// this node, and its launch: F16 K and V of one head size (64, 128 or 256), as many K as V
-/// heads, the rows reading one KV head (queries x heads of the group) at most those of a
-/// kernel for D (FAV_SHAPES: 1024 / D), 16-byte aligned K and V rows; several splits need the
-/// merge counters.
+/// this node, and its launch: F16 K and V (16-byte aligned rows) or Q8_0 K and V (2-byte
+/// aligned blocks) of one head size (64, 128 or 256), as many K as V heads, the rows reading
+/// one KV head (queries x heads of the group) at most those of a kernel for D (FAV_SHAPES:
+/// 1024 / D); several splits need the merge counters.
 fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize, max_parts: usize) -> Option<FaVecPlan> {
     let per_cu = fa_vec_blocks_per_cu();
     let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
     let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
     let (d, warp) = (qne[0], lc.warp_size as usize);
-    if per_cu == 0 || fa_split_mode() != 1 || k.dtype() != GgmlType::F16 || v.dtype() != GgmlType::F16 {
+    let aligned = |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
+    let kv = match (k.dtype(), v.dtype()) {
+        (GgmlType::F16, GgmlType::F16) if aligned(&k, 16) && aligned(&v, 16) => "f16",
+        (GgmlType::Q8_0, GgmlType::Q8_0) if aligned(&k, 2) && aligned(&v, 2) => "q8_0",
+        _ => return None,
+    };
+    if per_cu == 0 || fa_split_mode() != 1 {
         return None;
     }
     if vne[0] != d || !matches!(d, 64 | 128 | 256) || warp == 0 || d % warp != 0 || FA_VEC_THREADS % warp != 0 || kne[2] != vne[2] {
@@ -1563,16 +1575,15 @@ fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize,
     }
     let rows_per_block = qne[1] * (qne[2] / kne[2]);
     let (_, most_rows) = *super::kernels::FAV_SHAPES.iter().find(|(sd, r)| *sd == d && rows_per_block <= *r)?;
-    let aligned = |t: &Tensor| t.data() as usize % 16 == 0 && t.nb()[1..].iter().all(|n| n % 16 == 0);
     let groups = kne[2] * qne[3];
-    if !aligned(&k) || !aligned(&v) || groups == 0 || groups > FA_COUNTERS {
+    if groups == 0 || groups > FA_COUNTERS {
         return None;
     }
     let (splits, split_keys) = fa_vec_splits(kne[1], groups, per_cu * compute_units, max_parts / rows.max(1));
     if splits > 1 && lc.fa_counters == 0 {
         return None;
     }
-    Some(FaVecPlan { groups, splits, split_keys, most_rows })
+    Some(FaVecPlan { groups, splits, split_keys, most_rows, kv })
 }
 
 /// How the generation kernel splits `n_kv` keys of each of `groups` (KV head, sequence)
@@ -1698,7 +1709,7 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
                 (std::ptr::null(), std::ptr::null())
             };
             let args = args.i32(0).ptr(part).i64(plan.split_keys).ptr(counters).ptr(xq as *const u8).ptr(xds as *const u8);
-            let kernel = format!("flash_attn_vec_f16_d{}_r{}", qne[0], plan.most_rows);
+            let kernel = format!("flash_attn_vec_{}_d{}_r{}", plan.kv, qne[0], plan.most_rows);
             lc.run(&kernel, [plan.groups, plan.splits, 1], FA_VEC_THREADS as u32, args)?;
             note_q8();
             return Ok(());
@@ -2423,6 +2434,9 @@ fn try_fused_mv_pair(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Op
 /// SET_ROWS k (cache), SET_ROWS v (cache), the three products of one activation: one launch
 /// (mul_mat_vec_q1_qkv) that writes ROPE(q) and the two cache rows. Q, K, V and ROPE(k) are
 /// not written, so each must feed only the node after it; rope NORMAL, or NEOX over whole heads.
+/// A Q8_0 cache row (a block needs 32 values: more than a block of the launch has) is written
+/// as F32 into the SET_ROWS's source (ROPE(k) / V's product) and quantized into the cache by
+/// the SET_ROWS kernel after it: two launches more, five fewer than unfused.
 /// `check`: only whether it would fuse (nothing launched).
 fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check: bool) -> ApiResult<Option<usize>> {
     let Some(&[mq, rq, m1, m2, rk, sk, sv]) = nodes.get(i..i + 7).map(|s| <[Tensor; 7]>::try_from(s).unwrap()).as_ref() else {
@@ -2462,9 +2476,10 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     }
     // The cache rows: k's roped rows and v's rows, one token each, dense rows.
     // V's row, or (llama without flash attention: the V cache transposed) one row per value.
-    let k_ok = set_rows_plain(&sk, mk_rows, 1) && sk.src(0).is_some_and(|a| a.data() == rk.data());
+    let k_ok = (set_rows_plain(&sk, mk_rows, 1) || set_rows_q8_0(&sk, mk_rows)) && sk.src(0).is_some_and(|a| a.data() == rk.data());
     let v_per_value = set_rows_per_value(&sv, mv_rows);
-    let v_ok = (set_rows_plain(&sv, mv_rows, 1) || v_per_value) && sv.src(0).is_some_and(|a| a.data() == mv.data());
+    let v_ok = (set_rows_plain(&sv, mv_rows, 1) || v_per_value || set_rows_q8_0(&sv, mv_rows))
+        && sv.src(0).is_some_and(|a| a.data() == mv.data());
     if !k_ok || !v_ok {
         return Ok(None);
     }
@@ -2475,7 +2490,10 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     // What is written (ROPE(q), the two cache rows) overlaps nothing that is read.
     let pos = rq.src(1).unwrap();
     let reads = [Some(pos), rq.src(2), sk.src(1), sv.src(1)];
-    let writes = [rq, sk, sv];
+    let (k_staged, v_staged) = (sk.dtype() == GgmlType::Q8_0, sv.dtype() == GgmlType::Q8_0);
+    let mut writes = vec![rq, sk, sv];
+    writes.extend(k_staged.then_some(rk));
+    writes.extend(v_staged.then_some(mv));
     for (n, w) in writes.iter().enumerate() {
         if reads.iter().flatten().any(|r| overlap(w, r)) || writes[n + 1..].iter().any(|o| overlap(w, o)) {
             return Ok(None);
@@ -2521,6 +2539,9 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     let suffix = weight_suffix(wq.dtype()).unwrap_or("q4_0");
     let threads = (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
     lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
+    for staged in [sk, sv].iter().filter(|s| s.dtype() == GgmlType::Q8_0) {
+        launch_set_rows(staged, lc)?;
+    }
     for n in &nodes[i..i + 7] {
         lc.note_written(n);
     }
@@ -2593,6 +2614,22 @@ fn set_rows_plain(s: &Tensor, n: usize, n_tok: usize) -> bool {
         && a.ne() == [n, n_tok, 1, 1]
         && a.nb()[0] == 4
         && row_ids_ok(&idx, n_tok)
+}
+
+/// A SET_ROWS of one dense F32 row of `n` values (whole blocks) into a 2-D Q8_0 tensor.
+fn set_rows_q8_0(s: &Tensor, n: usize) -> bool {
+    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else { return false };
+    s.op() == op::SET_ROWS
+        && supports_set_rows(s)
+        && s.dtype() == GgmlType::Q8_0
+        && s.ne()[0] == n
+        && n % 32 == 0
+        && s.ne()[2] == 1
+        && s.ne()[3] == 1
+        && a.dtype() == GgmlType::F32
+        && a.ne() == [n, 1, 1, 1]
+        && a.nb()[0] == 4
+        && row_ids_ok(&idx, 1)
 }
 
 /// A SET_ROWS of `n` F32 values (a dense [1, n] view), each into its own row (of one value)
