@@ -12,7 +12,8 @@
 # llama-family models on RFGPU0 against ggml-cpu), detail (ncu sections of the norm and attention
 # kernels, attention split modes), prof (in-stream profile and an ncu window of one layer), fav
 # (generation attention: blocks per SM of the KV-head-grouped kernel, 0 = the row kernel, the build before
-# as bin/libggml-rocmforge-base.so where carried), depth (tg after 2048 tokens of context, the same variants).
+# as bin/libggml-rocmforge-base.so where carried), depth (pp512 and tg after 2048 tokens of context, SmolLM2
+# and 8B; with AB=1 also the build before and the attention variants).
 set -u
 R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
@@ -57,13 +58,20 @@ if has fav; then  # attention for generation: the KV-head-grouped kernel's block
         done
     done
 fi
-if has depth; then  # generation after 2048 tokens of context (llama-bench -d 2048), fa on: attention's share grows
+if has depth; then  # pp512 and tg after 2048 tokens of context (llama-bench -d 2048), fa on: attention's share grows
+    # (AB=1 adds the build before and the generation/prompt attention variants)
     [ -n "$P8" ] && wait $P8
+    [ -f smol.gguf ] || ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf > /dev/null 2>&1
     BASE=; [ -f libggml-rocmforge-base.so ] && BASE=./libggml-rocmforge-base.so
     for r in 1 2; do
+        b smol-d2048-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m smol.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 128 --reps 2 --depth 2048
+        b smol-d2048-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 128 --reps 2 --depth 2048
         b d2048-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
+        b d2048-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
+        [ "${AB:-1}" = 1 ] || continue
         [ -n "$BASE" ] && b d2048-base$r ./llama_run bench -b rocmforge -l $BASE -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
-        for w in 2 0 8; do
+        b d2048-scalar-tiles$r env ROCMFORGE_GPU_FA_MMA=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
+        for w in 2 0; do
             b d2048-fav$w-$r env ROCMFORGE_GPU_FA_VEC=$w ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
         done
     done
