@@ -84,29 +84,29 @@ RF_DEVICE void fm_load_tile(unsigned base, const char* src, i64 nb1, i64 k0, i64
         fm_commit();
     } else {
 #pragma unroll
-    for (int i = threadIdx.x; i < FM_BK * D / 32; i += NT) {
-        const int r = i / (D / 32), b = i % (D / 32);
-        unsigned h[16];
-        if (k0 + r < n_kv) {
-            const unsigned short* blk = (const unsigned short*)(src + (k0 + r) * nb1 + b * 34);
-            const float dq = rf_f16_to_f32(blk[0]);
+        for (int i = threadIdx.x; i < FM_BK * D / 32; i += NT) {
+            const int r = i / (D / 32), b = i % (D / 32);
+            unsigned h[16];
+            if (k0 + r < n_kv) {
+                const unsigned short* blk = (const unsigned short*)(src + (k0 + r) * nb1 + b * 34);
+                const float dq = rf_f16_to_f32(blk[0]);
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const unsigned w = blk[1 + j];
-                h[j] = fm_pack(dq * (float)(signed char)(w & 0xff), dq * (float)(signed char)(w >> 8));
+                for (int j = 0; j < 16; j++) {
+                    const unsigned w = blk[1 + j];
+                    h[j] = fm_pack(dq * (float)(signed char)(w & 0xff), dq * (float)(signed char)(w >> 8));
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 16; j++) h[j] = 0u;
             }
-        } else {
+            const unsigned dst = base + (unsigned)(r * RH + b * 32) * 2;
 #pragma unroll
-            for (int j = 0; j < 16; j++) h[j] = 0u;
+            for (int j = 0; j < 16; j += 4) {
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst + j * 4), "r"(h[j]), "r"(h[j + 1]),
+                             "r"(h[j + 2]), "r"(h[j + 3])
+                             : "memory");
+            }
         }
-        const unsigned dst = base + (unsigned)(r * RH + b * 32) * 2;
-#pragma unroll
-        for (int j = 0; j < 16; j += 4) {
-            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst + j * 4), "r"(h[j]), "r"(h[j + 1]),
-                         "r"(h[j + 2]), "r"(h[j + 3])
-                         : "memory");
-        }
-    }
     }
 }
 
