@@ -110,19 +110,12 @@ RF_DEVICE void fm_load_tile(unsigned base, const char* src, i64 nb1, i64 k0, i64
     }
 }
 
-// Q rounded as ggml-cpu rounds it for K of this kind: to f16 (F16 K), or to Q8_0 values
-// (Q8_0 K: per 32 values d = max |x| / 127, x -> round(x / d) * f16(d)), as the f16 pair
-// (lo, hi) of an A fragment. The 32 values of a Q8_0 block sit in the lane's 8 values of
-// steps 2b and 2b + 1 and the 4 lanes of its quad: amax is the quad's maximum of the lane's.
-// The rounding is ggml-cpu's (its AVX2 quantize_row_q8_0, as flash_attn.hip's round_q 2):
-// x * 127 / amax to nearest even, times the f16 scale.
+// Q rounded as ggml-cpu rounds it for Q8_0 K (rf_q8_value): the 32 values of a Q8_0 block sit
+// in the lane's 8 values of steps 2b and 2b + 1 and the 4 lanes of its quad, so amax is the
+// quad's maximum of the lanes' own.
 RF_DEVICE float fm_q8_amax(float amax) {
     amax = fmaxf(amax, rf_shfl_xor(amax, 1));
     return fmaxf(amax, rf_shfl_xor(amax, 2));
-}
-RF_DEVICE float fm_q8_value(float x, float amax) {
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    return rintf(x * id) * rf_f16_to_f32(rf_f32_to_f16(amax / 127.0f));
 }
 #endif
 
@@ -146,8 +139,8 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
     const float slope = rf_alibi_slope(iq2, max_bias, m0, m1, n_head_log2);
     const float NEG_INF = rf_neg_inf();
 
-    // Q's A fragments, rounded as ggml-cpu rounds q for this K (fm_q8_value) and to f16 for
-    // the mma; rows past n_q are zeros.
+    // Q's A fragments, rounded as ggml-cpu rounds q for this K (Q8_0: rf_q8_value) and to f16
+    // for the mma; rows past n_q are zeros.
     unsigned qa[KQ][4];
     {
         const float* q0p = r0 < n_q ? (const float*)(q + r0 * nbq1 + iq2 * nbq2 + iq3 * nbq3) : 0;
@@ -177,7 +170,10 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
 #pragma unroll
                     for (int s = 0; s < 2; s++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) x[h][s][e] = fm_q8_value(x[h][s][e], amax);
+                        for (int e = 0; e < 4; e++) {
+                            float d32, qi;
+                            x[h][s][e] = rf_q8_value(x[h][s][e], amax, d32, qi);
+                        }
                 }
             }
 #pragma unroll

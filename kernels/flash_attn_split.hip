@@ -146,10 +146,8 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
             if (round_q == 1) x = rf_f16_to_f32(rf_f32_to_f16(x));
             if (round_q == 2) {
                 // Q8_0 blocks: 32 consecutive channels are one aligned group of 32 lanes (DK % 32 == 0).
-                const float amax = rf_group_max<32>(fabsf(x));
-                const float d = rf_f16_to_f32(rf_f32_to_f16(amax / 127.0f));
-                const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-                x = d * rintf(x * id);
+                float d32, qi;
+                x = rf_round_q8_32(x, d32, qi);
             }
             qs[c] = x;
         }

@@ -128,9 +128,8 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
     for (int i = t; i < R * D; i += FAV_THREADS) {
         float x = ((const float*)(q + qoff_s[i / D]))[i % D];
         if (Q8) {
-            const float amax = rf_group_max<32>(fabsf(x));
-            const float dq = rf_f16_to_f32(rf_f32_to_f16(amax / 127.0f));
-            x = dq * rintf(x * (amax != 0.0f ? 127.0f / amax : 0.0f));
+            float d32, qi;
+            x = rf_round_q8_32(x, d32, qi);
         } else {
             x = rf_f16_to_f32(rf_f32_to_f16(x));
         }

@@ -279,15 +279,19 @@ template <> RF_DEVICE_SPEC float load_w_min<w_q5_1>(const char* row, i64 blk) {
     return rf_ld_f16((const unsigned char*)row + blk * 24 + 2);
 }
 
-// ggml-cpu's activation rounding before its integer dots, for one group of 32 lanes.
-// Q8_0 / Q8_1 blocks of 32 (lane = element): the value d * q the dot effectively uses; d32 is
-// the unrounded scale and q the integer (Q8_1's block sum needs them).
-RF_DEVICE float rf_round_q8_32(float v, float& d32, float& q) {
-    const float amax = rf_group_max<32>(fabsf(v));
+// ggml-cpu's activation rounding before its integer dots (its AVX2 quantize_row_q8_0: v * 127
+// / amax to nearest even), for a value v of a Q8_0 / Q8_1 block of 32 whose largest |value| is
+// amax: the value d * q the dot effectively uses; d32 is the unrounded scale and q the integer
+// (Q8_1's block sum needs them).
+RF_DEVICE float rf_q8_value(float v, float amax, float& d32, float& q) {
     d32 = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     q = rintf(v * id);
     return rf_f16_to_f32(rf_f32_to_f16(d32)) * q;
+}
+// The same for one group of 32 lanes holding a block (lane = element).
+RF_DEVICE float rf_round_q8_32(float v, float& d32, float& q) {
+    return rf_q8_value(v, rf_group_max<32>(fabsf(v)), d32, q);
 }
 // One block of 32 values quantized as ggml-cpu's Q8_0 / Q8_1 (quantize_q8 mode 0) by a group
 // of 32 lanes, each holding value `lane` of block b in v: the integers into q[b * 32 + lane],

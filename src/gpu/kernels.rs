@@ -98,8 +98,6 @@ pub fn kernel_names() -> Vec<String> {
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_add_norm_{suf}")));
     for kv in ["f16", "q8_0"] {
         v.extend(FAV_SHAPES.iter().map(|(d, r)| format!("flash_attn_vec_{kv}_d{d}_r{r}")));
-    }
-    for kv in ["f16", "q8_0"] {
         v.extend(FM_SHAPES.iter().map(|(d, w)| format!("flash_attn_mma_{kv}_d{d}_w{w}")));
     }
     v

@@ -1443,6 +1443,18 @@ fn fa_mma_enabled() -> bool {
     *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_MMA").map_or(true, |v| v != "0"))
 }
 
+/// The K/V kind of the tile kernels (flash_attn_mma.hip, flash_attn_vec.hip) in their names:
+/// F16 K and V with 16-byte aligned rows (16-byte loads, cp.async) or Q8_0 K and V (2-byte
+/// aligned blocks); None for anything else.
+fn fa_kv_kind(k: &Tensor, v: &Tensor) -> Option<&'static str> {
+    let aligned = |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
+    match (k.dtype(), v.dtype()) {
+        (GgmlType::F16, GgmlType::F16) if aligned(k, 16) && aligned(v, 16) => Some("f16"),
+        (GgmlType::Q8_0, GgmlType::Q8_0) if aligned(k, 2) && aligned(v, 2) => Some("q8_0"),
+        _ => None,
+    }
+}
+
 /// The tensor-core prompt kernel (flash_attn_mma.hip) for a prompt node, as (K/V kind, head
 /// size, warps a block): a device with the instructions, F16 K and V of one head size 64 or
 /// 128 with 16-byte aligned rows (cp.async), or Q8_0 K and V (2-byte aligned blocks). Four
@@ -1453,12 +1465,7 @@ fn fa_mma_shape(node: &Tensor, lc: &LaunchCtx) -> Option<(&'static str, usize, u
     if !lc.mma || !fa_mma_enabled() || !fa_prompt(node) || v.ne()[0] != d || !matches!(d, 64 | 128) {
         return None;
     }
-    let aligned = |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
-    let kv = match (k.dtype(), v.dtype()) {
-        (GgmlType::F16, GgmlType::F16) if aligned(&k, 16) && aligned(&v, 16) => "f16",
-        (GgmlType::Q8_0, GgmlType::Q8_0) if aligned(&k, 2) && aligned(&v, 2) => "q8_0",
-        _ => return None,
-    };
+    let kv = fa_kv_kind(&k, &v)?;
     let blocks4 = qne[1].div_ceil(64) * qne[2] * qne[3];
     let warps = if blocks4 < lc.compute_units.max(1) as usize { 2 } else { 4 };
     super::kernels::FM_SHAPES.contains(&(d, warps)).then_some((kv, d, warps))
@@ -1561,12 +1568,7 @@ fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize,
     let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
     let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
     let (d, warp) = (qne[0], lc.warp_size as usize);
-    let aligned = |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
-    let kv = match (k.dtype(), v.dtype()) {
-        (GgmlType::F16, GgmlType::F16) if aligned(&k, 16) && aligned(&v, 16) => "f16",
-        (GgmlType::Q8_0, GgmlType::Q8_0) if aligned(&k, 2) && aligned(&v, 2) => "q8_0",
-        _ => return None,
-    };
+    let kv = fa_kv_kind(&k, &v)?;
     if per_cu == 0 || fa_split_mode() != 1 {
         return None;
     }
@@ -1701,8 +1703,8 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             Ok(())
         };
         if let Some(plan) = fa_vec_plan(node, lc, rows, cu, max_parts) {
-            // F16 caches: one block per KV head and split takes every row that reads it (the
-            // row kernel's arguments; merged by the group's last block where split).
+            // F16 / Q8_0 caches: one block per KV head and split takes every row that reads it
+            // (the row kernel's arguments; merged by the group's last block where split).
             let (part, counters) = if plan.splits > 1 {
                 (part, lc.fa_counters as usize as *const u8)
             } else {
@@ -2539,8 +2541,10 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     let suffix = weight_suffix(wq.dtype()).unwrap_or("q4_0");
     let threads = (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
     lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
-    for staged in [sk, sv].iter().filter(|s| s.dtype() == GgmlType::Q8_0) {
-        launch_set_rows(staged, lc)?;
+    for (staged, set) in [(k_staged, &sk), (v_staged, &sv)] {
+        if staged {
+            launch_set_rows(set, lc)?;
+        }
     }
     for n in &nodes[i..i + 7] {
         lc.note_written(n);
