@@ -178,8 +178,16 @@ static int g_npre;
 // ROPE k, SET_ROWS k, SET_ROWS v (4 heads of q, 2 of k/v, 64 values each); the GPU runs them
 // as one launch (mul_mat_vec_q1_qkv). The output holds ROPE(q) and both caches. vtrans: the V
 // cache transposed as llama stores it without flash attention (one row per value).
-static struct ggml_tensor* attn_in_x(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
-                                     struct ggml_tensor* x) {
+// rot: with llama's rotations for quantized caches (roped Q and K, and V, times the Hadamard
+// matrix of 64 by MUL_MATs with ggml's hint, before the cache writes; the matrices hold random
+// values, which the hint says to ignore): the GPU runs them as a second launch (rot_qkv).
+static struct ggml_tensor* hadamard64(struct ggml_context* c, struct ggml_tensor* a) {
+    struct ggml_tensor* r = ggml_mul_mat(c, ggml_new_tensor_2d(c, GGML_TYPE_F32, 64, 64), ggml_reshape_2d(c, a, 64, ggml_nelements(a) / 64));
+    ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
+    return r;
+}
+static struct ggml_tensor* attn_in_xr(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
+                                      struct ggml_tensor* x, int rot) {
     const int K = (int)x->ne[0];
     struct ggml_tensor* pos = ids(c, GGML_TYPE_I32, "ids:4000", 1, 1, 1);
     struct ggml_tensor* idx = ids(c, GGML_TYPE_I64, "perm:30", 1, 1, 1);
@@ -190,6 +198,11 @@ static struct ggml_tensor* attn_in_x(struct ggml_context* c, enum ggml_type t, i
     struct ggml_tensor* k = ggml_mul_mat(c, ggml_new_tensor_2d(c, t, K, 128), x);
     struct ggml_tensor* rk = ggml_rope_ext(c, ggml_reshape_3d(c, k, 64, 2, 1), pos, NULL, mode == 0 ? 48 : 64, mode, 4096,
                                            10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+    if (rot) {
+        rq = hadamard64(c, rq);
+        v = hadamard64(c, v);
+        rk = hadamard64(c, rk);
+    }
     struct ggml_tensor* sk = ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 128, 30), ggml_reshape_2d(c, rk, 128, 1), idx);
     struct ggml_tensor* sv = vtrans ? ggml_set_rows(c, ggml_new_tensor_2d(c, ct, 1, 128 * 30), ggml_reshape_2d(c, v, 1, 128),
                                                     ids(c, GGML_TYPE_I64, "perm:3840", 128, 1, 1))
@@ -200,16 +213,21 @@ static struct ggml_tensor* attn_in_x(struct ggml_context* c, enum ggml_type t, i
     g_pre[g_npre++] = rk;
     g_pre[g_npre++] = sk;
     g_pre[g_npre++] = sv;
-    // The caches as F32: Q8_0 rows through GET_ROWS (every row: a permutation of the 30).
-    struct ggml_tensor* kf = ggml_reshape_1d(c, ct == GGML_TYPE_F32   ? sk
-                                                : ct == GGML_TYPE_Q8_0 ? ggml_get_rows(c, sk, ids(c, GGML_TYPE_I32, "perm:30", 30, 1, 1))
-                                                                        : ggml_cast(c, sk, GGML_TYPE_F32),
+    // The caches as F32: quantized rows through GET_ROWS (every row: a permutation of the 30).
+    const int quant = ct == GGML_TYPE_Q8_0 || ct == GGML_TYPE_Q4_0;
+    struct ggml_tensor* kf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sk
+                                                : quant ? ggml_get_rows(c, sk, ids(c, GGML_TYPE_I32, "perm:30", 30, 1, 1))
+                                                        : ggml_cast(c, sk, GGML_TYPE_F32),
                                              128 * 30);
-    struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32   ? sv
-                                                : ct == GGML_TYPE_Q8_0 ? ggml_get_rows(c, sv, ids(c, GGML_TYPE_I32, "perm:30", 30, 1, 1))
-                                                                        : ggml_cast(c, sv, GGML_TYPE_F32),
+    struct ggml_tensor* vf = ggml_reshape_1d(c, ct == GGML_TYPE_F32 ? sv
+                                                : quant ? ggml_get_rows(c, sv, ids(c, GGML_TYPE_I32, "perm:30", 30, 1, 1))
+                                                        : ggml_cast(c, sv, GGML_TYPE_F32),
                                              128 * 30);
     return ggml_concat(c, ggml_concat(c, ggml_reshape_1d(c, rq, 256), kf, 0), vf, 0);
+}
+static struct ggml_tensor* attn_in_x(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
+                                     struct ggml_tensor* x) {
+    return attn_in_xr(c, t, mode, ct, vtrans, x, 0);
 }
 static struct ggml_tensor* attn_in_k(struct ggml_context* c, enum ggml_type t, int mode, enum ggml_type ct, int vtrans,
                                      int K) {
@@ -229,6 +247,18 @@ static struct ggml_tensor* attn_in_q8_0_neox_vtrans_f32(struct ggml_context* c) 
 static struct ggml_tensor* attn_in_q4_0_q8_0_cache(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_Q8_0, 0); }
 static struct ggml_tensor* attn_in_q8_0_neox_q8_0_cache(struct ggml_context* c) { return attn_in(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_Q8_0, 0); }
 static struct ggml_tensor* mm_pair_q8_0(struct ggml_context* c) { return mm_pair(c, GGML_TYPE_Q8_0); }
+static struct ggml_tensor* attn_in_rot_q4_0_q8_0_cache(struct ggml_context* c) {
+    return attn_in_xr(c, GGML_TYPE_Q4_0, 0, GGML_TYPE_Q8_0, 0, ggml_new_tensor_2d(c, GGML_TYPE_F32, 256, 1), 1);
+}
+static struct ggml_tensor* attn_in_rot_q8_0_neox_q4_0_cache(struct ggml_context* c) {
+    return attn_in_xr(c, GGML_TYPE_Q8_0, 2, GGML_TYPE_Q4_0, 0, ggml_new_tensor_2d(c, GGML_TYPE_F32, 256, 1), 1);
+}
+// Attention's output rotated before its projection (llama, quantized caches): the transform
+// also quantizes its output for the product after it.
+static struct ggml_tensor* rot_out_proj(struct ggml_context* c) {
+    struct ggml_tensor* o = ggml_new_tensor_2d(c, GGML_TYPE_F32, 256, 1);
+    return ggml_mul_mat(c, ggml_new_tensor_2d(c, GGML_TYPE_Q4_0, 256, 192), ggml_reshape_2d(c, hadamard64(c, o), 256, 1));
+}
 
 // A feed-forward block for one token as llama builds it: MUL_MAT gate, MUL_MAT up, SWIGLU, then
 // MUL_MAT down of the result: the GPU runs the first three as one launch that also quantizes
@@ -404,6 +434,9 @@ static const struct tcase CASES[] = {
     {"attention input q8_0 neox, f32 caches, V transposed (one launch)", attn_in_q8_0_neox_vtrans_f32, 5e-4, 0, 0, 0},
     {"attention input q4_0, q8_0 caches (one launch, then the two rows quantized)", attn_in_q4_0_q8_0_cache, 5e-4, 0, 0, 0},
     {"attention input q8_0 neox, q8_0 caches (one launch, then the two rows quantized)", attn_in_q8_0_neox_q8_0_cache, 5e-4, 0, 0, 0},
+    {"attention input q4_0 with rotations, q8_0 caches (two launches)", attn_in_rot_q4_0_q8_0_cache, 5e-4, 0, 0, 0},
+    {"attention input q8_0 neox with rotations, q4_0 caches (two launches)", attn_in_rot_q8_0_neox_q4_0_cache, 5e-4, 0, 0, 0},
+    {"rotated attention output -> projection (the transform quantizes)", rot_out_proj, 5e-4, 0, 0, 0},
     {"layer joints q4_0 4096/2048 (projection+add+norm in one launch, norm applied by gate/up and q/k/v)", layer_q4_0_k4096, 5e-4, 0, 0, 0},
     {"layer joints q4_1 576/1536 (projection+add+norm in one launch)", layer_q4_1_k576, 5e-4, 0, 0, 0},
     {"layer joints q8_0 256/768 rope neox (projection+add+norm in one launch)", layer_q8_0_k256_neox, 5e-4, 0, 0, 0},

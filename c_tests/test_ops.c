@@ -178,6 +178,8 @@ static struct ggml_tensor * b_soft_max(struct ggml_context * ctx, const struct p
 
 // Weight t0 [K, M, b2, b3] (a), activations t1 [K, N, B2, B3] (b).
 // i[0]: 1 = activations given permuted (dims 1<->2, dense rows), 2 = weight a row-strided view.
+// i[1]: 1 = ggml's Hadamard hint (ggml-cpu then computes a Walsh-Hadamard transform of each
+// activation row and never reads the weight).
 static struct ggml_tensor * b_mul_mat(struct ggml_context * ctx, const struct params * p) {
     struct ggml_tensor * w;
     if (p->i[0] == 2) {
@@ -193,7 +195,9 @@ static struct ggml_tensor * b_mul_mat(struct ggml_context * ctx, const struct pa
     } else {
         x = in_t(ctx, p->t1, p->b);
     }
-    return ggml_mul_mat(ctx, w, x);
+    struct ggml_tensor * r = ggml_mul_mat(ctx, w, x);
+    if (p->i[1] == 1) ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
+    return r;
 }
 
 // Experts t0 [K, M, n_as] ; activations F32 [K, b1, n_tok] ; ids [n_used, n_tok].
@@ -795,6 +799,21 @@ static void cases_mul_mat(void) {
     // F16 activations with F16 weights (ggml-cpu computes them too).
     struct params p = { .t0 = GGML_TYPE_F16, .t1 = GGML_TYPE_F16, .a = SHAPE(64, 13, 1, 1), .b = SHAPE(64, 5, 1, 1) };
     run_case("MUL_MAT f16 x f16", b_mul_mat, &p, 5e-4, CMP_NMSE);
+    // The Hadamard hint (llama.cpp's rotations for quantized KV caches): the weight holds
+    // random values, which ggml-cpu ignores, so a device must compute the transform too; its
+    // butterflies are exact additions in a fixed order: the same bits.
+    const struct { int64_t n, b1, b2, b3; enum ggml_type t1; int layout; } hs[] = {
+        { 64, 7, 3, 1, GGML_TYPE_F32, 0 },   { 128, 40, 2, 1, GGML_TYPE_F32, 0 }, { 128, 1, 1, 1, GGML_TYPE_F32, 0 },
+        { 128, 5, 1, 2, GGML_TYPE_F16, 0 },  { 256, 3, 4, 1, GGML_TYPE_F32, 1 },  { 4, 9, 1, 1, GGML_TYPE_F32, 0 },
+        { 2048, 2, 1, 1, GGML_TYPE_F32, 0 },
+    };
+    for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
+        struct params ph = { .t0 = GGML_TYPE_F32, .t1 = hs[i].t1, .a = SHAPE(hs[i].n, hs[i].n, 1, 1),
+                             .b = SHAPE(hs[i].n, hs[i].b1, hs[i].b2, hs[i].b3), .i = { hs[i].layout, 1 } };
+        run_case(LABEL("MUL_MAT hadamard n=%lld x %s [%lld,%lld,%lld]%s", (long long) hs[i].n, ggml_type_name(hs[i].t1),
+                       (long long) hs[i].b1, (long long) hs[i].b2, (long long) hs[i].b3, hs[i].layout ? " permuted" : ""),
+                 b_mul_mat, &ph, 0, CMP_EXACT);
+    }
 }
 
 static void cases_mul_mat_id(void) {
@@ -981,6 +1000,15 @@ static void cases_rows(void) {
                          b_set_rows, &p, is_quant(p.t0) ? 1e-6 : 1e-7, CMP_NMSE);
             }
         }
+    }
+    // Rows shorter than a warp: llama's V cache transposed (one value a row, a prompt's worth
+    // of rows; the GPU takes a thread per value), and 5-value rows with broadcast ids.
+    for (int t = 0; t < 2; t++) {
+        const enum ggml_type dt = t ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        struct params p1 = { .t0 = dt, .t1 = GGML_TYPE_I64, .a = SHAPE(1, 3000, 1, 1), .i = { 700, 1 } };
+        run_case(LABEL("SET_ROWS f32->%s one value a row, 700 rows", ggml_type_name(dt)), b_set_rows, &p1, 1e-7, CMP_NMSE);
+        struct params p5 = { .t0 = dt, .t1 = GGML_TYPE_I32, .a = SHAPE(5, 40, 2, 1), .i = { 17, 2 } };
+        run_case(LABEL("SET_ROWS f32->%s 5 values a row, idx broadcast", ggml_type_name(dt)), b_set_rows, &p5, 1e-7, CMP_NMSE);
     }
 }
 

@@ -7,6 +7,8 @@
 #include "mmvq.hip"
 #include "activation.hip"
 #include "rope.hip"
+#include "quantize.hip"
+#include "hadamard.hip"
 
 // [ADD ->] RMS_NORM [-> MUL by a row vector] [-> quantized for the next matrix-vector
 // product], one block per row of contiguous F32 rows of ne0 values:
@@ -17,6 +19,8 @@
 // issues all its loads before its stores: the outputs may alias the inputs (in-place ADD), so
 // the compiler could not reorder them itself, and one latency per value serialized the row.
 #define RMS_VALS 8
+// Longest chunk of rot_qkv (the host fuses rotations of up to this many values).
+#define ROT_QKV_MAX 256
 
 RF_KERNEL __launch_bounds__(1024) void fused_rms_norm(const float* a, const float* b, float* sum, const float* w,
                                                       float* out, signed char* xq, float2* xds, int qmode, i64 ne0,
@@ -469,3 +473,42 @@ QKV_KERNEL(q8_0)
 QKV_KERNEL(iq4_nl)
 QKV_KERNEL(q4_k)
 QKV_KERNEL(q6_k)
+
+// Attention's input rotations for quantized KV caches, after mul_mat_vec_q1_qkv: llama.cpp
+// multiplies roped Q and roped K by the Hadamard matrix of nk (and V by that of nv) before K and V
+// go into the cache. The Q/K/V launch wrote roped Q, roped K and V as F32 rows into the
+// rotations' own outputs (q, k, v); here one block per chunk of n values (a row of the
+// reshaped product) transforms it as hadamard_rows does: Q's in place, K's and V's straight
+// into their cache rows, quantized as SET_ROWS would (quantize_unit, type kdt / vdt). Blocks
+// [0, Mq/nk) take Q, then Mk/nk blocks K, then Mv/nv blocks V (Mv = 0: V is not rotated here).
+RF_KERNEL void rot_qkv(float* q, i64 Mq, float* k, i64 Mk, i64 nk, float sk, float* v, i64 Mv, i64 nv, float sv,
+                       char* kc, const char* kidx, int kidx64, int kdt, i64 kc_rows, i64 nbkc1, char* vc,
+                       const char* vidx, int vidx64, int vdt, i64 vc_rows, i64 nbvc1) {
+    rf_grid_begin();
+    __shared__ float s[ROT_QKV_MAX];
+    const i64 bq = Mq / nk, bk = Mk / nk;
+    i64 b = blockIdx.x;
+    int which = 0;
+    if (b >= bq) {
+        b -= bq;
+        which = 1;
+        if (b >= bk) {
+            b -= bk;
+            which = 2;
+        }
+    }
+    const int n = (int)(which == 2 ? nv : nk);
+    float* chunk = (which == 0 ? q : which == 1 ? k : v) + b * n;
+    const float scale = which == 2 ? sv : sk;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) s[j] = chunk[j] * scale;
+    rf_hadamard_shared(s, n);
+    if (which == 0) {
+        for (int j = threadIdx.x; j < n; j += blockDim.x) chunk[j] = s[j];
+        return;
+    }
+    const i64 row = which == 1 ? fused_row_id(kidx, kidx64, 0, 0) : fused_row_id(vidx, vidx64, 0, 0);
+    if (row < 0 || row >= (which == 1 ? kc_rows : vc_rows)) return;
+    const int dt = which == 1 ? kdt : vdt;
+    char* dst = (which == 1 ? kc + row * nbkc1 : vc + row * nbvc1) + (b * n / 32) * (dt == QD_Q8_0 ? 34 : 18);
+    for (int u = threadIdx.x; u < n / 32; u += blockDim.x) quantize_unit((const char*)s, 0, dst, dt, u);
+}

@@ -82,3 +82,41 @@ pub fn layout_op_ok(node: &Tensor) -> bool {
         _ => false,
     }
 }
+
+/// ggml's GGML_HINT_SRC0_IS_HADAMARD (op_params[1] of a MUL_MAT): src0 is the normalized
+/// Sylvester Hadamard matrix, and ggml-cpu computes the product as a fast Walsh-Hadamard
+/// transform of each src1 row without reading src0 (llama.cpp's rotations of Q, K, V and the
+/// attention output for quantized KV caches).
+pub const HINT_SRC0_IS_HADAMARD: i32 = 1;
+
+/// The row length n of a MUL_MAT that ggml-cpu computes as a Walsh-Hadamard transform (the
+/// hint, F32 src0 [n, n] of any content, F32 or F16 src1 rows of n dense values, F32 dst of the
+/// same rows), for n a power of two up to 4096; None for any other node.
+pub fn hadamard_len(node: &Tensor) -> Option<usize> {
+    let (w, x) = (node.src(0)?, node.src(1)?);
+    if node.op() != op::MUL_MAT || node.param_i32(1) != HINT_SRC0_IS_HADAMARD {
+        return None;
+    }
+    let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
+    let n = xne[0];
+    let ok = w.dtype() == GgmlType::F32
+        && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16)
+        && node.dtype() == GgmlType::F32
+        && n.is_power_of_two()
+        && n <= 4096
+        && wne[0] == n
+        && wne[1] == n
+        && dne == [n, xne[1], xne[2], xne[3]]
+        && x.has_dense_rows()
+        && dnb[0] == 4
+        && dnb[0] <= dnb[1]
+        && dnb[1] <= dnb[2]
+        && dnb[2] <= dnb[3];
+    ok.then_some(n)
+}
+
+/// 1 / sqrt(n) as ggml-cpu's transform computes it (in f32), the factor applied before the
+/// butterflies.
+pub fn hadamard_scale(n: usize) -> f32 {
+    1.0f32 / (n as f32).sqrt()
+}

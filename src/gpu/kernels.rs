@@ -31,7 +31,9 @@ const SOURCES: &[(&str, &str)] = &[
     ("dequant.hip", include_str!("../../kernels/dequant.hip")),
     ("flash_attn_tiled.hip", include_str!("../../kernels/flash_attn_tiled.hip")),
     ("flash_attn_mma.hip", include_str!("../../kernels/flash_attn_mma.hip")),
-    // Last: it uses mmvq.hip's, activation.hip's and rope.hip's device functions.
+    ("hadamard.hip", include_str!("../../kernels/hadamard.hip")),
+    // Last: it uses mmvq.hip's, activation.hip's, rope.hip's, quantize.hip's and hadamard.hip's
+    // device functions.
     ("fused.hip", include_str!("../../kernels/fused.hip")),
 ];
 
@@ -119,6 +121,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "rms_norm_f32",
     "rf_spin",
     "set_rows",
+    "set_rows_short",
     "rope_f32",
     "rope_f16",
     "unary_f32",
@@ -168,6 +171,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "set_rows_q",
     "cpy_rows_q",
     "add_id_f32",
+    "hadamard_rows",
+    "rot_qkv",
 ];
 
 /// One translation unit: the prelude, the shared headers, then each file with its local

@@ -4,6 +4,7 @@
 use super::api::{ApiResult, GpuApi, Stream};
 use super::kernels::weight_suffix;
 use crate::ggml_types::{glu, op, unary, GgmlType};
+use crate::op_shapes::{hadamard_len, hadamard_scale};
 use crate::tensor::Tensor;
 use std::ffi::c_void;
 
@@ -267,6 +268,9 @@ fn supports_layout(node: &Tensor) -> bool {
 }
 
 fn supports_mul_mat(node: &Tensor) -> bool {
+    if hadamard_len(node).is_some() {
+        return node.src(1).is_some_and(|x| x.nrows() <= i32::MAX as usize);
+    }
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else { return false };
     let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
     weight_suffix(w.dtype()).is_some()
@@ -438,6 +442,10 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
     if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
     }
+    if hadamard_len(node).is_some() {
+        // Its output quantized for the product after it (try_fused_hadamard_mv).
+        return q8_region(node.nelements());
+    }
     if uses_mmid_q(node) {
         return q8_region(node.src(1).map_or(0, |x| x.nelements()));
     }
@@ -539,10 +547,12 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
         (w16, k, m * k, wne[2] * m * k)
     };
     let (b_s2, b_s3) = (n * k, ne12 * n * k);
-    let gemm = |a_off: usize, stride_a: usize, b_off: usize, c_off: usize, batch: usize| {
+    // (columns, weight offset and batch stride, src1 offset and batch stride, dst byte offset
+    // and batch stride in floats, batch)
+    let gemm = |cols: usize, a_off: usize, stride_a: usize, b_off: usize, stride_b: usize, c_off: usize, stride_c: usize, batch: usize| {
         let g = Gemm {
             m,
-            n,
+            n: cols,
             k,
             a: a_base + a_off as u64 * 2,
             a_type: Elem::F16,
@@ -551,23 +561,30 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
             b: x16 + b_off as u64 * 2,
             b_type: Elem::F16,
             ldb: k,
-            stride_b: b_s2,
+            stride_b,
             c: node.data() as usize as u64 + c_off as u64,
             ldc: dnb[1] / 4,
-            stride_c: dnb[2] / 4,
+            stride_c,
             batch,
         };
         blas.gemm(lc.ord, lc.stream, workspace, &g)
     };
+    // Where dst's matrices follow each other (dim 2 right after dim 1's columns), the r2 src1
+    // matrices that share a weight matrix are one matrix of r2 * n columns: one batched call
+    // over the weight matrices (attention's KQ and KQV with grouped heads and no flash
+    // attention: 8 calls of ~5.5 µs were one of ~9 on an H100).
+    let heads_dense = dnb[2] == n * dnb[1];
     for i3 in 0..ne13 {
         let a3 = (i3 / r3) * a_s3;
         if r2 == 1 {
             // A weight matrix per src1 matrix: one batch over dim 2.
-            gemm(a3, a_s2, i3 * b_s3, i3 * dnb[3], ne12)?;
+            gemm(n, a3, a_s2, i3 * b_s3, b_s2, i3 * dnb[3], dnb[2] / 4, ne12)?;
+        } else if heads_dense {
+            gemm(r2 * n, a3, a_s2, i3 * b_s3, r2 * b_s2, i3 * dnb[3], r2 * dnb[2] / 4, wne[2])?;
         } else {
             // Weight i2w serves src1 matrices i2w*r2 .. (i2w+1)*r2: a batch with stride 0.
             for i2w in 0..wne[2] {
-                gemm(a3 + i2w * a_s2, 0, i3 * b_s3 + i2w * r2 * b_s2, i3 * dnb[3] + i2w * r2 * dnb[2], r2)?;
+                gemm(n, a3 + i2w * a_s2, 0, i3 * b_s3 + i2w * r2 * b_s2, b_s2, i3 * dnb[3] + i2w * r2 * dnb[2], dnb[2] / 4, r2)?;
             }
         }
     }
@@ -609,11 +626,11 @@ impl Args {
         self
     }
     /// The cache that SET_ROWS `set` writes, as mul_mat_vec_q1_qkv takes its K and V caches:
-    /// cache, row ids `idx`, ids are I64, cache is F16, cache rows, row stride. A Q8_0 cache
-    /// is written by `set` itself afterwards: the kernel writes its F32 source instead (one
-    /// row, whatever the id: row stride 0).
+    /// cache, row ids `idx`, ids are I64, cache is F16, cache rows, row stride. A quantized
+    /// cache is written by a later launch (`set` itself, or rot_qkv): the kernel writes `set`'s
+    /// F32 source instead (one row, whatever the id: row stride 0).
     fn qkv_cache(self, set: &Tensor, idx: &Tensor) -> Self {
-        let staged = set.dtype() == GgmlType::Q8_0;
+        let staged = quant_dst(set.dtype()).is_some();
         let data = if staged { set.src(0).map_or(std::ptr::null(), |a| a.data()) } else { set.data() };
         self.ptr(data)
             .ptr(idx.data())
@@ -952,7 +969,41 @@ fn round_src1_to_scratch(x: &Tensor, wt: GgmlType, lc: &LaunchCtx) -> ApiResult<
     Ok(Some((lc.scratch as usize as *const u8, corr)))
 }
 
+/// MUL_MAT with ggml's Hadamard hint: the transform of each src1 row (hadamard.hip), as
+/// ggml-cpu computes it. `q8_at`: dst also quantized (quantize_q8 mode 0) at that scratch offset.
+fn launch_hadamard(node: &Tensor, n: usize, q8_at: Option<usize>, lc: &LaunchCtx) -> ApiResult<()> {
+    let x = node.src(1).unwrap();
+    let (xne, xnb, dnb) = (x.ne(), x.nb(), node.nb());
+    let rows = x.nrows();
+    let (xq, xds) = match q8_at {
+        Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
+        None => (0, 0),
+    };
+    let args = Args::default()
+        .ptr(x.data())
+        .i32((x.dtype() == GgmlType::F16) as i32)
+        .ptr(node.data())
+        .i64(n)
+        .f32(hadamard_scale(n))
+        .i64(xne[1])
+        .i64(xne[2])
+        .i64(rows)
+        .i64s(&xnb[1..])
+        .i64s(&dnb[1..])
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8);
+    if rows == 0 {
+        return Ok(());
+    }
+    // Half a row of pairs per pass, at least a warp (the quantized output takes whole warps).
+    let threads = (n / 2).clamp(lc.warp_size as usize, 256);
+    lc.run("hadamard_rows", [rows.min(MAX_FLAT_BLOCKS), 1, 1], threads as u32, args)
+}
+
 fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    if let Some(n) = hadamard_len(node) {
+        return launch_hadamard(node, n, None, lc);
+    }
     if uses_mvq(node) && lc.scratch != 0 {
         return launch_mul_mat_vec_q(node, lc);
     }
@@ -1087,6 +1138,10 @@ fn launch_set_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&node.nb()[1..]);
     if a.nrows() == 0 {
         return Ok(());
+    }
+    if ane[0] < lc.warp_size as usize {
+        let n = ane[0] * a.nrows();
+        return lc.run("set_rows_short", [flat_blocks(n, 256), 1, 1], 256, args.i64(n));
     }
     lc.run("set_rows", [a.nrows(), 1, 1], row_block(ane[0]), args)
 }
@@ -2101,9 +2156,32 @@ pub fn launch_at(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
         if let Some(n) = try_fused_mv_pair(nodes, i, lc)? {
             return Ok(n);
         }
+        if let Some(n) = try_fused_hadamard_mv(nodes, i, lc)? {
+            return Ok(n);
+        }
     }
     launch(&nodes[i], lc)?;
     Ok(1)
+}
+
+/// A Hadamard-hinted MUL_MAT whose output the next node, an integer-dot product, reads
+/// (llama's rotation of attention's output before the output projection, quantized caches):
+/// the transform also quantizes its output for that product, so it needs no quantize launch.
+fn try_fused_hadamard_mv(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+    let (Some(h), Some(mm)) = (nodes.get(i), nodes.get(i + 1)) else { return Ok(None) };
+    let Some(n) = hadamard_len(h) else { return Ok(None) };
+    let Some(x) = mm.src(1) else { return Ok(None) };
+    let nel = h.nelements();
+    let reads_h = mm.op() == op::MUL_MAT && uses_mvq(mm) && supports_mul_mat(mm) && x.data() == h.data() && x.nelements() == nel;
+    let mode0 = mm.src(0).and_then(|w| mvq_mode(w.dtype())) == Some(0);
+    if lc.scratch == 0 || !reads_h || !mode0 || !dense_f32(h) || !dense_f32(&x) || n % 32 != 0 || q8_region(nel) > lc.scratch_len {
+        return Ok(None);
+    }
+    launch_hadamard(h, n, Some(0), lc)?;
+    lc.note_written(h);
+    let k = x.ne()[0];
+    lc.q8.set(Some(Q8Src::rows(0, h.data() as usize, k, nel / k, 0)));
+    Ok(Some(1))
 }
 
 /// [ADD ->] RMS_NORM [-> MUL by a weight row] [-> quantized for the next node, a matrix-vector
@@ -2228,14 +2306,14 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
     // What reads the MUL's output: exactly one fused kernel's products, of 32-value blocks.
     let j = i + 4;
     let reader_mode = |k: usize| nodes.get(k).and_then(|n| n.src(0)).and_then(|w| mvq_mode(w.dtype()));
-    let products = if try_fused_qkv(nodes, j, uses, lc, true)?.is_some() {
-        3
-    } else if try_fused_glu(nodes, j, uses, lc, true)?.is_some() {
-        2
+    let (products, taken) = if let Some(n) = try_fused_qkv(nodes, j, uses, lc, true)? {
+        (3, n)
+    } else if let Some(n) = try_fused_glu(nodes, j, uses, lc, true)? {
+        (2, n)
     } else {
         return Ok(None);
     };
-    let reads_mul = nodes[j..j + products + 1].iter().filter(|n| n.op() == op::MUL_MAT && same(&mul, n.src(1))).count();
+    let reads_mul = nodes[j..j + taken].iter().filter(|n| n.op() == op::MUL_MAT && same(&mul, n.src(1))).count();
     if reader_mode(j) != Some(0) || reads_mul != products || mul.raw().flags & FLAG_OUTPUT != 0 || uses.count(&mul) != products as u32 {
         return Ok(None);
     }
@@ -2432,23 +2510,101 @@ fn try_fused_mv_pair(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Op
     Ok(Some(2))
 }
 
-/// llama's attention input for one token: MUL_MAT q, ROPE q, MUL_MAT v, MUL_MAT k, ROPE k,
-/// SET_ROWS k (cache), SET_ROWS v (cache), the three products of one activation: one launch
-/// (mul_mat_vec_q1_qkv) that writes ROPE(q) and the two cache rows. Q, K, V and ROPE(k) are
-/// not written, so each must feed only the node after it; rope NORMAL, or NEOX over whole heads.
-/// A Q8_0 cache row (a block needs 32 values: more than a block of the launch has) is written
-/// as F32 into the SET_ROWS's source (ROPE(k) / V's product) and quantized into the cache by
-/// the SET_ROWS kernel after it: two launches more, five fewer than unfused.
+/// llama's attention input for one token, as llama builds it: MUL_MAT q, ROPE q [, its
+/// Hadamard rotation], the K and V products and ROPE k [, the rotations of roped K and of V]
+/// (in either of llama's orders), SET_ROWS k (cache), SET_ROWS v (cache). The rotations come
+/// with quantized caches (llama.cpp's attn_inp_k_rot / attn_inp_v_rot).
+#[derive(Clone, Copy)]
+struct QkvNodes<'a> {
+    mq: Tensor<'a>,
+    rq: Tensor<'a>,
+    hq: Option<Tensor<'a>>,
+    mk: Tensor<'a>,
+    rk: Tensor<'a>,
+    hk: Option<Tensor<'a>>,
+    mv: Tensor<'a>,
+    hv: Option<Tensor<'a>>,
+    sk: Tensor<'a>,
+    sv: Tensor<'a>,
+    len: usize,
+}
+
+/// Whether `n`'s source `i` is a view of `t`'s data (a reshape of it).
+fn reads(n: &Tensor, i: usize, t: &Tensor) -> bool {
+    n.src(i).is_some_and(|a| a.data() == t.data())
+}
+
+fn qkv_nodes<'a>(nodes: &[Tensor<'a>], i: usize) -> Option<QkvNodes<'a>> {
+    let (mq, rq) = (*nodes.get(i)?, *nodes.get(i + 1)?);
+    if mq.op() != op::MUL_MAT || rq.op() != op::ROPE {
+        return None;
+    }
+    let mut j = i + 2;
+    let hq = nodes.get(j).copied().filter(|h| hadamard_len(h).is_some() && reads(h, 1, &rq));
+    j += hq.is_some() as usize;
+    // Up to the cache writes: two products, ROPE k, and at most two rotations.
+    let (mut prods, mut rots, mut rk) = (Vec::new(), Vec::new(), None);
+    while let Some(n) = nodes.get(j).copied() {
+        match n.op() {
+            op::SET_ROWS => break,
+            op::MUL_MAT if hadamard_len(&n).is_some() => rots.push(n),
+            op::MUL_MAT => prods.push(n),
+            op::ROPE if rk.is_none() => rk = Some(n),
+            _ => return None,
+        }
+        j += 1;
+        if prods.len() > 2 || rots.len() > 2 {
+            return None;
+        }
+    }
+    let (sk, sv) = (*nodes.get(j)?, *nodes.get(j + 1)?);
+    let rk = rk?;
+    if prods.len() != 2 || sk.op() != op::SET_ROWS || sv.op() != op::SET_ROWS {
+        return None;
+    }
+    // K is the product ROPE(k) reads.
+    let (mk, mv) = if reads(&rk, 0, &prods[1]) { (prods[1], prods[0]) } else { (prods[0], prods[1]) };
+    let hk = rots.iter().copied().find(|h| reads(h, 1, &rk));
+    let hv = rots.iter().copied().find(|h| reads(h, 1, &mv));
+    if rots.len() != hk.is_some() as usize + hv.is_some() as usize || hq.is_some() != hk.is_some() {
+        return None;
+    }
+    Some(QkvNodes { mq, rq, hq, mk, rk, hk, mv, hv, sk, sv, len: j + 2 - i })
+}
+
+/// A rotation that rot_qkv takes: the transform of `input`'s values (F32, dense) in chunks
+/// of n (a multiple of 32, at most ROT_QKV_MAX) into a dense F32 tensor; returns n.
+fn rotation_len(h: &Tensor, input: &Tensor) -> Option<usize> {
+    let n = hadamard_len(h)?;
+    let x = h.src(1)?;
+    let ok = n % 32 == 0
+        && n <= ROT_QKV_MAX
+        && dense_f32(h)
+        && dense_f32(&x)
+        && h.nelements() == input.nelements()
+        && input.nelements() % n == 0;
+    ok.then_some(n)
+}
+
+/// Longest chunk of rot_qkv (ROT_QKV_MAX in fused.hip).
+const ROT_QKV_MAX: usize = 256;
+
+/// The attention input of one token (qkv_nodes) in one launch (mul_mat_vec_q1_qkv) that
+/// writes ROPE(q) and the two cache rows. Q, K, V and ROPE(k) are not written, so each must
+/// feed only the node after it; rope NORMAL, or NEOX over whole heads. A quantized cache row
+/// (Q8_0, Q4_0: a block needs 32 values, more than a block of the launch has) is written as F32
+/// into the SET_ROWS's source (ROPE(k) / V's product) and quantized into the cache by the
+/// SET_ROWS kernel after it. With the rotations of quantized caches, roped Q and K and V go as
+/// F32 into the rotations' outputs instead, and one more launch (rot_qkv) transforms them and
+/// writes the cache rows: two launches where llama's graph has ten nodes.
 /// `check`: only whether it would fuse (nothing launched).
 fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check: bool) -> ApiResult<Option<usize>> {
-    let Some(&[mq, rq, m1, m2, rk, sk, sv]) = nodes.get(i..i + 7).map(|s| <[Tensor; 7]>::try_from(s).unwrap()).as_ref() else {
-        return Ok(None);
-    };
-    if lc.scratch == 0 || mv1_shape().is_some() || mq.op() != op::MUL_MAT || rq.op() != op::ROPE || rk.op() != op::ROPE {
+    if lc.scratch == 0 || mv1_shape().is_some() {
         return Ok(None);
     }
-    // V and K in either order: K is the one ROPE(k) reads.
-    let (mv, mk) = if rk.src(0).is_some_and(|a| a.data() == m2.data()) { (m1, m2) } else { (m2, m1) };
+    let Some(QkvNodes { mq, rq, hq, mk, rk, hk, mv, hv, sk, sv, len }) = qkv_nodes(nodes, i) else {
+        return Ok(None);
+    };
     let mm_ok = |m: &Tensor| m.op() == op::MUL_MAT && uses_mvq(m) && supports_mul_mat(m) && dense_f32(m);
     if !mm_ok(&mq) || !mm_ok(&mk) || !mm_ok(&mv) {
         return Ok(None);
@@ -2476,33 +2632,56 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     if !rope_ok(&rq, &mq) || !rope_ok(&rk, &mk) || !same_rope(&rq, &rk) || ne0 % 2 != 0 || (neox && n_dims != ne0) {
         return Ok(None);
     }
-    // The cache rows: k's roped rows and v's rows, one token each, dense rows.
-    // V's row, or (llama without flash attention: the V cache transposed) one row per value.
-    let k_ok = (set_rows_plain(&sk, mk_rows, 1) || set_rows_q8_0(&sk, mk_rows)) && sk.src(0).is_some_and(|a| a.data() == rk.data());
-    let v_per_value = set_rows_per_value(&sv, mv_rows);
-    let v_ok = (set_rows_plain(&sv, mv_rows, 1) || v_per_value || set_rows_q8_0(&sv, mv_rows))
-        && sv.src(0).is_some_and(|a| a.data() == mv.data());
-    if !k_ok || !v_ok {
+    // The rotations: Q's and K's of one length (llama's K matrix), V's of its own.
+    let nk = match (hq, hk) {
+        (Some(hq), Some(hk)) => match (rotation_len(&hq, &rq), rotation_len(&hk, &rk)) {
+            (Some(a), Some(b)) if a == b => Some(a),
+            _ => return Ok(None),
+        },
+        _ => None,
+    };
+    let nv = match hv {
+        Some(hv) => match rotation_len(&hv, &mv) {
+            Some(n) => Some(n),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    // The cache rows: k's roped (rotated) rows and v's (rotated) rows, one token each, dense
+    // rows; V's row, or (llama without flash attention: the V cache transposed) one row per value.
+    let k_src = hk.unwrap_or(rk);
+    let v_src = hv.unwrap_or(mv);
+    let k_ok = if hk.is_some() { set_rows_quant(&sk, mk_rows) } else { set_rows_plain(&sk, mk_rows, 1) || set_rows_quant(&sk, mk_rows) };
+    let v_per_value = hv.is_none() && set_rows_per_value(&sv, mv_rows);
+    let v_ok = if hv.is_some() { set_rows_quant(&sv, mv_rows) } else { set_rows_plain(&sv, mv_rows, 1) || v_per_value || set_rows_quant(&sv, mv_rows) };
+    if !k_ok || !v_ok || !reads(&sk, 0, &k_src) || !reads(&sv, 0, &v_src) {
         return Ok(None);
     }
     // Nothing else reads what is not written.
-    if !feeds_only_one(&mq, uses) || !feeds_only_one(&mk, uses) || !feeds_only_one(&mv, uses) || !feeds_only_one(&rk, uses) {
+    let mut unwritten = vec![mq, mk, mv, rk];
+    unwritten.extend(hk);
+    unwritten.extend(hv);
+    if hq.is_some() {
+        unwritten.push(rq);
+    }
+    if unwritten.iter().any(|t| !feeds_only_one(t, uses)) {
         return Ok(None);
     }
-    // What is written (ROPE(q), the two cache rows) overlaps nothing that is read.
+    // What is written (ROPE(q) or its rotation, the two cache rows, the F32 rows staged for a
+    // later launch) overlaps nothing that is read, nor each other.
     let pos = rq.src(1).unwrap();
-    let reads = [Some(pos), rq.src(2), sk.src(1), sv.src(1)];
-    let (k_staged, v_staged) = (sk.dtype() == GgmlType::Q8_0, sv.dtype() == GgmlType::Q8_0);
-    let mut writes = vec![rq, sk, sv];
-    writes.extend(k_staged.then_some(rk));
-    writes.extend(v_staged.then_some(mv));
+    let reads_of = [Some(pos), rq.src(2), sk.src(1), sv.src(1)];
+    let (k_staged, v_staged) = (quant_dst(sk.dtype()).is_some(), quant_dst(sv.dtype()).is_some());
+    let mut writes = vec![hq.unwrap_or(rq), sk, sv];
+    writes.extend(k_staged.then_some(k_src));
+    writes.extend(v_staged.then_some(v_src));
     for (n, w) in writes.iter().enumerate() {
-        if reads.iter().flatten().any(|r| overlap(w, r)) || writes[n + 1..].iter().any(|o| overlap(w, o)) {
+        if reads_of.iter().flatten().any(|r| overlap(w, r)) || writes[n + 1..].iter().any(|o| overlap(w, o)) {
             return Ok(None);
         }
     }
     if check {
-        return Ok(Some(7));
+        return Ok(Some(len));
     }
     let xo = ensure_q8_norm(&x, mvq_mode(wq.dtype()).unwrap_or(0), lc)?;
     let (theta_scale, corr0, corr1) = rope_consts(&rq);
@@ -2520,7 +2699,7 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
         .i64(wq.nb()[1])
         .i64(wk.nb()[1])
         .i64(wv.nb()[1])
-        .ptr(rq.data())
+        .ptr(hq.unwrap_or(rq).data())
         .qkv_cache(&sk, &ki)
         .qkv_cache(&sv, &vi)
         .i32(v_per_value as i32)
@@ -2541,15 +2720,42 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     let suffix = weight_suffix(wq.dtype()).unwrap_or("q4_0");
     let threads = (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
     lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
-    for (staged, set) in [(k_staged, &sk), (v_staged, &sv)] {
-        if staged {
+    if nk.is_some() || nv.is_some() {
+        let (nk_, nv_) = (nk.unwrap_or(32), nv.unwrap_or(32));
+        let cache = |a: Args, set: &Tensor, idx: &Tensor| {
+            a.ptr(set.data())
+                .ptr(idx.data())
+                .i32((idx.dtype() == GgmlType::I64) as i32)
+                .i32(quant_dst(set.dtype()).map_or(0, |(dt, _)| dt))
+                .i64(set.ne()[1])
+                .i64(set.nb()[1])
+        };
+        let (bq, bk) = if nk.is_some() { (mq_rows / nk_, mk_rows / nk_) } else { (0, 0) };
+        let bv = if nv.is_some() { mv_rows / nv_ } else { 0 };
+        let args = Args::default()
+            .opt_ptr(hq)
+            .i64(bq * nk_)
+            .opt_ptr(hk)
+            .i64(bk * nk_)
+            .i64(nk_)
+            .f32(hadamard_scale(nk_))
+            .opt_ptr(hv)
+            .i64(bv * nv_)
+            .i64(nv_)
+            .f32(hadamard_scale(nv_));
+        let args = cache(cache(args, &sk, &ki), &sv, &vi);
+        let threads = (nk_.max(nv_) / 2).clamp(lc.warp_size as usize, 128);
+        lc.run("rot_qkv", [bq + bk + bv, 1, 1], threads as u32, args)?;
+    }
+    for (staged, rotated, set) in [(k_staged, nk.is_some(), &sk), (v_staged, nv.is_some(), &sv)] {
+        if staged && !rotated {
             launch_set_rows(set, lc)?;
         }
     }
-    for n in &nodes[i..i + 7] {
+    for n in &nodes[i..i + len] {
         lc.note_written(n);
     }
-    Ok(Some(7))
+    Ok(Some(len))
 }
 
 /// Warps per block of mul_mat_vec_q1_qkv (two rows a block): MV1_WARPS, or fewer where rows
@@ -2620,12 +2826,12 @@ fn set_rows_plain(s: &Tensor, n: usize, n_tok: usize) -> bool {
         && row_ids_ok(&idx, n_tok)
 }
 
-/// A SET_ROWS of one dense F32 row of `n` values (whole blocks) into a 2-D Q8_0 tensor.
-fn set_rows_q8_0(s: &Tensor, n: usize) -> bool {
+/// A SET_ROWS of one dense F32 row of `n` values (whole blocks) into a 2-D Q8_0 or Q4_0 tensor.
+fn set_rows_quant(s: &Tensor, n: usize) -> bool {
     let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else { return false };
     s.op() == op::SET_ROWS
         && supports_set_rows(s)
-        && s.dtype() == GgmlType::Q8_0
+        && matches!(s.dtype(), GgmlType::Q8_0 | GgmlType::Q4_0)
         && s.ne()[0] == n
         && n % 32 == 0
         && s.ne()[2] == 1

@@ -5,6 +5,7 @@
 use super::Ctx;
 use crate::cpu::types::traits;
 use crate::ggml_types::GgmlType;
+use crate::op_shapes::{hadamard_len, hadamard_scale};
 use crate::tensor::{split_range, Tensor};
 
 /// Unit of work: rows of src0 (kept hot in L1) by columns of src1 (16 columns of a
@@ -13,6 +14,9 @@ const TILE_ROWS: usize = 16;
 const TILE_COLS: usize = 16;
 
 pub fn supports(node: &Tensor) -> bool {
+    if hadamard_len(node).is_some() {
+        return true;
+    }
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else { return false };
     let Some(tr) = traits(w.dtype()) else { return false };
     if tr.vec_dot.is_none() || (tr.vec_dot_type != GgmlType::F32 && traits(tr.vec_dot_type).and_then(|t| t.from_f32).is_none()) {
@@ -50,7 +54,7 @@ fn needs_conversion(w: &Tensor) -> bool {
 
 pub fn work_size(node: &Tensor, _nth: usize) -> usize {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
-    if !needs_conversion(&w) {
+    if hadamard_len(node).is_some() || !needs_conversion(&w) {
         return 0;
     }
     let vdt = traits(w.dtype()).unwrap().vec_dot_type;
@@ -59,6 +63,9 @@ pub fn work_size(node: &Tensor, _nth: usize) -> usize {
 }
 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
+    if let Some(n) = hadamard_len(node) {
+        return hadamard(node, n, ctx);
+    }
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let tr = traits(w.dtype()).unwrap();
     // ggml-cpu takes a different F16 kernel (another summation order) for a single column;
@@ -135,6 +142,44 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     }
 }
 
+/// A MUL_MAT with ggml's Hadamard hint, as ggml-cpu computes it (src0 not read): each src1 row
+/// times 1/sqrt(n), then log2(n) butterfly passes (u + v, u - v) over pairs `len` apart. Each
+/// pass's pairs are independent, so any order within a pass gives ggml's bits.
+fn hadamard(node: &Tensor, n: usize, ctx: &Ctx) {
+    let x = node.src(1).unwrap();
+    let xne = x.ne();
+    let scale = hadamard_scale(n);
+    let f16 = x.dtype() == GgmlType::F16;
+    for r in split_range(x.nrows(), ctx.ith, ctx.nth) {
+        let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
+        unsafe {
+            let src = x.data().add(x.row_offset(i1, i2, i3));
+            let dst = std::slice::from_raw_parts_mut(node.data().add(node.row_offset(i1, i2, i3)) as *mut f32, n);
+            for (j, d) in dst.iter_mut().enumerate() {
+                let v = if f16 { half::f16::from_bits(*(src as *const u16).add(j)).to_f32() } else { *(src as *const f32).add(j) };
+                *d = v * scale;
+            }
+            hadamard_butterflies(dst);
+        }
+    }
+}
+
+/// The unnormalized fast Walsh-Hadamard transform of `v` (length a power of two) in place.
+pub fn hadamard_butterflies(v: &mut [f32]) {
+    let n = v.len();
+    let mut len = 1;
+    while len < n {
+        for i in (0..n).step_by(2 * len) {
+            for j in i..i + len {
+                let (a, b) = (v[j], v[j + len]);
+                v[j] = a + b;
+                v[j + len] = a - b;
+            }
+        }
+        len <<= 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
@@ -174,6 +219,31 @@ mod tests {
             }
         }
         out
+    }
+
+    /// With ggml's Hadamard hint the product is the normalized Sylvester Hadamard matrix times
+    /// each row, whatever src0 holds (ggml-cpu does not read it): checked against the matrix
+    /// H[i][j] = (-1)^popcount(i & j) / sqrt(n), for F32 and F16 rows, batched.
+    #[test]
+    fn mul_mat_hadamard_hint_is_the_transform() {
+        for (n, xne, xt) in [(64, [64, 5, 2, 1], GgmlType::F32), (128, [128, 3, 1, 2], GgmlType::F16), (2, [2, 4, 1, 1], GgmlType::F32)] {
+            let mut w = TT::new(GgmlType::F32, [n, n, 1, 1]);
+            w.set(&rand_vec(n * n, 7, -1.0, 1.0)); // not a Hadamard matrix: ignored
+            let mut x = TT::new(xt, xne);
+            x.set(&rand_vec(xne.iter().product(), 8, -1.0, 1.0));
+            let mut d = TT::new(GgmlType::F32, xne);
+            d.op(op::MUL_MAT).pi(1, crate::op_shapes::HINT_SRC0_IS_HADAMARD).src(0, &w).src(1, &x);
+            assert!(super::supports(&d.tensor()));
+            run(&d, 3);
+            let xv = x.get();
+            let s = 1.0 / (n as f64).sqrt();
+            let want: Vec<f32> = xv
+                .chunks(n)
+                .flat_map(|row| (0..n).map(move |i| (0..n).map(|j| if (i & j).count_ones() % 2 == 0 { row[j] as f64 } else { -row[j] as f64 }).sum::<f64>() * s))
+                .map(|v| v as f32)
+                .collect();
+            assert_close(&d.get(), &want, 1e-5);
+        }
     }
 
     #[test]
