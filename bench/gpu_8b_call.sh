@@ -13,7 +13,8 @@
 # kernels, attention split modes), prof (in-stream profile and an ncu window of one layer), fav
 # (generation attention: blocks per SM of the KV-head-grouped kernel, 0 = the row kernel, the build before
 # as bin/libggml-rocmforge-base.so where carried), depth (pp512 and tg after 2048 tokens of context, SmolLM2
-# and 8B; with AB=1 also the build before and the attention variants).
+# and 8B; with AB=1 also the build before and the attention variants), q8 (Q8_0 caches, fa on: SmolLM2 and 8B,
+# depth 0, and 2048 for 8B).
 set -u
 R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
@@ -23,7 +24,7 @@ mkdir -p /tmp/gc && cp -a $C/bin/* $C/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-P8=; if { has 8b || has prof || has glupf || has detail || has warps || has fav || has depth ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
+P8=; if { has 8b || has prof || has glupf || has detail || has warps || has fav || has depth || has q8 ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
 if has ops; then
     ( time timeout 300 ./test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops --gpus rc=$?"
     grep -E "FAIL|cases:|passed|failed|real" $OUT/test_ops.log | tail -6
@@ -75,6 +76,20 @@ if has depth; then  # pp512 and tg after 2048 tokens of context (llama-bench -d 
             b d2048-fav$w-$r env ROCMFORGE_GPU_FA_VEC=$w ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
         done
     done
+fi
+if has q8; then  # Q8_0 caches (llama.cpp adds Hadamard rotations of Q, K, V and the attention output), fa on, interleaved
+    [ -n "$P8" ] && wait $P8
+    [ -f smol.gguf ] || ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf > /dev/null 2>&1
+    for r in 1 2; do
+        b smol-q8-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m smol.gguf --device CUDA0 --fa on --kv q8_0 -t 8 --pp 512 --tg 128 --reps 3
+        b smol-q8-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa on --kv q8_0 -t 8 --pp 512 --tg 128 --reps 3
+    done
+    for r in 1 2; do
+        b 8b-q8-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on --kv q8_0 -t 8 --pp 512 --tg 64 --reps 2
+        b 8b-q8-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on --kv q8_0 -t 8 --pp 512 --tg 64 --reps 2
+    done
+    b 8b-q8-d2048-cuda ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on --kv q8_0 -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
+    b 8b-q8-d2048-rf ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on --kv q8_0 -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
 fi
 if has smol; then
     ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf > /dev/null 2>&1
