@@ -509,6 +509,6 @@ RF_KERNEL void rot_qkv(float* q, i64 Mq, float* k, i64 Mk, i64 nk, float sk, flo
     const i64 row = which == 1 ? fused_row_id(kidx, kidx64, 0, 0) : fused_row_id(vidx, vidx64, 0, 0);
     if (row < 0 || row >= (which == 1 ? kc_rows : vc_rows)) return;
     const int dt = which == 1 ? kdt : vdt;
-    char* dst = (which == 1 ? kc + row * nbkc1 : vc + row * nbvc1) + (b * n / 32) * (dt == QD_Q8_0 ? 34 : 18);
+    char* dst = (which == 1 ? kc + row * nbkc1 : vc + row * nbvc1) + (b * n / 32) * qz_unit_bytes(dt);
     for (int u = threadIdx.x; u < n / 32; u += blockDim.x) quantize_unit((const char*)s, 0, dst, dt, u);
 }

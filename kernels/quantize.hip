@@ -16,6 +16,9 @@ RF_DEVICE float qz_ld(const char* row, int src_f16, i64 k) {
 // even offsets of rows that do). Storing it as two bytes lost the low byte under nvrtc.
 RF_DEVICE void qz_st16(unsigned char* p, unsigned short v) { *(unsigned short*)p = v; }
 
+// Bytes of one unit of type dt (QD_Q8_0 / QD_Q4_0 blocks of 32, BF16 values).
+RF_DEVICE int qz_unit_bytes(int dt) { return dt == QD_Q8_0 ? 34 : dt == QD_Q4_0 ? 18 : 2; }
+
 // Unit u of a row of `src` into the same unit of `dst` (type dt).
 RF_DEVICE void quantize_unit(const char* src, int src_f16, char* dst, int dt, i64 u) {
     if (dt == QD_BF16) {
@@ -26,7 +29,7 @@ RF_DEVICE void quantize_unit(const char* src, int src_f16, char* dst, int dt, i6
 #pragma unroll
     for (int j = 0; j < 32; j++) x[j] = qz_ld(src, src_f16, u * 32 + j);
     if (dt == QD_Q8_0) {
-        unsigned char* b = (unsigned char*)dst + u * 34;
+        unsigned char* b = (unsigned char*)dst + u * qz_unit_bytes(dt);
         float amax = 0.0f;
 #pragma unroll
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -37,7 +40,7 @@ RF_DEVICE void quantize_unit(const char* src, int src_f16, char* dst, int dt, i6
         return;
     }
     // Q4_0: the value of largest magnitude (the first on ties) maps onto -8.
-    unsigned char* b = (unsigned char*)dst + u * 18;
+    unsigned char* b = (unsigned char*)dst + u * qz_unit_bytes(dt);
     float amax = 0.0f, mx = 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; j++) {

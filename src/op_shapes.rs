@@ -89,9 +89,13 @@ pub fn layout_op_ok(node: &Tensor) -> bool {
 /// attention output for quantized KV caches).
 pub const HINT_SRC0_IS_HADAMARD: i32 = 1;
 
+/// Longest transformed row either device claims (HADAMARD_MAX in kernels/hadamard.hip: the
+/// GPU's row kernel holds a row in shared memory).
+pub const HADAMARD_MAX: usize = 4096;
+
 /// The row length n of a MUL_MAT that ggml-cpu computes as a Walsh-Hadamard transform (the
 /// hint, F32 src0 [n, n] of any content, F32 or F16 src1 rows of n dense values, F32 dst of the
-/// same rows), for n a power of two up to 4096; None for any other node.
+/// same rows), for n a power of two up to HADAMARD_MAX; None for any other node.
 pub fn hadamard_len(node: &Tensor) -> Option<usize> {
     let (w, x) = (node.src(0)?, node.src(1)?);
     if node.op() != op::MUL_MAT || node.param_i32(1) != HINT_SRC0_IS_HADAMARD {
@@ -103,7 +107,7 @@ pub fn hadamard_len(node: &Tensor) -> Option<usize> {
         && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16)
         && node.dtype() == GgmlType::F32
         && n.is_power_of_two()
-        && n <= 4096
+        && n <= HADAMARD_MAX
         && wne[0] == n
         && wne[1] == n
         && dne == [n, xne[1], xne[2], xne[3]]

@@ -572,7 +572,8 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
     // Where dst's matrices follow each other (dim 2 right after dim 1's columns), the r2 src1
     // matrices that share a weight matrix are one matrix of r2 * n columns: one batched call
     // over the weight matrices (attention's KQ and KQV with grouped heads and no flash
-    // attention: 8 calls of ~5.5 µs were one of ~9 on an H100).
+    // attention: one call per KV head took ~5.5 µs each, 8 a product, for an 8B-class pp512 on
+    // an H100).
     let heads_dense = dnb[2] == n * dnb[1];
     for i3 in 0..ne13 {
         let a3 = (i3 / r3) * a_s3;
@@ -2721,6 +2722,8 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     let threads = (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
     lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
     if nk.is_some() || nv.is_some() {
+        // Row counts of what is rotated (0: that part is not); a length for each all the same.
+        let (rq_rows, rk_rows, rv_rows) = (nk.map_or(0, |_| mq_rows), nk.map_or(0, |_| mk_rows), nv.map_or(0, |_| mv_rows));
         let (nk_, nv_) = (nk.unwrap_or(32), nv.unwrap_or(32));
         let cache = |a: Args, set: &Tensor, idx: &Tensor| {
             a.ptr(set.data())
@@ -2730,22 +2733,20 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
                 .i64(set.ne()[1])
                 .i64(set.nb()[1])
         };
-        let (bq, bk) = if nk.is_some() { (mq_rows / nk_, mk_rows / nk_) } else { (0, 0) };
-        let bv = if nv.is_some() { mv_rows / nv_ } else { 0 };
         let args = Args::default()
             .opt_ptr(hq)
-            .i64(bq * nk_)
+            .i64(rq_rows)
             .opt_ptr(hk)
-            .i64(bk * nk_)
+            .i64(rk_rows)
             .i64(nk_)
             .f32(hadamard_scale(nk_))
             .opt_ptr(hv)
-            .i64(bv * nv_)
+            .i64(rv_rows)
             .i64(nv_)
             .f32(hadamard_scale(nv_));
         let args = cache(cache(args, &sk, &ki), &sv, &vi);
         let threads = (nk_.max(nv_) / 2).clamp(lc.warp_size as usize, 128);
-        lc.run("rot_qkv", [bq + bk + bv, 1, 1], threads as u32, args)?;
+        lc.run("rot_qkv", [(rq_rows + rk_rows) / nk_ + rv_rows / nv_, 1, 1], threads as u32, args)?;
     }
     for (staged, rotated, set) in [(k_staged, nk.is_some(), &sk), (v_staged, nv.is_some(), &sv)] {
         if staged && !rotated {
