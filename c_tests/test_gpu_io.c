@@ -13,6 +13,9 @@
 //      ggml-cpu alone.
 //   7. with a second GPU device: cpy_tensor_async and tensor_copy between the two, both ways
 //      (skipped with one).
+//   8. a graph computed again and again (launched, captured, replayed) follows new inputs and
+//      a changed op parameter, and a repeated graph whose node became unsupported is refused
+//      (the per-node checks are skipped only for a graph equal to the last one).
 // Without a GPU it prints "skipped: no GPU" and exits 0, like test_ops --gpus and gpu_smoke.
 #include "common.h"
 
@@ -567,6 +570,55 @@ static void test_sched(ggml_backend_t gpu, ggml_backend_t cpu) {
     }
 }
 
+// ---- 8. repeated graphs ----------------------------------------------------------------------
+
+static void test_repeated_graph(ggml_backend_t gpu) {
+    struct ggml_context * ctx = new_ctx(8);
+    struct ggml_tensor * a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 8);
+    struct ggml_tensor * b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 8);
+    struct ggml_tensor * sum = ggml_add(ctx, a, b);
+    struct ggml_tensor * out = ggml_scale(ctx, sum, 0.5f);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, gpu);
+    CHECK(buf != NULL, "repeated graph: buffer");
+    if (!buf) {
+        ggml_free(ctx);
+        return;
+    }
+    float scale = 0.5f;
+    for (int round = 0; round < 6; round++) {
+        if (round == 4) {
+            // A changed parameter: a new graph key, so checked, launched and captured again.
+            scale = -3.0f;
+            memcpy(out->op_params, &scale, sizeof(float));
+        }
+        rf_fill_tensor(a, 100 + round, -1, 1);
+        rf_fill_tensor(b, 200 + round, -1, 1);
+        enum ggml_status st = ggml_backend_graph_compute(gpu, gf);
+        CHECK(st == GGML_STATUS_SUCCESS, "repeated graph round %d: status %d", round, st);
+        float * fa = rf_tensor_to_float(a);
+        float * fb = rf_tensor_to_float(b);
+        float * fo = rf_tensor_to_float(out);
+        int bad = 0;
+        for (int i = 0; i < 64 * 8; i++) bad += fo[i] != (fa[i] + fb[i]) * scale;
+        CHECK(bad == 0, "repeated graph round %d: %d of 512 values wrong", round, bad);
+        free(fa);
+        free(fb);
+        free(fo);
+    }
+    // The same nodes, one now of a type the device does not take: refused, not run.
+    sum->type = GGML_TYPE_I32;
+    enum ggml_status st = ggml_backend_graph_compute(gpu, gf);
+    CHECK(st != GGML_STATUS_SUCCESS, "repeated graph with an I32 ADD: status %d", st);
+    sum->type = GGML_TYPE_F32;
+    st = ggml_backend_graph_compute(gpu, gf);
+    CHECK(st == GGML_STATUS_SUCCESS, "repeated graph restored: status %d", st);
+    printf("repeated graph: 6 rounds (launched, captured, replayed, a new parameter), unsupported node refused\n");
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
 // The first RFGPU device of the registry other than `skip` (NULL: none).
 static ggml_backend_dev_t find_gpu(ggml_backend_reg_t reg, ggml_backend_dev_t skip) {
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
@@ -598,6 +650,7 @@ int main(void) {
     test_async_set_get(be1);
     test_copies_and_events(be1, be2);
     test_sched(be1, cpu);
+    test_repeated_graph(be1);
 
     // A second GPU device: copies between the two, both ways.
     ggml_backend_dev_t g_gpu2 = find_gpu(reg, g_gpu);

@@ -87,6 +87,12 @@ pub trait Backend: Send {
     /// Computes every node of the graph in order (view ops and nodes without the compute flag
     /// are skipped by the caller's plan). Nodes were accepted by `supports_op`.
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()>;
+    /// Whether `nodes` equal, in everything `supports_op` and the kernels depend on, the graph
+    /// this backend computed last (which the caller checked node by node then). The caller
+    /// then skips checking them again; `compute` must follow. Default: never claimed.
+    fn repeats_last(&mut self, _nodes: &[Tensor]) -> bool {
+        false
+    }
     fn synchronize(&mut self) -> Result<()> {
         Ok(())
     }

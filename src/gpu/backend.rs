@@ -35,6 +35,9 @@ pub struct GpuBackend {
     /// next key is written into.
     last_key: Vec<u64>,
     key: Vec<u64>,
+    /// Whether the graph `repeats_last` was just asked about matched `last_key`: the
+    /// `compute` that follows takes the answer instead of walking the graph again.
+    known_repeat: Option<bool>,
     /// The executable graph last captured, and whether it was captured for `last_key` (a
     /// stale one is re-pointed at the next capture, which is cheaper than a new one).
     exec: Option<GraphExec>,
@@ -77,9 +80,10 @@ struct Timing {
     /// Per (node count, rows of the first node): graphs, GPU ms, ms before on the stream, host
     /// ms in compute, period ms, ms waited in synchronize.
     rows: std::collections::BTreeMap<(usize, usize), [f64; 6]>,
-    /// Host seconds in compute: scratch and kernels, graph key, launching; and how many graphs
-    /// were replayed, captured, launched kernel by kernel.
-    phases: [f64; 3],
+    /// Host seconds in compute: scratch and kernels, graph key, launching; the key compared
+    /// in `repeats_last` (before compute); and how many graphs were replayed, captured,
+    /// launched kernel by kernel.
+    phases: [f64; 4],
     modes: [u64; 3],
 }
 
@@ -116,9 +120,9 @@ impl Timing {
             let n = r[0].max(1.0);
             out += &format!("\n  {nodes:6} {rows:5} {:6} {:9.1} {:9.1} {:9.1} {:9.1} {:9.1}", r[0], r[1] * 1e3 / n, r[2] * 1e3 / n, r[3] * 1e3 / n, r[4] * 1e3 / n, r[5] * 1e3 / n);
         }
-        let [a, b, c] = self.phases.map(|v| v * 1e3);
+        let [a, b, c, d] = self.phases.map(|v| v * 1e3);
         let [rp, cp, dl] = self.modes;
-        out += &format!("\n  host ms in compute: scratch+kernels {a:.1}, graph key {b:.1}, launching {c:.1}; graphs replayed {rp}, captured {cp}, launched kernel by kernel {dl}");
+        out += &format!("\n  host ms in compute: scratch+kernels {a:.1}, graph key {b:.1}, launching {c:.1}; key compared before compute {d:.1}; graphs replayed {rp}, captured {cp}, launched kernel by kernel {dl}");
         out
     }
 }
@@ -128,61 +132,73 @@ fn same_runtime(a: &GpuCtx, b: &GpuCtx) -> bool {
     std::ptr::eq(Arc::as_ptr(&a.api) as *const u8, Arc::as_ptr(&b.api) as *const u8)
 }
 
+/// Most words `node_words` writes for one node.
+const NODE_WORDS: usize = 2 + 8 + TENSOR_WORDS * (1 + crate::ffi::abi::GGML_MAX_SRC);
+const TENSOR_WORDS: usize = 10;
+
 /// What the kernel arguments of a graph are made of: per node its op, parameters and type,
 /// and address, shape and strides of it and its sources. Equal keys launch identical kernels
 /// (fusion decisions included: they follow from ops, flags and which addresses feed which).
-/// Each word goes to `f`, in order; None from `f` stops the walk.
-fn key_words(nodes: &[Tensor], scratch: DevPtr, f: &mut impl FnMut(u64) -> Option<()>) -> Option<()> {
-    f(scratch)?;
-    fn tensor(f: &mut impl FnMut(u64) -> Option<()>, t: &Tensor) -> Option<()> {
-        f(t.data() as usize as u64)?;
-        f(t.dtype() as u64)?;
-        for v in t.ne().iter().chain(t.nb().iter()) {
-            f(*v as u64)?;
-        }
-        Some(())
-    }
-    for n in nodes {
-        let params = &n.raw().op_params;
-        // Flags too: fusion skips writing intermediates that are not graph outputs.
-        f(n.op() as u64 | (n.raw().flags as u32 as u64) << 32)?;
-        for p in params.chunks(2) {
-            f(p.iter().rev().fold(0u64, |acc, &v| (acc << 32) | v as u32 as u64))?;
-        }
-        tensor(f, n)?;
-        // Sources up to the last one present (most nodes have one to three of ten).
-        let nsrc = (0..crate::ffi::abi::GGML_MAX_SRC).rev().find(|&i| n.src(i).is_some()).map_or(0, |i| i + 1);
-        f(nsrc as u64)?;
-        for i in 0..nsrc {
-            match n.src(i) {
-                Some(s) => tensor(f, &s)?,
-                None => f(u64::MAX)?,
-            }
+/// The key is the scratch address, then `node_words` of every node.
+/// One node's words written into `w` (address, type, shape and strides of it and of its
+/// sources up to the last one present, op, flags and parameters); returns how many.
+fn node_words(n: &Tensor, w: &mut [u64; NODE_WORDS]) -> usize {
+    fn tensor(w: &mut [u64; NODE_WORDS], at: usize, t: &crate::ffi::abi::ggml_tensor) {
+        w[at] = t.data as usize as u64;
+        w[at + 1] = t.type_ as u32 as u64;
+        for i in 0..4 {
+            w[at + 2 + i] = t.ne[i] as u64;
+            w[at + 6 + i] = t.nb[i] as u64;
         }
     }
-    Some(())
+    let r = n.raw();
+    // Flags too: fusion skips writing intermediates that are not graph outputs.
+    let nsrc = r.src.iter().rposition(|s| !s.is_null()).map_or(0, |i| i + 1);
+    w[0] = r.op as u32 as u64 | (r.flags as u32 as u64) << 32;
+    w[1] = nsrc as u64;
+    for (i, p) in r.op_params.chunks_exact(2).enumerate() {
+        w[2 + i] = p[0] as u32 as u64 | (p[1] as u32 as u64) << 32;
+    }
+    tensor(w, 10, r);
+    let mut at = 10 + TENSOR_WORDS;
+    for s in &r.src[..nsrc] {
+        match unsafe { s.as_ref() } {
+            Some(s) => tensor(w, at, s),
+            // An absent source between present ones (words that no tensor writes).
+            None => w[at..at + TENSOR_WORDS].fill(u64::MAX),
+        }
+        at += TENSOR_WORDS;
+    }
+    at
 }
 
 /// The graph's key written into `key` (cleared first, capacity kept).
 fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
     key.clear();
-    key_words(nodes, scratch, &mut |w| {
-        key.push(w);
-        Some(())
-    });
+    key.push(scratch);
+    let mut w = [0u64; NODE_WORDS];
+    for n in nodes {
+        let len = node_words(n, &mut w);
+        key.extend_from_slice(&w[..len]);
+    }
 }
 
-/// Whether the graph's key equals `last`, compared word by word as it is walked (nothing
-/// written: this runs for every token, and the key is rebuilt only when it differs).
+/// Whether the graph's key equals `last`, compared node by node as it is walked (nothing
+/// kept: this runs for every token, and the key is rebuilt only when it differs).
 fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr) -> bool {
-    let mut at = 0;
-    key_words(nodes, scratch, &mut |w| {
-        let same = last.get(at) == Some(&w);
-        at += 1;
-        same.then_some(())
-    })
-    .is_some()
-        && at == last.len()
+    if last.first() != Some(&scratch) {
+        return false;
+    }
+    let mut at = 1;
+    let mut w = [0u64; NODE_WORDS];
+    for n in nodes {
+        let len = node_words(n, &mut w);
+        if last.get(at..at + len) != Some(&w[..len]) {
+            return false;
+        }
+        at += len;
+    }
+    at == last.len()
 }
 
 /// What ROCMFORGE_GPU_PROFILE adds a launch's time to: op, how many nodes it fused, the
@@ -212,6 +228,7 @@ impl GpuBackend {
             fa_counters: 0,
             last_key: Vec::new(),
             key: Vec::new(),
+            known_repeat: None,
             exec: None,
             exec_current: false,
             graphs_ok,
@@ -327,18 +344,27 @@ impl GpuBackend {
             return Err(Error::Device(format!("earlier work on this stream failed: {e}")));
         }
         let t0 = std::time::Instant::now();
-        let need = nodes.iter().map(ops::scratch_bytes).max().unwrap_or(0);
-        if need > 0 {
-            self.ensure_scratch(need)?;
-        }
-        if self.fa_counters == 0 && nodes.iter().any(|n| n.op() == crate::ggml_types::op::FLASH_ATTN_EXT) {
-            // Failure only costs the one-launch merge (the combine kernel runs instead).
-            let (api, ord) = (&self.ctx.api, self.ctx.ord);
-            if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
-                if api.memset(ord, p, 0, ops::FA_COUNTERS * 4).is_ok() {
-                    self.fa_counters = p;
-                } else {
-                    api.free(ord, p);
+        // The same key as the graph before (token generation): everything below that the key
+        // determines (scratch size, the attention counters, addresses checked) was done for it.
+        // The scratch address is part of the key, and only a new graph grows the scratch.
+        let repeated = match self.known_repeat.take() {
+            Some(r) => r,
+            None => self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0),
+        };
+        if !repeated {
+            let need = nodes.iter().map(ops::scratch_bytes).max().unwrap_or(0);
+            if need > 0 {
+                self.ensure_scratch(need)?;
+            }
+            if self.fa_counters == 0 && nodes.iter().any(|n| n.op() == crate::ggml_types::op::FLASH_ATTN_EXT) {
+                // Failure only costs the one-launch merge (the combine kernel runs instead).
+                let (api, ord) = (&self.ctx.api, self.ctx.ord);
+                if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
+                    if api.memset(ord, p, 0, ops::FA_COUNTERS * 4).is_ok() {
+                        self.fa_counters = p;
+                    } else {
+                        api.free(ord, p);
+                    }
                 }
             }
         }
@@ -360,9 +386,7 @@ impl GpuBackend {
             fuse: self.fuse,
             mma: ops::arch_has_mma(&ctx.info.arch),
         };
-        // Addresses are checked once per new graph: a repeated key has the addresses checked
-        // when it was first seen.
-        let repeated = self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0);
+        // A new graph's key is taken after the scratch grew (its address is in the key).
         if self.graphs_ok && !repeated {
             graph_key(&mut self.key, nodes, self.scratch.0);
         }
@@ -549,6 +573,16 @@ impl Backend for GpuBackend {
         &self.name
     }
 
+    fn repeats_last(&mut self, nodes: &[Tensor]) -> bool {
+        let t0 = std::time::Instant::now();
+        let r = self.graphs_ok && self.failed.is_none() && key_matches(&self.last_key, nodes, self.scratch.0);
+        self.known_repeat = Some(r);
+        if let Some(t) = self.timing.as_mut() {
+            t.phases[3] += t0.elapsed().as_secs_f64();
+        }
+        r
+    }
+
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
         let Some(t) = self.timing.as_mut() else {
             return self.compute_graph(nodes);
@@ -636,5 +670,38 @@ mod tests {
         let mut key2 = Vec::new();
         graph_key(&mut key2, &[a2.tensor(), s.tensor()], 4096);
         assert!(key_matches(&key2, &[a2.tensor(), s.tensor()], 4096));
+        // The last of the 16 op parameters, and a third source after an absent second one.
+        let mut s3 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        s3.op(op::SCALE).pf(0, 2.0).pi(15, 1).src(0, &a);
+        assert!(!key_matches(&key, &[a.tensor(), s3.tensor()], 4096), "parameter 15");
+        let mut a3 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a3.op(op::ADD).src(0, &x).src(2, &y);
+        let mut key3 = Vec::new();
+        graph_key(&mut key3, &[a3.tensor(), s.tensor()], 4096);
+        assert!(key_matches(&key3, &[a3.tensor(), s.tensor()], 4096));
+        assert!(!key_matches(&key3, &nodes, 4096), "a source in another slot");
+    }
+
+    /// A source's type or strides are in the key even where its address is the same
+    /// (a view of the same bytes read another way).
+    #[test]
+    fn key_sees_a_source_read_another_way() {
+        let x = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        let mut n = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        n.op(op::SCALE).pf(0, 1.0).src(0, &x);
+        let mut key = Vec::new();
+        graph_key(&mut key, &[n.tensor()], 0);
+        let mut x2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        x2.t.data = x.t.data;
+        assert!(key_matches(&key, &[n.tensor()], 0));
+        x2.t.type_ = GgmlType::I32 as i32;
+        let mut n2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        n2.t.data = n.t.data;
+        n2.op(op::SCALE).pf(0, 1.0).src(0, &x2);
+        assert!(!key_matches(&key, &[n2.tensor()], 0), "source type");
+        x2.t.type_ = GgmlType::F32 as i32;
+        assert!(key_matches(&key, &[n2.tensor()], 0), "same words again");
+        x2.t.nb[1] = 64;
+        assert!(!key_matches(&key, &[n2.tensor()], 0), "source stride");
     }
 }
