@@ -1036,6 +1036,10 @@ static void cases_flash_attn(void) {
         { 64, 64, 4, 4, 129, 1, 0, 0.125f, 8.0f, 20.0f },  // random mask, ALiBi, softcap
         { 64, 320, 32, 8, 100, 2, 0, 0.125f, 0.0f, 0.0f }, // 4-warp blocks (a grid that fills an H100)
         { 128, 48, 4, 4, 70, 0, 0, 0.09f, 0.0f, 0.0f },    // no mask
+        // ... split over the keys where its blocks would not fill the GPU (merged by the combine kernel).
+        { 64, 96, 4, 2, 2100, 2, 1, 0.125f, 0.0f, 0.0f },  // 4 splits of 576 keys, causal, sinks
+        { 128, 40, 4, 4, 1300, 1, 0, 0.09f, 8.0f, 0.0f },  // 2 splits, random mask, ALiBi, partial last tile
+        { 64, 64, 4, 2, 1024, 3, 1, 0.125f, 0.0f, 20.0f }, // splits wholly masked, sinks, softcap
         // Generation (1..few query rows: the GPU's split-KV kernel), SmolLM2-like 9/3 heads.
         { 64, 1, 9, 3, 1, 1, 1, 0.125f, 0.0f, 0.0f },    // a single key
         { 64, 1, 9, 3, 7, 1, 0, 0.125f, 0.0f, 0.0f },

@@ -11,6 +11,12 @@
 //               (the m16n8 accumulator layout is the m16n8k16 A layout, two tiles side by
 //               side); V's come from the tile by ldmatrix.trans.
 // Tiles whose every score of the block is masked out (the causal upper triangle) are skipped.
+// Split over the keys (part != NULL, grid z = n_seq x splits): block split sp takes keys
+// [sp * split_keys, (sp + 1) * split_keys) (split_keys a multiple of FM_BK) and writes each
+// row's unnormalized outputs, running maximum and sum of weights to part (flash_attn.hip's
+// layout, row * splits + sp), merged by flash_attn_split_combine (which adds the sinks): where
+// the query tiles and heads alone leave most of the GPU idle (a small model's prompt over a
+// long context: each block would walk thousands of keys one tile after another).
 // F16 K and V, or Q8_0 K and V (the tile holds their values as f16, and q is rounded as
 // ggml-cpu quantizes it for Q8_0 K: to Q8_0 values), of one head size D (64 or 128).
 // Elsewhere (AMD, older NVIDIA) the kernels are empty and the launcher takes
@@ -126,7 +132,8 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
                               char* d, i64 DK, i64 DV, i64 n_q, i64 n_head, i64 n_seq, i64 n_kv, i64 rk2, i64 rv2,
                               i64 nbq1, i64 nbq2, i64 nbq3, i64 nbk1, i64 nbk2, i64 nbk3, i64 nbv1, i64 nbv2,
                               i64 nbv3, i64 mne2, i64 mne3, i64 nbm1, i64 nbm2, i64 nbm3, i64 nbd1, float scale,
-                              float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q) {
+                              float softcap, float max_bias, float m0, float m1, int n_head_log2, int round_q,
+                              float* part, i64 split_keys) {
 #if defined(FM_TENSOR_CORES)
     constexpr int NT = 32 * NW;
     constexpr int RH = D + 8;  // halves per tile row: 16-byte rows, 8 rows on distinct banks
@@ -134,7 +141,10 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
     __shared__ __attribute__((aligned(16))) f16_bits Ks[FM_BK * RH];
     __shared__ __attribute__((aligned(16))) f16_bits Vs[FM_BK * RH];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4;
-    const i64 iq2 = blockIdx.y, iq3 = blockIdx.z;
+    const i64 iq2 = blockIdx.y, iq3 = blockIdx.z % n_seq, sp = blockIdx.z / n_seq;
+    const i64 n_split = part ? gridDim.z / n_seq : 1;
+    const i64 kbeg = part ? sp * split_keys : 0;
+    const i64 kend = part && kbeg + split_keys < n_kv ? kbeg + split_keys : n_kv;
     const i64 r0 = (i64)blockIdx.x * (16 * NW) + warp * 16 + g, r1 = r0 + 8;
     const float slope = rf_alibi_slope(iq2, max_bias, m0, m1, n_head_log2);
     const float NEG_INF = rf_neg_inf();
@@ -196,7 +206,7 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
     for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m_run[2] = {NEG_INF, NEG_INF}, l_run[2] = {0.0f, 0.0f};
 
-    for (i64 k0 = 0; k0 < n_kv; k0 += FM_BK) {
+    for (i64 k0 = kbeg; k0 < kend; k0 += FM_BK) {
         // This lane's mask values (times the ALiBi slope), -inf where not visible: S layout
         // (piece j, element e: row e < 2 ? r0 : r1, key k0 + 8 j + 2 t4 + e % 2).
         float mv[NS][4];
@@ -294,7 +304,7 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
     }
 
     // The row's sum over its quad, the sink (one more logit per head with no value row),
-    // then dst [DV, n_head, n_q, n_seq].
+    // then dst [DV, n_head, n_q, n_seq]; split, the partial instead (no sink: the merge adds it).
     const float sink = sinks ? sinks[iq2] : NEG_INF;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -303,6 +313,19 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
         l += rf_shfl_xor(l, 2);
         const i64 qi = h == 0 ? r0 : r1;
         if (qi >= n_q) continue;
+        if (part) {
+            float* pr = part + (((iq3 * n_head + iq2) * n_q + qi) * n_split + sp) * (D + 2);
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                pr[n * 8 + 2 * t4] = o[n][2 * h];
+                pr[n * 8 + 2 * t4 + 1] = o[n][2 * h + 1];
+            }
+            if (t4 == 0) {
+                pr[D] = m_run[h];
+                pr[D + 1] = l;
+            }
+            continue;
+        }
         const float m_all = fmaxf(m_run[h], sink);
         const float f = m_run[h] == NEG_INF ? 0.0f : expf(m_run[h] - m_all);
         const float total = l * f + (sinks && m_all != NEG_INF ? expf(sink - m_all) : 0.0f);
@@ -324,9 +347,10 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
 #define FM_MIN_BLOCKS 1
 #endif
 #define FM_KERNEL(KV, Q8, D, NW)                                                                          \
-    RF_KERNEL __launch_bounds__(32 * NW, FM_MIN_BLOCKS) void flash_attn_mma_##KV##_d##D##_w##NW(FT_ARGS) { \
-        rf_grid_begin();                                                                   \
-        flash_attn_mma<D, NW, Q8>(FT_PASS);                                                \
+    RF_KERNEL __launch_bounds__(32 * NW, FM_MIN_BLOCKS) void flash_attn_mma_##KV##_d##D##_w##NW(          \
+        FT_ARGS, float* part, i64 split_keys) {                                                           \
+        rf_grid_begin();                                                                                  \
+        flash_attn_mma<D, NW, Q8>(FT_PASS, part, split_keys);                                             \
     }
 FM_KERNEL(f16, false, 64, 2)
 FM_KERNEL(f16, false, 64, 4)

@@ -437,7 +437,12 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
         return match fa_q8_at(node) {
             Some(at) => at + q8_region(node.nelements()),
             None => fa_split_max_parts(node).map_or(0, |parts| parts * fa_part_floats(node) * 4),
-        };
+        }
+        .max(match fm_split_max(node) {
+            // The tensor-core prompt kernel's partials (fm_split_plan).
+            1 => 0,
+            n => n * node.src(0).map_or(0, |q| q.nrows()) * fa_part_floats(node) * 4,
+        });
     }
     if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
@@ -1527,6 +1532,55 @@ fn fa_mma_shape(node: &Tensor, lc: &LaunchCtx) -> Option<(&'static str, usize, u
     super::kernels::FM_SHAPES.contains(&(d, warps)).then_some((kv, d, warps))
 }
 
+/// The tensor-core prompt kernel split over the keys: at most FM_SPLIT_MAX splits of at least
+/// FM_SPLIT_MIN_KEYS keys, their partials within FM_SPLIT_BYTES of scratch. H100, SmolLM2
+/// pp512 (one call, two rounds): after 2048 tokens 45.3k / 52.5k t/s split 4 ways against
+/// 35.1k / 38.7k unsplit (Q8_0 caches 39.0k / 42.3k against 30.6k / 28.1k); without context
+/// (512 keys, 2 splits of 256) 56.8k / 74.7k against 67.5k / 68.7k, no gain: 512 keys a split
+/// at least.
+const FM_SPLIT_MAX: usize = 8;
+const FM_SPLIT_MIN_KEYS: usize = 512;
+const FM_SPLIT_BYTES: usize = 16 << 20;
+/// Keys per tile of flash_attn_mma.hip (FM_BK): a split takes whole tiles.
+const FM_BK: usize = 64;
+
+/// `ROCMFORGE_GPU_FA_MMA_SPLIT=0`: prompts on tensor cores never split over the keys (A/B runs).
+fn fm_split_enabled() -> bool {
+    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_MMA_SPLIT").map_or(true, |v| v != "0"))
+}
+
+/// Most splits of the prompt node's keys: by key count and scratch bytes (the plan's bound,
+/// whatever the device; 1 where the node would not split).
+fn fm_split_max(node: &Tensor) -> usize {
+    let (Some(q), Some(k)) = (node.src(0), node.src(1)) else { return 1 };
+    let qne = q.ne();
+    let part = qne[1] * qne[2] * qne[3] * fa_part_floats(node) * 4;
+    let by_bytes = FM_SPLIT_BYTES / part.max(1);
+    if !fm_split_enabled() || !fa_prompt(node) {
+        return 1;
+    }
+    // Grid z is sequences x splits.
+    let by_grid = MAX_GRID_YZ / qne[3].max(1);
+    (k.ne()[1] / FM_SPLIT_MIN_KEYS).min(by_bytes).min(by_grid).min(FM_SPLIT_MAX).max(1)
+}
+
+/// How flash_attn_mma splits a prompt's keys: (splits, keys per split, a multiple of FM_BK).
+/// Enough splits that `blocks` (query tiles x heads x sequences) times the splits fill what
+/// the GPU holds at once: about 8 warps a compute unit (the kernel's ~250 registers a thread
+/// allow two 4-warp blocks an SM). H100, SmolLM2 (9 heads, 32-row blocks) pp512 after 2048
+/// tokens: 144 blocks walked 40 key tiles each, one after another.
+fn fm_split_plan(node: &Tensor, blocks: usize, warps: usize, compute_units: usize) -> (usize, usize) {
+    let n_kv = node.src(1).map_or(0, |k| k.ne()[1]);
+    let resident = compute_units * (8 / warps.max(1)).max(1);
+    let splits = resident.div_ceil(blocks.max(1)).min(fm_split_max(node)).max(1);
+    if splits == 1 {
+        return (1, n_kv);
+    }
+    let split_keys = n_kv.div_ceil(splits).next_multiple_of(FM_BK);
+    (n_kv.div_ceil(split_keys), split_keys)
+}
+
 /// Most splits of one row's keys in the split-KV kernel, most partial results in all, and
 /// most query rows it takes (at least two splits each).
 const FA_MAX_SPLITS: usize = 64;
@@ -1826,10 +1880,34 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     }
     let head = qne[0].max(vne[0]);
     if let Some((kv, d, warps)) = fa_mma_shape(node, lc) {
-        // Prompts on tensor cores: 16 query rows a warp, K/V tiles of 64 keys.
-        let rows = 16 * warps;
+        // Prompts on tensor cores: 16 query rows a warp, K/V tiles of 64 keys; split over the
+        // keys (partials in the scratch, merged by the combine kernel) where the blocks alone
+        // would leave the GPU mostly idle.
         let kernel = format!("flash_attn_mma_{kv}_d{d}_w{warps}");
-        return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (32 * warps) as u32, args);
+        let q_tiles = qne[1].div_ceil(16 * warps);
+        let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
+        let (splits, split_keys) = fm_split_plan(node, q_tiles * qne[2] * qne[3], warps, cu);
+        let part_bytes = splits * rows * fa_part_floats(node) * 4;
+        if splits > 1 && lc.scratch != 0 && part_bytes <= lc.scratch_len {
+            let part = lc.scratch as usize as *const u8;
+            let args = args.ptr(part).i64(split_keys);
+            lc.run(&kernel, [q_tiles, qne[2], qne[3] * splits], (32 * warps) as u32, args)?;
+            let args = Args::default()
+                .ptr(part)
+                .opt_ptr(sinks)
+                .ptr(node.data())
+                .i64(vne[0])
+                .i64(qne[1])
+                .i64(n_head)
+                .i64(splits)
+                .i64(node.nb()[1])
+                .ptr(std::ptr::null())
+                .ptr(std::ptr::null());
+            let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
+            return lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * lc.warp_size as usize) as u32, args);
+        }
+        let args = args.ptr(std::ptr::null()).i64(kne[1]);
+        return lc.run(&kernel, [q_tiles, qne[2], qne[3]], (32 * warps) as u32, args);
     }
     if fa_tiled(node) {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
@@ -3000,6 +3078,37 @@ mod tests {
         }
         assert_eq!(fa_vec_splits(256, 8, 1056, 64), (8, 32));
         assert_eq!(fa_vec_splits(2304, 8, 1056, 64), (36, 64));
+    }
+
+    /// The tensor-core prompt kernel's key splits: whole tiles covering every key once, within
+    /// the scratch reserved for them; SmolLM2 after 2048 tokens splits 4 ways, the 8B-class
+    /// (partials over FM_SPLIT_BYTES) and short caches not at all.
+    #[test]
+    fn fm_splits_cover_every_key_within_the_scratch() {
+        use crate::cpu::ops::testutil::TT;
+        let fa = |d: usize, nq: usize, heads: usize, kv_heads: usize, n_kv: usize| {
+            let q = TT::new(GgmlType::F32, [d, nq, heads, 1]);
+            let k = TT::new(GgmlType::F16, [d, n_kv, kv_heads, 1]);
+            let v = TT::new(GgmlType::F16, [d, n_kv, kv_heads, 1]);
+            let mut n = TT::new(GgmlType::F32, [d, heads, nq, 1]);
+            n.op(op::FLASH_ATTN_EXT).pf(0, 0.125).src(0, &q).src(1, &k).src(2, &v);
+            (q, k, v, n)
+        };
+        let (_q, _k, _v, smol) = fa(64, 512, 9, 3, 2560);
+        assert_eq!(fm_split_plan(&smol.tensor(), 16 * 9, 2, 132), (4, 640));
+        let (_q2, _k2, _v2, big) = fa(128, 512, 32, 8, 2560);
+        assert_eq!(fm_split_plan(&big.tensor(), 8 * 32, 4, 132), (1, 2560));
+        let (_q3, _k3, _v3, short) = fa(64, 64, 4, 4, 1000);
+        assert_eq!(fm_split_plan(&short.tensor(), 8, 2, 132), (1, 1000));
+        let (_q4, _k4, _v4, two) = fa(64, 96, 4, 2, 2100);
+        assert_eq!(fm_split_plan(&two.tensor(), 12, 2, 132), (4, 576));
+        for (nq, n_kv, blocks, cu) in [(512, 512, 144, 132), (96, 2100, 12, 132), (40, 1300, 8, 132), (64, 1024, 8, 4), (512, 8192, 144, 132)] {
+            let (_a, _b, _c, n) = fa(64, nq, 4, 2, n_kv);
+            let (splits, split_keys) = fm_split_plan(&n.tensor(), blocks, 2, cu);
+            assert!(split_keys % FM_BK == 0 || splits == 1, "{nq} {n_kv}");
+            assert!(splits * split_keys >= n_kv && (splits - 1) * split_keys < n_kv, "{nq} {n_kv}: {splits} x {split_keys}");
+            assert!(splits <= FM_SPLIT_MAX && splits * nq * 4 * (64 + 2) * 4 <= scratch_bytes(&n.tensor()).max(nq * 4 * 66 * 4), "{nq} {n_kv}");
+        }
     }
 
     /// The gate/up prefetch stays within its budget: 8B-class (14336 rows, 4096-value Q4_0 rows
