@@ -14,7 +14,8 @@
 # (generation attention: blocks per SM of the KV-head-grouped kernel, 0 = the row kernel, the build before
 # as bin/libggml-rocmforge-base.so where carried), depth (pp512 and tg after 2048 tokens of context, SmolLM2
 # and 8B; with AB=1 also the build before and the attention variants), q8 (Q8_0 caches, fa on: SmolLM2 and 8B,
-# depth 0, and 2048 for 8B).
+# depth 0, and 2048 for 8B), ffi (host time inside rocmforge per generated token: ROCMFORGE_FFI_TIMING
+# with tg 0 and tg 256, SmolLM2-shaped; subtract).
 set -u
 R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
@@ -70,6 +71,7 @@ if has depth; then  # pp512 and tg after 2048 tokens of context (llama-bench -d 
         b d2048-cuda$r ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m 8b.gguf --device CUDA0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
         b d2048-rf$r ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
         [ "${AB:-1}" = 1 ] || continue
+        b smol-d2048-nosplit$r env ROCMFORGE_GPU_FA_MMA_SPLIT=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m smol.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 128 --reps 2 --depth 2048
         [ -n "$BASE" ] && b d2048-base$r ./llama_run bench -b rocmforge -l $BASE -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
         b d2048-scalar-tiles$r env ROCMFORGE_GPU_FA_MMA=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on -t 8 --pp 512 --tg 64 --reps 2 --depth 2048
         for w in 2 0; do
@@ -157,4 +159,12 @@ for r in rows[1:]:
 for key, (name, grid, m) in by.items():
     print(f"{name[:40]:40s} {grid:>16s} {m.get('gpu__time_duration.sum',0)/1e3:8.1f} us  dram {m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed',0):5.1f}%  {m.get('dram__bytes_read.sum',0)/1e6:7.2f} MB")
 PY
+fi
+if has ffi; then  # host time inside rocmforge's entry points per generated token (tg256 minus tg0)
+    [ -f smol.gguf ] || ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf > /dev/null 2>&1
+    RF="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 -t 8 -m smol.gguf --fa on --pp 8 --reps 1"
+    $RF --tg 16 > /dev/null 2>&1  # kernels compiled and cached first
+    for tg in 0 256; do
+        ROCMFORGE_FFI_TIMING=1 ROCMFORGE_GPU_TIMING=1 $RF --tg $tg 2>&1 > /dev/null | grep -A16 -E "timing per graph|host time inside" | sed "s/^/ffi-tg$tg: /"
+    done
 fi
