@@ -1056,6 +1056,10 @@ static void cases_flash_attn(void) {
         { 128, 1, 8, 2, 1000, 1, 1, 0.09f, 8.0f, 0.0f },  // ALiBi, sinks
         { 256, 1, 4, 1, 300, 3, 1, 0.06f, 0.0f, 0.0f },   // 4 rows of 256, whole splits masked
         { 64, 4, 8, 2, 50, 2, 0, 0.125f, 0.0f, 20.0f },   // 16 rows of 64, causal, softcap
+        // ... over llama's 256-key cache view early in a generation (up to 4 rows a KV head).
+        { 128, 1, 32, 8, 256, 3, 1, 0.088f, 0.0f, 0.0f }, // 8B-like, the view a third filled, sinks
+        { 128, 1, 8, 2, 100, 1, 0, 0.09f, 8.0f, 30.0f },  // ALiBi, softcap
+        { 64, 2, 4, 2, 130, 2, 0, 0.125f, 0.0f, 0.0f },   // two query rows, causal
     };
     for (size_t k = 0; k < 3; k++) {
         for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
