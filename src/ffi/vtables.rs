@@ -774,7 +774,6 @@ unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut
             return GGML_STATUS_FAILED;
         }
         let mut nodes = Vec::with_capacity(n);
-        let mut index = Vec::with_capacity(n);
         for i in 0..n {
             let Some(t) = Tensor::from_ptr(*g.nodes.add(i)) else {
                 log_error!("graph_compute: node {i} is NULL");
@@ -784,13 +783,14 @@ unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut
                 continue;
             }
             nodes.push(t);
-            index.push(i);
         }
         // A graph equal to the one computed last (every generated token) was checked when it
         // was first seen: the backend's walk of its key stands in for the per-node checks.
         if !b.imp.repeats_last(&nodes) {
-            for (t, i) in nodes.iter().zip(&index) {
+            for t in &nodes {
                 if let Err(msg) = check_node(b.entry.imp.as_ref(), t) {
+                    // The node's index in the host's graph, for the message only.
+                    let i = (0..n).find(|&i| *g.nodes.add(i) == t.as_ptr()).unwrap_or(n);
                     log_error!("{}: cannot compute node {} '{}': {}", b.imp.name().to_string_lossy(), i, t.name(), msg);
                     return GGML_STATUS_FAILED;
                 }

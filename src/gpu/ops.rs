@@ -410,6 +410,12 @@ fn q8_ds_offset(n: usize) -> usize {
     n.next_multiple_of(256)
 }
 
+/// Addresses of the quantized values and of their scales for `node`'s output quantized at
+/// scratch offset `at` (0, 0 where it is not).
+fn q8_out_ptrs(node: &Tensor, at: Option<usize>, lc: &LaunchCtx) -> (usize, usize) {
+    at.map_or((0, 0), |at| (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())))
+}
+
 /// Byte offset of the sums of squares (one f32 per 32 values) that mul_mat_vec_q_add_norm
 /// writes after the scales.
 fn q8_ss_offset(n: usize) -> usize {
@@ -981,10 +987,7 @@ fn launch_hadamard(node: &Tensor, n: usize, q8_at: Option<usize>, lc: &LaunchCtx
     let x = node.src(1).unwrap();
     let (xne, xnb, dnb) = (x.ne(), x.nb(), node.nb());
     let rows = x.nrows();
-    let (xq, xds) = match q8_at {
-        Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
-        None => (0, 0),
-    };
+    let (xq, xds) = q8_out_ptrs(node, q8_at, lc);
     let args = Args::default()
         .ptr(x.data())
         .i32((x.dtype() == GgmlType::F16) as i32)
@@ -1554,12 +1557,12 @@ fn fm_split_enabled() -> bool {
 /// whatever the device; 1 where the node would not split).
 fn fm_split_max(node: &Tensor) -> usize {
     let (Some(q), Some(k)) = (node.src(0), node.src(1)) else { return 1 };
-    let qne = q.ne();
-    let part = qne[1] * qne[2] * qne[3] * fa_part_floats(node) * 4;
-    let by_bytes = FM_SPLIT_BYTES / part.max(1);
     if !fm_split_enabled() || !fa_prompt(node) {
         return 1;
     }
+    let qne = q.ne();
+    let part = qne[1] * qne[2] * qne[3] * fa_part_floats(node) * 4;
+    let by_bytes = FM_SPLIT_BYTES / part.max(1);
     // Grid z is sequences x splits.
     let by_grid = MAX_GRID_YZ / qne[3].max(1);
     (k.ne()[1] / FM_SPLIT_MIN_KEYS).min(by_bytes).min(by_grid).min(FM_SPLIT_MAX).max(1)
@@ -1708,6 +1711,25 @@ fn fa_vec_splits(n_kv: usize, groups: usize, target_blocks: usize, max_splits: u
     (n_kv.div_ceil(split_keys).max(1), split_keys)
 }
 
+/// flash_attn_split_combine: a block per row of `node` merges the row's `splits` partials at
+/// `part` into dst (and quantizes it at `xq`, `xds` where those are not 0).
+fn launch_fa_combine(node: &Tensor, part: *const u8, splits: usize, (xq, xds): (usize, usize), lc: &LaunchCtx) -> ApiResult<()> {
+    let (q, v) = (node.src(0).unwrap(), node.src(2).unwrap());
+    let args = Args::default()
+        .ptr(part)
+        .opt_ptr(node.src(4))
+        .ptr(node.data())
+        .i64(v.ne()[0])
+        .i64(q.ne()[1])
+        .i64(q.ne()[2])
+        .i64(splits)
+        .i64(node.nb()[1])
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8);
+    let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
+    lc.run("flash_attn_split_combine", [q.nrows(), 1, 1], (cwarps * lc.warp_size as usize) as u32, args)
+}
+
 /// The row kernel's last arguments where its blocks do not merge the row themselves:
 /// no counters, no quantized output.
 fn no_merge(args: Args) -> Args {
@@ -1777,38 +1799,23 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i32(n_head_log2 as i32)
         .i32(round_q);
     let rows = qne[1] * qne[2] * qne[3];
+    let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
     if let Some(max_parts) = fa_split_max_parts(node).filter(|_| lc.scratch != 0) {
         // Few query rows (generation): each row's keys split over several blocks writing
         // partial softmaxes into the scratch, then merged into dst.
         let warp = lc.warp_size as usize;
-        let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
         let part = lc.scratch as usize as *const u8;
         // The merge (combine kernel or the row kernel's last block) also quantizes dst for the
         // output projection that follows (fa_q8_at); q8_next then says so.
         let q8 = fa_q8_at(node).filter(|_| lc.fuse);
-        let (xq, xds) = match q8 {
-            Some(at) => (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())),
-            None => (0, 0),
-        };
+        let (xq, xds) = q8_out_ptrs(node, q8, lc);
         let note_q8 = || {
             // dst seen as rows of DV * n_head values (the projection's reshape of it).
             let k = vne[0] * n_head;
             lc.q8_next.set(q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)));
         };
         let combine = |splits: usize| {
-            let args = Args::default()
-                .ptr(part)
-                .opt_ptr(sinks)
-                .ptr(node.data())
-                .i64(vne[0])
-                .i64(qne[1])
-                .i64(n_head)
-                .i64(splits)
-                .i64(node.nb()[1])
-                .ptr(xq as *const u8)
-                .ptr(xds as *const u8);
-            let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
-            lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * warp) as u32, args)?;
+            launch_fa_combine(node, part, splits, (xq, xds), lc)?;
             note_q8();
             Ok(())
         };
@@ -1885,26 +1892,13 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         // would leave the GPU mostly idle.
         let kernel = format!("flash_attn_mma_{kv}_d{d}_w{warps}");
         let q_tiles = qne[1].div_ceil(16 * warps);
-        let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
         let (splits, split_keys) = fm_split_plan(node, q_tiles * qne[2] * qne[3], warps, cu);
         let part_bytes = splits * rows * fa_part_floats(node) * 4;
         if splits > 1 && lc.scratch != 0 && part_bytes <= lc.scratch_len {
             let part = lc.scratch as usize as *const u8;
             let args = args.ptr(part).i64(split_keys);
             lc.run(&kernel, [q_tiles, qne[2], qne[3] * splits], (32 * warps) as u32, args)?;
-            let args = Args::default()
-                .ptr(part)
-                .opt_ptr(sinks)
-                .ptr(node.data())
-                .i64(vne[0])
-                .i64(qne[1])
-                .i64(n_head)
-                .i64(splits)
-                .i64(node.nb()[1])
-                .ptr(std::ptr::null())
-                .ptr(std::ptr::null());
-            let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
-            return lc.run("flash_attn_split_combine", [rows, 1, 1], (cwarps * lc.warp_size as usize) as u32, args);
+            return launch_fa_combine(node, part, splits, (0, 0), lc);
         }
         let args = args.ptr(std::ptr::null()).i64(kne[1]);
         return lc.run(&kernel, [q_tiles, qne[2], qne[3]], (32 * warps) as u32, args);
