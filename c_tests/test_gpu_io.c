@@ -16,6 +16,10 @@
 //   8. a graph computed again and again (launched, captured, replayed) follows new inputs and
 //      a changed op parameter, and a repeated graph whose node became unsupported is refused
 //      (the per-node checks are skipped only for a graph equal to the last one).
+//   9. small synchronous writes (staged: the call returns before the copy runs) are seen by
+//      every reader in order: read-backs, writes larger than the staging size over them and
+//      under them, a memset, a buffer-to-buffer copy, a graph; many of them cycle the staging
+//      memory, the caller's memory is reused at once, and a buffer freed right after one.
 // Without a GPU it prints "skipped: no GPU" and exits 0, like test_ops --gpus and gpu_smoke.
 #include "common.h"
 
@@ -619,6 +623,105 @@ static void test_repeated_graph(ggml_backend_t gpu) {
     ggml_free(ctx);
 }
 
+// ---- 9. small synchronous writes -------------------------------------------------------------
+
+enum { SMALL_N = 15000, SMALL_T = 48, BIG_N = 1 << 18 };
+
+static void fill_pattern(float * v, int n, int seed) {
+    for (int i = 0; i < n; i++) v[i] = (float) ((i * 7 + seed * 131) % 10007) - 5000.0f;
+}
+
+static void test_small_writes(ggml_backend_t be) {
+    struct ggml_context * ctx = new_ctx(SMALL_T + 8);
+    struct ggml_tensor * small[SMALL_T];
+    for (int i = 0; i < SMALL_T; i++) small[i] = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, SMALL_N);  // 60 KB each
+    struct ggml_tensor * big = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, BIG_N);                        // 1 MB
+    struct ggml_tensor * dst = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, SMALL_N);
+    struct ggml_tensor * out = ggml_scale(ctx, small[0], 2.0f);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be);
+    CHECK(buf != NULL, "small writes: buffer");
+    if (!buf) {
+        ggml_free(ctx);
+        return;
+    }
+    float * src = malloc(sizeof(float) * BIG_N), * want = malloc(sizeof(float) * BIG_N), * got = malloc(sizeof(float) * BIG_N);
+    // 48 writes of 60 KB (2.9 MB: the staging memory goes round several times); the source is
+    // scribbled over right after each call, as a caller may.
+    for (int i = 0; i < SMALL_T; i++) {
+        fill_pattern(src, SMALL_N, i);
+        ggml_backend_tensor_set(small[i], src, 0, sizeof(float) * SMALL_N);
+        memset(src, 0xff, sizeof(float) * SMALL_N);
+    }
+    int bad = 0;
+    for (int i = 0; i < SMALL_T; i++) {
+        fill_pattern(want, SMALL_N, i);
+        ggml_backend_tensor_get(small[i], got, 0, sizeof(float) * SMALL_N);
+        bad += count_diff(got, want, SMALL_N);
+    }
+    CHECK(bad == 0, "small writes read back: %d values wrong", bad);
+    // Big (synchronous) write, a small one inside it, a big one over that, a small one again.
+    fill_pattern(want, BIG_N, 1000);
+    ggml_backend_tensor_set(big, want, 0, sizeof(float) * BIG_N);
+    fill_pattern(src, 4000, 1001);
+    ggml_backend_tensor_set(big, src, sizeof(float) * 5000, sizeof(float) * 4000);
+    memcpy(want + 5000, src, sizeof(float) * 4000);
+    ggml_backend_tensor_get(big, got, 0, sizeof(float) * BIG_N);
+    int bad1 = count_diff(got, want, BIG_N);
+    fill_pattern(src, 4000, 1002);
+    ggml_backend_tensor_set(big, src, sizeof(float) * 100000, sizeof(float) * 4000);
+    fill_pattern(want, BIG_N, 1003);
+    ggml_backend_tensor_set(big, want, 0, sizeof(float) * BIG_N);
+    fill_pattern(src, 3000, 1004);
+    ggml_backend_tensor_set(big, src, sizeof(float) * 200000, sizeof(float) * 3000);
+    memcpy(want + 200000, src, sizeof(float) * 3000);
+    // A memset over part of the last small write, then the values in order.
+    ggml_backend_tensor_memset(big, 0, sizeof(float) * 201000, sizeof(float) * 500);
+    memset(want + 201000, 0, sizeof(float) * 500);
+    ggml_backend_tensor_get(big, got, 0, sizeof(float) * BIG_N);
+    int bad2 = count_diff(got, want, BIG_N);
+    CHECK(bad1 == 0 && bad2 == 0, "small and large writes in order: %d, %d values wrong", bad1, bad2);
+    // A small write, then at once a copy to another tensor and a graph reading it.
+    fill_pattern(src, SMALL_N, 2000);
+    ggml_backend_tensor_set(small[0], src, 0, sizeof(float) * SMALL_N);
+    ggml_backend_tensor_copy(small[0], dst);
+    enum ggml_status st = ggml_backend_graph_compute(be, gf);
+    CHECK(st == GGML_STATUS_SUCCESS, "small writes: graph status %d", st);
+    ggml_backend_synchronize(be);
+    ggml_backend_synchronize(be);  // nothing queued: returns at once
+    ggml_backend_tensor_get(dst, got, 0, sizeof(float) * SMALL_N);
+    int bad3 = count_diff(got, src, SMALL_N);
+    ggml_backend_tensor_get(out, got, 0, sizeof(float) * SMALL_N);
+    for (int i = 0; i < SMALL_N; i++) want[i] = src[i] * 2.0f;
+    int bad4 = count_diff(got, want, SMALL_N);
+    CHECK(bad3 == 0 && bad4 == 0, "small write then copy / graph: %d, %d values wrong", bad3, bad4);
+    printf("small writes: %d staged-size writes read back, in order with large writes, memset, copy and a graph\n", SMALL_T);
+    // A buffer freed right after a small write into it, then a new one.
+    for (int round = 0; round < 3; round++) {
+        ggml_backend_tensor_set(small[1], src, 0, sizeof(float) * SMALL_N);
+        ggml_backend_buffer_free(buf);
+        for (struct ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
+            t->data = NULL;
+            t->buffer = NULL;
+        }
+        buf = ggml_backend_alloc_ctx_tensors(ctx, be);
+        CHECK(buf != NULL, "small writes: buffer again");
+        if (!buf) break;
+    }
+    if (buf) {
+        fill_pattern(src, SMALL_N, 3000);
+        ggml_backend_tensor_set(small[1], src, 0, sizeof(float) * SMALL_N);
+        ggml_backend_tensor_get(small[1], got, 0, sizeof(float) * SMALL_N);
+        CHECK(count_diff(got, src, SMALL_N) == 0, "small write into a new buffer");
+        ggml_backend_buffer_free(buf);
+    }
+    free(src);
+    free(want);
+    free(got);
+    ggml_free(ctx);
+}
+
 // The first RFGPU device of the registry other than `skip` (NULL: none).
 static ggml_backend_dev_t find_gpu(ggml_backend_reg_t reg, ggml_backend_dev_t skip) {
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
@@ -651,6 +754,7 @@ int main(void) {
     test_copies_and_events(be1, be2);
     test_sched(be1, cpu);
     test_repeated_graph(be1);
+    test_small_writes(be1);
 
     // A second GPU device: copies between the two, both ways.
     ggml_backend_dev_t g_gpu2 = find_gpu(reg, g_gpu);

@@ -55,6 +55,9 @@ pub struct GpuBackend {
     dump: bool,
     /// Marks this stream's position for copies between backends (made on first use).
     copy_event: Option<Event>,
+    /// Work was queued on the stream since the last `synchronize`: without any, synchronize
+    /// returns at once (the scheduler and libllama call it several times a token, ~2 µs each).
+    queued: bool,
     /// An error that queued work reported at `synchronize`; the next compute returns it.
     failed: Option<String>,
     /// ROCMFORGE_GPU_TIMING=1: where a graph's time goes (see `Timing`).
@@ -237,6 +240,7 @@ impl GpuBackend {
             fuse,
             dump,
             copy_event: None,
+            queued: false,
             failed: None,
             timing,
         })
@@ -257,6 +261,7 @@ impl GpuBackend {
         if !self.ctx.owns_device(dst, len) || !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
+        self.queued = true;
         self.ctx.api.copy_dtod_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
         Ok(true)
     }
@@ -271,6 +276,7 @@ impl GpuBackend {
         }
         let api = self.ctx.api.clone();
         let (dord, sord) = (self.ctx.ord, from.ctx.ord);
+        (self.queued, from.queued) = (true, true);
         let here = self.copy_event()?;
         api.event_record(dord, here, self.stream).map_err(Error::Device)?;
         api.stream_wait_event(sord, from.stream, here).map_err(Error::Device)?;
@@ -290,6 +296,7 @@ impl GpuBackend {
         if !Arc::ptr_eq(&e.ctx, &self.ctx) {
             return Err(Error::Unsupported(format!("event of another device recorded on {}", self.name.to_string_lossy())));
         }
+        self.queued = true;
         self.ctx.api.event_record(self.ctx.ord, e.event, self.stream).map_err(Error::Device)
     }
 
@@ -298,6 +305,7 @@ impl GpuBackend {
         if !same_runtime(&e.ctx, &self.ctx) {
             return Err(Error::Unsupported(format!("event of another runtime waited for on {}", self.name.to_string_lossy())));
         }
+        self.queued = true;
         self.ctx.api.stream_wait_event(self.ctx.ord, self.stream, e.event).map_err(Error::Device)
     }
 
@@ -343,6 +351,7 @@ impl GpuBackend {
         if let Some(e) = self.failed.take() {
             return Err(Error::Device(format!("earlier work on this stream failed: {e}")));
         }
+        self.queued = true;
         let t0 = std::time::Instant::now();
         // The same key as the graph before (token generation): everything below that the key
         // determines (scratch size, the attention counters, addresses checked) was done for it.
@@ -603,11 +612,15 @@ impl Backend for GpuBackend {
     }
 
     fn synchronize(&mut self) -> Result<()> {
+        if !self.queued && self.timing.is_none() {
+            return Ok(());
+        }
         let t0 = std::time::Instant::now();
         let r = self.ctx.api.stream_sync(self.ctx.ord, self.stream).map_err(Error::Device);
         match &r {
             Err(e) => self.failed = Some(e.to_string()),
             Ok(()) => {
+                self.queued = false;
                 if let Some(t) = self.timing.as_mut() {
                     t.waited += t0.elapsed().as_secs_f64();
                     t.collect(&self.ctx);
@@ -622,6 +635,7 @@ impl Backend for GpuBackend {
         if !self.ctx.owns_device(dst, len) {
             return Ok(false);
         }
+        self.queued = true;
         self.ctx.api.copy_htod_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
         Ok(true)
     }
@@ -631,6 +645,7 @@ impl Backend for GpuBackend {
         if !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
+        self.queued = true;
         self.ctx.api.copy_dtoh_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
         Ok(true)
     }

@@ -61,6 +61,8 @@ impl GpuBuffer {
 
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
+        // A staged write into this memory may still be queued.
+        self.ctx.quiesce_staging();
         self.ctx.untrack(self.ptr);
         self.ctx.api.free(self.ctx.ord, self.ptr);
     }
@@ -75,7 +77,7 @@ impl Buffer for GpuBuffer {
     }
     fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         let dst = self.check(offset, data.len())?;
-        self.ctx.api.copy_htod(self.ctx.ord, dst, data).map_err(Error::Device)
+        self.ctx.write_device(dst, data).map_err(Error::Device)
     }
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let src = self.check(offset, out.len())?;

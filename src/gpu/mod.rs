@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod hip;
 pub mod kernels;
 pub mod ops;
+pub mod staging;
 
 use crate::device::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Error, Event, Result};
 use crate::tensor::Tensor;
@@ -39,6 +40,9 @@ pub struct GpuCtx {
     kernels: OnceCell<std::result::Result<Kernels, String>>,
     /// Live allocations (base -> size, kind): kernels only ever get addresses inside these.
     allocs: Mutex<BTreeMap<DevPtr, (usize, Memory)>>,
+    /// Staging of small writes (staging.rs): made on the first one; Some(None) where the
+    /// runtime gave no pinned memory or ROCMFORGE_GPU_STAGING=0.
+    staging: Mutex<Option<Option<staging::Staging>>>,
 }
 
 impl GpuCtx {
@@ -58,6 +62,30 @@ impl GpuCtx {
     /// Kernels were tried and failed: the device can then compute nothing.
     pub fn kernels_failed(&self) -> bool {
         matches!(self.kernels.get(), Some(Err(_)))
+    }
+
+    /// Writes `data` to device memory at `dst`; every later reader sees it as after a
+    /// synchronous copy. Small writes return without waiting for the copy (staging.rs).
+    pub fn write_device(&self, dst: DevPtr, data: &[u8]) -> api::ApiResult<()> {
+        if !data.is_empty() && data.len() <= staging::STAGE_MAX {
+            let mut s = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+            let wanted = || std::env::var("ROCMFORGE_GPU_STAGING").map_or(true, |v| v != "0");
+            let st = s.get_or_insert_with(|| if wanted() { staging::Staging::new(self.api.as_ref(), self.ord) } else { None });
+            if let Some(st) = st.as_mut() {
+                return st.write(self.api.as_ref(), self.ord, dst, data);
+            }
+        }
+        self.api.copy_htod(self.ord, dst, data)
+    }
+
+    /// Waits for the staged writes still queued (before device memory is freed).
+    pub fn quiesce_staging(&self) {
+        let mut s = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(st)) = s.as_mut() {
+            if let Err(e) = st.quiesce(self.api.as_ref(), self.ord) {
+                crate::log_warn!("waiting for staged writes: {e}");
+            }
+        }
     }
 
     pub fn track(&self, ptr: DevPtr, size: usize, kind: Memory) {
@@ -89,6 +117,14 @@ impl GpuCtx {
         let (&base, &(size, kind)) = allocs.range(..=ptr).next_back()?;
         let end = ptr.checked_add(len as u64)?;
         (end <= base + size as u64).then_some(kind)
+    }
+}
+
+impl Drop for GpuCtx {
+    fn drop(&mut self) {
+        if let Some(Some(st)) = self.staging.get_mut().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            st.free(self.api.as_ref(), self.ord);
+        }
     }
 }
 
@@ -125,7 +161,7 @@ impl GpuDevice {
     fn new(api: Arc<dyn GpuApi>, ord: usize, info: DeviceInfo, index: usize) -> GpuDevice {
         let name = CString::new(format!("RFGPU{index}")).unwrap();
         let description = CString::new(info.name.replace('\0', "")).unwrap_or_default();
-        let ctx = Arc::new(GpuCtx { api, ord, info, kernels: OnceCell::new(), allocs: Mutex::new(BTreeMap::new()) });
+        let ctx = Arc::new(GpuCtx { api, ord, info, kernels: OnceCell::new(), allocs: Mutex::new(BTreeMap::new()), staging: Mutex::new(None) });
         let buffer_type = buffer::GpuBufferType::new(ctx.clone(), name.clone());
         let host_name = CString::new(format!("RFGPU{index}_Host")).unwrap();
         let host_buffer_type = buffer::GpuHostBufferType::new(ctx.clone(), host_name);

@@ -653,8 +653,21 @@ impl Args {
     }
 }
 
+/// ROCMFORGE_GPU_SKIP=prefix[,prefix...] (measuring only: results are wrong): launches of
+/// kernels whose names start so are left out, so that a token's time without them shows what
+/// they cost inside the replayed graph, where events around a launch would change the timing.
+fn skipped(kernel: &str) -> bool {
+    static SKIP: once_cell::sync::Lazy<Vec<String>> = once_cell::sync::Lazy::new(|| {
+        std::env::var("ROCMFORGE_GPU_SKIP").map(|v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect()).unwrap_or_default()
+    });
+    !SKIP.is_empty() && SKIP.iter().any(|p| kernel.starts_with(p.as_str()))
+}
+
 impl LaunchCtx<'_> {
     fn run(&self, kernel: &str, grid: [usize; 3], block: u32, args: Args) -> ApiResult<()> {
+        if skipped(kernel) {
+            return Ok(());
+        }
         let mut slots = args.0;
         let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
         let g = [grid[0] as u32, grid[1] as u32, grid[2] as u32];
@@ -1659,6 +1672,12 @@ fn fa_vec_blocks_per_cu() -> usize {
     *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_VEC").ok().and_then(|v| v.parse().ok()).unwrap_or(8))
 }
 
+/// Fewest keys a split of the generation kernel takes (ROCMFORGE_GPU_FA_VEC_KEYS, for measuring).
+fn fa_vec_split_min_keys() -> usize {
+    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
+    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_VEC_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(FA_VEC_CHUNK).max(1))
+}
+
 /// A launch of the generation kernel: grid (groups = KV heads x sequences, splits), each
 /// split `split_keys` keys (whole chunks).
 struct FaVecPlan {
@@ -1694,7 +1713,8 @@ fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize,
     if groups == 0 || groups > FA_COUNTERS {
         return None;
     }
-    let (splits, split_keys) = fa_vec_splits(kne[1], groups, per_cu * compute_units, max_parts / rows.max(1));
+    let max_splits = (max_parts / rows.max(1)).min(kne[1].div_ceil(fa_vec_split_min_keys()).max(1));
+    let (splits, split_keys) = fa_vec_splits(kne[1], groups, per_cu * compute_units, max_splits);
     if splits > 1 && lc.fa_counters == 0 {
         return None;
     }
