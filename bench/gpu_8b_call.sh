@@ -15,7 +15,8 @@
 # as bin/libggml-rocmforge-base.so where carried), depth (pp512 and tg after 2048 tokens of context, SmolLM2
 # and 8B; with AB=1 also the build before and the attention variants), q8 (Q8_0 caches, fa on: SmolLM2 and 8B,
 # depth 0, and 2048 for 8B), ffi (host time inside rocmforge per generated token: ROCMFORGE_FFI_TIMING
-# with tg 0 and tg 256, SmolLM2-shaped; subtract).
+# with tg 0 and tg 256, SmolLM2-shaped; subtract), skip (tg64 of the 8B-class model with each fused kernel's launches
+# left out: its cost inside the replayed graph), staging (small writes staged, not staged, the build before).
 set -u
 R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
@@ -25,7 +26,7 @@ mkdir -p /tmp/gc && cp -a $C/bin/* $C/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-P8=; if { has 8b || has prof || has glupf || has detail || has warps || has fav || has depth || has q8 ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
+P8=; if { has 8b || has prof || has glupf || has detail || has warps || has fav || has depth || has q8 || has skip || has staging ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
 if has ops; then
     ( time timeout 300 ./test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops --gpus rc=$?"
     grep -E "FAIL|cases:|passed|failed|real" $OUT/test_ops.log | tail -6
@@ -166,5 +167,23 @@ if has ffi; then  # host time inside rocmforge's entry points per generated toke
     $RF --tg 16 > /dev/null 2>&1  # kernels compiled and cached first
     for tg in 0 256; do
         ROCMFORGE_FFI_TIMING=1 ROCMFORGE_GPU_TIMING=1 $RF --tg $tg 2>&1 > /dev/null | grep -A16 -E "timing per graph|host time inside" | sed "s/^/ffi-tg$tg: /"
+    done
+fi
+if has skip; then  # what each fused kernel costs inside the replayed 8B token graph: tg64 with its launches left out (ROCMFORGE_GPU_SKIP; results wrong)
+    [ -n "$P8" ] && wait $P8
+    B="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 -t 8 --fa on --pp 8 --tg 64 --reps 2"
+    for sk in none flash_attn_vec mul_mat_vec_q1_qkv mul_mat_vec_q_add_norm mul_mat_vec_q_glu "mul_mat_vec_q1_qkv,mul_mat_vec_q_add_norm,mul_mat_vec_q_glu,flash_attn_vec"; do
+        echo "skip $sk: $(ROCMFORGE_GPU_SKIP=$sk $B 2>/dev/null | grep -o 'tg64=.*')"
+    done
+fi
+if has staging; then  # small writes staged or not (ROCMFORGE_GPU_STAGING=0), interleaved; the build before where carried
+    [ -n "$P8" ] && wait $P8
+    [ -f smol.gguf ] || ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf > /dev/null 2>&1
+    for r in 1 2 3; do
+        for v in base new off; do
+            L=./libggml-rocmforge.so; E=; [ $v = base ] && L=./libggml-rocmforge-base.so; [ $v = off ] && E=ROCMFORGE_GPU_STAGING=0
+            [ -f $L ] || continue
+            echo "staging $v$r: smol $(env $E ./llama_run bench -b rocmforge -l $L -m smol.gguf --device RFGPU0 -t 8 --fa on --pp 64 --tg 128 --reps 3 2>/dev/null | grep -o 'tg128=.*')  8b $(env $E ./llama_run bench -b rocmforge -l $L -m 8b.gguf --device RFGPU0 -t 8 --fa on --pp 8 --tg 64 --reps 2 2>/dev/null | grep -o 'tg64=.*')"
+        done
     done
 fi
