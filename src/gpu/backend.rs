@@ -309,6 +309,11 @@ impl GpuBackend {
         self.ctx.api.stream_wait_event(self.ctx.ord, self.stream, e.event).map_err(Error::Device)
     }
 
+    /// Whether `nodes` have the key of the graph computed last (where graphs are kept at all).
+    fn is_last_graph(&self, nodes: &[Tensor]) -> bool {
+        self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0)
+    }
+
     /// Makes the scratch at least `bytes` large. Work queued earlier may still use the old
     /// one, so the stream is drained before it is freed.
     fn ensure_scratch(&mut self, bytes: usize) -> Result<()> {
@@ -358,7 +363,7 @@ impl GpuBackend {
         // The scratch address is part of the key, and only a new graph grows the scratch.
         let repeated = match self.known_repeat.take() {
             Some(r) => r,
-            None => self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0),
+            None => self.is_last_graph(nodes),
         };
         if !repeated {
             let need = nodes.iter().map(ops::scratch_bytes).max().unwrap_or(0);
@@ -584,7 +589,7 @@ impl Backend for GpuBackend {
 
     fn repeats_last(&mut self, nodes: &[Tensor]) -> bool {
         let t0 = std::time::Instant::now();
-        let r = self.graphs_ok && self.failed.is_none() && key_matches(&self.last_key, nodes, self.scratch.0);
+        let r = self.failed.is_none() && self.is_last_graph(nodes);
         self.known_repeat = Some(r);
         if let Some(t) = self.timing.as_mut() {
             t.phases[3] += t0.elapsed().as_secs_f64();

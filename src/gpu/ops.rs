@@ -1675,7 +1675,7 @@ fn fa_vec_blocks_per_cu() -> usize {
 /// Fewest keys a split of the generation kernel takes (ROCMFORGE_GPU_FA_VEC_KEYS, for measuring).
 fn fa_vec_split_min_keys() -> usize {
     static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_VEC_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(FA_VEC_CHUNK).max(1))
+    *V.get_or_init(|| env_count("ROCMFORGE_GPU_FA_VEC_KEYS", usize::MAX).unwrap_or(FA_VEC_CHUNK))
 }
 
 /// A launch of the generation kernel: grid (groups = KV heads x sequences, splits), each
