@@ -16,7 +16,9 @@
 # and 8B; with AB=1 also the build before and the attention variants), q8 (Q8_0 caches, fa on: SmolLM2 and 8B,
 # depth 0, and 2048 for 8B), ffi (host time inside rocmforge per generated token: ROCMFORGE_FFI_TIMING
 # with tg 0 and tg 256, SmolLM2-shaped; subtract), skip (tg64 of the 8B-class model with each fused kernel's launches
-# left out: its cost inside the replayed graph), staging (small writes staged, not staged, the build before).
+# left out: its cost inside the replayed graph), staging (small writes staged, not staged, the build before),
+# floor (the per-token floor of llama's loop: a 32-layer llama of tiny widths, the 8B's graph with next to no
+# bytes to read, ggml-cuda and RFGPU0 interleaved; RFGPU0's GPU time and stream idle per token for it and the 8B).
 set -u
 R=$PWD; C=$R/.device-carry/common
 STEPS=${STEPS:-"ops smoke 8b"}
@@ -26,7 +28,7 @@ mkdir -p /tmp/gc && cp -a $C/bin/* $C/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-P8=; if { has 8b || has prof || has glupf || has detail || has warps || has fav || has depth || has q8 || has skip || has staging ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
+P8=; if { has 8b || has prof || has glupf || has detail || has warps || has fav || has depth || has q8 || has skip || has staging || has floor ; } && [ ! -f 8b.gguf ]; then ( ./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf > $OUT/make8b.log 2>&1 ) & P8=$!; fi
 if has ops; then
     ( time timeout 300 ./test_ops --gpus ) > $OUT/test_ops.log 2>&1; echo "test_ops --gpus rc=$?"
     grep -E "FAIL|cases:|passed|failed|real" $OUT/test_ops.log | tail -6
@@ -175,6 +177,18 @@ if has skip; then  # what each fused kernel costs inside the replayed 8B token g
     for sk in none flash_attn_vec mul_mat_vec_q1_qkv mul_mat_vec_q_add_norm mul_mat_vec_q_glu "mul_mat_vec_q1_qkv,mul_mat_vec_q_add_norm,mul_mat_vec_q_glu,flash_attn_vec"; do
         echo "skip $sk: $(ROCMFORGE_GPU_SKIP=$sk $B 2>/dev/null | grep -o 'tg64=.*')"
     done
+fi
+if has floor; then  # per-token floor: the 8B's 613-node graph with tiny widths; GPU time and stream idle a token (ROCMFORGE_GPU_TIMING)
+    [ -f tiny32.gguf ] || ./make_model --arch llama --layers 32 --type q4_0 --tokenizer smol-tokenizer.gguf -o tiny32.gguf > /dev/null 2>&1
+    RF="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 -t 8 --fa on"
+    CU="./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so --device CUDA0 -t 8 --fa on"
+    $RF -m tiny32.gguf --pp 8 --tg 16 --reps 1 > /dev/null 2>&1  # kernels compiled and cached first
+    for r in 1 2 3; do
+        echo "floor tiny32 r$r: cuda $($CU -m tiny32.gguf --pp 8 --tg 128 --reps 3 2>/dev/null | grep -o 'tg128=[0-9.]*')  rf $($RF -m tiny32.gguf --pp 8 --tg 128 --reps 3 2>/dev/null | grep -o 'tg128=[0-9.]*')"
+    done
+    ROCMFORGE_GPU_TIMING=1 $RF -m tiny32.gguf --pp 8 --tg 128 --reps 1 2>&1 | grep -A2 "timing per graph" | sed "s/^/floor tiny32 timing: /"
+    [ -n "$P8" ] && wait $P8
+    ROCMFORGE_GPU_TIMING=1 $RF -m 8b.gguf --pp 8 --tg 64 --reps 1 2>&1 | grep -A2 "timing per graph" | sed "s/^/floor 8b timing: /"
 fi
 if has staging; then  # small writes staged or not (ROCMFORGE_GPU_STAGING=0), interleaved; the build before where carried
     [ -n "$P8" ] && wait $P8
