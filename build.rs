@@ -15,9 +15,14 @@ fn main() {
     // ggml's loader and CMake hosts see the library under this name.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libggml-rocmforge.so");
 
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
+    let config =
+        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
     let header = out_dir.join("ggml-rocmforge.h");
-    match cbindgen::Builder::new().with_crate(&crate_dir).with_config(config).generate() {
+    match cbindgen::Builder::new()
+        .with_crate(&crate_dir)
+        .with_config(config)
+        .generate()
+    {
         Ok(bindings) => {
             bindings.write_to_file(&header);
         }

@@ -61,7 +61,12 @@ pub trait Buffer: Send {
     /// Copies `len` bytes at address `src`, inside another buffer of the same buffer type,
     /// to byte `offset` of this one without going through the host. Ok(false): not done
     /// (the caller falls back to a copy through the host).
-    fn copy_from_same_type(&mut self, _offset: usize, _src: *const u8, _len: usize) -> Result<bool> {
+    fn copy_from_same_type(
+        &mut self,
+        _offset: usize,
+        _src: *const u8,
+        _len: usize,
+    ) -> Result<bool> {
         Ok(false)
     }
 }

@@ -11,8 +11,8 @@ pub mod cpu;
 pub mod device;
 pub mod ffi;
 pub mod ggml_types;
-pub mod op_shapes;
 pub mod gpu;
+pub mod op_shapes;
 pub mod tensor;
 
 #[cfg(test)]
@@ -21,8 +21,11 @@ mod header_test {
     #[test]
     fn header_is_current() {
         let generated = include_str!(concat!(env!("OUT_DIR"), "/ggml-rocmforge.h"));
-        let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/ggml-rocmforge.h"))
-            .unwrap_or_default();
+        let committed = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/include/ggml-rocmforge.h"
+        ))
+        .unwrap_or_default();
         assert!(
             generated == committed,
             "include/ggml-rocmforge.h is stale: run scripts/update-header and commit the result"

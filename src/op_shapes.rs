@@ -6,7 +6,9 @@ use crate::tensor::Tensor;
 
 /// GET_ROWS: I32 ids [n, b2, b3], output [ne0, n, b2, b3] taking rows of src0 batch (b2, b3).
 pub fn get_rows_layout_ok(node: &Tensor) -> bool {
-    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
     idx.dtype() == GgmlType::I32
         && ine[3] == 1
@@ -19,7 +21,9 @@ pub fn get_rows_layout_ok(node: &Tensor) -> bool {
 
 /// SET_ROWS: I32/I64 ids [n_rows of src, c2, c3] broadcast over src's dims 2 and 3.
 pub fn set_rows_layout_ok(node: &Tensor) -> bool {
-    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     let (ane, ine, dne) = (a.ne(), idx.ne(), node.ne());
     matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64)
         && dne[0] == ane[0]
@@ -42,9 +46,16 @@ pub fn layout_op_ok(node: &Tensor) -> bool {
     let ne = node.ne();
     match node.op() {
         op::CONCAT => {
-            let (Some(a), Some(b)) = (node.src(0), node.src(1)) else { return false };
+            let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+                return false;
+            };
             let d = node.param_i32(0);
-            if !(0..4).contains(&d) || !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::I32) {
+            if !(0..4).contains(&d)
+                || !matches!(
+                    t,
+                    GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::I32
+                )
+            {
                 return false;
             }
             let (an, bn) = (a.ne(), b.ne());
@@ -52,11 +63,20 @@ pub fn layout_op_ok(node: &Tensor) -> bool {
                 && b.dtype() == t
                 && a.has_dense_rows()
                 && b.has_dense_rows()
-                && (0..4).all(|i| if i == d as usize { ne[i] == an[i] + bn[i] } else { ne[i] == an[i] && ne[i] == bn[i] })
+                && (0..4).all(|i| {
+                    if i == d as usize {
+                        ne[i] == an[i] + bn[i]
+                    } else {
+                        ne[i] == an[i] && ne[i] == bn[i]
+                    }
+                })
         }
         op::REPEAT => {
             let Some(a) = node.src(0) else { return false };
-            matches!(t, GgmlType::F32 | GgmlType::F16) && a.dtype() == t && node.can_repeat_from(&a) && node.is_contiguous()
+            matches!(t, GgmlType::F32 | GgmlType::F16)
+                && a.dtype() == t
+                && node.can_repeat_from(&a)
+                && node.is_contiguous()
         }
         op::PAD => {
             let Some(a) = node.src(0) else { return false };
@@ -73,11 +93,20 @@ pub fn layout_op_ok(node: &Tensor) -> bool {
         op::ARANGE => {
             let (start, stop, step) = (node.param_f32(0), node.param_f32(1), node.param_f32(2));
             let steps = ((stop - start) / step).ceil();
-            t == GgmlType::F32 && node.has_dense_rows() && steps.is_finite() && steps as i64 == node.nelements() as i64 && ne[1] * ne[2] * ne[3] == 1
+            t == GgmlType::F32
+                && node.has_dense_rows()
+                && steps.is_finite()
+                && steps as i64 == node.nelements() as i64
+                && ne[1] * ne[2] * ne[3] == 1
         }
         op::DIAG_MASK_INF => {
             let Some(a) = node.src(0) else { return false };
-            t == GgmlType::F32 && a.dtype() == t && a.same_shape(node) && a.is_contiguous() && node.is_contiguous() && node.param_i32(0) >= 0
+            t == GgmlType::F32
+                && a.dtype() == t
+                && a.same_shape(node)
+                && a.is_contiguous()
+                && node.is_contiguous()
+                && node.param_i32(0) >= 0
         }
         _ => false,
     }

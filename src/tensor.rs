@@ -68,13 +68,21 @@ impl<'a> Tensor<'a> {
     }
 
     pub fn name(&self) -> String {
-        let bytes: Vec<u8> = self.raw.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        let bytes: Vec<u8> = self
+            .raw
+            .name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
     /// The node and every source have a type this library knows.
     pub fn types_known(&self) -> bool {
-        self.ty().is_some() && (0..crate::ffi::abi::GGML_MAX_SRC).all(|i| self.src(i).is_none_or(|s| s.ty().is_some()))
+        self.ty().is_some()
+            && (0..crate::ffi::abi::GGML_MAX_SRC)
+                .all(|i| self.src(i).is_none_or(|s| s.ty().is_some()))
     }
 
     pub fn nelements(&self) -> usize {
@@ -168,7 +176,11 @@ pub fn nbytes(t: GgmlType, ne: &[i64; 4], nb: &[usize; 4]) -> usize {
         return 0;
     }
     let blck = t.block_size();
-    let mut bytes = if blck == 1 { t.type_size() } else { ne[0] as usize * nb[0] / blck };
+    let mut bytes = if blck == 1 {
+        t.type_size()
+    } else {
+        ne[0] as usize * nb[0] / blck
+    };
     for i in (if blck == 1 { 0 } else { 1 })..4 {
         bytes += (ne[i] as usize - 1) * nb[i];
     }

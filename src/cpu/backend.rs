@@ -15,7 +15,11 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend { n_threads, pool: ThreadPool::new(n_threads), work: Vec::new() }
+        CpuBackend {
+            n_threads,
+            pool: ThreadPool::new(n_threads),
+            work: Vec::new(),
+        }
     }
 }
 
@@ -24,8 +28,12 @@ impl CpuBackend {
 /// is of this kind (the embedding lookup of one token: one GET_ROWS of one row).
 /// ROCMFORGE_CPU_SMALL_GRAPH=N sets the bound (0: every graph uses every thread; test_ops sets
 /// that so its small cases still test the kernels' work split).
-static SMALL_GRAPH_ELEMENTS: once_cell::sync::Lazy<usize> =
-    once_cell::sync::Lazy::new(|| std::env::var("ROCMFORGE_CPU_SMALL_GRAPH").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 15));
+static SMALL_GRAPH_ELEMENTS: once_cell::sync::Lazy<usize> = once_cell::sync::Lazy::new(|| {
+    std::env::var("ROCMFORGE_CPU_SMALL_GRAPH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 15)
+});
 
 /// How many threads a graph gets: all of them, unless it is small. Matrix products and
 /// attention count as large whatever their output (their work is not in their output size).
@@ -60,16 +68,28 @@ impl Backend for CpuBackend {
 
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
         let nth = threads_for(nodes, self.n_threads);
-        let wsize = nodes.iter().map(|n| ops::work_size(n, nth)).max().unwrap_or(0);
+        let wsize = nodes
+            .iter()
+            .map(|n| ops::work_size(n, nth))
+            .max()
+            .unwrap_or(0);
         let words = wsize.div_ceil(8) + 8;
         if self.work.len() < words {
             self.work = Vec::new();
-            self.work.try_reserve_exact(words).map_err(|_| Error::Alloc(format!("scratch of {wsize} bytes")))?;
+            self.work
+                .try_reserve_exact(words)
+                .map_err(|_| Error::Alloc(format!("scratch of {wsize} bytes")))?;
             self.work.resize(words, 0);
         }
         let wdata = SendPtr(self.work.as_mut_ptr() as *mut u8);
         let job = |w: &Worker| {
-            let ctx = Ctx { ith: w.ith, nth: w.nth, worker: w, wdata: wdata.get(), wsize };
+            let ctx = Ctx {
+                ith: w.ith,
+                nth: w.nth,
+                worker: w,
+                wdata: wdata.get(),
+                wsize,
+            };
             for node in nodes {
                 ops::compute(node, &ctx);
                 if !w.sync() {

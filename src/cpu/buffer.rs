@@ -40,17 +40,28 @@ impl HostBuffer {
         if rc != 0 || p.is_null() {
             return Err(Error::Alloc(format!("out of host memory for {size} bytes")));
         }
-        Ok(HostBuffer { ptr: p as *mut u8, size, owned: true })
+        Ok(HostBuffer {
+            ptr: p as *mut u8,
+            size,
+            owned: true,
+        })
     }
 
     pub fn borrowed(ptr: *mut u8, size: usize) -> HostBuffer {
-        HostBuffer { ptr, size, owned: false }
+        HostBuffer {
+            ptr,
+            size,
+            owned: false,
+        }
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size => Ok(()),
-            _ => Err(Error::Unsupported(format!("range {offset}+{len} outside buffer of {} bytes", self.size))),
+            _ => Err(Error::Unsupported(format!(
+                "range {offset}+{len} outside buffer of {} bytes",
+                self.size
+            ))),
         }
     }
 }

@@ -8,7 +8,7 @@ pub mod quants;
 pub mod simd;
 pub mod types;
 
-use crate::device::{Backend, Buffer, BufferType, DeviceCaps, DeviceKind, Device, Result};
+use crate::device::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Result};
 use crate::tensor::Tensor;
 use std::ffi::{CStr, CString};
 
@@ -19,7 +19,10 @@ pub struct CpuDevice {
 
 impl CpuDevice {
     pub fn new() -> CpuDevice {
-        CpuDevice { description: CString::new(cpu_model_name()).unwrap_or_default(), buffer_type: buffer::HostBufferType }
+        CpuDevice {
+            description: CString::new(cpu_model_name()).unwrap_or_default(),
+            buffer_type: buffer::HostBufferType,
+        }
     }
 }
 
@@ -47,7 +50,13 @@ pub fn system_memory() -> (usize, usize) {
     let mut total = 0usize;
     if let Ok(s) = std::fs::read_to_string("/proc/meminfo") {
         for l in s.lines() {
-            let kb = || l.split_whitespace().nth(1).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0) * 1024;
+            let kb = || {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0)
+                    * 1024
+            };
             if l.starts_with("MemTotal:") {
                 total = kb();
             } else if l.starts_with("MemAvailable:") {
@@ -72,7 +81,13 @@ impl Device for CpuDevice {
         DeviceKind::Cpu
     }
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { async_: false, host_buffer: false, buffer_from_host_ptr: true, events: false, mmap_support: true }
+        DeviceCaps {
+            async_: false,
+            host_buffer: false,
+            buffer_from_host_ptr: true,
+            events: false,
+            mmap_support: true,
+        }
     }
     fn buffer_type(&self) -> &dyn BufferType {
         &self.buffer_type
@@ -93,6 +108,10 @@ pub fn default_threads() -> usize {
     std::env::var("ROCMFORGE_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
         .max(1)
 }

@@ -144,7 +144,11 @@ impl ThreadPool {
         if n == 1 {
             // The workers stay asleep (or spinning) where they are: nothing to publish.
             let b = SpinBarrier::new();
-            job(&Worker { ith: 0, nth: 1, barrier: &b });
+            job(&Worker {
+                ith: 0,
+                nth: 1,
+                barrier: &b,
+            });
             return Ok(());
         }
         let s = &*self.shared;
@@ -152,7 +156,8 @@ impl ThreadPool {
         s.barrier.count.store(0, Ordering::Relaxed);
         if !self.workers.is_empty() {
             // Erase the borrow's lifetime: we wait below until no worker can touch it.
-            let ptr: *const Job = unsafe { std::mem::transmute::<&(dyn Fn(&Worker) + Sync), &'static Job>(job) };
+            let ptr: *const Job =
+                unsafe { std::mem::transmute::<&(dyn Fn(&Worker) + Sync), &'static Job>(job) };
             unsafe { *s.job.get() = Some(ptr) };
             s.n_active.store(n, Ordering::Relaxed);
             s.remaining.store(self.workers.len(), Ordering::Relaxed);
@@ -162,7 +167,11 @@ impl ThreadPool {
                 s.wake.notify_all();
             }
         }
-        let w = Worker { ith: 0, nth: n, barrier: &s.barrier };
+        let w = Worker {
+            ith: 0,
+            nth: n,
+            barrier: &s.barrier,
+        };
         let mine = catch_unwind(AssertUnwindSafe(|| job(&w)));
         if mine.is_err() {
             s.barrier.poisoned.store(true, Ordering::Relaxed);
@@ -213,7 +222,11 @@ fn worker_loop(s: Arc<Shared>, ith: usize) {
         let n = s.n_active.load(Ordering::Relaxed);
         if ith < n {
             if let Some(job) = unsafe { *s.job.get() } {
-                let w = Worker { ith, nth: n, barrier: &s.barrier };
+                let w = Worker {
+                    ith,
+                    nth: n,
+                    barrier: &s.barrier,
+                };
                 if catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(&w) })).is_err() {
                     s.barrier.poisoned.store(true, Ordering::Relaxed);
                 }

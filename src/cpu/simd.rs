@@ -45,7 +45,9 @@ fn detect() -> Level {
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -58,7 +60,10 @@ fn has_avx2() -> bool {
 pub fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl")
+        has_avx2()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -82,7 +87,11 @@ pub fn level() -> Level {
     *LEVEL
 }
 
-static VNNI: Lazy<bool> = Lazy::new(|| level() >= Level::Avx512 && has_avx512_vnni_cpu() && forced().as_deref() != Some("avx512-novnni"));
+static VNNI: Lazy<bool> = Lazy::new(|| {
+    level() >= Level::Avx512
+        && has_avx512_vnni_cpu()
+        && forced().as_deref() != Some("avx512-novnni")
+});
 
 /// Whether the int8 dot products use AVX-512 VNNI (`vpdpbusd`).
 pub fn has_avx512_vnni() -> bool {
@@ -92,7 +101,9 @@ pub fn has_avx512_vnni() -> bool {
 static AVX_VNNI: Lazy<bool> = Lazy::new(|| {
     #[cfg(target_arch = "x86_64")]
     {
-        level() >= Level::Avx2 && !matches!(forced().as_deref(), Some("avx2" | "avx512-novnni")) && is_x86_feature_detected!("avxvnni")
+        level() >= Level::Avx2
+            && !matches!(forced().as_deref(), Some("avx2" | "avx512-novnni"))
+            && is_x86_feature_detected!("avxvnni")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -165,19 +176,31 @@ pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
 }
 
 pub fn dot_f16_f32_ref(a: &[u16], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(&x, &y)| half::f16::from_bits(x).to_f32() * y).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| half::f16::from_bits(x).to_f32() * y)
+        .sum()
 }
 
 pub fn dot_bf16_f32_ref(a: &[u16], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(&x, &y)| f32::from_bits((x as u32) << 16) * y).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| f32::from_bits((x as u32) << 16) * y)
+        .sum()
 }
 
 pub fn dot_f16_f16_ref(a: &[u16], b: &[u16]) -> f32 {
-    a.iter().zip(b).map(|(&x, &y)| half::f16::from_bits(x).to_f32() * half::f16::from_bits(y).to_f32()).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| half::f16::from_bits(x).to_f32() * half::f16::from_bits(y).to_f32())
+        .sum()
 }
 
 pub fn dot_bf16_bf16_ref(a: &[u16], b: &[u16]) -> f32 {
-    a.iter().zip(b).map(|(&x, &y)| f32::from_bits((x as u32) << 16) * f32::from_bits((y as u32) << 16)).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| f32::from_bits((x as u32) << 16) * f32::from_bits((y as u32) << 16))
+        .sum()
 }
 
 pub fn dot_f16_f16(a: &[u16], b: &[u16]) -> f32 {
@@ -382,7 +405,11 @@ pub fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
     #[cfg(not(target_arch = "x86_64"))]
     let done = 0;
     for i in done..n {
-        let e = if i < whole { exp_arm(-x[i]) } else { (-x[i]).exp() };
+        let e = if i < whole {
+            exp_arm(-x[i])
+        } else {
+            (-x[i]).exp()
+        };
         let s = x[i] / (1.0 + e);
         y[i] = match g {
             Some(g) => s * g[i],
@@ -432,7 +459,10 @@ pub mod x86 {
             return plain;
         }
         // 2^n out of the exponent's range: scale in two factors s1·s2.
-        let b = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())), _mm256_set1_epi32(0x8200_0000u32 as i32));
+        let b = _mm256_and_si256(
+            _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+            _mm256_set1_epi32(0x8200_0000u32 as i32),
+        );
         let s1 = _mm256_castsi256_ps(_mm256_add_epi32(b, _mm256_set1_epi32(0x7f00_0000)));
         let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, b));
         let huge = _mm256_cmp_ps::<_CMP_GT_OQ>(absn, _mm256_set1_ps(192.0));
@@ -475,15 +505,26 @@ pub mod x86 {
         let mut i = 0;
         while i + 32 <= n {
             for k in 0..4 {
-                acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * k)), _mm256_loadu_ps(pb.add(i + 8 * k)), acc[k]);
+                acc[k] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i + 8 * k)),
+                    _mm256_loadu_ps(pb.add(i + 8 * k)),
+                    acc[k],
+                );
             }
             i += 32;
         }
         while i + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+            acc[0] = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(i)),
+                _mm256_loadu_ps(pb.add(i)),
+                acc[0],
+            );
             i += 8;
         }
-        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
         while i < n {
             s += a[i] * b[i];
             i += 1;
@@ -509,7 +550,10 @@ pub mod x86 {
             acc[0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i)), acc[0]);
             i += 8;
         }
-        let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        let mut s = hsum(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
         while i < n {
             s += half::f16::from_bits(a[i]).to_f32() * b[i];
             i += 1;
@@ -621,7 +665,10 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub unsafe fn halves(v: __m512) -> (__m256, __m256) {
-        (_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))))
+        (
+            _mm512_castps512_ps256(v),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+        )
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -633,7 +680,11 @@ pub mod x86 {
         let mut i = 0;
         while i + 32 <= n {
             for k in 0..2 {
-                z[k] = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i + 16 * k)), _mm512_loadu_ps(pb.add(i + 16 * k)), z[k]);
+                z[k] = _mm512_fmadd_ps(
+                    _mm512_loadu_ps(pa.add(i + 16 * k)),
+                    _mm512_loadu_ps(pb.add(i + 16 * k)),
+                    z[k],
+                );
             }
             i += 32;
         }
@@ -708,7 +759,9 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     unsafe fn bf16x16(p: *const u16) -> __m512 {
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i))))
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+            _mm256_loadu_si256(p as *const __m256i),
+        )))
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -803,7 +856,10 @@ pub mod neon {
         #[inline(always)]
         unsafe fn load8(p: *const u16) -> [float32x4_t; 2] {
             let h = vld1q_u16(p);
-            [vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))), vcvt_high_f32_f16(vreinterpretq_f16_u16(h))]
+            [
+                vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))),
+                vcvt_high_f32_f16(vreinterpretq_f16_u16(h)),
+            ]
         }
         fn get(x: u16) -> f32 {
             unsafe { f16(x) }
@@ -816,7 +872,10 @@ pub mod neon {
         unsafe fn load8(p: *const u16) -> [float32x4_t; 2] {
             // bf16 is the top half of an f32: widen with a shift by 16.
             let h = vld1q_u16(p);
-            [vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))), vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h))]
+            [
+                vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))),
+                vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h)),
+            ]
         }
         fn get(x: u16) -> f32 {
             f32::from_bits((x as u32) << 16)
@@ -843,7 +902,10 @@ pub mod neon {
             acc[1] = vfmaq_f32(acc[1], x[1], y[1]);
             i += 8;
         }
-        let mut s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+        let mut s = vaddvq_f32(vaddq_f32(
+            vaddq_f32(acc[0], acc[1]),
+            vaddq_f32(acc[2], acc[3]),
+        ));
         while i < n {
             s += A::get(a[i]) * B::get(b[i]);
             i += 1;
@@ -901,7 +963,9 @@ mod tests {
         }
         use std::arch::x86_64::*;
         let mut worst = 0f64;
-        let mut xs: Vec<f32> = (0..200_000).map(|i| -87.0 + 175.0 * i as f32 / 200_000.0).collect();
+        let mut xs: Vec<f32> = (0..200_000)
+            .map(|i| -87.0 + 175.0 * i as f32 / 200_000.0)
+            .collect();
         xs.extend([0.0, -0.0, 1e-30, -1e-30, 88.0, -87.3, 0.5, -0.5]);
         for c in xs.chunks_exact(8) {
             let mut out = [0f32; 8];
@@ -915,8 +979,22 @@ mod tests {
         }
         assert!(worst < 2.5e-7, "relative error {worst}");
         let mut out = [1f32; 8];
-        let edge = [f32::NEG_INFINITY, -1e30, -110.0, -104.5, f32::INFINITY, 1e30, 100.0, 0.0];
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), x86::exp_ps(_mm256_loadu_ps(edge.as_ptr()))) };
+        let edge = [
+            f32::NEG_INFINITY,
+            -1e30,
+            -110.0,
+            -104.5,
+            f32::INFINITY,
+            1e30,
+            100.0,
+            0.0,
+        ];
+        unsafe {
+            _mm256_storeu_ps(
+                out.as_mut_ptr(),
+                x86::exp_ps(_mm256_loadu_ps(edge.as_ptr())),
+            )
+        };
         assert_eq!(&out[..4], &[0.0; 4]);
         assert!(out[4..7].iter().all(|v| *v == f32::INFINITY));
         assert_eq!(out[7], 1.0);
@@ -931,8 +1009,27 @@ mod tests {
             return;
         }
         use std::arch::x86_64::*;
-        let mut xs: Vec<f32> = (0..400_000).map(|i| -200.0 + 400.0 * i as f32 / 400_000.0).collect();
-        xs.extend([f32::NEG_INFINITY, f32::INFINITY, -0.0, 0.0, 88.3, 88.4, 88.8, -87.5, -103.9, -104.1, -150.0, 1e-40, -1e-40, 1e30, -1e30, 0.5]);
+        let mut xs: Vec<f32> = (0..400_000)
+            .map(|i| -200.0 + 400.0 * i as f32 / 400_000.0)
+            .collect();
+        xs.extend([
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -0.0,
+            0.0,
+            88.3,
+            88.4,
+            88.8,
+            -87.5,
+            -103.9,
+            -104.1,
+            -150.0,
+            1e-40,
+            -1e-40,
+            1e30,
+            -1e30,
+            0.5,
+        ]);
         xs.extend(data(4096, 11).iter().map(|v| v * 30.0));
         while xs.len() % 8 != 0 {
             xs.push(1.0);
@@ -941,7 +1038,12 @@ mod tests {
             let mut out = [0f32; 8];
             unsafe { _mm256_storeu_ps(out.as_mut_ptr(), x86::exp_ps(_mm256_loadu_ps(c.as_ptr()))) };
             for (&x, &y) in c.iter().zip(&out) {
-                assert_eq!(y.to_bits(), exp_arm(x).to_bits(), "x={x}: 8 lanes {y} vs one lane {}", exp_arm(x));
+                assert_eq!(
+                    y.to_bits(),
+                    exp_arm(x).to_bits(),
+                    "x={x}: 8 lanes {y} vs one lane {}",
+                    exp_arm(x)
+                );
             }
         }
         // The softmax and SiLU rows: AVX2 and the one-lane path agree to the bit.
@@ -958,11 +1060,22 @@ mod tests {
                 sr += yr[i] as f64;
             }
             assert_eq!(s.to_bits(), sr.to_bits());
-            assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), yr.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            assert_eq!(
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                yr.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
             silu_row(&x, Some(&g), &mut y);
             for i in 0..n {
-                let e = if i < whole { exp_arm(-x[i]) } else { (-x[i]).exp() };
-                assert_eq!(y[i].to_bits(), (x[i] / (1.0 + e) * g[i]).to_bits(), "silu n={n} i={i}");
+                let e = if i < whole {
+                    exp_arm(-x[i])
+                } else {
+                    (-x[i]).exp()
+                };
+                assert_eq!(
+                    y[i].to_bits(),
+                    (x[i] / (1.0 + e) * g[i]).to_bits(),
+                    "silu n={n} i={i}"
+                );
             }
         }
     }
@@ -976,26 +1089,89 @@ mod tests {
             println!("avx512_float_dots_equal_avx2: SKIPPED, this CPU has no AVX-512");
             return;
         }
-        for n in [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 47, 63, 64, 100, 257, 4096 + 24] {
+        for n in [
+            0,
+            1,
+            7,
+            8,
+            15,
+            16,
+            17,
+            31,
+            32,
+            33,
+            40,
+            47,
+            63,
+            64,
+            100,
+            257,
+            4096 + 24,
+        ] {
             let a = data(n, 3);
             let b = data(n, 4);
-            let a16: Vec<u16> = a.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-            let b16: Vec<u16> = b.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-            let ab: Vec<u16> = a.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
-            let bb: Vec<u16> = b.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
-            let same = |x: f32, y: f32, what: &str| assert_eq!(x.to_bits(), y.to_bits(), "{what} n={n}: avx512 {x} vs avx2 {y}");
+            let a16: Vec<u16> = a
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
+            let b16: Vec<u16> = b
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
+            let ab: Vec<u16> = a
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_bits())
+                .collect();
+            let bb: Vec<u16> = b
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_bits())
+                .collect();
+            let same = |x: f32, y: f32, what: &str| {
+                assert_eq!(
+                    x.to_bits(),
+                    y.to_bits(),
+                    "{what} n={n}: avx512 {x} vs avx2 {y}"
+                )
+            };
             unsafe {
-                same(x86::dot_f32_avx512(&a, &b), x86::dot_f32_avx2(&a, &b), "f32");
-                same(x86::dot_f16_f32_avx512(&a16, &b), x86::dot_f16_f32_avx2(&a16, &b), "f16·f32");
-                same(x86::dot_f16_f16_4acc_avx512(&a16, &b16), x86::dot_f16_f16_4acc_avx2(&a16, &b16), "f16·f16 4acc");
-                same(x86::dot_bf16_bf16_avx512(&ab, &bb), x86::dot_bf16_bf16_avx2(&ab, &bb), "bf16·bf16");
-                same(x86::dot_bf16_f32_avx512(&ab, &b), x86::dot_bf16_f32_avx2(&ab, &b), "bf16·f32");
+                same(
+                    x86::dot_f32_avx512(&a, &b),
+                    x86::dot_f32_avx2(&a, &b),
+                    "f32",
+                );
+                same(
+                    x86::dot_f16_f32_avx512(&a16, &b),
+                    x86::dot_f16_f32_avx2(&a16, &b),
+                    "f16·f32",
+                );
+                same(
+                    x86::dot_f16_f16_4acc_avx512(&a16, &b16),
+                    x86::dot_f16_f16_4acc_avx2(&a16, &b16),
+                    "f16·f16 4acc",
+                );
+                same(
+                    x86::dot_bf16_bf16_avx512(&ab, &bb),
+                    x86::dot_bf16_bf16_avx2(&ab, &bb),
+                    "bf16·bf16",
+                );
+                same(
+                    x86::dot_bf16_f32_avx512(&ab, &b),
+                    x86::dot_bf16_f32_avx2(&ab, &b),
+                    "bf16·f32",
+                );
             }
             if level() == Level::Avx512 {
-                same(dot_f32(&a, &b), unsafe { x86::dot_f32_avx512(&a, &b) }, "dispatched f32");
+                same(
+                    dot_f32(&a, &b),
+                    unsafe { x86::dot_f32_avx512(&a, &b) },
+                    "dispatched f32",
+                );
             }
         }
-        println!("avx512_float_dots_equal_avx2: ran on AVX-512 (level {:?})", level());
+        println!(
+            "avx512_float_dots_equal_avx2: ran on AVX-512 (level {:?})",
+            level()
+        );
     }
 
     /// The NEON f16 conversions against `half`: every f16, and f32s spread over all exponents.
@@ -1004,12 +1180,19 @@ mod tests {
     fn neon_f16_conversions_match_half() {
         for h in 0..=u16::MAX {
             let (got, want) = (unsafe { neon::f16(h) }, half::f16::from_bits(h).to_f32());
-            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{h:#06x}: {got} vs {want}");
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{h:#06x}: {got} vs {want}"
+            );
         }
         for bits in (0..=u32::MAX).step_by(997) {
             let v = f32::from_bits(bits);
             let (got, want) = (unsafe { neon::f32_to_f16(v) }, half::f16::from_f32(v));
-            assert!(got == want.to_bits() || (want.is_nan() && half::f16::from_bits(got).is_nan()), "{v:e}: {got:#06x} vs {:#06x}", want.to_bits());
+            assert!(
+                got == want.to_bits() || (want.is_nan() && half::f16::from_bits(got).is_nan()),
+                "{v:e}: {got:#06x} vs {:#06x}",
+                want.to_bits()
+            );
         }
     }
 
@@ -1018,34 +1201,89 @@ mod tests {
         for n in [0, 1, 7, 8, 31, 32, 33, 100, 257] {
             let a = data(n, 1);
             let b = data(n, 2);
-            let a16: Vec<u16> = a.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-            let ab: Vec<u16> = a.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+            let a16: Vec<u16> = a
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
+            let ab: Vec<u16> = a
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_bits())
+                .collect();
             assert!((dot_f32(&a, &b) - dot_f32_ref(&a, &b)).abs() < 1e-3);
             assert!((dot_f16_f32(&a16, &b) - dot_f16_f32_ref(&a16, &b)).abs() < 1e-3);
             assert!((dot_bf16_f32(&ab, &b) - dot_bf16_f32_ref(&ab, &b)).abs() < 1e-3);
-            let b16: Vec<u16> = b.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-            let bb: Vec<u16> = b.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+            let b16: Vec<u16> = b
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
+            let bb: Vec<u16> = b
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_bits())
+                .collect();
             assert!((dot_f16_f16(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3);
-            assert!((dot_f16_f16_single_column(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3);
+            assert!(
+                (dot_f16_f16_single_column(&a16, &b16) - dot_f16_f16_ref(&a16, &b16)).abs() < 1e-3
+            );
             assert!((dot_bf16_bf16(&ab, &bb) - dot_bf16_bf16_ref(&ab, &bb)).abs() < 1e-3);
             #[cfg(target_arch = "aarch64")]
             {
                 // The NEON kernels against the references, and the dispatched dots must be them
                 // (to the bit), or the checks above compared the references with themselves.
-                assert!(level() == Level::Neon || std::env::var("ROCMFORGE_SIMD").is_ok_and(|v| v == "scalar"), "NEON not detected");
+                assert!(
+                    level() == Level::Neon
+                        || std::env::var("ROCMFORGE_SIMD").is_ok_and(|v| v == "scalar"),
+                    "NEON not detected"
+                );
                 let same = |fast: f32, slow: f32, dispatched: f32, what: &str| {
-                    assert!((fast - slow).abs() < 1e-3, "{what} n={n}: neon {fast} vs scalar {slow}");
+                    assert!(
+                        (fast - slow).abs() < 1e-3,
+                        "{what} n={n}: neon {fast} vs scalar {slow}"
+                    );
                     if level() == Level::Neon {
-                        assert_eq!(dispatched.to_bits(), fast.to_bits(), "{what} n={n}: NEON is not what is dispatched");
+                        assert_eq!(
+                            dispatched.to_bits(),
+                            fast.to_bits(),
+                            "{what} n={n}: NEON is not what is dispatched"
+                        );
                     }
                 };
                 unsafe {
-                    same(neon::dot_f32(&a, &b), dot_f32_ref(&a, &b), dot_f32(&a, &b), "f32");
-                    same(neon::dot_f16_f32(&a16, &b), dot_f16_f32_ref(&a16, &b), dot_f16_f32(&a16, &b), "f16·f32");
-                    same(neon::dot_bf16_f32(&ab, &b), dot_bf16_f32_ref(&ab, &b), dot_bf16_f32(&ab, &b), "bf16·f32");
-                    same(neon::dot_f16_f16(&a16, &b16), dot_f16_f16_ref(&a16, &b16), dot_f16_f16(&a16, &b16), "f16·f16");
-                    same(neon::dot_f16_f16(&a16, &b16), dot_f16_f16_ref(&a16, &b16), dot_f16_f16_single_column(&a16, &b16), "f16·f16 single column");
-                    same(neon::dot_bf16_bf16(&ab, &bb), dot_bf16_bf16_ref(&ab, &bb), dot_bf16_bf16(&ab, &bb), "bf16·bf16");
+                    same(
+                        neon::dot_f32(&a, &b),
+                        dot_f32_ref(&a, &b),
+                        dot_f32(&a, &b),
+                        "f32",
+                    );
+                    same(
+                        neon::dot_f16_f32(&a16, &b),
+                        dot_f16_f32_ref(&a16, &b),
+                        dot_f16_f32(&a16, &b),
+                        "f16·f32",
+                    );
+                    same(
+                        neon::dot_bf16_f32(&ab, &b),
+                        dot_bf16_f32_ref(&ab, &b),
+                        dot_bf16_f32(&ab, &b),
+                        "bf16·f32",
+                    );
+                    same(
+                        neon::dot_f16_f16(&a16, &b16),
+                        dot_f16_f16_ref(&a16, &b16),
+                        dot_f16_f16(&a16, &b16),
+                        "f16·f16",
+                    );
+                    same(
+                        neon::dot_f16_f16(&a16, &b16),
+                        dot_f16_f16_ref(&a16, &b16),
+                        dot_f16_f16_single_column(&a16, &b16),
+                        "f16·f16 single column",
+                    );
+                    same(
+                        neon::dot_bf16_bf16(&ab, &bb),
+                        dot_bf16_bf16_ref(&ab, &bb),
+                        dot_bf16_bf16(&ab, &bb),
+                        "bf16·bf16",
+                    );
                 }
             }
         }

@@ -14,7 +14,8 @@ pub type VecDot = unsafe fn(n: usize, x: *const u8, y: *const u8) -> f32;
 /// Dots of `rows` consecutive weight rows (`x`, `xs` bytes apart) with `cols` activation
 /// columns (`y`, `ys` bytes apart): result (r, c) goes to `out + r * 4 + c * os` (bytes).
 /// Each result equals `vec_dot` of that row and column to the bit: tiling only shares loads.
-pub type DotTile = unsafe fn(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize);
+pub type DotTile =
+    unsafe fn(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize);
 
 #[derive(Clone, Copy)]
 pub struct Tile {
@@ -111,15 +112,24 @@ unsafe fn bf16_from_f32(src: &[f32], dst: *mut u8) {
 }
 
 unsafe fn vec_dot_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
-    simd::dot_f32(std::slice::from_raw_parts(x as *const f32, n), std::slice::from_raw_parts(y as *const f32, n))
+    simd::dot_f32(
+        std::slice::from_raw_parts(x as *const f32, n),
+        std::slice::from_raw_parts(y as *const f32, n),
+    )
 }
 
 unsafe fn vec_dot_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    simd::dot_f16_f16(std::slice::from_raw_parts(x as *const u16, n), std::slice::from_raw_parts(y as *const u16, n))
+    simd::dot_f16_f16(
+        std::slice::from_raw_parts(x as *const u16, n),
+        std::slice::from_raw_parts(y as *const u16, n),
+    )
 }
 
 unsafe fn vec_dot_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    simd::dot_bf16_bf16(std::slice::from_raw_parts(x as *const u16, n), std::slice::from_raw_parts(y as *const u16, n))
+    simd::dot_bf16_bf16(
+        std::slice::from_raw_parts(x as *const u16, n),
+        std::slice::from_raw_parts(y as *const u16, n),
+    )
 }
 
 /// Reads element `i` of a row of a plain float type as f32.

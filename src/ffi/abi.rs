@@ -23,7 +23,8 @@ pub const GGML_LOG_LEVEL_DEBUG: ggml_log_level = 1;
 pub const GGML_LOG_LEVEL_INFO: ggml_log_level = 2;
 pub const GGML_LOG_LEVEL_WARN: ggml_log_level = 3;
 pub const GGML_LOG_LEVEL_ERROR: ggml_log_level = 4;
-pub type ggml_log_callback = Option<unsafe extern "C" fn(ggml_log_level, *const c_char, *mut c_void)>;
+pub type ggml_log_callback =
+    Option<unsafe extern "C" fn(ggml_log_level, *const c_char, *mut c_void)>;
 
 pub const GGML_TENSOR_FLAG_COMPUTE: i32 = 16;
 
@@ -90,13 +91,22 @@ pub type ggml_backend_graph_plan_t = *mut c_void;
 #[repr(C)]
 pub struct ggml_backend_buffer_type_i {
     pub get_name: Option<unsafe extern "C" fn(ggml_backend_buffer_type_t) -> *const c_char>,
-    pub alloc_buffer: Option<unsafe extern "C" fn(ggml_backend_buffer_type_t, usize) -> ggml_backend_buffer_t>,
-    pub alloc_buffer_n:
-        Option<unsafe extern "C" fn(ggml_backend_buffer_type_t, *mut *mut ggml_tensor, c_int) -> ggml_backend_buffer_t>,
+    pub alloc_buffer:
+        Option<unsafe extern "C" fn(ggml_backend_buffer_type_t, usize) -> ggml_backend_buffer_t>,
+    pub alloc_buffer_n: Option<
+        unsafe extern "C" fn(
+            ggml_backend_buffer_type_t,
+            *mut *mut ggml_tensor,
+            c_int,
+        ) -> ggml_backend_buffer_t,
+    >,
     pub get_alignment: Option<unsafe extern "C" fn(ggml_backend_buffer_type_t) -> usize>,
     pub get_max_size: Option<unsafe extern "C" fn(ggml_backend_buffer_type_t) -> usize>,
-    pub get_alloc_size: Option<unsafe extern "C" fn(ggml_backend_buffer_type_t, *const ggml_tensor) -> usize>,
-    pub get_alloc_size_n: Option<unsafe extern "C" fn(ggml_backend_buffer_type_t, *mut *mut ggml_tensor, c_int) -> usize>,
+    pub get_alloc_size:
+        Option<unsafe extern "C" fn(ggml_backend_buffer_type_t, *const ggml_tensor) -> usize>,
+    pub get_alloc_size_n: Option<
+        unsafe extern "C" fn(ggml_backend_buffer_type_t, *mut *mut ggml_tensor, c_int) -> usize,
+    >,
     pub is_host: Option<unsafe extern "C" fn(ggml_backend_buffer_type_t) -> bool>,
 }
 
@@ -111,17 +121,43 @@ pub struct ggml_backend_buffer_type {
 pub struct ggml_backend_buffer_i {
     pub free_buffer: Option<unsafe extern "C" fn(ggml_backend_buffer_t)>,
     pub get_base: Option<unsafe extern "C" fn(ggml_backend_buffer_t) -> *mut c_void>,
-    pub init_tensor: Option<unsafe extern "C" fn(ggml_backend_buffer_t, *mut ggml_tensor) -> ggml_status>,
-    pub memset_tensor: Option<unsafe extern "C" fn(ggml_backend_buffer_t, *mut ggml_tensor, u8, usize, usize)>,
-    pub set_tensor: Option<unsafe extern "C" fn(ggml_backend_buffer_t, *mut ggml_tensor, *const c_void, usize, usize)>,
-    pub get_tensor: Option<unsafe extern "C" fn(ggml_backend_buffer_t, *const ggml_tensor, *mut c_void, usize, usize)>,
+    pub init_tensor:
+        Option<unsafe extern "C" fn(ggml_backend_buffer_t, *mut ggml_tensor) -> ggml_status>,
+    pub memset_tensor:
+        Option<unsafe extern "C" fn(ggml_backend_buffer_t, *mut ggml_tensor, u8, usize, usize)>,
+    pub set_tensor: Option<
+        unsafe extern "C" fn(ggml_backend_buffer_t, *mut ggml_tensor, *const c_void, usize, usize),
+    >,
+    pub get_tensor: Option<
+        unsafe extern "C" fn(ggml_backend_buffer_t, *const ggml_tensor, *mut c_void, usize, usize),
+    >,
     pub set_tensor_2d: Option<
-        unsafe extern "C" fn(ggml_backend_buffer_t, *mut ggml_tensor, *const c_void, usize, usize, usize, usize, usize),
+        unsafe extern "C" fn(
+            ggml_backend_buffer_t,
+            *mut ggml_tensor,
+            *const c_void,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        ),
     >,
     pub get_tensor_2d: Option<
-        unsafe extern "C" fn(ggml_backend_buffer_t, *const ggml_tensor, *mut c_void, usize, usize, usize, usize, usize),
+        unsafe extern "C" fn(
+            ggml_backend_buffer_t,
+            *const ggml_tensor,
+            *mut c_void,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        ),
     >,
-    pub cpy_tensor: Option<unsafe extern "C" fn(ggml_backend_buffer_t, *const ggml_tensor, *mut ggml_tensor) -> bool>,
+    pub cpy_tensor: Option<
+        unsafe extern "C" fn(ggml_backend_buffer_t, *const ggml_tensor, *mut ggml_tensor) -> bool,
+    >,
     pub clear: Option<unsafe extern "C" fn(ggml_backend_buffer_t, u8)>,
     pub reset: Option<unsafe extern "C" fn(ggml_backend_buffer_t)>,
 }
@@ -137,7 +173,8 @@ pub struct ggml_backend_buffer {
 
 #[repr(C)]
 pub struct ggml_backend_graph_optimize_params {
-    pub add_alloc_dep: Option<unsafe extern "C" fn(*mut c_void, *mut ggml_tensor, *mut ggml_tensor)>,
+    pub add_alloc_dep:
+        Option<unsafe extern "C" fn(*mut c_void, *mut ggml_tensor, *mut ggml_tensor)>,
     pub user_data: *mut c_void,
 }
 
@@ -145,24 +182,62 @@ pub struct ggml_backend_graph_optimize_params {
 pub struct ggml_backend_i {
     pub get_name: Option<unsafe extern "C" fn(ggml_backend_t) -> *const c_char>,
     pub free: Option<unsafe extern "C" fn(ggml_backend_t)>,
-    pub set_tensor_async: Option<unsafe extern "C" fn(ggml_backend_t, *mut ggml_tensor, *const c_void, usize, usize)>,
-    pub get_tensor_async: Option<unsafe extern "C" fn(ggml_backend_t, *const ggml_tensor, *mut c_void, usize, usize)>,
-    pub set_tensor_2d_async:
-        Option<unsafe extern "C" fn(ggml_backend_t, *mut ggml_tensor, *const c_void, usize, usize, usize, usize, usize)>,
-    pub get_tensor_2d_async:
-        Option<unsafe extern "C" fn(ggml_backend_t, *const ggml_tensor, *mut c_void, usize, usize, usize, usize, usize)>,
-    pub cpy_tensor_async:
-        Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_t, *const ggml_tensor, *mut ggml_tensor) -> bool>,
+    pub set_tensor_async:
+        Option<unsafe extern "C" fn(ggml_backend_t, *mut ggml_tensor, *const c_void, usize, usize)>,
+    pub get_tensor_async:
+        Option<unsafe extern "C" fn(ggml_backend_t, *const ggml_tensor, *mut c_void, usize, usize)>,
+    pub set_tensor_2d_async: Option<
+        unsafe extern "C" fn(
+            ggml_backend_t,
+            *mut ggml_tensor,
+            *const c_void,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        ),
+    >,
+    pub get_tensor_2d_async: Option<
+        unsafe extern "C" fn(
+            ggml_backend_t,
+            *const ggml_tensor,
+            *mut c_void,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        ),
+    >,
+    pub cpy_tensor_async: Option<
+        unsafe extern "C" fn(
+            ggml_backend_t,
+            ggml_backend_t,
+            *const ggml_tensor,
+            *mut ggml_tensor,
+        ) -> bool,
+    >,
     pub synchronize: Option<unsafe extern "C" fn(ggml_backend_t)>,
-    pub graph_plan_create: Option<unsafe extern "C" fn(ggml_backend_t, *const ggml_cgraph) -> ggml_backend_graph_plan_t>,
+    pub graph_plan_create: Option<
+        unsafe extern "C" fn(ggml_backend_t, *const ggml_cgraph) -> ggml_backend_graph_plan_t,
+    >,
     pub graph_plan_free: Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_graph_plan_t)>,
-    pub graph_plan_update: Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_graph_plan_t, *const ggml_cgraph)>,
-    pub graph_plan_compute: Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_graph_plan_t) -> ggml_status>,
-    pub graph_compute: Option<unsafe extern "C" fn(ggml_backend_t, *mut ggml_cgraph) -> ggml_status>,
+    pub graph_plan_update:
+        Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_graph_plan_t, *const ggml_cgraph)>,
+    pub graph_plan_compute:
+        Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_graph_plan_t) -> ggml_status>,
+    pub graph_compute:
+        Option<unsafe extern "C" fn(ggml_backend_t, *mut ggml_cgraph) -> ggml_status>,
     pub event_record: Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_event_t)>,
     pub event_wait: Option<unsafe extern "C" fn(ggml_backend_t, ggml_backend_event_t)>,
-    pub graph_optimize:
-        Option<unsafe extern "C" fn(ggml_backend_t, *mut ggml_cgraph, *mut ggml_backend_graph_optimize_params)>,
+    pub graph_optimize: Option<
+        unsafe extern "C" fn(
+            ggml_backend_t,
+            *mut ggml_cgraph,
+            *mut ggml_backend_graph_optimize_params,
+        ),
+    >,
 }
 
 #[repr(C)]
@@ -206,13 +281,23 @@ pub struct ggml_backend_device_i {
     pub get_memory: Option<unsafe extern "C" fn(ggml_backend_dev_t, *mut usize, *mut usize)>,
     pub get_type: Option<unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_dev_type>,
     pub get_props: Option<unsafe extern "C" fn(ggml_backend_dev_t, *mut ggml_backend_dev_props)>,
-    pub init_backend: Option<unsafe extern "C" fn(ggml_backend_dev_t, *const c_char) -> ggml_backend_t>,
-    pub get_buffer_type: Option<unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t>,
-    pub get_host_buffer_type: Option<unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t>,
-    pub buffer_from_host_ptr:
-        Option<unsafe extern "C" fn(ggml_backend_dev_t, *mut c_void, usize, usize) -> ggml_backend_buffer_t>,
+    pub init_backend:
+        Option<unsafe extern "C" fn(ggml_backend_dev_t, *const c_char) -> ggml_backend_t>,
+    pub get_buffer_type:
+        Option<unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t>,
+    pub get_host_buffer_type:
+        Option<unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t>,
+    pub buffer_from_host_ptr: Option<
+        unsafe extern "C" fn(
+            ggml_backend_dev_t,
+            *mut c_void,
+            usize,
+            usize,
+        ) -> ggml_backend_buffer_t,
+    >,
     pub supports_op: Option<unsafe extern "C" fn(ggml_backend_dev_t, *const ggml_tensor) -> bool>,
-    pub supports_buft: Option<unsafe extern "C" fn(ggml_backend_dev_t, ggml_backend_buffer_type_t) -> bool>,
+    pub supports_buft:
+        Option<unsafe extern "C" fn(ggml_backend_dev_t, ggml_backend_buffer_type_t) -> bool>,
     pub offload_op: Option<unsafe extern "C" fn(ggml_backend_dev_t, *const ggml_tensor) -> bool>,
     pub event_new: Option<unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_event_t>,
     pub event_free: Option<unsafe extern "C" fn(ggml_backend_dev_t, ggml_backend_event_t)>,
@@ -231,7 +316,8 @@ pub struct ggml_backend_reg_i {
     pub get_name: Option<unsafe extern "C" fn(ggml_backend_reg_t) -> *const c_char>,
     pub get_device_count: Option<unsafe extern "C" fn(ggml_backend_reg_t) -> usize>,
     pub get_device: Option<unsafe extern "C" fn(ggml_backend_reg_t, usize) -> ggml_backend_dev_t>,
-    pub get_proc_address: Option<unsafe extern "C" fn(ggml_backend_reg_t, *const c_char) -> *mut c_void>,
+    pub get_proc_address:
+        Option<unsafe extern "C" fn(ggml_backend_reg_t, *const c_char) -> *mut c_void>,
 }
 
 #[repr(C)]

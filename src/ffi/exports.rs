@@ -17,7 +17,9 @@ pub extern "C" fn ggml_backend_init() -> ggml_backend_reg_t {
 /// ggml's dynamic-loading score: positive on every machine the library runs on.
 #[no_mangle]
 pub extern "C" fn ggml_backend_score() -> c_int {
-    guard("ggml_backend_score", 0, || 10 + crate::cpu::simd::level() as c_int)
+    guard("ggml_backend_score", 0, || {
+        10 + crate::cpu::simd::level() as c_int
+    })
 }
 
 /// The rocmforge backend registry (name "rocmforge"). Its devices are RFCPU, then one
@@ -31,25 +33,33 @@ pub extern "C" fn ggml_backend_rocmforge_reg() -> ggml_backend_reg_t {
 /// Returns NULL (and logs why) on failure.
 #[no_mangle]
 pub extern "C" fn ggml_backend_rocmforge_cpu_init() -> ggml_backend_t {
-    guard("ggml_backend_rocmforge_cpu_init", null_mut(), || new_backend(registry::cpu_entry()))
+    guard("ggml_backend_rocmforge_cpu_init", null_mut(), || {
+        new_backend(registry::cpu_entry())
+    })
 }
 
 /// The host-memory buffer type of the RFCPU device.
 #[no_mangle]
 pub extern "C" fn ggml_backend_rocmforge_cpu_buffer_type() -> ggml_backend_buffer_type_t {
-    guard("ggml_backend_rocmforge_cpu_buffer_type", null_mut(), || registry::cpu_entry().buft_ptr())
+    guard("ggml_backend_rocmforge_cpu_buffer_type", null_mut(), || {
+        registry::cpu_entry().buft_ptr()
+    })
 }
 
 /// True when `backend` was created by rocmforge (any of its devices). NULL gives false.
 #[no_mangle]
 pub extern "C" fn ggml_backend_is_rocmforge(backend: ggml_backend_t) -> bool {
-    guard("ggml_backend_is_rocmforge", false, || unsafe { backend_of(backend).is_some() })
+    guard("ggml_backend_is_rocmforge", false, || unsafe {
+        backend_of(backend).is_some()
+    })
 }
 
 /// Number of rocmforge devices (RFCPU included).
 #[no_mangle]
 pub extern "C" fn ggml_backend_rocmforge_get_device_count() -> c_int {
-    guard("ggml_backend_rocmforge_get_device_count", 0, || registry::devices().len() as c_int)
+    guard("ggml_backend_rocmforge_get_device_count", 0, || {
+        registry::devices().len() as c_int
+    })
 }
 
 /// Copies the description of device `device` (0-based, registry order) into `description`,
@@ -80,7 +90,11 @@ pub extern "C" fn ggml_backend_rocmforge_get_device_description(
 /// Free and total memory of device `device` in bytes (0 and 0 for an unknown index).
 /// Either pointer may be NULL.
 #[no_mangle]
-pub extern "C" fn ggml_backend_rocmforge_get_device_memory(device: c_int, free: *mut usize, total: *mut usize) {
+pub extern "C" fn ggml_backend_rocmforge_get_device_memory(
+    device: c_int,
+    free: *mut usize,
+    total: *mut usize,
+) {
     guard("ggml_backend_rocmforge_get_device_memory", (), || {
         let (f, t) = usize::try_from(device)
             .ok()
@@ -126,11 +140,17 @@ pub extern "C" fn ggml_backend_rocmforge_abi_layout(
                 layout_table()
                     .into_iter()
                     .map(|e| {
-                        (std::ffi::CString::new(e.what).unwrap(), std::ffi::CString::new(e.field).unwrap(), e.value)
+                        (
+                            std::ffi::CString::new(e.what).unwrap(),
+                            std::ffi::CString::new(e.field).unwrap(),
+                            e.value,
+                        )
                     })
                     .collect()
             });
-        let Some((w, f, v)) = TABLE.get(index) else { return false };
+        let Some((w, f, v)) = TABLE.get(index) else {
+            return false;
+        };
         if what.is_null() || field.is_null() || value.is_null() {
             return false;
         }

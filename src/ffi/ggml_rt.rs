@@ -8,8 +8,12 @@ use super::abi::*;
 use once_cell::sync::Lazy;
 use std::ffi::{c_void, CStr};
 
-type BufferInitFn = unsafe extern "C" fn(ggml_backend_buffer_type_t, ggml_backend_buffer_i, *mut c_void, usize)
-    -> ggml_backend_buffer_t;
+type BufferInitFn = unsafe extern "C" fn(
+    ggml_backend_buffer_type_t,
+    ggml_backend_buffer_i,
+    *mut c_void,
+    usize,
+) -> ggml_backend_buffer_t;
 type LogGetFn = unsafe extern "C" fn(*mut ggml_log_callback, *mut *mut c_void);
 
 pub struct GgmlRuntime {
@@ -40,7 +44,15 @@ pub static GGML: Lazy<GgmlRuntime> = Lazy::new(|| unsafe {
     let bi = lookup(c"ggml_backend_buffer_init");
     let lg = lookup(c"ggml_log_get");
     GgmlRuntime {
-        buffer_init: if bi.is_null() { None } else { Some(std::mem::transmute::<*mut c_void, BufferInitFn>(bi)) },
-        log_get: if lg.is_null() { None } else { Some(std::mem::transmute::<*mut c_void, LogGetFn>(lg)) },
+        buffer_init: if bi.is_null() {
+            None
+        } else {
+            Some(std::mem::transmute::<*mut c_void, BufferInitFn>(bi))
+        },
+        log_get: if lg.is_null() {
+            None
+        } else {
+            Some(std::mem::transmute::<*mut c_void, LogGetFn>(lg))
+        },
     }
 });

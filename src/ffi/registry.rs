@@ -17,7 +17,9 @@ pub fn is_our_guid(g: ggml_guid_t) -> bool {
         return false;
     }
     let g = unsafe { &*g };
-    [&GUID_CPU, &GUID_GPU, &GUID_HYBRID].iter().any(|ours| *ours == g)
+    [&GUID_CPU, &GUID_GPU, &GUID_HYBRID]
+        .iter()
+        .any(|ours| *ours == g)
 }
 
 struct Registry {
@@ -30,11 +32,19 @@ unsafe impl Send for Registry {}
 
 static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
     let reg: &'static mut Registry = Box::leak(Box::new(Registry {
-        reg: ggml_backend_reg { api_version: GGML_BACKEND_API_VERSION, iface: REG_IFACE, context: null_mut() },
+        reg: ggml_backend_reg {
+            api_version: GGML_BACKEND_API_VERSION,
+            iface: REG_IFACE,
+            context: null_mut(),
+        },
         devices: Vec::new(),
     }));
     let reg_ptr: ggml_backend_reg_t = &mut reg.reg;
-    reg.devices.push(DeviceEntry::leak(Box::new(crate::cpu::CpuDevice::new()), reg_ptr, &GUID_CPU));
+    reg.devices.push(DeviceEntry::leak(
+        Box::new(crate::cpu::CpuDevice::new()),
+        reg_ptr,
+        &GUID_CPU,
+    ));
     // GPU discovery loads vendor libraries; whatever goes wrong there must cost only the GPUs.
     match std::panic::catch_unwind(crate::gpu::discover) {
         Ok(gpus) => {
@@ -72,16 +82,26 @@ static FEATURES: Lazy<Features> = Lazy::new(|| {
     let mut list = Vec::new();
     for (k, v) in crate::cpu::simd::features() {
         let (k, v) = (CString::new(k).unwrap(), CString::new(v).unwrap());
-        list.push(ggml_backend_feature { name: k.as_ptr(), value: v.as_ptr() });
+        list.push(ggml_backend_feature {
+            name: k.as_ptr(),
+            value: v.as_ptr(),
+        });
         strings.push(k);
         strings.push(v);
     }
-    list.push(ggml_backend_feature { name: std::ptr::null(), value: std::ptr::null() });
-    Features { _strings: strings, list }
+    list.push(ggml_backend_feature {
+        name: std::ptr::null(),
+        value: std::ptr::null(),
+    });
+    Features {
+        _strings: strings,
+        list,
+    }
 });
 
 /// `ggml_backend_get_features`: name/value pairs, ending with a NULL name.
 pub unsafe extern "C" fn get_features(_reg: ggml_backend_reg_t) -> *mut ggml_backend_feature {
-    super::guard::guard("get_features", null_mut(), || FEATURES.list.as_ptr() as *mut ggml_backend_feature)
+    super::guard::guard("get_features", null_mut(), || {
+        FEATURES.list.as_ptr() as *mut ggml_backend_feature
+    })
 }
-

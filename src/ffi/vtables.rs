@@ -32,11 +32,27 @@ unsafe impl Send for DeviceEntry {}
 
 impl DeviceEntry {
     /// Leaks a new entry (devices live as long as the process, as in every ggml backend).
-    pub fn leak(imp: Box<dyn Device>, reg: ggml_backend_reg_t, guid: &'static ggml_guid) -> &'static DeviceEntry {
+    pub fn leak(
+        imp: Box<dyn Device>,
+        reg: ggml_backend_reg_t,
+        guid: &'static ggml_guid,
+    ) -> &'static DeviceEntry {
         let entry = Box::leak(Box::new(DeviceEntry {
-            dev: ggml_backend_device { iface: DEVICE_IFACE, reg, context: null_mut() },
-            buft: ggml_backend_buffer_type { iface: BUFT_IFACE, device: null_mut(), context: null_mut() },
-            host_buft: ggml_backend_buffer_type { iface: BUFT_IFACE, device: null_mut(), context: null_mut() },
+            dev: ggml_backend_device {
+                iface: DEVICE_IFACE,
+                reg,
+                context: null_mut(),
+            },
+            buft: ggml_backend_buffer_type {
+                iface: BUFT_IFACE,
+                device: null_mut(),
+                context: null_mut(),
+            },
+            host_buft: ggml_backend_buffer_type {
+                iface: BUFT_IFACE,
+                device: null_mut(),
+                context: null_mut(),
+            },
             imp,
             guid,
         }));
@@ -67,11 +83,14 @@ impl DeviceEntry {
 }
 
 unsafe fn entry_of_dev(dev: ggml_backend_dev_t) -> Option<&'static DeviceEntry> {
-    dev.as_ref().and_then(|d| (d.context as *const DeviceEntry).as_ref())
+    dev.as_ref()
+        .and_then(|d| (d.context as *const DeviceEntry).as_ref())
 }
 
 /// One of our buffer types (others may come from any backend): its device and implementation.
-unsafe fn buft_of(buft: ggml_backend_buffer_type_t) -> Option<(&'static DeviceEntry, &'static dyn BufferType)> {
+unsafe fn buft_of(
+    buft: ggml_backend_buffer_type_t,
+) -> Option<(&'static DeviceEntry, &'static dyn BufferType)> {
     if buft.is_null() {
         return None;
     }
@@ -116,10 +135,14 @@ unsafe extern "C" fn dev_get_name(dev: ggml_backend_dev_t) -> *const c_char {
 }
 
 unsafe extern "C" fn dev_get_description(dev: ggml_backend_dev_t) -> *const c_char {
-    guard("dev_get_description", c"?".as_ptr(), || match entry_of_dev(dev) {
-        Some(e) => e.imp.description().as_ptr(),
-        None => c"?".as_ptr(),
-    })
+    guard(
+        "dev_get_description",
+        c"?".as_ptr(),
+        || match entry_of_dev(dev) {
+            Some(e) => e.imp.description().as_ptr(),
+            None => c"?".as_ptr(),
+        },
+    )
 }
 
 unsafe extern "C" fn dev_get_memory(dev: ggml_backend_dev_t, free: *mut usize, total: *mut usize) {
@@ -143,13 +166,17 @@ fn dev_type_of(kind: DeviceKind) -> ggml_backend_dev_type {
 
 unsafe extern "C" fn dev_get_type(dev: ggml_backend_dev_t) -> ggml_backend_dev_type {
     guard("dev_get_type", GGML_BACKEND_DEVICE_TYPE_CPU, || {
-        entry_of_dev(dev).map(|e| dev_type_of(e.imp.kind())).unwrap_or(GGML_BACKEND_DEVICE_TYPE_CPU)
+        entry_of_dev(dev)
+            .map(|e| dev_type_of(e.imp.kind()))
+            .unwrap_or(GGML_BACKEND_DEVICE_TYPE_CPU)
     })
 }
 
 unsafe extern "C" fn dev_get_props(dev: ggml_backend_dev_t, props: *mut ggml_backend_dev_props) {
     guard("dev_get_props", (), || {
-        let (Some(e), Some(p)) = (entry_of_dev(dev), props.as_mut()) else { return };
+        let (Some(e), Some(p)) = (entry_of_dev(dev), props.as_mut()) else {
+            return;
+        };
         let (free, total) = e.imp.memory();
         let caps = e.imp.caps();
         *p = ggml_backend_dev_props {
@@ -170,7 +197,10 @@ unsafe extern "C" fn dev_get_props(dev: ggml_backend_dev_t, props: *mut ggml_bac
     })
 }
 
-unsafe extern "C" fn dev_init_backend(dev: ggml_backend_dev_t, _params: *const c_char) -> ggml_backend_t {
+unsafe extern "C" fn dev_init_backend(
+    dev: ggml_backend_dev_t,
+    _params: *const c_char,
+) -> ggml_backend_t {
     guard("dev_init_backend", null_mut(), || match entry_of_dev(dev) {
         Some(e) => new_backend(e),
         None => null_mut(),
@@ -178,11 +208,21 @@ unsafe extern "C" fn dev_init_backend(dev: ggml_backend_dev_t, _params: *const c
 }
 
 unsafe extern "C" fn dev_get_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
-    guard("dev_get_buffer_type", null_mut(), || entry_of_dev(dev).map(|e| e.buft_ptr()).unwrap_or(null_mut()))
+    guard("dev_get_buffer_type", null_mut(), || {
+        entry_of_dev(dev)
+            .map(|e| e.buft_ptr())
+            .unwrap_or(null_mut())
+    })
 }
 
-unsafe extern "C" fn dev_get_host_buffer_type(dev: ggml_backend_dev_t) -> ggml_backend_buffer_type_t {
-    guard("dev_get_host_buffer_type", null_mut(), || entry_of_dev(dev).map(|e| e.host_buft_ptr()).unwrap_or(null_mut()))
+unsafe extern "C" fn dev_get_host_buffer_type(
+    dev: ggml_backend_dev_t,
+) -> ggml_backend_buffer_type_t {
+    guard("dev_get_host_buffer_type", null_mut(), || {
+        entry_of_dev(dev)
+            .map(|e| e.host_buft_ptr())
+            .unwrap_or(null_mut())
+    })
 }
 
 unsafe extern "C" fn dev_buffer_from_host_ptr(
@@ -192,7 +232,9 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
     _max_tensor_size: usize,
 ) -> ggml_backend_buffer_t {
     guard("dev_buffer_from_host_ptr", null_mut(), || {
-        let Some(e) = entry_of_dev(dev) else { return null_mut() };
+        let Some(e) = entry_of_dev(dev) else {
+            return null_mut();
+        };
         if ptr.is_null() {
             log_error!("buffer_from_host_ptr: NULL pointer");
             return null_mut();
@@ -200,7 +242,12 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
         match e.imp.buffer_from_host_ptr(ptr as *mut u8, size) {
             Some(b) => wrap_buffer(e.buft_ptr(), b),
             None => {
-                log_warn!("{}: cannot wrap host memory ({} bytes at {:p})", e.imp.name().to_string_lossy(), size, ptr);
+                log_warn!(
+                    "{}: cannot wrap host memory ({} bytes at {:p})",
+                    e.imp.name().to_string_lossy(),
+                    size,
+                    ptr
+                );
                 null_mut()
             }
         }
@@ -208,15 +255,22 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
 }
 
 unsafe extern "C" fn dev_supports_op(dev: ggml_backend_dev_t, node: *const ggml_tensor) -> bool {
-    guard("dev_supports_op", false, || match (entry_of_dev(dev), Tensor::from_ptr(node)) {
-        (Some(e), Some(t)) => e.imp.supports_op(&t),
-        _ => false,
+    guard("dev_supports_op", false, || {
+        match (entry_of_dev(dev), Tensor::from_ptr(node)) {
+            (Some(e), Some(t)) => e.imp.supports_op(&t),
+            _ => false,
+        }
     })
 }
 
-unsafe extern "C" fn dev_supports_buft(dev: ggml_backend_dev_t, buft: ggml_backend_buffer_type_t) -> bool {
+unsafe extern "C" fn dev_supports_buft(
+    dev: ggml_backend_dev_t,
+    buft: ggml_backend_buffer_type_t,
+) -> bool {
     guard("dev_supports_buft", false, || {
-        let Some(e) = entry_of_dev(dev) else { return false };
+        let Some(e) = entry_of_dev(dev) else {
+            return false;
+        };
         if buft.is_null() {
             return false;
         }
@@ -229,9 +283,11 @@ unsafe extern "C" fn dev_supports_buft(dev: ggml_backend_dev_t, buft: ggml_backe
 }
 
 unsafe extern "C" fn dev_offload_op(dev: ggml_backend_dev_t, node: *const ggml_tensor) -> bool {
-    guard("dev_offload_op", false, || match (entry_of_dev(dev), Tensor::from_ptr(node)) {
-        (Some(e), Some(t)) => e.imp.offload_op(&t),
-        _ => false,
+    guard("dev_offload_op", false, || {
+        match (entry_of_dev(dev), Tensor::from_ptr(node)) {
+            (Some(e), Some(t)) => e.imp.offload_op(&t),
+            _ => false,
+        }
     })
 }
 
@@ -241,16 +297,25 @@ unsafe extern "C" fn dev_offload_op(dev: ggml_backend_dev_t, node: *const ggml_t
 
 unsafe extern "C" fn dev_event_new(dev: ggml_backend_dev_t) -> ggml_backend_event_t {
     guard("event_new", null_mut(), || {
-        let Some(e) = entry_of_dev(dev) else { return null_mut() };
+        let Some(e) = entry_of_dev(dev) else {
+            return null_mut();
+        };
         match e.imp.new_event() {
             None => null_mut(),
             Some(Err(err)) => {
-                log_error!("{}: cannot create an event: {}", e.imp.name().to_string_lossy(), err);
+                log_error!(
+                    "{}: cannot create an event: {}",
+                    e.imp.name().to_string_lossy(),
+                    err
+                );
                 null_mut()
             }
             Some(Ok(ev)) => {
                 let ctx = Box::into_raw(Box::new(ev)) as *mut c_void;
-                Box::into_raw(Box::new(ggml_backend_event { device: e.dev_ptr(), context: ctx }))
+                Box::into_raw(Box::new(ggml_backend_event {
+                    device: e.dev_ptr(),
+                    context: ctx,
+                }))
             }
         }
     })
@@ -259,7 +324,9 @@ unsafe extern "C" fn dev_event_new(dev: ggml_backend_dev_t) -> ggml_backend_even
 /// Our event behind `event` (made by `dev_event_new` for one of our devices), or None.
 unsafe fn event_of<'a>(event: ggml_backend_event_t) -> Option<&'a dyn Event> {
     let ev = event.as_ref()?;
-    let ours = super::registry::devices().iter().any(|e| std::ptr::eq(e.dev_ptr(), ev.device));
+    let ours = super::registry::devices()
+        .iter()
+        .any(|e| std::ptr::eq(e.dev_ptr(), ev.device));
     if !ours || ev.context.is_null() {
         return None;
     }
@@ -304,11 +371,21 @@ unsafe extern "C" fn buft_get_name(buft: ggml_backend_buffer_type_t) -> *const c
     })
 }
 
-unsafe extern "C" fn buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t {
+unsafe extern "C" fn buft_alloc_buffer(
+    buft: ggml_backend_buffer_type_t,
+    size: usize,
+) -> ggml_backend_buffer_t {
     guard("buft_alloc_buffer", null_mut(), || {
-        let Some((_, bt)) = buft_of(buft) else { return null_mut() };
+        let Some((_, bt)) = buft_of(buft) else {
+            return null_mut();
+        };
         if size > bt.max_size() {
-            log_error!("{}: cannot allocate {} bytes (max {})", bt.name().to_string_lossy(), size, bt.max_size());
+            log_error!(
+                "{}: cannot allocate {} bytes (max {})",
+                bt.name().to_string_lossy(),
+                size,
+                bt.max_size()
+            );
             return null_mut();
         }
         match bt.alloc(size) {
@@ -322,25 +399,36 @@ unsafe extern "C" fn buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: u
 }
 
 unsafe extern "C" fn buft_get_alignment(buft: ggml_backend_buffer_type_t) -> usize {
-    guard("buft_get_alignment", 64, || buft_of(buft).map(|(_, bt)| bt.alignment()).unwrap_or(64))
+    guard("buft_get_alignment", 64, || {
+        buft_of(buft).map(|(_, bt)| bt.alignment()).unwrap_or(64)
+    })
 }
 
 unsafe extern "C" fn buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize {
     guard("buft_get_max_size", usize::MAX, || {
-        buft_of(buft).map(|(_, bt)| bt.max_size()).unwrap_or(usize::MAX)
+        buft_of(buft)
+            .map(|(_, bt)| bt.max_size())
+            .unwrap_or(usize::MAX)
     })
 }
 
-unsafe extern "C" fn buft_get_alloc_size(buft: ggml_backend_buffer_type_t, t: *const ggml_tensor) -> usize {
-    guard("buft_get_alloc_size", 0, || match (buft_of(buft), Tensor::from_ptr(t)) {
-        (Some((_, bt)), Some(t)) => bt.alloc_size(&t),
-        (None, Some(t)) => t.nbytes(),
-        _ => 0,
+unsafe extern "C" fn buft_get_alloc_size(
+    buft: ggml_backend_buffer_type_t,
+    t: *const ggml_tensor,
+) -> usize {
+    guard("buft_get_alloc_size", 0, || {
+        match (buft_of(buft), Tensor::from_ptr(t)) {
+            (Some((_, bt)), Some(t)) => bt.alloc_size(&t),
+            (None, Some(t)) => t.nbytes(),
+            _ => 0,
+        }
     })
 }
 
 unsafe extern "C" fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
-    guard("buft_is_host", false, || buft_of(buft).map(|(_, bt)| bt.is_host()).unwrap_or(false))
+    guard("buft_is_host", false, || {
+        buft_of(buft).map(|(_, bt)| bt.is_host()).unwrap_or(false)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -363,7 +451,10 @@ const BUFFER_IFACE: ggml_backend_buffer_i = ggml_backend_buffer_i {
 
 /// Hands a buffer to ggml: ggml owns the `ggml_backend_buffer` (it `delete`s it), we own the
 /// context, which `buffer_free` drops.
-unsafe fn wrap_buffer(buft: ggml_backend_buffer_type_t, b: Box<dyn Buffer>) -> ggml_backend_buffer_t {
+unsafe fn wrap_buffer(
+    buft: ggml_backend_buffer_type_t,
+    b: Box<dyn Buffer>,
+) -> ggml_backend_buffer_t {
     let Some(init) = GGML.buffer_init else {
         log_error!("ggml_backend_buffer_init not found in this process: is libggml-base loaded?");
         return null_mut();
@@ -378,11 +469,18 @@ unsafe fn wrap_buffer(buft: ggml_backend_buffer_type_t, b: Box<dyn Buffer>) -> g
 }
 
 unsafe fn buffer_of<'a>(buffer: ggml_backend_buffer_t) -> Option<&'a mut Box<dyn Buffer>> {
-    buffer.as_ref().and_then(|b| (b.context as *mut Box<dyn Buffer>).as_mut())
+    buffer
+        .as_ref()
+        .and_then(|b| (b.context as *mut Box<dyn Buffer>).as_mut())
 }
 
 /// Byte offset of `t`'s data (plus `offset`) inside `buffer`, checked to lie in bounds.
-unsafe fn tensor_range(b: &dyn Buffer, t: *const ggml_tensor, offset: usize, size: usize) -> Option<usize> {
+unsafe fn tensor_range(
+    b: &dyn Buffer,
+    t: *const ggml_tensor,
+    offset: usize,
+    size: usize,
+) -> Option<usize> {
     let t = t.as_ref()?;
     let base = b.base() as usize;
     let data = t.data as usize;
@@ -408,7 +506,11 @@ unsafe extern "C" fn buffer_free(buffer: ggml_backend_buffer_t) {
 }
 
 unsafe extern "C" fn buffer_get_base(buffer: ggml_backend_buffer_t) -> *mut c_void {
-    guard("buffer_get_base", null_mut(), || buffer_of(buffer).map(|b| b.base() as *mut c_void).unwrap_or(null_mut()))
+    guard("buffer_get_base", null_mut(), || {
+        buffer_of(buffer)
+            .map(|b| b.base() as *mut c_void)
+            .unwrap_or(null_mut())
+    })
 }
 
 unsafe extern "C" fn buffer_memset_tensor(
@@ -444,7 +546,10 @@ unsafe extern "C" fn buffer_set_tensor(
             return;
         }
         match tensor_range(b.as_ref(), t, offset, size) {
-            Some(at) => report(b.write(at, std::slice::from_raw_parts(data as *const u8, size)), "set_tensor"),
+            Some(at) => report(
+                b.write(at, std::slice::from_raw_parts(data as *const u8, size)),
+                "set_tensor",
+            ),
             None => log_error!("set_tensor: range outside the buffer"),
         }
     })
@@ -467,7 +572,10 @@ unsafe extern "C" fn buffer_get_tensor(
             return;
         }
         match tensor_range(b.as_ref(), t, offset, size) {
-            Some(at) => report(b.read(at, std::slice::from_raw_parts_mut(data as *mut u8, size)), "get_tensor"),
+            Some(at) => report(
+                b.read(at, std::slice::from_raw_parts_mut(data as *mut u8, size)),
+                "get_tensor",
+            ),
             None => log_error!("get_tensor: range outside the buffer"),
         }
     })
@@ -481,7 +589,9 @@ unsafe extern "C" fn buffer_cpy_tensor(
     dst: *mut ggml_tensor,
 ) -> bool {
     guard("buffer_cpy_tensor", false, || {
-        let (Some(b), Some(s)) = (buffer_of(buffer), Tensor::from_ptr(src)) else { return false };
+        let (Some(b), Some(s)) = (buffer_of(buffer), Tensor::from_ptr(src)) else {
+            return false;
+        };
         let sbuf = s.raw().buffer;
         if sbuf.is_null() || s.data().is_null() {
             return false;
@@ -498,7 +608,8 @@ unsafe extern "C" fn buffer_cpy_tensor(
                 None => false,
             };
         }
-        let src_is_host = !sbuft.is_null() && (*sbuft).iface.is_host.map(|f| f(sbuft)).unwrap_or(false);
+        let src_is_host =
+            !sbuft.is_null() && (*sbuft).iface.is_host.map(|f| f(sbuft)).unwrap_or(false);
         if !src_is_host {
             return false;
         }
@@ -571,7 +682,11 @@ pub fn new_backend(e: &'static DeviceEntry) -> ggml_backend_t {
             let b = Box::new(BackendBox {
                 c: ggml_backend {
                     guid: e.guid as *const ggml_guid as *mut ggml_guid,
-                    iface: if e.imp.caps().async_ { ASYNC_BACKEND_IFACE } else { BACKEND_IFACE },
+                    iface: if e.imp.caps().async_ {
+                        ASYNC_BACKEND_IFACE
+                    } else {
+                        BACKEND_IFACE
+                    },
                     device: e.dev_ptr(),
                     context: null_mut(),
                 },
@@ -581,7 +696,11 @@ pub fn new_backend(e: &'static DeviceEntry) -> ggml_backend_t {
             Box::into_raw(b) as ggml_backend_t
         }
         Err(err) => {
-            log_error!("{}: cannot create backend: {}", e.imp.name().to_string_lossy(), err);
+            log_error!(
+                "{}: cannot create backend: {}",
+                e.imp.name().to_string_lossy(),
+                err
+            );
             null_mut()
         }
     }
@@ -596,9 +715,11 @@ pub unsafe fn backend_of<'a>(backend: ggml_backend_t) -> Option<&'a mut BackendB
 }
 
 unsafe extern "C" fn backend_get_name(backend: ggml_backend_t) -> *const c_char {
-    guard("backend_get_name", c"?".as_ptr(), || match backend_of(backend) {
-        Some(b) => b.imp.name().as_ptr(),
-        None => c"?".as_ptr(),
+    guard("backend_get_name", c"?".as_ptr(), || {
+        match backend_of(backend) {
+            Some(b) => b.imp.name().as_ptr(),
+            None => c"?".as_ptr(),
+        }
     })
 }
 
@@ -620,7 +741,9 @@ unsafe extern "C" fn backend_synchronize(backend: ggml_backend_t) {
 
 /// The buffer holding `t`'s data (a view's is its source's).
 unsafe fn tensor_buffer(t: *const ggml_tensor) -> ggml_backend_buffer_t {
-    let Some(t) = t.as_ref() else { return null_mut() };
+    let Some(t) = t.as_ref() else {
+        return null_mut();
+    };
     match t.view_src.as_ref() {
         Some(v) => v.buffer,
         None => t.buffer,
@@ -693,7 +816,9 @@ unsafe extern "C" fn backend_cpy_tensor_async(
     dst: *mut ggml_tensor,
 ) -> bool {
     guard("cpy_tensor_async", false, || {
-        let (Some(s), Some(d)) = (Tensor::from_ptr(src), Tensor::from_ptr(dst)) else { return false };
+        let (Some(s), Some(d)) = (Tensor::from_ptr(src), Tensor::from_ptr(dst)) else {
+            return false;
+        };
         let n = s.nbytes();
         if s.data().is_null() || d.data().is_null() || d.nbytes() != n {
             return false;
@@ -701,19 +826,26 @@ unsafe extern "C" fn backend_cpy_tensor_async(
         // Both in the default (device) buffer type of one of our devices.
         let in_device_memory = |t: *const ggml_tensor| {
             let buf = tensor_buffer(t);
-            !buf.is_null() && super::registry::devices().iter().any(|e| std::ptr::eq(e.buft_ptr(), (*buf).buft) && e.imp.kind() == DeviceKind::Gpu)
+            !buf.is_null()
+                && super::registry::devices().iter().any(|e| {
+                    std::ptr::eq(e.buft_ptr(), (*buf).buft) && e.imp.kind() == DeviceKind::Gpu
+                })
         };
         if !in_device_memory(src) || !in_device_memory(dst) {
             return false;
         }
-        let Some(bd) = backend_of(backend_dst) else { return false };
+        let Some(bd) = backend_of(backend_dst) else {
+            return false;
+        };
         let r = if std::ptr::eq(backend_src, backend_dst) {
             match bd.imp.as_gpu() {
                 Some(g) => g.copy_local(d.data(), s.data(), n),
                 None => return false,
             }
         } else {
-            let Some(bs) = backend_of(backend_src) else { return false };
+            let Some(bs) = backend_of(backend_src) else {
+                return false;
+            };
             match (bd.imp.as_gpu(), bs.imp.as_gpu()) {
                 (Some(gd), Some(gs)) => gd.copy_from(gs, d.data(), s.data(), n),
                 _ => return false,
@@ -734,7 +866,10 @@ unsafe extern "C" fn backend_event_record(backend: ggml_backend_t, event: ggml_b
         };
         match (b.imp.as_gpu(), ev.as_gpu()) {
             (Some(g), Some(e)) => report(g.record(e), "event_record"),
-            _ => log_error!("event_record: {} has no events", b.imp.name().to_string_lossy()),
+            _ => log_error!(
+                "event_record: {} has no events",
+                b.imp.name().to_string_lossy()
+            ),
         }
     })
 }
@@ -744,7 +879,10 @@ unsafe extern "C" fn backend_event_wait(backend: ggml_backend_t, event: ggml_bac
         let Some(b) = backend_of(backend) else { return };
         let Some(ev) = event_of(event) else {
             // Not ours: all we can do is wait on the host for everything queued here.
-            log_warn!("event_wait: foreign event; synchronizing {} instead", b.imp.name().to_string_lossy());
+            log_warn!(
+                "event_wait: foreign event; synchronizing {} instead",
+                b.imp.name().to_string_lossy()
+            );
             report(b.imp.synchronize(), "synchronize");
             return;
         };
@@ -761,9 +899,14 @@ unsafe extern "C" fn backend_event_wait(backend: ggml_backend_t, event: ggml_bac
     })
 }
 
-unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut ggml_cgraph) -> ggml_status {
+unsafe extern "C" fn backend_graph_compute(
+    backend: ggml_backend_t,
+    cgraph: *mut ggml_cgraph,
+) -> ggml_status {
     guard("graph_compute", GGML_STATUS_FAILED, || {
-        let Some(b) = backend_of(backend) else { return GGML_STATUS_FAILED };
+        let Some(b) = backend_of(backend) else {
+            return GGML_STATUS_FAILED;
+        };
         let Some(g) = cgraph.as_ref() else {
             log_error!("graph_compute: NULL graph");
             return GGML_STATUS_FAILED;
@@ -779,7 +922,8 @@ unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut
                 log_error!("graph_compute: node {i} is NULL");
                 return GGML_STATUS_FAILED;
             };
-            if op::is_view(t.op()) || t.is_empty() || t.raw().flags & GGML_TENSOR_FLAG_COMPUTE == 0 {
+            if op::is_view(t.op()) || t.is_empty() || t.raw().flags & GGML_TENSOR_FLAG_COMPUTE == 0
+            {
                 continue;
             }
             nodes.push(t);
@@ -791,7 +935,13 @@ unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut
                 if let Err(msg) = check_node(b.entry.imp.as_ref(), t) {
                     // The node's index in the host's graph, for the message only.
                     let i = (0..n).find(|&i| *g.nodes.add(i) == t.as_ptr()).unwrap_or(n);
-                    log_error!("{}: cannot compute node {} '{}': {}", b.imp.name().to_string_lossy(), i, t.name(), msg);
+                    log_error!(
+                        "{}: cannot compute node {} '{}': {}",
+                        b.imp.name().to_string_lossy(),
+                        i,
+                        t.name(),
+                        msg
+                    );
                     return GGML_STATUS_FAILED;
                 }
             }
@@ -799,7 +949,11 @@ unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut
         match b.imp.compute(&nodes) {
             Ok(()) => GGML_STATUS_SUCCESS,
             Err(e) => {
-                log_error!("{}: graph_compute failed: {}", b.imp.name().to_string_lossy(), e);
+                log_error!(
+                    "{}: graph_compute failed: {}",
+                    b.imp.name().to_string_lossy(),
+                    e
+                );
                 match e {
                     crate::device::Error::Alloc(_) => GGML_STATUS_ALLOC_FAILED,
                     _ => GGML_STATUS_FAILED,
@@ -812,7 +966,11 @@ unsafe extern "C" fn backend_graph_compute(backend: ggml_backend_t, cgraph: *mut
 /// A node runs only if the device claims it and it and its sources have memory.
 fn check_node(dev: &dyn Device, t: &Tensor) -> Result<(), String> {
     if !dev.supports_op(t) {
-        return Err(format!("op {} on type {} is not supported", t.op(), t.raw().type_));
+        return Err(format!(
+            "op {} on type {} is not supported",
+            t.op(),
+            t.raw().type_
+        ));
     }
     if t.data().is_null() {
         return Err("output is not allocated".into());
@@ -843,26 +1001,37 @@ unsafe extern "C" fn reg_get_name(_reg: ggml_backend_reg_t) -> *const c_char {
 }
 
 unsafe extern "C" fn reg_get_device_count(_reg: ggml_backend_reg_t) -> usize {
-    guard("reg_get_device_count", 0, || super::registry::devices().len())
-}
-
-unsafe extern "C" fn reg_get_device(_reg: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t {
-    guard("reg_get_device", null_mut(), || match super::registry::devices().get(index) {
-        Some(e) => e.dev_ptr(),
-        None => {
-            log_error!("get_device: no device {index}");
-            null_mut()
-        }
+    guard("reg_get_device_count", 0, || {
+        super::registry::devices().len()
     })
 }
 
-unsafe extern "C" fn reg_get_proc_address(_reg: ggml_backend_reg_t, name: *const c_char) -> *mut c_void {
+unsafe extern "C" fn reg_get_device(_reg: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t {
+    guard(
+        "reg_get_device",
+        null_mut(),
+        || match super::registry::devices().get(index) {
+            Some(e) => e.dev_ptr(),
+            None => {
+                log_error!("get_device: no device {index}");
+                null_mut()
+            }
+        },
+    )
+}
+
+unsafe extern "C" fn reg_get_proc_address(
+    _reg: ggml_backend_reg_t,
+    name: *const c_char,
+) -> *mut c_void {
     guard("reg_get_proc_address", null_mut(), || {
         if name.is_null() {
             return null_mut();
         }
         match CStr::from_ptr(name).to_bytes() {
-            b"ggml_backend_set_n_threads" => super::exports::ggml_backend_rocmforge_set_n_threads as *mut c_void,
+            b"ggml_backend_set_n_threads" => {
+                super::exports::ggml_backend_rocmforge_set_n_threads as *mut c_void
+            }
             b"ggml_backend_get_features" => super::registry::get_features as *mut c_void,
             _ => null_mut(),
         }

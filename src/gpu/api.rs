@@ -62,7 +62,13 @@ pub trait GpuApi: Send + Sync {
     /// Version of the run-time compiler (part of the kernel cache key).
     fn compiler_version(&self) -> String;
     /// Compiles one translation unit for `arch`; returns a loadable image (cubin / code object).
-    fn compile(&self, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>>;
+    fn compile(
+        &self,
+        source: &str,
+        name: &str,
+        arch: &str,
+        options: &[String],
+    ) -> ApiResult<Vec<u8>>;
     fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module>;
     fn module_function(&self, ord: usize, m: Module, name: &str) -> ApiResult<Function>;
     /// Queues `f` on `s`; `args` holds one pointer per kernel parameter.
@@ -98,18 +104,54 @@ pub trait GpuApi: Send + Sync {
     fn host_free(&self, ord: usize, ptr: *mut u8);
     /// Page-locks and maps [ptr, ptr+size) for device `ord` and returns the address the device
     /// sees it at. `read_only`: the range may be a read-only mapping (the device only reads it).
-    fn host_register(&self, ord: usize, ptr: *mut u8, size: usize, read_only: bool) -> ApiResult<DevPtr>;
+    fn host_register(
+        &self,
+        ord: usize,
+        ptr: *mut u8,
+        size: usize,
+        read_only: bool,
+    ) -> ApiResult<DevPtr>;
     fn host_unregister(&self, ord: usize, ptr: *mut u8);
     /// Waits for all work queued on device `ord`, by any stream.
     fn device_sync(&self, ord: usize) -> ApiResult<()>;
     /// Copies queued on `s`, ordered with the kernels on it. The host memory must stay valid
     /// (and, for `copy_dtoh_async`, unread) until the stream or a later event is synchronized.
-    fn copy_htod_async(&self, ord: usize, dst: DevPtr, src: *const u8, size: usize, s: Stream) -> ApiResult<()>;
-    fn copy_dtoh_async(&self, ord: usize, dst: *mut u8, src: DevPtr, size: usize, s: Stream) -> ApiResult<()>;
-    fn copy_dtod_async(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize, s: Stream) -> ApiResult<()>;
+    fn copy_htod_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        src: *const u8,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()>;
+    fn copy_dtoh_async(
+        &self,
+        ord: usize,
+        dst: *mut u8,
+        src: DevPtr,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()>;
+    fn copy_dtod_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        src: DevPtr,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()>;
     /// Device `src_ord`'s memory to device `dst_ord`'s, queued on `s` (a stream of `stream_ord`).
     #[allow(clippy::too_many_arguments)]
-    fn copy_peer_async(&self, dst_ord: usize, dst: DevPtr, src_ord: usize, src: DevPtr, size: usize, stream_ord: usize, s: Stream) -> ApiResult<()>;
+    fn copy_peer_async(
+        &self,
+        dst_ord: usize,
+        dst: DevPtr,
+        src_ord: usize,
+        src: DevPtr,
+        size: usize,
+        stream_ord: usize,
+        s: Stream,
+    ) -> ApiResult<()>;
     fn event_create(&self, ord: usize) -> ApiResult<Event>;
     /// Marks the point after the work queued on `s` so far (`s` is a stream of device `ord`).
     fn event_record(&self, ord: usize, e: Event, s: Stream) -> ApiResult<()>;
@@ -168,5 +210,7 @@ pub fn glob_dirs(parent: &str, prefix: &str, suffix: &str) -> Vec<String> {
 /// # Safety
 /// `T` must be the symbol's true C signature.
 pub unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> ApiResult<T> {
-    lib.get::<T>(name.as_bytes()).map(|s| *s).map_err(|e| format!("missing symbol {name}: {e}"))
+    lib.get::<T>(name.as_bytes())
+        .map(|s| *s)
+        .map_err(|e| format!("missing symbol {name}: {e}"))
 }

@@ -101,13 +101,22 @@ impl Timing {
     /// Reads the events of graphs that finished (the stream was just drained).
     fn collect(&mut self, ctx: &GpuCtx) {
         for (nodes, start, end, host, period, waited) in std::mem::take(&mut self.pending) {
-            let gpu = ctx.api.event_elapsed_ms(ctx.ord, start, end).unwrap_or(f32::NAN) as f64;
+            let gpu = ctx
+                .api
+                .event_elapsed_ms(ctx.ord, start, end)
+                .unwrap_or(f32::NAN) as f64;
             let before = match self.last_end {
-                Some(prev) => ctx.api.event_elapsed_ms(ctx.ord, prev, start).unwrap_or(f32::NAN) as f64,
+                Some(prev) => ctx
+                    .api
+                    .event_elapsed_ms(ctx.ord, prev, start)
+                    .unwrap_or(f32::NAN) as f64,
                 None => f64::NAN,
             };
             let r = self.rows.entry(nodes).or_default();
-            for (v, x) in r.iter_mut().zip([1.0, gpu, before, host * 1e3, period * 1e3, waited * 1e3]) {
+            for (v, x) in
+                r.iter_mut()
+                    .zip([1.0, gpu, before, host * 1e3, period * 1e3, waited * 1e3])
+            {
                 if x.is_finite() {
                     *v += x;
                 }
@@ -121,7 +130,15 @@ impl Timing {
         let mut out = format!("{name} timing per graph (averages in µs): nodes, rows, graphs, GPU, stream before it (copies + idle), host in compute, period between computes, host waiting in synchronize in that period");
         for ((nodes, rows), r) in &self.rows {
             let n = r[0].max(1.0);
-            out += &format!("\n  {nodes:6} {rows:5} {:6} {:9.1} {:9.1} {:9.1} {:9.1} {:9.1}", r[0], r[1] * 1e3 / n, r[2] * 1e3 / n, r[3] * 1e3 / n, r[4] * 1e3 / n, r[5] * 1e3 / n);
+            out += &format!(
+                "\n  {nodes:6} {rows:5} {:6} {:9.1} {:9.1} {:9.1} {:9.1} {:9.1}",
+                r[0],
+                r[1] * 1e3 / n,
+                r[2] * 1e3 / n,
+                r[3] * 1e3 / n,
+                r[4] * 1e3 / n,
+                r[5] * 1e3 / n
+            );
         }
         let [a, b, c, d] = self.phases.map(|v| v * 1e3);
         let [rp, cp, dl] = self.modes;
@@ -132,7 +149,10 @@ impl Timing {
 
 /// Whether two contexts come from the same vendor runtime (copies and events between them work).
 fn same_runtime(a: &GpuCtx, b: &GpuCtx) -> bool {
-    std::ptr::eq(Arc::as_ptr(&a.api) as *const u8, Arc::as_ptr(&b.api) as *const u8)
+    std::ptr::eq(
+        Arc::as_ptr(&a.api) as *const u8,
+        Arc::as_ptr(&b.api) as *const u8,
+    )
 }
 
 /// Most words `node_words` writes for one node.
@@ -156,7 +176,11 @@ fn node_words(n: &Tensor, w: &mut [u64; NODE_WORDS]) -> usize {
     }
     let r = n.raw();
     // Flags too: fusion skips writing intermediates that are not graph outputs.
-    let nsrc = r.src.iter().rposition(|s| !s.is_null()).map_or(0, |i| i + 1);
+    let nsrc = r
+        .src
+        .iter()
+        .rposition(|s| !s.is_null())
+        .map_or(0, |i| i + 1);
     w[0] = r.op as u32 as u64 | (r.flags as u32 as u64) << 32;
     w[1] = nsrc as u64;
     for (i, p) in r.op_params.chunks_exact(2).enumerate() {
@@ -207,22 +231,43 @@ fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr) -> bool {
 /// What ROCMFORGE_GPU_PROFILE adds a launch's time to: op, how many nodes it fused, the
 /// tensor's name without its layer number ("ffn_up-7" -> "ffn_up"), types and shapes.
 fn profile_label(node: &Tensor, taken: usize) -> String {
-    let types: Vec<String> = (0..3).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
+    let types: Vec<String> = (0..3)
+        .filter_map(|i| node.src(i))
+        .map(|s| format!("{:?}", s.dtype()))
+        .collect();
     let src0 = node.src(0).map(|s| s.ne()).unwrap_or_default();
     let name = node.name();
-    let base = name.rsplit_once('-').filter(|(_, n)| n.parse::<u32>().is_ok()).map_or(name.as_str(), |(b, _)| b);
-    let fused = if taken > 1 { format!(" +{} fused", taken - 1) } else { String::new() };
-    format!("op {}{fused} {base} [{}] src0 {:?} out {:?}", node.op(), types.join(","), src0, node.ne())
+    let base = name
+        .rsplit_once('-')
+        .filter(|(_, n)| n.parse::<u32>().is_ok())
+        .map_or(name.as_str(), |(b, _)| b);
+    let fused = if taken > 1 {
+        format!(" +{} fused", taken - 1)
+    } else {
+        String::new()
+    };
+    format!(
+        "op {}{fused} {base} [{}] src0 {:?} out {:?}",
+        node.op(),
+        types.join(","),
+        src0,
+        node.ne()
+    )
 }
 
 impl GpuBackend {
     pub fn new(ctx: Arc<GpuCtx>, name: CString) -> Result<GpuBackend> {
         let stream = ctx.api.stream_create(ctx.ord).map_err(Error::Device)?;
-        let profile = std::env::var("ROCMFORGE_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default);
-        let graphs_ok = profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
+        let profile = std::env::var("ROCMFORGE_GPU_PROFILE")
+            .is_ok_and(|v| v == "1")
+            .then(Default::default);
+        let graphs_ok =
+            profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
         let fuse = std::env::var("ROCMFORGE_GPU_FUSE").map_or(true, |v| v != "0");
         let dump = std::env::var("ROCMFORGE_GPU_DUMP").is_ok_and(|v| v == "1");
-        let timing = std::env::var("ROCMFORGE_GPU_TIMING").is_ok_and(|v| v == "1").then(Timing::default);
+        let timing = std::env::var("ROCMFORGE_GPU_TIMING")
+            .is_ok_and(|v| v == "1")
+            .then(Timing::default);
         Ok(GpuBackend {
             ctx,
             stream,
@@ -250,7 +295,11 @@ impl GpuBackend {
         if let Some(e) = self.copy_event {
             return Ok(e);
         }
-        let e = self.ctx.api.event_create(self.ctx.ord).map_err(Error::Device)?;
+        let e = self
+            .ctx
+            .api
+            .event_create(self.ctx.ord)
+            .map_err(Error::Device)?;
         self.copy_event = Some(e);
         Ok(e)
     }
@@ -262,51 +311,81 @@ impl GpuBackend {
             return Ok(false);
         }
         self.queued = true;
-        self.ctx.api.copy_dtod_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
+        self.ctx
+            .api
+            .copy_dtod_async(self.ctx.ord, dst, src, len, self.stream)
+            .map_err(Error::Device)?;
         Ok(true)
     }
 
     /// Queues a copy of `len` bytes from `src` (device memory of `from`'s device) to `dst`
     /// (this device's memory). It runs after the work queued so far on both streams, and work
     /// queued later on either runs after it. Ok(false): not between our device memories.
-    pub fn copy_from(&mut self, from: &mut GpuBackend, dst: *mut u8, src: *const u8, len: usize) -> Result<bool> {
+    pub fn copy_from(
+        &mut self,
+        from: &mut GpuBackend,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+    ) -> Result<bool> {
         let (dst, src) = (dst as usize as DevPtr, src as usize as DevPtr);
-        if !same_runtime(&self.ctx, &from.ctx) || !self.ctx.owns_device(dst, len) || !from.ctx.owns_device(src, len) {
+        if !same_runtime(&self.ctx, &from.ctx)
+            || !self.ctx.owns_device(dst, len)
+            || !from.ctx.owns_device(src, len)
+        {
             return Ok(false);
         }
         let api = self.ctx.api.clone();
         let (dord, sord) = (self.ctx.ord, from.ctx.ord);
         (self.queued, from.queued) = (true, true);
         let here = self.copy_event()?;
-        api.event_record(dord, here, self.stream).map_err(Error::Device)?;
-        api.stream_wait_event(sord, from.stream, here).map_err(Error::Device)?;
+        api.event_record(dord, here, self.stream)
+            .map_err(Error::Device)?;
+        api.stream_wait_event(sord, from.stream, here)
+            .map_err(Error::Device)?;
         if dord == sord {
-            api.copy_dtod_async(sord, dst, src, len, from.stream).map_err(Error::Device)?;
+            api.copy_dtod_async(sord, dst, src, len, from.stream)
+                .map_err(Error::Device)?;
         } else {
-            api.copy_peer_async(dord, dst, sord, src, len, sord, from.stream).map_err(Error::Device)?;
+            api.copy_peer_async(dord, dst, sord, src, len, sord, from.stream)
+                .map_err(Error::Device)?;
         }
         let there = from.copy_event()?;
-        api.event_record(sord, there, from.stream).map_err(Error::Device)?;
-        api.stream_wait_event(dord, self.stream, there).map_err(Error::Device)?;
+        api.event_record(sord, there, from.stream)
+            .map_err(Error::Device)?;
+        api.stream_wait_event(dord, self.stream, there)
+            .map_err(Error::Device)?;
         Ok(true)
     }
 
     /// Records `e` (an event of this device) after the work queued so far.
     pub fn record(&mut self, e: &GpuEvent) -> Result<()> {
         if !Arc::ptr_eq(&e.ctx, &self.ctx) {
-            return Err(Error::Unsupported(format!("event of another device recorded on {}", self.name.to_string_lossy())));
+            return Err(Error::Unsupported(format!(
+                "event of another device recorded on {}",
+                self.name.to_string_lossy()
+            )));
         }
         self.queued = true;
-        self.ctx.api.event_record(self.ctx.ord, e.event, self.stream).map_err(Error::Device)
+        self.ctx
+            .api
+            .event_record(self.ctx.ord, e.event, self.stream)
+            .map_err(Error::Device)
     }
 
     /// Makes work queued later on this stream wait for `e` (of any device of this runtime).
     pub fn wait(&mut self, e: &GpuEvent) -> Result<()> {
         if !same_runtime(&e.ctx, &self.ctx) {
-            return Err(Error::Unsupported(format!("event of another runtime waited for on {}", self.name.to_string_lossy())));
+            return Err(Error::Unsupported(format!(
+                "event of another runtime waited for on {}",
+                self.name.to_string_lossy()
+            )));
         }
         self.queued = true;
-        self.ctx.api.stream_wait_event(self.ctx.ord, self.stream, e.event).map_err(Error::Device)
+        self.ctx
+            .api
+            .stream_wait_event(self.ctx.ord, self.stream, e.event)
+            .map_err(Error::Device)
     }
 
     /// Whether `nodes` have the key of the graph computed last (where graphs are kept at all).
@@ -343,9 +422,17 @@ impl GpuBackend {
             }
             let (at, len) = (t.data() as usize as u64, t.nbytes());
             // The output (first) is written: a read-only host mapping will not do for it.
-            let ok = if i == 0 { self.ctx.owns_writable(at, len) } else { self.ctx.owns(at, len) };
+            let ok = if i == 0 {
+                self.ctx.owns_writable(at, len)
+            } else {
+                self.ctx.owns(at, len)
+            };
             if !ok {
-                return Err(Error::Unsupported(format!("tensor '{}' is not in {} memory", t.name(), self.name.to_string_lossy())));
+                return Err(Error::Unsupported(format!(
+                    "tensor '{}' is not in {} memory",
+                    t.name(),
+                    self.name.to_string_lossy()
+                )));
             }
         }
         Ok(())
@@ -354,7 +441,9 @@ impl GpuBackend {
     /// Queues a graph's kernels (replayed as a captured graph where it repeats).
     fn compute_graph(&mut self, nodes: &[Tensor]) -> Result<()> {
         if let Some(e) = self.failed.take() {
-            return Err(Error::Device(format!("earlier work on this stream failed: {e}")));
+            return Err(Error::Device(format!(
+                "earlier work on this stream failed: {e}"
+            )));
         }
         self.queued = true;
         let t0 = std::time::Instant::now();
@@ -370,7 +459,11 @@ impl GpuBackend {
             if need > 0 {
                 self.ensure_scratch(need)?;
             }
-            if self.fa_counters == 0 && nodes.iter().any(|n| n.op() == crate::ggml_types::op::FLASH_ATTN_EXT) {
+            if self.fa_counters == 0
+                && nodes
+                    .iter()
+                    .any(|n| n.op() == crate::ggml_types::op::FLASH_ATTN_EXT)
+            {
                 // Failure only costs the one-launch merge (the combine kernel runs instead).
                 let (api, ord) = (&self.ctx.api, self.ctx.ord);
                 if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
@@ -424,11 +517,16 @@ impl GpuBackend {
         }
         // Node i, fused with what follows where possible: how many nodes it took.
         let launch = |i: usize, uses: &ops::Uses| {
-            ops::launch_at(nodes, i, uses, &lc).map_err(|e| Error::Device(format!("node '{}': {e}", nodes[i].name())))
+            ops::launch_at(nodes, i, uses, &lc)
+                .map_err(|e| Error::Device(format!("node '{}': {e}", nodes[i].name())))
         };
         if self.dump && nodes.len() > 40 {
             // The node sequence (first 90 nodes), to see which runs the fusion could take.
-            let mut out = format!("{} graph of {} nodes:", self.name.to_string_lossy(), nodes.len());
+            let mut out = format!(
+                "{} graph of {} nodes:",
+                self.name.to_string_lossy(),
+                nodes.len()
+            );
             for n in nodes.iter().take(90) {
                 let srcs: Vec<String> = (0..3).filter_map(|i| n.src(i)).map(|s| s.name()).collect();
                 out += &format!("\n  op {:2} {:24} <- {}", n.op(), n.name(), srcs.join(", "));
@@ -462,10 +560,12 @@ impl GpuBackend {
                         events.push(api.event_create_timed(ord).map_err(Error::Device)?);
                     }
                     if labels.is_empty() {
-                        api.event_record(ord, events[0], self.stream).map_err(Error::Device)?;
+                        api.event_record(ord, events[0], self.stream)
+                            .map_err(Error::Device)?;
                     }
                     let taken = launch(i, &uses)?;
-                    api.event_record(ord, events[labels.len() + 1], self.stream).map_err(Error::Device)?;
+                    api.event_record(ord, events[labels.len() + 1], self.stream)
+                        .map_err(Error::Device)?;
                     labels.push(profile_label(&nodes[i], taken));
                     i += taken;
                 }
@@ -481,7 +581,9 @@ impl GpuBackend {
             };
             let p = self.profile.as_mut().unwrap();
             for (k, label) in labels.into_iter().enumerate() {
-                let ms = api.event_elapsed_ms(ord, events[k], events[k + 1]).unwrap_or(0.0) as f64;
+                let ms = api
+                    .event_elapsed_ms(ord, events[k], events[k + 1])
+                    .unwrap_or(0.0) as f64;
                 let e = p.entry(label).or_insert((0, 0.0));
                 *e = (e.0 + 1, e.1 + ms * 1e-3);
             }
@@ -531,8 +633,17 @@ impl GpuBackend {
             }
             // A new graph: run it directly; capture waits until it repeats.
             if crate::ffi::log::debug_enabled() {
-                let at = self.key.iter().zip(&self.last_key).position(|(a, b)| a != b);
-                crate::log_debug!("{}: graph of {} nodes differs from the last one (key word {at:?} of {})", self.name.to_string_lossy(), nodes.len(), self.key.len());
+                let at = self
+                    .key
+                    .iter()
+                    .zip(&self.last_key)
+                    .position(|(a, b)| a != b);
+                crate::log_debug!(
+                    "{}: graph of {} nodes differs from the last one (key word {at:?} of {})",
+                    self.name.to_string_lossy(),
+                    nodes.len(),
+                    self.key.len()
+                );
             }
             self.exec_current = false;
             std::mem::swap(&mut self.last_key, &mut self.key);
@@ -549,9 +660,19 @@ impl Drop for GpuBackend {
             let mut rows: Vec<_> = p.iter().collect();
             rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
             let total: f64 = rows.iter().map(|r| r.1 .1).sum();
-            let mut out = format!("{} kernel profile: {:.3} ms in all\n", self.name.to_string_lossy(), total * 1e3);
+            let mut out = format!(
+                "{} kernel profile: {:.3} ms in all\n",
+                self.name.to_string_lossy(),
+                total * 1e3
+            );
             for (label, (n, t)) in rows.iter().take(40) {
-                out += &format!("  {:8.3} ms {:5.1}% {:7} x {:9.2} us  {label}\n", t * 1e3, 100.0 * t / total, n, t * 1e6 / *n as f64);
+                out += &format!(
+                    "  {:8.3} ms {:5.1}% {:7} x {:9.2} us  {label}\n",
+                    t * 1e3,
+                    100.0 * t / total,
+                    n,
+                    t * 1e6 / *n as f64
+                );
             }
             crate::log_info!("{out}");
         }
@@ -603,15 +724,29 @@ impl Backend for GpuBackend {
         };
         let t0 = std::time::Instant::now();
         let ctx = self.ctx.clone();
-        let period = t.last_compute.replace(t0).map_or(f64::NAN, |p| (t0 - p).as_secs_f64());
+        let period = t
+            .last_compute
+            .replace(t0)
+            .map_or(f64::NAN, |p| (t0 - p).as_secs_f64());
         let (start, end) = (t.event(&ctx)?, t.event(&ctx)?);
-        ctx.api.event_record(ctx.ord, start, self.stream).map_err(Error::Device)?;
+        ctx.api
+            .event_record(ctx.ord, start, self.stream)
+            .map_err(Error::Device)?;
         let r = self.compute_graph(nodes);
-        ctx.api.event_record(ctx.ord, end, self.stream).map_err(Error::Device)?;
+        ctx.api
+            .event_record(ctx.ord, end, self.stream)
+            .map_err(Error::Device)?;
         if let Some(t) = self.timing.as_mut() {
             let waited = std::mem::take(&mut t.waited);
             let rows = nodes.first().map_or(0, |n| n.ne()[1]);
-            t.pending.push(((nodes.len(), rows), start, end, t0.elapsed().as_secs_f64(), period, waited));
+            t.pending.push((
+                (nodes.len(), rows),
+                start,
+                end,
+                t0.elapsed().as_secs_f64(),
+                period,
+                waited,
+            ));
         }
         r
     }
@@ -621,7 +756,11 @@ impl Backend for GpuBackend {
             return Ok(());
         }
         let t0 = std::time::Instant::now();
-        let r = self.ctx.api.stream_sync(self.ctx.ord, self.stream).map_err(Error::Device);
+        let r = self
+            .ctx
+            .api
+            .stream_sync(self.ctx.ord, self.stream)
+            .map_err(Error::Device);
         match &r {
             Err(e) => self.failed = Some(e.to_string()),
             Ok(()) => {
@@ -641,7 +780,10 @@ impl Backend for GpuBackend {
             return Ok(false);
         }
         self.queued = true;
-        self.ctx.api.copy_htod_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
+        self.ctx
+            .api
+            .copy_htod_async(self.ctx.ord, dst, src, len, self.stream)
+            .map_err(Error::Device)?;
         Ok(true)
     }
 
@@ -651,7 +793,10 @@ impl Backend for GpuBackend {
             return Ok(false);
         }
         self.queued = true;
-        self.ctx.api.copy_dtoh_async(self.ctx.ord, dst, src, len, self.stream).map_err(Error::Device)?;
+        self.ctx
+            .api
+            .copy_dtoh_async(self.ctx.ord, dst, src, len, self.stream)
+            .map_err(Error::Device)?;
         Ok(true)
     }
 
@@ -679,27 +824,42 @@ mod tests {
         graph_key(&mut key, &nodes, 4096);
         assert!(key_matches(&key, &nodes, 4096));
         assert!(!key_matches(&key, &nodes, 8192), "scratch address");
-        assert!(!key_matches(&key[..key.len() - 1], &nodes, 4096), "a shorter key");
+        assert!(
+            !key_matches(&key[..key.len() - 1], &nodes, 4096),
+            "a shorter key"
+        );
         assert!(!key_matches(&key, &nodes[..1], 4096), "fewer nodes");
         let mut s2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         s2.op(op::SCALE).pf(0, 3.0).src(0, &a);
-        assert!(!key_matches(&key, &[a.tensor(), s2.tensor()], 4096), "an op parameter");
+        assert!(
+            !key_matches(&key, &[a.tensor(), s2.tensor()], 4096),
+            "an op parameter"
+        );
         let mut a2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         a2.op(op::ADD).src(0, &x).src(1, &x);
-        assert!(!key_matches(&key, &[a2.tensor(), s.tensor()], 4096), "a source");
+        assert!(
+            !key_matches(&key, &[a2.tensor(), s.tensor()], 4096),
+            "a source"
+        );
         let mut key2 = Vec::new();
         graph_key(&mut key2, &[a2.tensor(), s.tensor()], 4096);
         assert!(key_matches(&key2, &[a2.tensor(), s.tensor()], 4096));
         // The last of the 16 op parameters, and a third source after an absent second one.
         let mut s3 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         s3.op(op::SCALE).pf(0, 2.0).pi(15, 1).src(0, &a);
-        assert!(!key_matches(&key, &[a.tensor(), s3.tensor()], 4096), "parameter 15");
+        assert!(
+            !key_matches(&key, &[a.tensor(), s3.tensor()], 4096),
+            "parameter 15"
+        );
         let mut a3 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         a3.op(op::ADD).src(0, &x).src(2, &y);
         let mut key3 = Vec::new();
         graph_key(&mut key3, &[a3.tensor(), s.tensor()], 4096);
         assert!(key_matches(&key3, &[a3.tensor(), s.tensor()], 4096));
-        assert!(!key_matches(&key3, &nodes, 4096), "a source in another slot");
+        assert!(
+            !key_matches(&key3, &nodes, 4096),
+            "a source in another slot"
+        );
     }
 
     /// A source's type or strides are in the key even where its address is the same

@@ -51,7 +51,11 @@ impl Gemm {
     /// Whether every size fits the libraries' 32-bit integer parameters.
     pub fn fits(&self) -> bool {
         let lim = i32::MAX as usize;
-        [self.m, self.n, self.k, self.lda, self.ldb, self.ldc, self.batch].iter().all(|&v| v <= lim && v > 0)
+        [
+            self.m, self.n, self.k, self.lda, self.ldb, self.ldc, self.batch,
+        ]
+        .iter()
+        .all(|&v| v <= lim && v > 0)
     }
 }
 
@@ -65,29 +69,29 @@ enum Funcs {
         set_stream: unsafe extern "C" fn(*mut c_void, *mut c_void) -> Status,
         set_workspace: unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> Status,
         gemm: unsafe extern "C" fn(
-            *mut c_void, // handle
-            c_int,       // transa
-            c_int,       // transb
-            c_int,       // m
-            c_int,       // n
-            c_int,       // k
+            *mut c_void,   // handle
+            c_int,         // transa
+            c_int,         // transb
+            c_int,         // m
+            c_int,         // n
+            c_int,         // k
             *const c_void, // alpha
             *const c_void, // A
-            c_int,       // Atype
-            c_int,       // lda
-            i64,         // strideA
+            c_int,         // Atype
+            c_int,         // lda
+            i64,           // strideA
             *const c_void, // B
-            c_int,       // Btype
-            c_int,       // ldb
-            i64,         // strideB
+            c_int,         // Btype
+            c_int,         // ldb
+            i64,           // strideB
             *const c_void, // beta
-            *mut c_void, // C
-            c_int,       // Ctype
-            c_int,       // ldc
-            i64,         // strideC
-            c_int,       // batchCount
-            c_int,       // computeType
-            c_int,       // algo
+            *mut c_void,   // C
+            c_int,         // Ctype
+            c_int,         // ldc
+            i64,           // strideC
+            c_int,         // batchCount
+            c_int,         // computeType
+            c_int,         // algo
         ) -> Status,
         status_string: Option<unsafe extern "C" fn(Status) -> *const c_char>,
     },
@@ -96,35 +100,35 @@ enum Funcs {
         set_stream: unsafe extern "C" fn(*mut c_void, *mut c_void) -> Status,
         set_workspace: unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> Status,
         gemm: unsafe extern "C" fn(
-            *mut c_void, // handle
-            c_int,       // trans_a
-            c_int,       // trans_b
-            c_int,       // m
-            c_int,       // n
-            c_int,       // k
+            *mut c_void,   // handle
+            c_int,         // trans_a
+            c_int,         // trans_b
+            c_int,         // m
+            c_int,         // n
+            c_int,         // k
             *const c_void, // alpha
             *const c_void, // a
-            c_int,       // a_type
-            c_int,       // lda
-            i64,         // stride_a
+            c_int,         // a_type
+            c_int,         // lda
+            i64,           // stride_a
             *const c_void, // b
-            c_int,       // b_type
-            c_int,       // ldb
-            i64,         // stride_b
+            c_int,         // b_type
+            c_int,         // ldb
+            i64,           // stride_b
             *const c_void, // beta
             *const c_void, // c
-            c_int,       // c_type
-            c_int,       // ldc
-            i64,         // stride_c
-            *mut c_void, // d
-            c_int,       // d_type
-            c_int,       // ldd
-            i64,         // stride_d
-            c_int,       // batch_count
-            c_int,       // compute_type
-            c_int,       // algo
-            i32,         // solution_index
-            u32,         // flags
+            c_int,         // c_type
+            c_int,         // ldc
+            i64,           // stride_c
+            *mut c_void,   // d
+            c_int,         // d_type
+            c_int,         // ldd
+            i64,           // stride_d
+            c_int,         // batch_count
+            c_int,         // compute_type
+            c_int,         // algo
+            i32,           // solution_index
+            u32,           // flags
         ) -> Status,
         status_string: Option<unsafe extern "C" fn(Status) -> *const c_char>,
     },
@@ -190,9 +194,15 @@ fn open_cublas() -> ApiResult<Blas> {
     // cuBLAS needs cuBLASLt of the same release: load it first (from the directory it will
     // be found in), so the dependency resolves even where that directory is not on the
     // loader's path.
-    let lt = open_library(&["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"], &dirs);
-    let (lib, path) = open_library(&["libcublas.so.13", "libcublas.so.12", "libcublas.so"], &dirs)
-        .ok_or("libcublas.so not found")?;
+    let lt = open_library(
+        &["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"],
+        &dirs,
+    );
+    let (lib, path) = open_library(
+        &["libcublas.so.13", "libcublas.so.12", "libcublas.so"],
+        &dirs,
+    )
+    .ok_or("libcublas.so not found")?;
     let funcs = unsafe {
         Funcs::Cublas {
             create: sym(&lib, "cublasCreate_v2")?,
@@ -204,12 +214,20 @@ fn open_cublas() -> ApiResult<Blas> {
     };
     let mut libs = vec![lib];
     libs.extend(lt.map(|(l, _)| l));
-    Ok(Blas { funcs, handles: Mutex::new(Vec::new()), name: format!("cuBLAS ({path})"), _libs: libs })
+    Ok(Blas {
+        funcs,
+        handles: Mutex::new(Vec::new()),
+        name: format!("cuBLAS ({path})"),
+        _libs: libs,
+    })
 }
 
 fn open_rocblas() -> ApiResult<Blas> {
-    let (lib, path) = open_library(&["librocblas.so", "librocblas.so.5", "librocblas.so.4"], &rocm_dirs())
-        .ok_or("librocblas.so not found")?;
+    let (lib, path) = open_library(
+        &["librocblas.so", "librocblas.so.5", "librocblas.so.4"],
+        &rocm_dirs(),
+    )
+    .ok_or("librocblas.so not found")?;
     let funcs = unsafe {
         Funcs::Rocblas {
             create: sym(&lib, "rocblas_create_handle")?,
@@ -219,7 +237,12 @@ fn open_rocblas() -> ApiResult<Blas> {
             status_string: sym(&lib, "rocblas_status_to_string").ok(),
         }
     };
-    Ok(Blas { funcs, handles: Mutex::new(Vec::new()), name: format!("rocBLAS ({path})"), _libs: vec![lib] })
+    Ok(Blas {
+        funcs,
+        handles: Mutex::new(Vec::new()),
+        name: format!("rocBLAS ({path})"),
+        _libs: vec![lib],
+    })
 }
 
 static CUBLAS: OnceCell<Option<Blas>> = OnceCell::new();
@@ -255,7 +278,9 @@ pub fn for_vendor(vendor: &str) -> Option<&'static Blas> {
 impl Blas {
     fn err(&self, what: &str, st: Status) -> String {
         let text = match self.funcs {
-            Funcs::Cublas { status_string, .. } | Funcs::Rocblas { status_string, .. } => status_string,
+            Funcs::Cublas { status_string, .. } | Funcs::Rocblas { status_string, .. } => {
+                status_string
+            }
         }
         .map(|f| unsafe { f(st) })
         .filter(|p| !p.is_null())
@@ -268,7 +293,10 @@ impl Blas {
     /// (WORKSPACE_BYTES of device memory that nothing else uses while the stream runs).
     pub fn gemm(&self, ord: usize, stream: Stream, workspace: DevPtr, g: &Gemm) -> ApiResult<()> {
         if !g.fits() {
-            return Err(format!("{}: GEMM sizes exceed 32-bit parameters", self.name));
+            return Err(format!(
+                "{}: GEMM sizes exceed 32-bit parameters",
+                self.name
+            ));
         }
         let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
         let h = match handles.iter().find(|(o, _)| *o == ord) {
@@ -276,7 +304,9 @@ impl Blas {
             None => {
                 let mut h: *mut c_void = std::ptr::null_mut();
                 let st = match self.funcs {
-                    Funcs::Cublas { create, .. } | Funcs::Rocblas { create, .. } => unsafe { create(&mut h) },
+                    Funcs::Cublas { create, .. } | Funcs::Rocblas { create, .. } => unsafe {
+                        create(&mut h)
+                    },
                 };
                 if st != 0 {
                     crate::log_warn!("{}", self.err("handle creation", st));
@@ -292,13 +322,30 @@ impl Blas {
         let hp = h as *mut c_void;
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (m, n, k) = (g.m as c_int, g.n as c_int, g.k as c_int);
-        let (lda, ldb, ldc, batch) = (g.lda as c_int, g.ldb as c_int, g.ldc as c_int, g.batch as c_int);
+        let (lda, ldb, ldc, batch) = (
+            g.lda as c_int,
+            g.ldb as c_int,
+            g.ldc as c_int,
+            g.batch as c_int,
+        );
         let (sa, sb, sc) = (g.stride_a as i64, g.stride_b as i64, g.stride_c as i64);
-        let (a, b, c) = (g.a as usize as *const c_void, g.b as usize as *const c_void, g.c as usize as *mut c_void);
-        let (ap, bp) = (&alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void);
+        let (a, b, c) = (
+            g.a as usize as *const c_void,
+            g.b as usize as *const c_void,
+            g.c as usize as *mut c_void,
+        );
+        let (ap, bp) = (
+            &alpha as *const f32 as *const c_void,
+            &beta as *const f32 as *const c_void,
+        );
         unsafe {
             match self.funcs {
-                Funcs::Cublas { set_stream, set_workspace, gemm, .. } => {
+                Funcs::Cublas {
+                    set_stream,
+                    set_workspace,
+                    gemm,
+                    ..
+                } => {
                     let st = set_stream(hp, stream.0 as *mut c_void);
                     if st != 0 {
                         return Err(self.err("cublasSetStream", st));
@@ -307,16 +354,48 @@ impl Blas {
                     if st != 0 {
                         return Err(self.err("cublasSetWorkspace", st));
                     }
-                    let ty = |e: Elem| if e == Elem::F16 { CUDA_R_16F } else { CUDA_R_32F };
+                    let ty = |e: Elem| {
+                        if e == Elem::F16 {
+                            CUDA_R_16F
+                        } else {
+                            CUDA_R_32F
+                        }
+                    };
                     let st = gemm(
-                        hp, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, ap, a, ty(g.a_type), lda, sa, b, ty(g.b_type), ldb, sb, bp, c,
-                        CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
+                        hp,
+                        CUBLAS_OP_T,
+                        CUBLAS_OP_N,
+                        m,
+                        n,
+                        k,
+                        ap,
+                        a,
+                        ty(g.a_type),
+                        lda,
+                        sa,
+                        b,
+                        ty(g.b_type),
+                        ldb,
+                        sb,
+                        bp,
+                        c,
+                        CUDA_R_32F,
+                        ldc,
+                        sc,
+                        batch,
+                        CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT,
                     );
                     if st != 0 {
                         return Err(self.err("cublasGemmStridedBatchedEx", st));
                     }
                 }
-                Funcs::Rocblas { set_stream, set_workspace, gemm, .. } => {
+                Funcs::Rocblas {
+                    set_stream,
+                    set_workspace,
+                    gemm,
+                    ..
+                } => {
                     let st = set_stream(hp, stream.0 as *mut c_void);
                     if st != 0 {
                         return Err(self.err("rocblas_set_stream", st));
@@ -325,10 +404,43 @@ impl Blas {
                     if st != 0 {
                         return Err(self.err("rocblas_set_workspace", st));
                     }
-                    let ty = |e: Elem| if e == Elem::F16 { ROCBLAS_F16 } else { ROCBLAS_F32 };
+                    let ty = |e: Elem| {
+                        if e == Elem::F16 {
+                            ROCBLAS_F16
+                        } else {
+                            ROCBLAS_F32
+                        }
+                    };
                     let st = gemm(
-                        hp, ROCBLAS_OP_T, ROCBLAS_OP_N, m, n, k, ap, a, ty(g.a_type), lda, sa, b, ty(g.b_type), ldb, sb, bp, c,
-                        ROCBLAS_F32, ldc, sc, c, ROCBLAS_F32, ldc, sc, batch, ROCBLAS_F32, ROCBLAS_GEMM_ALGO_STANDARD, 0, 0,
+                        hp,
+                        ROCBLAS_OP_T,
+                        ROCBLAS_OP_N,
+                        m,
+                        n,
+                        k,
+                        ap,
+                        a,
+                        ty(g.a_type),
+                        lda,
+                        sa,
+                        b,
+                        ty(g.b_type),
+                        ldb,
+                        sb,
+                        bp,
+                        c,
+                        ROCBLAS_F32,
+                        ldc,
+                        sc,
+                        c,
+                        ROCBLAS_F32,
+                        ldc,
+                        sc,
+                        batch,
+                        ROCBLAS_F32,
+                        ROCBLAS_GEMM_ALGO_STANDARD,
+                        0,
+                        0,
                     );
                     if st != 0 {
                         return Err(self.err("rocblas_gemm_strided_batched_ex", st));
@@ -347,8 +459,21 @@ mod tests {
     #[test]
     fn gemm_sizes_must_fit_32_bits_and_be_positive() {
         let g = Gemm {
-            m: 576, n: 512, k: 576, a: 0, a_type: Elem::F16, lda: 576, stride_a: 0, b: 0, b_type: Elem::F16, ldb: 576,
-            stride_b: 0, c: 0, ldc: 576, stride_c: 0, batch: 1,
+            m: 576,
+            n: 512,
+            k: 576,
+            a: 0,
+            a_type: Elem::F16,
+            lda: 576,
+            stride_a: 0,
+            b: 0,
+            b_type: Elem::F16,
+            ldb: 576,
+            stride_b: 0,
+            c: 0,
+            ldc: 576,
+            stride_c: 0,
+            batch: 1,
         };
         assert!(g.fits());
         assert!(!Gemm { n: 0, ..g }.fits());

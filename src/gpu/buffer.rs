@@ -29,9 +29,17 @@ impl BufferType for GpuBufferType {
         &self.name
     }
     fn alloc(&self, size: usize) -> Result<Box<dyn Buffer>> {
-        let ptr = self.ctx.api.alloc(self.ctx.ord, size).map_err(Error::Alloc)?;
+        let ptr = self
+            .ctx
+            .api
+            .alloc(self.ctx.ord, size)
+            .map_err(Error::Alloc)?;
         self.ctx.track(ptr, size.max(1), Memory::Device);
-        Ok(Box::new(GpuBuffer { ctx: self.ctx.clone(), ptr, size }))
+        Ok(Box::new(GpuBuffer {
+            ctx: self.ctx.clone(),
+            ptr,
+            size,
+        }))
     }
     fn alignment(&self) -> usize {
         ALIGNMENT
@@ -54,7 +62,10 @@ impl GpuBuffer {
     fn check(&self, offset: usize, len: usize) -> Result<DevPtr> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size => Ok(self.ptr + offset as u64),
-            _ => Err(Error::Unsupported(format!("range {offset}+{len} outside buffer of {} bytes", self.size))),
+            _ => Err(Error::Unsupported(format!(
+                "range {offset}+{len} outside buffer of {} bytes",
+                self.size
+            ))),
         }
     }
 }
@@ -81,14 +92,20 @@ impl Buffer for GpuBuffer {
     }
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let src = self.check(offset, out.len())?;
-        self.ctx.api.copy_dtoh(self.ctx.ord, out, src).map_err(Error::Device)
+        self.ctx
+            .api
+            .copy_dtoh(self.ctx.ord, out, src)
+            .map_err(Error::Device)
     }
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
         let dst = self.check(offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        self.ctx.api.memset(self.ctx.ord, dst, value, len).map_err(Error::Device)
+        self.ctx
+            .api
+            .memset(self.ctx.ord, dst, value, len)
+            .map_err(Error::Device)
     }
     fn is_host(&self) -> bool {
         false
@@ -99,7 +116,10 @@ impl Buffer for GpuBuffer {
         if !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
-        self.ctx.api.copy_dtod(self.ctx.ord, dst, src, len).map_err(Error::Device)?;
+        self.ctx
+            .api
+            .copy_dtod(self.ctx.ord, dst, src, len)
+            .map_err(Error::Device)?;
         Ok(true)
     }
 }
@@ -127,8 +147,16 @@ impl BufferType for GpuHostBufferType {
         &self.name
     }
     fn alloc(&self, size: usize) -> Result<Box<dyn Buffer>> {
-        let ptr = self.ctx.api.host_alloc(self.ctx.ord, size).map_err(Error::Alloc)?;
-        Ok(Box::new(GpuHostBuffer { ctx: self.ctx.clone(), ptr, size }))
+        let ptr = self
+            .ctx
+            .api
+            .host_alloc(self.ctx.ord, size)
+            .map_err(Error::Alloc)?;
+        Ok(Box::new(GpuHostBuffer {
+            ctx: self.ctx.clone(),
+            ptr,
+            size,
+        }))
     }
     fn alignment(&self) -> usize {
         HOST_ALIGNMENT
@@ -151,7 +179,10 @@ impl GpuHostBuffer {
     fn check(&self, offset: usize, len: usize) -> Result<*mut u8> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size => Ok(unsafe { self.ptr.add(offset) }),
-            _ => Err(Error::Unsupported(format!("range {offset}+{len} outside buffer of {} bytes", self.size))),
+            _ => Err(Error::Unsupported(format!(
+                "range {offset}+{len} outside buffer of {} bytes",
+                self.size
+            ))),
         }
     }
 }
@@ -208,8 +239,13 @@ impl RegisteredHostBuffer {
     pub fn new(ctx: Arc<GpuCtx>, ptr: *mut u8, size: usize) -> Result<RegisteredHostBuffer> {
         let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
         let start = (ptr as usize) & !(page - 1);
-        let end = (ptr as usize).checked_add(size.max(1)).and_then(|e| e.checked_add(page - 1)).map(|e| e & !(page - 1));
-        let Some(end) = end else { return Err(Error::Unsupported("address range overflows".into())) };
+        let end = (ptr as usize)
+            .checked_add(size.max(1))
+            .and_then(|e| e.checked_add(page - 1))
+            .map(|e| e & !(page - 1));
+        let Some(end) = end else {
+            return Err(Error::Unsupported("address range overflows".into()));
+        };
         let (api, ord) = (&ctx.api, ctx.ord);
         // Read-write first; a read-only mapping (mmap'd weights) refuses that, so then read-only.
         let (dev, writable) = match api.host_register(ord, start as *mut u8, end - start, false) {
@@ -226,19 +262,31 @@ impl RegisteredHostBuffer {
             )));
         }
         ctx.track(start as u64, end - start, Memory::Host { writable });
-        Ok(RegisteredHostBuffer { ctx, ptr, size, start: start as *mut u8, writable })
+        Ok(RegisteredHostBuffer {
+            ctx,
+            ptr,
+            size,
+            start: start as *mut u8,
+            writable,
+        })
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<*mut u8> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size => Ok(unsafe { self.ptr.add(offset) }),
-            _ => Err(Error::Unsupported(format!("range {offset}+{len} outside buffer of {} bytes", self.size))),
+            _ => Err(Error::Unsupported(format!(
+                "range {offset}+{len} outside buffer of {} bytes",
+                self.size
+            ))),
         }
     }
 
     /// Kernels queued on any stream may still use the memory: let them finish first.
     fn drain(&self) -> Result<()> {
-        self.ctx.api.device_sync(self.ctx.ord).map_err(Error::Device)
+        self.ctx
+            .api
+            .device_sync(self.ctx.ord)
+            .map_err(Error::Device)
     }
 }
 
@@ -262,7 +310,9 @@ impl Buffer for RegisteredHostBuffer {
     fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         let dst = self.check(offset, data.len())?;
         if !self.writable {
-            return Err(Error::Unsupported("the host memory is a read-only mapping".into()));
+            return Err(Error::Unsupported(
+                "the host memory is a read-only mapping".into(),
+            ));
         }
         self.drain()?;
         unsafe { std::ptr::copy(data.as_ptr(), dst, data.len()) };
@@ -277,7 +327,9 @@ impl Buffer for RegisteredHostBuffer {
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
         let dst = self.check(offset, len)?;
         if !self.writable {
-            return Err(Error::Unsupported("the host memory is a read-only mapping".into()));
+            return Err(Error::Unsupported(
+                "the host memory is a read-only mapping".into(),
+            ));
         }
         self.drain()?;
         unsafe { std::ptr::write_bytes(dst, value, len) };

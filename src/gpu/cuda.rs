@@ -89,7 +89,14 @@ struct Driver {
     ) -> CuResult,
     /// None with drivers older than CUDA 12 (then kernels launch without programmatic
     /// dependent launch).
-    launch_kernel_ex: Option<unsafe extern "C" fn(*const CuLaunchConfig, CuFunction, *mut *mut c_void, *mut *mut c_void) -> CuResult>,
+    launch_kernel_ex: Option<
+        unsafe extern "C" fn(
+            *const CuLaunchConfig,
+            CuFunction,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> CuResult,
+    >,
     /// None with drivers older than CUDA 12 (then graphs are simply not used).
     graphs: Option<Graphs>,
     io: Io,
@@ -108,7 +115,8 @@ struct Io {
     memcpy_dtoh_async: unsafe extern "C" fn(*mut c_void, u64, usize, CuStream) -> CuResult,
     memcpy_dtod_async: unsafe extern "C" fn(u64, u64, usize, CuStream) -> CuResult,
     /// (dst, dst context, src, src context, bytes, stream)
-    memcpy_peer_async: unsafe extern "C" fn(u64, CuContext, u64, CuContext, usize, CuStream) -> CuResult,
+    memcpy_peer_async:
+        unsafe extern "C" fn(u64, CuContext, u64, CuContext, usize, CuStream) -> CuResult,
     event_create: unsafe extern "C" fn(*mut CuEvent, c_uint) -> CuResult,
     event_record: unsafe extern "C" fn(CuEvent, CuStream) -> CuResult,
     event_synchronize: unsafe extern "C" fn(CuEvent) -> CuResult,
@@ -191,7 +199,8 @@ impl CudaApi {
     /// Opens the driver and nvrtc and retains every device's primary context.
     /// Err = no usable NVIDIA GPU here (with the reason, for the log).
     pub fn open() -> ApiResult<CudaApi> {
-        let (lib, _) = open_library(&["libcuda.so.1", "libcuda.so"], &[]).ok_or("libcuda.so.1 not found")?;
+        let (lib, _) =
+            open_library(&["libcuda.so.1", "libcuda.so"], &[]).ok_or("libcuda.so.1 not found")?;
         let drv = unsafe {
             Driver {
                 init: sym(&lib, "cuInit")?,
@@ -252,12 +261,20 @@ impl CudaApi {
         let check = |r: CuResult, what: &str| -> ApiResult<()> { cu_check(&drv, r, what) };
         check(unsafe { (drv.init)(0) }, "cuInit")?;
         let mut n: c_int = 0;
-        check(unsafe { (drv.device_get_count)(&mut n) }, "cuDeviceGetCount")?;
+        check(
+            unsafe { (drv.device_get_count)(&mut n) },
+            "cuDeviceGetCount",
+        )?;
         if n <= 0 {
             return Err("the CUDA driver reports no device".into());
         }
-        let (rlib, rpath) = open_library(&nvrtc_names().iter().map(|s| s.as_str()).collect::<Vec<_>>(), &nvrtc_dirs())
-            .ok_or("nvrtc (libnvrtc.so) not found: install the CUDA toolkit's nvrtc to use NVIDIA GPUs")?;
+        let (rlib, rpath) = open_library(
+            &nvrtc_names().iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            &nvrtc_dirs(),
+        )
+        .ok_or(
+            "nvrtc (libnvrtc.so) not found: install the CUDA toolkit's nvrtc to use NVIDIA GPUs",
+        )?;
         crate::log_debug!("CUDA: nvrtc from {rpath}");
         let rtc = unsafe {
             Nvrtc {
@@ -276,23 +293,43 @@ impl CudaApi {
         for i in 0..n {
             let mut d: CuDevice = 0;
             let mut ctx: CuContext = std::ptr::null_mut();
-            let r = check(unsafe { (drv.device_get)(&mut d, i) }, "cuDeviceGet")
-                .and_then(|_| check(unsafe { (drv.primary_ctx_retain)(&mut ctx, d) }, "cuDevicePrimaryCtxRetain"));
+            let r = check(unsafe { (drv.device_get)(&mut d, i) }, "cuDeviceGet").and_then(|_| {
+                check(
+                    unsafe { (drv.primary_ctx_retain)(&mut ctx, d) },
+                    "cuDevicePrimaryCtxRetain",
+                )
+            });
             match r {
                 Ok(()) => devices.push((d, ctx as usize)),
                 Err(e) => crate::log_warn!("CUDA device {i} skipped: {e}"),
             }
         }
-        let pdl_env = std::env::var("ROCMFORGE_GPU_PDL").map(|v| v != "0").unwrap_or(true);
+        let pdl_env = std::env::var("ROCMFORGE_GPU_PDL")
+            .map(|v| v != "0")
+            .unwrap_or(true);
         let pdl = devices
             .iter()
             .map(|&(d, _)| {
                 let mut major: c_int = 0;
-                let r = unsafe { (drv.device_get_attribute)(&mut major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d) };
-                std::sync::atomic::AtomicBool::new(pdl_env && drv.launch_kernel_ex.is_some() && r == 0 && major >= 9)
+                let r = unsafe {
+                    (drv.device_get_attribute)(
+                        &mut major,
+                        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                        d,
+                    )
+                };
+                std::sync::atomic::AtomicBool::new(
+                    pdl_env && drv.launch_kernel_ex.is_some() && r == 0 && major >= 9,
+                )
             })
             .collect();
-        Ok(CudaApi { drv, rtc, devices, pdl, _libs: (lib, rlib) })
+        Ok(CudaApi {
+            drv,
+            rtc,
+            devices,
+            pdl,
+            _libs: (lib, rlib),
+        })
     }
 
     fn check(&self, r: CuResult, what: &str) -> ApiResult<()> {
@@ -300,7 +337,15 @@ impl CudaApi {
     }
 
     /// cuLaunchKernel (the context is current).
-    fn plain_launch(&self, f: Function, grid: [u32; 3], block: [u32; 3], shared_mem: u32, s: Stream, args: &mut [*mut c_void]) -> ApiResult<()> {
+    fn plain_launch(
+        &self,
+        f: Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        s: Stream,
+        args: &mut [*mut c_void],
+    ) -> ApiResult<()> {
         self.check(
             unsafe {
                 (self.drv.launch_kernel)(
@@ -323,11 +368,16 @@ impl CudaApi {
 
     fn current(&self, ord: usize) -> ApiResult<()> {
         let (_, ctx) = *self.devices.get(ord).ok_or("no such CUDA device")?;
-        self.check(unsafe { (self.drv.ctx_set_current)(ctx as CuContext) }, "cuCtxSetCurrent")
+        self.check(
+            unsafe { (self.drv.ctx_set_current)(ctx as CuContext) },
+            "cuCtxSetCurrent",
+        )
     }
 
     fn graphs(&self) -> ApiResult<Graphs> {
-        self.drv.graphs.ok_or_else(|| "this CUDA driver has no graph API".to_string())
+        self.drv
+            .graphs
+            .ok_or_else(|| "this CUDA driver has no graph API".to_string())
     }
 
     fn ctx(&self, ord: usize) -> ApiResult<CuContext> {
@@ -336,13 +386,20 @@ impl CudaApi {
 
     fn attr(&self, ord: usize, a: c_int) -> ApiResult<c_int> {
         let mut v: c_int = 0;
-        self.check(unsafe { (self.drv.device_get_attribute)(&mut v, a, self.devices[ord].0) }, "cuDeviceGetAttribute")?;
+        self.check(
+            unsafe { (self.drv.device_get_attribute)(&mut v, a, self.devices[ord].0) },
+            "cuDeviceGetAttribute",
+        )?;
         Ok(v)
     }
 
     fn rtc_err(&self, r: c_int, what: &str) -> String {
         let s = unsafe { (self.rtc.get_error_string)(r) };
-        let msg = if s.is_null() { "?".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+        let msg = if s.is_null() {
+            "?".into()
+        } else {
+            unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+        };
         format!("{what}: {msg} ({r})")
     }
 }
@@ -353,7 +410,11 @@ fn cu_check(drv: &Driver, r: CuResult, what: &str) -> ApiResult<()> {
     }
     let mut s: *const c_char = std::ptr::null();
     unsafe { (drv.get_error_string)(r, &mut s) };
-    let msg = if s.is_null() { "unknown error".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+    let msg = if s.is_null() {
+        "unknown error".into()
+    } else {
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    };
     Err(format!("{what}: {msg} ({r})"))
 }
 
@@ -369,13 +430,21 @@ impl GpuApi for CudaApi {
     fn device_info(&self, ord: usize) -> ApiResult<DeviceInfo> {
         let d = self.devices.get(ord).ok_or("no such CUDA device")?.0;
         let mut name = [0 as c_char; 256];
-        self.check(unsafe { (self.drv.device_get_name)(name.as_mut_ptr(), 255, d) }, "cuDeviceGetName")?;
+        self.check(
+            unsafe { (self.drv.device_get_name)(name.as_mut_ptr(), 255, d) },
+            "cuDeviceGetName",
+        )?;
         let mut total = 0usize;
-        self.check(unsafe { (self.drv.device_total_mem)(&mut total, d) }, "cuDeviceTotalMem")?;
+        self.check(
+            unsafe { (self.drv.device_total_mem)(&mut total, d) },
+            "cuDeviceTotalMem",
+        )?;
         let major = self.attr(ord, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = self.attr(ord, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         Ok(DeviceInfo {
-            name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
+            name: unsafe { CStr::from_ptr(name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
             total_mem: total,
             arch: format!("sm_{major}{minor}"),
             warp_size: self.attr(ord, CU_DEVICE_ATTRIBUTE_WARP_SIZE)? as u32,
@@ -386,14 +455,20 @@ impl GpuApi for CudaApi {
     fn mem_info(&self, ord: usize) -> ApiResult<(usize, usize)> {
         self.current(ord)?;
         let (mut free, mut total) = (0usize, 0usize);
-        self.check(unsafe { (self.drv.mem_get_info)(&mut free, &mut total) }, "cuMemGetInfo")?;
+        self.check(
+            unsafe { (self.drv.mem_get_info)(&mut free, &mut total) },
+            "cuMemGetInfo",
+        )?;
         Ok((free, total))
     }
 
     fn alloc(&self, ord: usize, size: usize) -> ApiResult<DevPtr> {
         self.current(ord)?;
         let mut p = 0u64;
-        self.check(unsafe { (self.drv.mem_alloc)(&mut p, size.max(1)) }, "cuMemAlloc")?;
+        self.check(
+            unsafe { (self.drv.mem_alloc)(&mut p, size.max(1)) },
+            "cuMemAlloc",
+        )?;
         Ok(p)
     }
 
@@ -407,38 +482,62 @@ impl GpuApi for CudaApi {
 
     fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.memcpy_htod)(dst, src.as_ptr() as *const c_void, src.len()) }, "cuMemcpyHtoD")
+        self.check(
+            unsafe { (self.drv.memcpy_htod)(dst, src.as_ptr() as *const c_void, src.len()) },
+            "cuMemcpyHtoD",
+        )
     }
 
     fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.memcpy_dtoh)(dst.as_mut_ptr() as *mut c_void, src, dst.len()) }, "cuMemcpyDtoH")
+        self.check(
+            unsafe { (self.drv.memcpy_dtoh)(dst.as_mut_ptr() as *mut c_void, src, dst.len()) },
+            "cuMemcpyDtoH",
+        )
     }
 
     fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.memcpy_dtod)(dst, src, size) }, "cuMemcpyDtoD")?;
+        self.check(
+            unsafe { (self.drv.memcpy_dtod)(dst, src, size) },
+            "cuMemcpyDtoD",
+        )?;
         // cuMemcpyDtoD may return before the copy is done; callers expect it finished.
-        self.check(unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) }, "cuStreamSynchronize")
+        self.check(
+            unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) },
+            "cuStreamSynchronize",
+        )
     }
 
     fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.memset_d8)(dst, value, size) }, "cuMemsetD8")?;
-        self.check(unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) }, "cuStreamSynchronize")
+        self.check(
+            unsafe { (self.drv.memset_d8)(dst, value, size) },
+            "cuMemsetD8",
+        )?;
+        self.check(
+            unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) },
+            "cuStreamSynchronize",
+        )
     }
 
     fn stream_create(&self, ord: usize) -> ApiResult<Stream> {
         self.current(ord)?;
         let mut s: CuStream = std::ptr::null_mut();
         // Flags 0: a blocking stream, ordered with the synchronous copies on the null stream.
-        self.check(unsafe { (self.drv.stream_create)(&mut s, 0) }, "cuStreamCreate")?;
+        self.check(
+            unsafe { (self.drv.stream_create)(&mut s, 0) },
+            "cuStreamCreate",
+        )?;
         Ok(Stream(s as usize))
     }
 
     fn stream_sync(&self, ord: usize, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.stream_synchronize)(s.0 as CuStream) }, "cuStreamSynchronize")
+        self.check(
+            unsafe { (self.drv.stream_synchronize)(s.0 as CuStream) },
+            "cuStreamSynchronize",
+        )
     }
 
     fn stream_destroy(&self, ord: usize, s: Stream) {
@@ -453,25 +552,43 @@ impl GpuApi for CudaApi {
         format!("nvrtc {major}.{minor}")
     }
 
-    fn compile(&self, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
+    fn compile(
+        &self,
+        source: &str,
+        name: &str,
+        arch: &str,
+        options: &[String],
+    ) -> ApiResult<Vec<u8>> {
         let src = CString::new(source).map_err(|_| "kernel source contains NUL")?;
         let cname = CString::new(name).map_err(|_| "bad program name")?;
-        let mut opts: Vec<CString> = vec![CString::new(format!("--gpu-architecture={arch}")).unwrap()];
+        let mut opts: Vec<CString> =
+            vec![CString::new(format!("--gpu-architecture={arch}")).unwrap()];
         opts.extend(options.iter().filter_map(|o| CString::new(o.as_str()).ok()));
         let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
         let mut prog: NvrtcProgram = std::ptr::null_mut();
         let r = unsafe {
-            (self.rtc.create_program)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+            (self.rtc.create_program)(
+                &mut prog,
+                src.as_ptr(),
+                cname.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
         };
         if r != 0 {
             return Err(self.rtc_err(r, "nvrtcCreateProgram"));
         }
-        let r = unsafe { (self.rtc.compile_program)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+        let r =
+            unsafe { (self.rtc.compile_program)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
         let mut log_size = 0usize;
         unsafe { (self.rtc.get_program_log_size)(prog, &mut log_size) };
         let mut log = vec![0u8; log_size.max(1)];
         unsafe { (self.rtc.get_program_log)(prog, log.as_mut_ptr() as *mut c_char) };
-        let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_string();
+        let log = String::from_utf8_lossy(&log)
+            .trim_end_matches('\0')
+            .trim()
+            .to_string();
         let out = if r != 0 {
             Err(format!("{}\n{log}", self.rtc_err(r, "nvrtcCompileProgram")))
         } else {
@@ -499,7 +616,10 @@ impl GpuApi for CudaApi {
     fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module> {
         self.current(ord)?;
         let mut m: CuModule = std::ptr::null_mut();
-        self.check(unsafe { (self.drv.module_load_data)(&mut m, image.as_ptr() as *const c_void) }, "cuModuleLoadData")?;
+        self.check(
+            unsafe { (self.drv.module_load_data)(&mut m, image.as_ptr() as *const c_void) },
+            "cuModuleLoadData",
+        )?;
         Ok(Module(m as usize))
     }
 
@@ -525,9 +645,16 @@ impl GpuApi for CudaApi {
         args: &mut [*mut c_void],
     ) -> ApiResult<()> {
         self.current(ord)?;
-        let pdl = self.pdl.get(ord).is_some_and(|p| p.load(std::sync::atomic::Ordering::Relaxed));
+        let pdl = self
+            .pdl
+            .get(ord)
+            .is_some_and(|p| p.load(std::sync::atomic::Ordering::Relaxed));
         if let (true, Some(launch_ex)) = (pdl, self.drv.launch_kernel_ex) {
-            let mut attr = CuLaunchAttribute { id: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, pad: 0, value: [0; 8] };
+            let mut attr = CuLaunchAttribute {
+                id: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: 0,
+                value: [0; 8],
+            };
             attr.value[0] = 1; // programmaticStreamSerializationAllowed: an int at the union's start
             let cfg = CuLaunchConfig {
                 grid,
@@ -537,7 +664,14 @@ impl GpuApi for CudaApi {
                 attrs: &mut attr,
                 num_attrs: 1,
             };
-            let r = unsafe { launch_ex(&cfg, f.0 as CuFunction, args.as_mut_ptr(), std::ptr::null_mut()) };
+            let r = unsafe {
+                launch_ex(
+                    &cfg,
+                    f.0 as CuFunction,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
             if r == 0 {
                 return Ok(());
             }
@@ -553,32 +687,52 @@ impl GpuApi for CudaApi {
 
     fn capture_begin(&self, ord: usize, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.graphs()?.stream_begin_capture)(s.0 as CuStream, CU_STREAM_CAPTURE_MODE_RELAXED) }, "cuStreamBeginCapture")
+        self.check(
+            unsafe {
+                (self.graphs()?.stream_begin_capture)(
+                    s.0 as CuStream,
+                    CU_STREAM_CAPTURE_MODE_RELAXED,
+                )
+            },
+            "cuStreamBeginCapture",
+        )
     }
 
     fn capture_end(&self, ord: usize, s: Stream) -> ApiResult<Graph> {
         self.current(ord)?;
         let mut g: CuGraph = std::ptr::null_mut();
-        self.check(unsafe { (self.graphs()?.stream_end_capture)(s.0 as CuStream, &mut g) }, "cuStreamEndCapture")?;
+        self.check(
+            unsafe { (self.graphs()?.stream_end_capture)(s.0 as CuStream, &mut g) },
+            "cuStreamEndCapture",
+        )?;
         Ok(Graph(g as usize))
     }
 
     fn graph_instantiate(&self, ord: usize, g: Graph) -> ApiResult<GraphExec> {
         self.current(ord)?;
         let mut e: CuGraphExec = std::ptr::null_mut();
-        self.check(unsafe { (self.graphs()?.graph_instantiate)(&mut e, g.0 as CuGraph, 0) }, "cuGraphInstantiate")?;
+        self.check(
+            unsafe { (self.graphs()?.graph_instantiate)(&mut e, g.0 as CuGraph, 0) },
+            "cuGraphInstantiate",
+        )?;
         Ok(GraphExec(e as usize))
     }
 
     fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool {
         let mut info = [0u64; 4];
-        let Some(gr) = self.drv.graphs else { return false };
-        self.current(ord).is_ok() && unsafe { (gr.graph_exec_update)(e.0 as CuGraphExec, g.0 as CuGraph, &mut info) } == 0
+        let Some(gr) = self.drv.graphs else {
+            return false;
+        };
+        self.current(ord).is_ok()
+            && unsafe { (gr.graph_exec_update)(e.0 as CuGraphExec, g.0 as CuGraph, &mut info) } == 0
     }
 
     fn graph_launch(&self, ord: usize, e: GraphExec, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.graphs()?.graph_launch)(e.0 as CuGraphExec, s.0 as CuStream) }, "cuGraphLaunch")
+        self.check(
+            unsafe { (self.graphs()?.graph_launch)(e.0 as CuGraphExec, s.0 as CuStream) },
+            "cuGraphLaunch",
+        )
     }
 
     fn graph_destroy(&self, ord: usize, g: Graph) {
@@ -598,7 +752,10 @@ impl GpuApi for CudaApi {
         let mut p: *mut c_void = std::ptr::null_mut();
         // Portable: pinned for every context; device-mapped: kernels could read it (unused).
         let flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
-        self.check(unsafe { (self.drv.io.mem_host_alloc)(&mut p, size.max(1), flags) }, "cuMemHostAlloc")?;
+        self.check(
+            unsafe { (self.drv.io.mem_host_alloc)(&mut p, size.max(1), flags) },
+            "cuMemHostAlloc",
+        )?;
         if p.is_null() {
             return Err("cuMemHostAlloc returned NULL".into());
         }
@@ -607,13 +764,22 @@ impl GpuApi for CudaApi {
 
     fn host_free(&self, ord: usize, ptr: *mut u8) {
         if self.current(ord).is_ok() {
-            if let Err(e) = self.check(unsafe { (self.drv.io.mem_free_host)(ptr as *mut c_void) }, "cuMemFreeHost") {
+            if let Err(e) = self.check(
+                unsafe { (self.drv.io.mem_free_host)(ptr as *mut c_void) },
+                "cuMemFreeHost",
+            ) {
                 crate::log_warn!("{e}");
             }
         }
     }
 
-    fn host_register(&self, ord: usize, ptr: *mut u8, size: usize, read_only: bool) -> ApiResult<DevPtr> {
+    fn host_register(
+        &self,
+        ord: usize,
+        ptr: *mut u8,
+        size: usize,
+        read_only: bool,
+    ) -> ApiResult<DevPtr> {
         self.current(ord)?;
         let mut flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
         if read_only {
@@ -623,21 +789,36 @@ impl GpuApi for CudaApi {
             flags |= CU_MEMHOSTREGISTER_READ_ONLY;
         }
         let io = self.drv.io;
-        self.check(unsafe { (io.mem_host_register)(ptr as *mut c_void, size, flags) }, "cuMemHostRegister")?;
+        self.check(
+            unsafe { (io.mem_host_register)(ptr as *mut c_void, size, flags) },
+            "cuMemHostRegister",
+        )?;
         let mut d = 0u64;
-        let r = self.check(unsafe { (io.mem_host_get_device_pointer)(&mut d, ptr as *mut c_void, 0) }, "cuMemHostGetDevicePointer");
+        let r = self.check(
+            unsafe { (io.mem_host_get_device_pointer)(&mut d, ptr as *mut c_void, 0) },
+            "cuMemHostGetDevicePointer",
+        );
         if let Err(e) = r {
             unsafe { (io.mem_host_unregister)(ptr as *mut c_void) };
             return Err(e);
         }
         // Devices with this attribute reach registered memory at the host's own address.
-        let same = self.attr(ord, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM).unwrap_or(0) != 0;
+        let same = self
+            .attr(
+                ord,
+                CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+            )
+            .unwrap_or(0)
+            != 0;
         Ok(if same { ptr as u64 } else { d })
     }
 
     fn host_unregister(&self, ord: usize, ptr: *mut u8) {
         if self.current(ord).is_ok() {
-            if let Err(e) = self.check(unsafe { (self.drv.io.mem_host_unregister)(ptr as *mut c_void) }, "cuMemHostUnregister") {
+            if let Err(e) = self.check(
+                unsafe { (self.drv.io.mem_host_unregister)(ptr as *mut c_void) },
+                "cuMemHostUnregister",
+            ) {
                 crate::log_warn!("{e}");
             }
         }
@@ -645,50 +826,111 @@ impl GpuApi for CudaApi {
 
     fn device_sync(&self, ord: usize) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.io.ctx_synchronize)() }, "cuCtxSynchronize")
+        self.check(
+            unsafe { (self.drv.io.ctx_synchronize)() },
+            "cuCtxSynchronize",
+        )
     }
 
-    fn copy_htod_async(&self, ord: usize, dst: DevPtr, src: *const u8, size: usize, s: Stream) -> ApiResult<()> {
+    fn copy_htod_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        src: *const u8,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.io.memcpy_htod_async)(dst, src as *const c_void, size, s.0 as CuStream) }, "cuMemcpyHtoDAsync")
+        self.check(
+            unsafe {
+                (self.drv.io.memcpy_htod_async)(dst, src as *const c_void, size, s.0 as CuStream)
+            },
+            "cuMemcpyHtoDAsync",
+        )
     }
 
-    fn copy_dtoh_async(&self, ord: usize, dst: *mut u8, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+    fn copy_dtoh_async(
+        &self,
+        ord: usize,
+        dst: *mut u8,
+        src: DevPtr,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.io.memcpy_dtoh_async)(dst as *mut c_void, src, size, s.0 as CuStream) }, "cuMemcpyDtoHAsync")
+        self.check(
+            unsafe {
+                (self.drv.io.memcpy_dtoh_async)(dst as *mut c_void, src, size, s.0 as CuStream)
+            },
+            "cuMemcpyDtoHAsync",
+        )
     }
 
-    fn copy_dtod_async(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+    fn copy_dtod_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        src: DevPtr,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.io.memcpy_dtod_async)(dst, src, size, s.0 as CuStream) }, "cuMemcpyDtoDAsync")
+        self.check(
+            unsafe { (self.drv.io.memcpy_dtod_async)(dst, src, size, s.0 as CuStream) },
+            "cuMemcpyDtoDAsync",
+        )
     }
 
-    fn copy_peer_async(&self, dst_ord: usize, dst: DevPtr, src_ord: usize, src: DevPtr, size: usize, stream_ord: usize, s: Stream) -> ApiResult<()> {
+    fn copy_peer_async(
+        &self,
+        dst_ord: usize,
+        dst: DevPtr,
+        src_ord: usize,
+        src: DevPtr,
+        size: usize,
+        stream_ord: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         let (dctx, sctx) = (self.ctx(dst_ord)?, self.ctx(src_ord)?);
         self.current(stream_ord)?;
-        self.check(unsafe { (self.drv.io.memcpy_peer_async)(dst, dctx, src, sctx, size, s.0 as CuStream) }, "cuMemcpyPeerAsync")
+        self.check(
+            unsafe { (self.drv.io.memcpy_peer_async)(dst, dctx, src, sctx, size, s.0 as CuStream) },
+            "cuMemcpyPeerAsync",
+        )
     }
 
     fn event_create(&self, ord: usize) -> ApiResult<Event> {
         self.current(ord)?;
         let mut e: CuEvent = std::ptr::null_mut();
-        self.check(unsafe { (self.drv.io.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) }, "cuEventCreate")?;
+        self.check(
+            unsafe { (self.drv.io.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) },
+            "cuEventCreate",
+        )?;
         Ok(Event(e as usize))
     }
 
     fn event_record(&self, ord: usize, e: Event, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.io.event_record)(e.0 as CuEvent, s.0 as CuStream) }, "cuEventRecord")
+        self.check(
+            unsafe { (self.drv.io.event_record)(e.0 as CuEvent, s.0 as CuStream) },
+            "cuEventRecord",
+        )
     }
 
     fn event_sync(&self, ord: usize, e: Event) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.io.event_synchronize)(e.0 as CuEvent) }, "cuEventSynchronize")
+        self.check(
+            unsafe { (self.drv.io.event_synchronize)(e.0 as CuEvent) },
+            "cuEventSynchronize",
+        )
     }
 
     fn stream_wait_event(&self, ord: usize, s: Stream, e: Event) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.drv.io.stream_wait_event)(s.0 as CuStream, e.0 as CuEvent, 0) }, "cuStreamWaitEvent")
+        self.check(
+            unsafe { (self.drv.io.stream_wait_event)(s.0 as CuStream, e.0 as CuEvent, 0) },
+            "cuStreamWaitEvent",
+        )
     }
 
     fn event_destroy(&self, ord: usize, e: Event) {
@@ -700,14 +942,22 @@ impl GpuApi for CudaApi {
     fn event_create_timed(&self, ord: usize) -> ApiResult<Event> {
         self.current(ord)?;
         let mut e: CuEvent = std::ptr::null_mut();
-        self.check(unsafe { (self.drv.io.event_create)(&mut e, 0) }, "cuEventCreate")?;
+        self.check(
+            unsafe { (self.drv.io.event_create)(&mut e, 0) },
+            "cuEventCreate",
+        )?;
         Ok(Event(e as usize))
     }
 
     fn event_elapsed_ms(&self, ord: usize, start: Event, end: Event) -> ApiResult<f32> {
         self.current(ord)?;
         let mut ms = 0f32;
-        self.check(unsafe { (self.drv.io.event_elapsed_time)(&mut ms, start.0 as CuEvent, end.0 as CuEvent) }, "cuEventElapsedTime")?;
+        self.check(
+            unsafe {
+                (self.drv.io.event_elapsed_time)(&mut ms, start.0 as CuEvent, end.0 as CuEvent)
+            },
+            "cuEventElapsedTime",
+        )?;
         Ok(ms)
     }
 }

@@ -46,7 +46,8 @@ struct Runtime {
     stream_synchronize: unsafe extern "C" fn(HipStream) -> HipError,
     stream_destroy: unsafe extern "C" fn(HipStream) -> HipError,
     module_load_data: unsafe extern "C" fn(*mut HipModule, *const c_void) -> HipError,
-    module_get_function: unsafe extern "C" fn(*mut HipFunction, HipModule, *const c_char) -> HipError,
+    module_get_function:
+        unsafe extern "C" fn(*mut HipFunction, HipModule, *const c_char) -> HipError,
     #[allow(clippy::type_complexity)]
     module_launch_kernel: unsafe extern "C" fn(
         HipFunction,
@@ -73,12 +74,21 @@ struct Io {
     host_free: unsafe extern "C" fn(*mut c_void) -> HipError,
     host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> HipError,
     host_unregister: unsafe extern "C" fn(*mut c_void) -> HipError,
-    host_get_device_pointer: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> HipError,
+    host_get_device_pointer:
+        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> HipError,
     device_synchronize: unsafe extern "C" fn() -> HipError,
     /// (dst, src, bytes, hipMemcpyKind, stream)
-    memcpy_async: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, HipStream) -> HipError,
+    memcpy_async:
+        unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, HipStream) -> HipError,
     /// (dst, dst device, src, src device, bytes, stream)
-    memcpy_peer_async: unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, usize, HipStream) -> HipError,
+    memcpy_peer_async: unsafe extern "C" fn(
+        *mut c_void,
+        c_int,
+        *const c_void,
+        c_int,
+        usize,
+        HipStream,
+    ) -> HipError,
     event_create_with_flags: unsafe extern "C" fn(*mut HipEvent, c_uint) -> HipError,
     event_record: unsafe extern "C" fn(HipEvent, HipStream) -> HipError,
     event_synchronize: unsafe extern "C" fn(HipEvent) -> HipError,
@@ -91,8 +101,15 @@ struct Io {
 struct Graphs {
     stream_begin_capture: unsafe extern "C" fn(HipStream, c_int) -> HipError,
     stream_end_capture: unsafe extern "C" fn(HipStream, *mut HipGraph) -> HipError,
-    graph_instantiate: unsafe extern "C" fn(*mut HipGraphExec, HipGraph, *mut *mut c_void, *mut c_char, usize) -> HipError,
-    graph_exec_update: unsafe extern "C" fn(HipGraphExec, HipGraph, *mut *mut c_void, *mut c_int) -> HipError,
+    graph_instantiate: unsafe extern "C" fn(
+        *mut HipGraphExec,
+        HipGraph,
+        *mut *mut c_void,
+        *mut c_char,
+        usize,
+    ) -> HipError,
+    graph_exec_update:
+        unsafe extern "C" fn(HipGraphExec, HipGraph, *mut *mut c_void, *mut c_int) -> HipError,
     graph_launch: unsafe extern "C" fn(HipGraphExec, HipStream) -> HipError,
     graph_destroy: unsafe extern "C" fn(HipGraph) -> HipError,
     graph_exec_destroy: unsafe extern "C" fn(HipGraphExec) -> HipError,
@@ -145,8 +162,14 @@ fn rocm_dirs() -> Vec<String> {
 /// Wavefront size the compiler uses by default for a target: 64 on GCN/CDNA (gfx9xx and
 /// older), 32 on RDNA (gfx10xx and newer).
 pub fn warp_size_of_arch(arch: &str) -> u32 {
-    let digits: String = arch.trim_start_matches("gfx").chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
-    if digits.len() >= 4 && (digits.starts_with("10") || digits.starts_with("11") || digits.starts_with("12")) {
+    let digits: String = arch
+        .trim_start_matches("gfx")
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
+    if digits.len() >= 4
+        && (digits.starts_with("10") || digits.starts_with("11") || digits.starts_with("12"))
+    {
         32
     } else {
         64
@@ -162,7 +185,10 @@ pub fn find_gcn_arch_name(props: &[u8]) -> Option<String> {
         if &props[i..i + 3] == b"gfx" && (i == 0 || props[i - 1] == 0) {
             let end = props[i..].iter().position(|&b| b == 0).map(|p| i + p)?;
             let s = std::str::from_utf8(&props[i..end]).ok()?;
-            if s.len() > 3 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == ':' || c == '+' || c == '-') {
+            if s.len() > 3
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == ':' || c == '+' || c == '-')
+            {
                 return Some(s.to_string());
             }
         }
@@ -172,8 +198,12 @@ pub fn find_gcn_arch_name(props: &[u8]) -> Option<String> {
 }
 
 /// hiprtc is its own library since ROCm 5.3; before, libamdhip64 (`hip`) exports it.
-fn load_hiprtc(hip: &libloading::Library, dirs: &[String]) -> ApiResult<(Hiprtc, Option<libloading::Library>)> {
-    let rtc_lib = open_library(&["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"], dirs).map(|(l, _)| l);
+fn load_hiprtc(
+    hip: &libloading::Library,
+    dirs: &[String],
+) -> ApiResult<(Hiprtc, Option<libloading::Library>)> {
+    let rtc_lib =
+        open_library(&["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"], dirs).map(|(l, _)| l);
     let l = rtc_lib.as_ref().unwrap_or(hip);
     let rtc = unsafe {
         Hiprtc {
@@ -194,8 +224,11 @@ fn load_hiprtc(hip: &libloading::Library, dirs: &[String]) -> ApiResult<(Hiprtc,
 impl HipApi {
     pub fn open() -> ApiResult<HipApi> {
         let dirs = rocm_dirs();
-        let (lib, path) = open_library(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"], &dirs)
-            .ok_or("libamdhip64.so not found")?;
+        let (lib, path) = open_library(
+            &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"],
+            &dirs,
+        )
+        .ok_or("libamdhip64.so not found")?;
         crate::log_debug!("HIP: runtime from {path}");
         let rt = unsafe {
             Runtime {
@@ -232,7 +265,8 @@ impl HipApi {
                 .ok(),
                 io: Io {
                     // hipHostMalloc is deprecated in recent ROCm in favour of hipHostAlloc (same arguments).
-                    host_malloc: sym(&lib, "hipHostMalloc").or_else(|_| sym(&lib, "hipHostAlloc"))?,
+                    host_malloc: sym(&lib, "hipHostMalloc")
+                        .or_else(|_| sym(&lib, "hipHostAlloc"))?,
                     host_free: sym(&lib, "hipHostFree")?,
                     host_register: sym(&lib, "hipHostRegister")?,
                     host_unregister: sym(&lib, "hipHostUnregister")?,
@@ -252,16 +286,27 @@ impl HipApi {
         let r = unsafe { (rt.init)(0) };
         hip_check(&rt, r, "hipInit")?;
         let mut n: c_int = 0;
-        hip_check(&rt, unsafe { (rt.get_device_count)(&mut n) }, "hipGetDeviceCount")?;
+        hip_check(
+            &rt,
+            unsafe { (rt.get_device_count)(&mut n) },
+            "hipGetDeviceCount",
+        )?;
         if n <= 0 {
             return Err("the HIP runtime reports no device".into());
         }
         let (rtc, rtc_lib) = load_hiprtc(&lib, &dirs)?;
-        Ok(HipApi { rt, rtc, count: n as usize, _libs: (lib, rtc_lib) })
+        Ok(HipApi {
+            rt,
+            rtc,
+            count: n as usize,
+            _libs: (lib, rtc_lib),
+        })
     }
 
     fn graphs(&self) -> ApiResult<Graphs> {
-        self.rt.graphs.ok_or_else(|| "this HIP runtime has no graph API".to_string())
+        self.rt
+            .graphs
+            .ok_or_else(|| "this HIP runtime has no graph API".to_string())
     }
 
     fn check(&self, r: HipError, what: &str) -> ApiResult<()> {
@@ -272,15 +317,27 @@ impl HipApi {
         if ord >= self.count {
             return Err("no such HIP device".into());
         }
-        self.check(unsafe { (self.rt.set_device)(ord as c_int) }, "hipSetDevice")
+        self.check(
+            unsafe { (self.rt.set_device)(ord as c_int) },
+            "hipSetDevice",
+        )
     }
 
     fn sync_null(&self) -> ApiResult<()> {
-        self.check(unsafe { (self.rt.stream_synchronize)(std::ptr::null_mut()) }, "hipStreamSynchronize")
+        self.check(
+            unsafe { (self.rt.stream_synchronize)(std::ptr::null_mut()) },
+            "hipStreamSynchronize",
+        )
     }
 }
 
-fn hiprtc_compile(rtc: &Hiprtc, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
+fn hiprtc_compile(
+    rtc: &Hiprtc,
+    source: &str,
+    name: &str,
+    arch: &str,
+    options: &[String],
+) -> ApiResult<Vec<u8>> {
     let src = CString::new(source).map_err(|_| "kernel source contains NUL")?;
     let cname = CString::new(name).map_err(|_| "bad program name")?;
     let mut opts: Vec<CString> = vec![CString::new(format!("--offload-arch={arch}")).unwrap()];
@@ -288,7 +345,14 @@ fn hiprtc_compile(rtc: &Hiprtc, source: &str, name: &str, arch: &str, options: &
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: HiprtcProgram = std::ptr::null_mut();
     let r = unsafe {
-        (rtc.create_program)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+        (rtc.create_program)(
+            &mut prog,
+            src.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
     };
     if r != 0 {
         return Err(rtc_err(rtc, r, "hiprtcCreateProgram"));
@@ -298,9 +362,15 @@ fn hiprtc_compile(rtc: &Hiprtc, source: &str, name: &str, arch: &str, options: &
     unsafe { (rtc.get_program_log_size)(prog, &mut log_size) };
     let mut log = vec![0u8; log_size.max(1)];
     unsafe { (rtc.get_program_log)(prog, log.as_mut_ptr() as *mut c_char) };
-    let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_string();
+    let log = String::from_utf8_lossy(&log)
+        .trim_end_matches('\0')
+        .trim()
+        .to_string();
     let out = if r != 0 {
-        Err(format!("{}\n{log}", rtc_err(rtc, r, "hiprtcCompileProgram")))
+        Err(format!(
+            "{}\n{log}",
+            rtc_err(rtc, r, "hiprtcCompileProgram")
+        ))
     } else {
         let mut size = 0usize;
         let r = unsafe { (rtc.get_code_size)(prog, &mut size) };
@@ -322,7 +392,11 @@ fn hiprtc_compile(rtc: &Hiprtc, source: &str, name: &str, arch: &str, options: &
 
 fn rtc_err(rtc: &Hiprtc, r: c_int, what: &str) -> String {
     let s = unsafe { (rtc.get_error_string)(r) };
-    let msg = if s.is_null() { "?".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+    let msg = if s.is_null() {
+        "?".into()
+    } else {
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    };
     format!("{what}: {msg} ({r})")
 }
 
@@ -331,7 +405,11 @@ fn hip_check(rt: &Runtime, r: HipError, what: &str) -> ApiResult<()> {
         return Ok(());
     }
     let s = unsafe { (rt.get_error_string)(r) };
-    let msg = if s.is_null() { "unknown error".into() } else { unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned() };
+    let msg = if s.is_null() {
+        "unknown error".into()
+    } else {
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    };
     Err(format!("{what}: {msg} ({r})"))
 }
 
@@ -347,15 +425,26 @@ impl GpuApi for HipApi {
     fn device_info(&self, ord: usize) -> ApiResult<DeviceInfo> {
         self.current(ord)?;
         let mut name = [0 as c_char; 256];
-        self.check(unsafe { (self.rt.device_get_name)(name.as_mut_ptr(), 255, ord as c_int) }, "hipDeviceGetName")?;
+        self.check(
+            unsafe { (self.rt.device_get_name)(name.as_mut_ptr(), 255, ord as c_int) },
+            "hipDeviceGetName",
+        )?;
         let mut total = 0usize;
-        self.check(unsafe { (self.rt.device_total_mem)(&mut total, ord as c_int) }, "hipDeviceTotalMem")?;
+        self.check(
+            unsafe { (self.rt.device_total_mem)(&mut total, ord as c_int) },
+            "hipDeviceTotalMem",
+        )?;
         // Generously sized: hipDeviceProp_t is about 1.5 KiB and grows between releases.
         let mut props = vec![0u8; 16 * 1024];
-        self.check(unsafe { (self.rt.get_device_properties)(props.as_mut_ptr(), ord as c_int) }, "hipGetDeviceProperties")?;
+        self.check(
+            unsafe { (self.rt.get_device_properties)(props.as_mut_ptr(), ord as c_int) },
+            "hipGetDeviceProperties",
+        )?;
         let arch = find_gcn_arch_name(&props).ok_or("no gfx target name in hipDeviceProp_t")?;
         Ok(DeviceInfo {
-            name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
+            name: unsafe { CStr::from_ptr(name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
             total_mem: total,
             warp_size: warp_size_of_arch(&arch),
             arch,
@@ -366,14 +455,20 @@ impl GpuApi for HipApi {
     fn mem_info(&self, ord: usize) -> ApiResult<(usize, usize)> {
         self.current(ord)?;
         let (mut free, mut total) = (0usize, 0usize);
-        self.check(unsafe { (self.rt.mem_get_info)(&mut free, &mut total) }, "hipMemGetInfo")?;
+        self.check(
+            unsafe { (self.rt.mem_get_info)(&mut free, &mut total) },
+            "hipMemGetInfo",
+        )?;
         Ok((free, total))
     }
 
     fn alloc(&self, ord: usize, size: usize) -> ApiResult<DevPtr> {
         self.current(ord)?;
         let mut p = 0u64;
-        self.check(unsafe { (self.rt.malloc)(&mut p, size.max(1)) }, "hipMalloc")?;
+        self.check(
+            unsafe { (self.rt.malloc)(&mut p, size.max(1)) },
+            "hipMalloc",
+        )?;
         Ok(p)
     }
 
@@ -388,7 +483,12 @@ impl GpuApi for HipApi {
     fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()> {
         self.current(ord)?;
         let r = unsafe {
-            (self.rt.memcpy)(dst as *mut c_void, src.as_ptr() as *const c_void, src.len(), HIP_MEMCPY_HOST_TO_DEVICE)
+            (self.rt.memcpy)(
+                dst as *mut c_void,
+                src.as_ptr() as *const c_void,
+                src.len(),
+                HIP_MEMCPY_HOST_TO_DEVICE,
+            )
         };
         self.check(r, "hipMemcpy(HtoD)")
     }
@@ -396,34 +496,55 @@ impl GpuApi for HipApi {
     fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()> {
         self.current(ord)?;
         let r = unsafe {
-            (self.rt.memcpy)(dst.as_mut_ptr() as *mut c_void, src as *const c_void, dst.len(), HIP_MEMCPY_DEVICE_TO_HOST)
+            (self.rt.memcpy)(
+                dst.as_mut_ptr() as *mut c_void,
+                src as *const c_void,
+                dst.len(),
+                HIP_MEMCPY_DEVICE_TO_HOST,
+            )
         };
         self.check(r, "hipMemcpy(DtoH)")
     }
 
     fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()> {
         self.current(ord)?;
-        let r = unsafe { (self.rt.memcpy)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_DEVICE_TO_DEVICE) };
+        let r = unsafe {
+            (self.rt.memcpy)(
+                dst as *mut c_void,
+                src as *const c_void,
+                size,
+                HIP_MEMCPY_DEVICE_TO_DEVICE,
+            )
+        };
         self.check(r, "hipMemcpy(DtoD)")?;
         self.sync_null()
     }
 
     fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.rt.memset)(dst, value as c_int, size) }, "hipMemset")?;
+        self.check(
+            unsafe { (self.rt.memset)(dst, value as c_int, size) },
+            "hipMemset",
+        )?;
         self.sync_null()
     }
 
     fn stream_create(&self, ord: usize) -> ApiResult<Stream> {
         self.current(ord)?;
         let mut s: HipStream = std::ptr::null_mut();
-        self.check(unsafe { (self.rt.stream_create)(&mut s) }, "hipStreamCreate")?;
+        self.check(
+            unsafe { (self.rt.stream_create)(&mut s) },
+            "hipStreamCreate",
+        )?;
         Ok(Stream(s as usize))
     }
 
     fn stream_sync(&self, ord: usize, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.rt.stream_synchronize)(s.0 as HipStream) }, "hipStreamSynchronize")
+        self.check(
+            unsafe { (self.rt.stream_synchronize)(s.0 as HipStream) },
+            "hipStreamSynchronize",
+        )
     }
 
     fn stream_destroy(&self, ord: usize, s: Stream) {
@@ -438,14 +559,23 @@ impl GpuApi for HipApi {
         format!("hiprtc {major}.{minor}")
     }
 
-    fn compile(&self, source: &str, name: &str, arch: &str, options: &[String]) -> ApiResult<Vec<u8>> {
+    fn compile(
+        &self,
+        source: &str,
+        name: &str,
+        arch: &str,
+        options: &[String],
+    ) -> ApiResult<Vec<u8>> {
         hiprtc_compile(&self.rtc, source, name, arch, options)
     }
 
     fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module> {
         self.current(ord)?;
         let mut m: HipModule = std::ptr::null_mut();
-        self.check(unsafe { (self.rt.module_load_data)(&mut m, image.as_ptr() as *const c_void) }, "hipModuleLoadData")?;
+        self.check(
+            unsafe { (self.rt.module_load_data)(&mut m, image.as_ptr() as *const c_void) },
+            "hipModuleLoadData",
+        )?;
         Ok(Module(m as usize))
     }
 
@@ -493,33 +623,60 @@ impl GpuApi for HipApi {
 
     fn capture_begin(&self, ord: usize, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.graphs()?.stream_begin_capture)(s.0 as HipStream, HIP_STREAM_CAPTURE_MODE_RELAXED) }, "hipStreamBeginCapture")
+        self.check(
+            unsafe {
+                (self.graphs()?.stream_begin_capture)(
+                    s.0 as HipStream,
+                    HIP_STREAM_CAPTURE_MODE_RELAXED,
+                )
+            },
+            "hipStreamBeginCapture",
+        )
     }
 
     fn capture_end(&self, ord: usize, s: Stream) -> ApiResult<Graph> {
         self.current(ord)?;
         let mut g: HipGraph = std::ptr::null_mut();
-        self.check(unsafe { (self.graphs()?.stream_end_capture)(s.0 as HipStream, &mut g) }, "hipStreamEndCapture")?;
+        self.check(
+            unsafe { (self.graphs()?.stream_end_capture)(s.0 as HipStream, &mut g) },
+            "hipStreamEndCapture",
+        )?;
         Ok(Graph(g as usize))
     }
 
     fn graph_instantiate(&self, ord: usize, g: Graph) -> ApiResult<GraphExec> {
         self.current(ord)?;
         let mut e: HipGraphExec = std::ptr::null_mut();
-        let r = unsafe { (self.graphs()?.graph_instantiate)(&mut e, g.0 as HipGraph, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        let r = unsafe {
+            (self.graphs()?.graph_instantiate)(
+                &mut e,
+                g.0 as HipGraph,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
         self.check(r, "hipGraphInstantiate")?;
         Ok(GraphExec(e as usize))
     }
 
     fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool {
         let (mut node, mut result): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
-        let Some(gr) = self.rt.graphs else { return false };
-        self.current(ord).is_ok() && unsafe { (gr.graph_exec_update)(e.0 as HipGraphExec, g.0 as HipGraph, &mut node, &mut result) } == 0
+        let Some(gr) = self.rt.graphs else {
+            return false;
+        };
+        self.current(ord).is_ok()
+            && unsafe {
+                (gr.graph_exec_update)(e.0 as HipGraphExec, g.0 as HipGraph, &mut node, &mut result)
+            } == 0
     }
 
     fn graph_launch(&self, ord: usize, e: GraphExec, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.graphs()?.graph_launch)(e.0 as HipGraphExec, s.0 as HipStream) }, "hipGraphLaunch")
+        self.check(
+            unsafe { (self.graphs()?.graph_launch)(e.0 as HipGraphExec, s.0 as HipStream) },
+            "hipGraphLaunch",
+        )
     }
 
     fn graph_destroy(&self, ord: usize, g: Graph) {
@@ -538,7 +695,10 @@ impl GpuApi for HipApi {
         self.current(ord)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         let flags = HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_MAPPED;
-        self.check(unsafe { (self.rt.io.host_malloc)(&mut p, size.max(1), flags) }, "hipHostMalloc")?;
+        self.check(
+            unsafe { (self.rt.io.host_malloc)(&mut p, size.max(1), flags) },
+            "hipHostMalloc",
+        )?;
         if p.is_null() {
             return Err("hipHostMalloc returned NULL".into());
         }
@@ -547,34 +707,54 @@ impl GpuApi for HipApi {
 
     fn host_free(&self, ord: usize, ptr: *mut u8) {
         if self.current(ord).is_ok() {
-            if let Err(e) = self.check(unsafe { (self.rt.io.host_free)(ptr as *mut c_void) }, "hipHostFree") {
+            if let Err(e) = self.check(
+                unsafe { (self.rt.io.host_free)(ptr as *mut c_void) },
+                "hipHostFree",
+            ) {
                 crate::log_warn!("{e}");
             }
         }
     }
 
-    fn host_register(&self, ord: usize, ptr: *mut u8, size: usize, read_only: bool) -> ApiResult<DevPtr> {
+    fn host_register(
+        &self,
+        ord: usize,
+        ptr: *mut u8,
+        size: usize,
+        read_only: bool,
+    ) -> ApiResult<DevPtr> {
         self.current(ord)?;
         let mut flags = HIP_HOST_REGISTER_PORTABLE | HIP_HOST_REGISTER_MAPPED;
         if read_only {
             flags |= HIP_HOST_REGISTER_READ_ONLY;
         }
         let io = self.rt.io;
-        self.check(unsafe { (io.host_register)(ptr as *mut c_void, size, flags) }, "hipHostRegister")?;
+        self.check(
+            unsafe { (io.host_register)(ptr as *mut c_void, size, flags) },
+            "hipHostRegister",
+        )?;
         let mut d: *mut c_void = std::ptr::null_mut();
-        let r = self.check(unsafe { (io.host_get_device_pointer)(&mut d, ptr as *mut c_void, 0) }, "hipHostGetDevicePointer");
+        let r = self.check(
+            unsafe { (io.host_get_device_pointer)(&mut d, ptr as *mut c_void, 0) },
+            "hipHostGetDevicePointer",
+        );
         match r {
             Ok(()) if !d.is_null() => Ok(d as u64),
             r => {
                 unsafe { (io.host_unregister)(ptr as *mut c_void) };
-                Err(r.err().unwrap_or_else(|| "registered memory has no device address".into()))
+                Err(r
+                    .err()
+                    .unwrap_or_else(|| "registered memory has no device address".into()))
             }
         }
     }
 
     fn host_unregister(&self, ord: usize, ptr: *mut u8) {
         if self.current(ord).is_ok() {
-            if let Err(e) = self.check(unsafe { (self.rt.io.host_unregister)(ptr as *mut c_void) }, "hipHostUnregister") {
+            if let Err(e) = self.check(
+                unsafe { (self.rt.io.host_unregister)(ptr as *mut c_void) },
+                "hipHostUnregister",
+            ) {
                 crate::log_warn!("{e}");
             }
         }
@@ -582,34 +762,85 @@ impl GpuApi for HipApi {
 
     fn device_sync(&self, ord: usize) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.rt.io.device_synchronize)() }, "hipDeviceSynchronize")
+        self.check(
+            unsafe { (self.rt.io.device_synchronize)() },
+            "hipDeviceSynchronize",
+        )
     }
 
-    fn copy_htod_async(&self, ord: usize, dst: DevPtr, src: *const u8, size: usize, s: Stream) -> ApiResult<()> {
+    fn copy_htod_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        src: *const u8,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
         let r = unsafe {
-            (self.rt.io.memcpy_async)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_HOST_TO_DEVICE, s.0 as HipStream)
+            (self.rt.io.memcpy_async)(
+                dst as *mut c_void,
+                src as *const c_void,
+                size,
+                HIP_MEMCPY_HOST_TO_DEVICE,
+                s.0 as HipStream,
+            )
         };
         self.check(r, "hipMemcpyAsync(HtoD)")
     }
 
-    fn copy_dtoh_async(&self, ord: usize, dst: *mut u8, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+    fn copy_dtoh_async(
+        &self,
+        ord: usize,
+        dst: *mut u8,
+        src: DevPtr,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
         let r = unsafe {
-            (self.rt.io.memcpy_async)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_DEVICE_TO_HOST, s.0 as HipStream)
+            (self.rt.io.memcpy_async)(
+                dst as *mut c_void,
+                src as *const c_void,
+                size,
+                HIP_MEMCPY_DEVICE_TO_HOST,
+                s.0 as HipStream,
+            )
         };
         self.check(r, "hipMemcpyAsync(DtoH)")
     }
 
-    fn copy_dtod_async(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize, s: Stream) -> ApiResult<()> {
+    fn copy_dtod_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        src: DevPtr,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
         let r = unsafe {
-            (self.rt.io.memcpy_async)(dst as *mut c_void, src as *const c_void, size, HIP_MEMCPY_DEVICE_TO_DEVICE, s.0 as HipStream)
+            (self.rt.io.memcpy_async)(
+                dst as *mut c_void,
+                src as *const c_void,
+                size,
+                HIP_MEMCPY_DEVICE_TO_DEVICE,
+                s.0 as HipStream,
+            )
         };
         self.check(r, "hipMemcpyAsync(DtoD)")
     }
 
-    fn copy_peer_async(&self, dst_ord: usize, dst: DevPtr, src_ord: usize, src: DevPtr, size: usize, stream_ord: usize, s: Stream) -> ApiResult<()> {
+    fn copy_peer_async(
+        &self,
+        dst_ord: usize,
+        dst: DevPtr,
+        src_ord: usize,
+        src: DevPtr,
+        size: usize,
+        stream_ord: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         if dst_ord >= self.count || src_ord >= self.count {
             return Err("no such HIP device".into());
         }
@@ -630,23 +861,35 @@ impl GpuApi for HipApi {
     fn event_create(&self, ord: usize) -> ApiResult<Event> {
         self.current(ord)?;
         let mut e: HipEvent = std::ptr::null_mut();
-        self.check(unsafe { (self.rt.io.event_create_with_flags)(&mut e, HIP_EVENT_DISABLE_TIMING) }, "hipEventCreateWithFlags")?;
+        self.check(
+            unsafe { (self.rt.io.event_create_with_flags)(&mut e, HIP_EVENT_DISABLE_TIMING) },
+            "hipEventCreateWithFlags",
+        )?;
         Ok(Event(e as usize))
     }
 
     fn event_record(&self, ord: usize, e: Event, s: Stream) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.rt.io.event_record)(e.0 as HipEvent, s.0 as HipStream) }, "hipEventRecord")
+        self.check(
+            unsafe { (self.rt.io.event_record)(e.0 as HipEvent, s.0 as HipStream) },
+            "hipEventRecord",
+        )
     }
 
     fn event_sync(&self, ord: usize, e: Event) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.rt.io.event_synchronize)(e.0 as HipEvent) }, "hipEventSynchronize")
+        self.check(
+            unsafe { (self.rt.io.event_synchronize)(e.0 as HipEvent) },
+            "hipEventSynchronize",
+        )
     }
 
     fn stream_wait_event(&self, ord: usize, s: Stream, e: Event) -> ApiResult<()> {
         self.current(ord)?;
-        self.check(unsafe { (self.rt.io.stream_wait_event)(s.0 as HipStream, e.0 as HipEvent, 0) }, "hipStreamWaitEvent")
+        self.check(
+            unsafe { (self.rt.io.stream_wait_event)(s.0 as HipStream, e.0 as HipEvent, 0) },
+            "hipStreamWaitEvent",
+        )
     }
 
     fn event_destroy(&self, ord: usize, e: Event) {
@@ -658,14 +901,22 @@ impl GpuApi for HipApi {
     fn event_create_timed(&self, ord: usize) -> ApiResult<Event> {
         self.current(ord)?;
         let mut e: HipEvent = std::ptr::null_mut();
-        self.check(unsafe { (self.rt.io.event_create_with_flags)(&mut e, 0) }, "hipEventCreateWithFlags")?;
+        self.check(
+            unsafe { (self.rt.io.event_create_with_flags)(&mut e, 0) },
+            "hipEventCreateWithFlags",
+        )?;
         Ok(Event(e as usize))
     }
 
     fn event_elapsed_ms(&self, ord: usize, start: Event, end: Event) -> ApiResult<f32> {
         self.current(ord)?;
         let mut ms = 0f32;
-        self.check(unsafe { (self.rt.io.event_elapsed_time)(&mut ms, start.0 as HipEvent, end.0 as HipEvent) }, "hipEventElapsedTime")?;
+        self.check(
+            unsafe {
+                (self.rt.io.event_elapsed_time)(&mut ms, start.0 as HipEvent, end.0 as HipEvent)
+            },
+            "hipEventElapsedTime",
+        )?;
         Ok(ms)
     }
 }
@@ -679,7 +930,10 @@ mod tests {
         let mut props = vec![0u8; 1024];
         props[..18].copy_from_slice(b"AMD Instinct MI210");
         props[600..622].copy_from_slice(b"gfx90a:sramecc+:xnack-");
-        assert_eq!(find_gcn_arch_name(&props).as_deref(), Some("gfx90a:sramecc+:xnack-"));
+        assert_eq!(
+            find_gcn_arch_name(&props).as_deref(),
+            Some("gfx90a:sramecc+:xnack-")
+        );
         assert_eq!(find_gcn_arch_name(&[0u8; 64]), None);
     }
 
@@ -687,7 +941,10 @@ mod tests {
     /// needed to compile); skipped elsewhere.
     #[test]
     fn hiprtc_compiles_the_kernels_when_installed() {
-        let Some((lib, _)) = open_library(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"], &rocm_dirs()) else {
+        let Some((lib, _)) = open_library(
+            &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"],
+            &rocm_dirs(),
+        ) else {
             eprintln!("skipped: no HIP runtime");
             return;
         };
@@ -699,7 +956,11 @@ mod tests {
         for (arch, wave) in [("gfx90a", 64), ("gfx1030", 32)] {
             let opts = vec![format!("-DRF_WARP_SIZE={wave}")];
             let r = hiprtc_compile(&rtc, &src, "rocmforge.hip", arch, &opts);
-            assert!(r.as_ref().is_ok_and(|b| !b.is_empty()), "hiprtc for {arch}: {:?}", r.err());
+            assert!(
+                r.as_ref().is_ok_and(|b| !b.is_empty()),
+                "hiprtc for {arch}: {:?}",
+                r.err()
+            );
         }
     }
 

@@ -13,7 +13,9 @@ pub mod kernels;
 pub mod ops;
 pub mod staging;
 
-use crate::device::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Error, Event, Result};
+use crate::device::{
+    Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Error, Event, Result,
+};
 use crate::tensor::Tensor;
 use api::{DevPtr, DeviceInfo, GpuApi};
 use kernels::Kernels;
@@ -70,7 +72,13 @@ impl GpuCtx {
         if !data.is_empty() && data.len() <= staging::STAGE_MAX {
             let mut s = self.staging.lock().unwrap_or_else(|e| e.into_inner());
             let wanted = || std::env::var("ROCMFORGE_GPU_STAGING").map_or(true, |v| v != "0");
-            let st = s.get_or_insert_with(|| if wanted() { staging::Staging::new(self.api.as_ref(), self.ord) } else { None });
+            let st = s.get_or_insert_with(|| {
+                if wanted() {
+                    staging::Staging::new(self.api.as_ref(), self.ord)
+                } else {
+                    None
+                }
+            });
             if let Some(st) = st.as_mut() {
                 return st.write(self.api.as_ref(), self.ord, dst, data);
             }
@@ -89,11 +97,17 @@ impl GpuCtx {
     }
 
     pub fn track(&self, ptr: DevPtr, size: usize, kind: Memory) {
-        self.allocs.lock().unwrap_or_else(|e| e.into_inner()).insert(ptr, (size, kind));
+        self.allocs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ptr, (size, kind));
     }
 
     pub fn untrack(&self, ptr: DevPtr) {
-        self.allocs.lock().unwrap_or_else(|e| e.into_inner()).remove(&ptr);
+        self.allocs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ptr);
     }
 
     /// Whether [ptr, ptr+len) lies inside one of our ranges (kernels may read it).
@@ -103,7 +117,10 @@ impl GpuCtx {
 
     /// Whether kernels may write [ptr, ptr+len).
     pub fn owns_writable(&self, ptr: DevPtr, len: usize) -> bool {
-        matches!(self.region(ptr, len), Some(Memory::Device | Memory::Host { writable: true }))
+        matches!(
+            self.region(ptr, len),
+            Some(Memory::Device | Memory::Host { writable: true })
+        )
     }
 
     /// Whether [ptr, ptr+len) lies in device memory (what the copy engines take as device addresses).
@@ -122,7 +139,12 @@ impl GpuCtx {
 
 impl Drop for GpuCtx {
     fn drop(&mut self) {
-        if let Some(Some(st)) = self.staging.get_mut().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if let Some(Some(st)) = self
+            .staging
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
             st.free(self.api.as_ref(), self.ord);
         }
     }
@@ -142,7 +164,10 @@ impl Drop for GpuEvent {
 
 impl Event for GpuEvent {
     fn synchronize(&self) -> Result<()> {
-        self.ctx.api.event_sync(self.ctx.ord, self.event).map_err(Error::Device)
+        self.ctx
+            .api
+            .event_sync(self.ctx.ord, self.event)
+            .map_err(Error::Device)
     }
     fn as_gpu(&self) -> Option<&GpuEvent> {
         Some(self)
@@ -161,11 +186,24 @@ impl GpuDevice {
     fn new(api: Arc<dyn GpuApi>, ord: usize, info: DeviceInfo, index: usize) -> GpuDevice {
         let name = CString::new(format!("RFGPU{index}")).unwrap();
         let description = CString::new(info.name.replace('\0', "")).unwrap_or_default();
-        let ctx = Arc::new(GpuCtx { api, ord, info, kernels: OnceCell::new(), allocs: Mutex::new(BTreeMap::new()), staging: Mutex::new(None) });
+        let ctx = Arc::new(GpuCtx {
+            api,
+            ord,
+            info,
+            kernels: OnceCell::new(),
+            allocs: Mutex::new(BTreeMap::new()),
+            staging: Mutex::new(None),
+        });
         let buffer_type = buffer::GpuBufferType::new(ctx.clone(), name.clone());
         let host_name = CString::new(format!("RFGPU{index}_Host")).unwrap();
         let host_buffer_type = buffer::GpuHostBufferType::new(ctx.clone(), host_name);
-        GpuDevice { ctx, name, description, buffer_type, host_buffer_type }
+        GpuDevice {
+            ctx,
+            name,
+            description,
+            buffer_type,
+            host_buffer_type,
+        }
     }
 }
 
@@ -177,7 +215,10 @@ impl Device for GpuDevice {
         &self.description
     }
     fn memory(&self) -> (usize, usize) {
-        self.ctx.api.mem_info(self.ctx.ord).unwrap_or((self.ctx.info.total_mem, self.ctx.info.total_mem))
+        self.ctx
+            .api
+            .mem_info(self.ctx.ord)
+            .unwrap_or((self.ctx.info.total_mem, self.ctx.info.total_mem))
     }
     fn kind(&self) -> DeviceKind {
         DeviceKind::Gpu
@@ -202,14 +243,27 @@ impl Device for GpuDevice {
         &self.buffer_type
     }
     fn new_backend(&self) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(backend::GpuBackend::new(self.ctx.clone(), self.name.clone())?))
+        Ok(Box::new(backend::GpuBackend::new(
+            self.ctx.clone(),
+            self.name.clone(),
+        )?))
     }
     fn supports_op(&self, node: &Tensor) -> bool {
         let ok = !self.ctx.kernels_failed() && ops::supports(node);
         if !ok && crate::ffi::log::debug_enabled() && node.types_known() {
             // ROCMFORGE_DEBUG: which nodes the scheduler has to place elsewhere, and why.
-            let types: Vec<String> = (0..4).filter_map(|i| node.src(i)).map(|s| format!("{:?}", s.dtype())).collect();
-            crate::log_debug!("{}: declines op {} -> {:?} <- [{}] ne {:?}", self.name.to_string_lossy(), node.op(), node.dtype(), types.join(" "), node.ne());
+            let types: Vec<String> = (0..4)
+                .filter_map(|i| node.src(i))
+                .map(|s| format!("{:?}", s.dtype()))
+                .collect();
+            crate::log_debug!(
+                "{}: declines op {} -> {:?} <- [{}] ne {:?}",
+                self.name.to_string_lossy(),
+                node.op(),
+                node.dtype(),
+                types.join(" "),
+                node.ne()
+            );
         }
         ok
     }
@@ -220,14 +274,26 @@ impl Device for GpuDevice {
         match buffer::RegisteredHostBuffer::new(self.ctx.clone(), ptr, size) {
             Ok(b) => Some(Box::new(b)),
             Err(e) => {
-                crate::log_info!("{}: host memory not usable by the device: {e}", self.name.to_string_lossy());
+                crate::log_info!(
+                    "{}: host memory not usable by the device: {e}",
+                    self.name.to_string_lossy()
+                );
                 None
             }
         }
     }
     fn new_event(&self) -> Option<Result<Box<dyn Event>>> {
-        let made = self.ctx.api.event_create(self.ctx.ord).map_err(Error::Device);
-        Some(made.map(|event| Box::new(GpuEvent { ctx: self.ctx.clone(), event }) as Box<dyn Event>))
+        let made = self
+            .ctx
+            .api
+            .event_create(self.ctx.ord)
+            .map_err(Error::Device);
+        Some(made.map(|event| {
+            Box::new(GpuEvent {
+                ctx: self.ctx.clone(),
+                event,
+            }) as Box<dyn Event>
+        }))
     }
 }
 

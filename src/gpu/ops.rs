@@ -31,19 +31,30 @@ const MV1_MAX_THREADS: usize = 256;
 /// asks for, if it names a measuring variant (super::kernels::MV1X_SHAPES; Q4_0 weights only, others keep
 /// MV1_ROWS / MV1_UNROLL with those warps).
 fn mv1_shape() -> Option<(usize, usize, usize)> {
-    static V: once_cell::sync::OnceCell<Option<(usize, usize, usize)>> = once_cell::sync::OnceCell::new();
+    static V: once_cell::sync::OnceCell<Option<(usize, usize, usize)>> =
+        once_cell::sync::OnceCell::new();
     *V.get_or_init(|| {
         let v = std::env::var("ROCMFORGE_GPU_MV1").ok()?;
         let p: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
         match p[..] {
-            [r, u, w] if (1..=8).contains(&w) && ((r, u) == (MV1_ROWS, MV1_UNROLL) || super::kernels::MV1X_SHAPES.contains(&(r, u))) => Some((r, u, w)),
+            [r, u, w]
+                if (1..=8).contains(&w)
+                    && ((r, u) == (MV1_ROWS, MV1_UNROLL)
+                        || super::kernels::MV1X_SHAPES.contains(&(r, u))) =>
+            {
+                Some((r, u, w))
+            }
             _ => None,
         }
     })
 }
 /// A measuring override: the variable's value if it is a number in 1..=max.
 fn env_count(name: &str, max: usize) -> Option<usize> {
-    std::env::var(name).ok()?.parse().ok().filter(|n| (1..=max).contains(n))
+    std::env::var(name)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
 }
 
 /// ROCMFORGE_GPU_MV1_WARPS=N (1..8): warps per block of the one-column kernel's default shape
@@ -58,7 +69,15 @@ fn mv1_warps() -> Option<usize> {
 /// 75 µs with 2 rows per 4-warp block (0.4 TB/s), 17.5 µs this way; its 576 x 576 products
 /// 5.6 µs the default way, 9.0 µs this way (72 one-warp blocks). ROCMFORGE_GPU_MV1 turns it off.
 fn short_tall(wt: GgmlType, k: usize, m: usize) -> bool {
-    let whole_blocks = matches!(wt, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL);
+    let whole_blocks = matches!(
+        wt,
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL
+    );
     whole_blocks && k <= 32 * 32 && m >= 8192 && mv1_shape().is_none()
 }
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
@@ -90,9 +109,15 @@ pub fn supports(node: &Tensor) -> bool {
         op::MUL_MAT_ID => supports_mul_mat_id(node),
         op::ADD_ID => supports_add_id(node),
         op::NORM | op::L2_NORM => supports_rms_norm(node),
-        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => supports_unary(node),
-        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => supports_reduce(node),
-        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => supports_layout(node),
+        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => {
+            supports_unary(node)
+        }
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => {
+            supports_reduce(node)
+        }
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => {
+            supports_layout(node)
+        }
         _ => false,
     }
 }
@@ -138,11 +163,19 @@ fn supports_cpy(node: &Tensor) -> bool {
 }
 
 fn supports_binary(node: &Tensor) -> bool {
-    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     use GgmlType::*;
     let types_ok = matches!(
         (a.dtype(), b.dtype(), node.dtype()),
-        (F32, F32, F32) | (F16, F16, F16) | (BF16, BF16, BF16) | (BF16, F32, BF16) | (BF16, F32, F32) | (F16, F32, F16) | (F16, F32, F32)
+        (F32, F32, F32)
+            | (F16, F16, F16)
+            | (BF16, BF16, BF16)
+            | (BF16, F32, BF16)
+            | (BF16, F32, F32)
+            | (F16, F32, F16)
+            | (F16, F32, F32)
     );
     types_ok
         && a.same_shape(node)
@@ -153,7 +186,11 @@ fn supports_binary(node: &Tensor) -> bool {
 
 fn supports_scale(node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
-    a.dtype() == GgmlType::F32 && node.dtype() == GgmlType::F32 && a.same_shape(node) && a.is_contiguous() && node.is_contiguous()
+    a.dtype() == GgmlType::F32
+        && node.dtype() == GgmlType::F32
+        && a.same_shape(node)
+        && a.is_contiguous()
+        && node.is_contiguous()
 }
 
 fn supports_soft_max(node: &Tensor) -> bool {
@@ -170,7 +207,13 @@ fn supports_soft_max(node: &Tensor) -> bool {
         if !is_f32_or_f16(m.dtype()) || !m.has_dense_rows() {
             return false;
         }
-        if mne[0] != nea[0] || mne[1] < nea[1] || mne[2] == 0 || mne[3] == 0 || nea[2] % mne[2] != 0 || nea[3] % mne[3] != 0 {
+        if mne[0] != nea[0]
+            || mne[1] < nea[1]
+            || mne[2] == 0
+            || mne[3] == 0
+            || nea[2] % mne[2] != 0
+            || nea[3] % mne[3] != 0
+        {
             return false;
         }
     }
@@ -194,7 +237,9 @@ fn supports_rms_norm(node: &Tensor) -> bool {
 }
 
 fn supports_mul_mat_id(node: &Tensor) -> bool {
-    let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
     let (wne, xne, ine, dne) = (w.ne(), x.ne(), ids.ne(), node.ne());
     weight_suffix(w.dtype()).is_some()
         && x.dtype() == GgmlType::F32
@@ -218,9 +263,13 @@ fn supports_mul_mat_id(node: &Tensor) -> bool {
 }
 
 fn supports_add_id(node: &Tensor) -> bool {
-    let (Some(a), Some(b), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (Some(a), Some(b), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
     let (ne, bne, ine) = (a.ne(), b.ne(), ids.ne());
-    [a.dtype(), b.dtype(), node.dtype()].iter().all(|&t| t == GgmlType::F32)
+    [a.dtype(), b.dtype(), node.dtype()]
+        .iter()
+        .all(|&t| t == GgmlType::F32)
         && ids.dtype() == GgmlType::I32
         && a.same_shape(node)
         && bne[0] == ne[0]
@@ -240,7 +289,11 @@ fn supports_reduce(node: &Tensor) -> bool {
     }
     match node.op() {
         op::SUM => node.dtype() == GgmlType::F32 && node.nelements() == 1,
-        op::SUM_ROWS | op::MEAN => node.dtype() == GgmlType::F32 && dne == [1, ane[1], ane[2], ane[3]] && node.has_dense_rows(),
+        op::SUM_ROWS | op::MEAN => {
+            node.dtype() == GgmlType::F32
+                && dne == [1, ane[1], ane[2], ane[3]]
+                && node.has_dense_rows()
+        }
         op::CUMSUM => node.dtype() == GgmlType::F32 && dne == ane && node.has_dense_rows(),
         op::ARGSORT => {
             node.dtype() == GgmlType::I32
@@ -271,7 +324,9 @@ fn supports_mul_mat(node: &Tensor) -> bool {
     if hadamard_len(node).is_some() {
         return node.src(1).is_some_and(|x| x.nrows() <= i32::MAX as usize);
     }
-    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
     weight_suffix(w.dtype()).is_some()
         && wne[0] % w.dtype().block_size() == 0
@@ -363,7 +418,9 @@ pub struct LaunchCtx<'a> {
 
 /// Whether a device of this compiler target runs flash_attn_mma.hip's tensor-core kernels.
 pub fn arch_has_mma(arch: &str) -> bool {
-    arch.strip_prefix("sm_").and_then(|v| v.parse::<u32>().ok()).is_some_and(|v| v >= 80)
+    arch.strip_prefix("sm_")
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|v| v >= 80)
 }
 
 /// How ggml-cpu rounds src1 before its dot products with weights of type `t` (the mode of
@@ -372,7 +429,9 @@ fn src1_rounding(t: GgmlType) -> Option<i32> {
     match t {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
         GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Some(1),
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            Some(1)
+        }
         GgmlType::F16 => Some(2),
         GgmlType::BF16 => Some(4),
         _ => None,
@@ -383,7 +442,12 @@ fn src1_rounding(t: GgmlType) -> Option<i32> {
 /// `t`: 0 = blocks of 32 (ggml-cpu's Q8_0 / Q8_1), 1 = blocks of 256 (Q8_K); None: no kernel.
 fn mvq_mode(t: GgmlType) -> Option<i32> {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::Q8_0
+        | GgmlType::IQ4_NL => Some(0),
         GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
         _ => None,
     }
@@ -392,7 +456,11 @@ fn mvq_mode(t: GgmlType) -> Option<i32> {
 /// Whether a MUL_MAT node runs on the integer-dot matrix-vector kernels.
 fn uses_mvq(node: &Tensor) -> bool {
     match (node.src(0), node.src(1)) {
-        (Some(w), Some(x)) => node.op() == op::MUL_MAT && x.ne()[1] < MUL_MAT_VEC_MAX_COLS && mvq_mode(w.dtype()).is_some(),
+        (Some(w), Some(x)) => {
+            node.op() == op::MUL_MAT
+                && x.ne()[1] < MUL_MAT_VEC_MAX_COLS
+                && mvq_mode(w.dtype()).is_some()
+        }
         _ => false,
     }
 }
@@ -400,7 +468,9 @@ fn uses_mvq(node: &Tensor) -> bool {
 /// Whether a MUL_MAT_ID node runs on the integer-dot kernel (mul_mat_id_q, mmvq.hip).
 fn uses_mmid_q(node: &Tensor) -> bool {
     match (node.src(0), node.src(1)) {
-        (Some(w), Some(x)) => node.op() == op::MUL_MAT_ID && mvq_mode(w.dtype()).is_some() && x.ne()[3] == 1,
+        (Some(w), Some(x)) => {
+            node.op() == op::MUL_MAT_ID && mvq_mode(w.dtype()).is_some() && x.ne()[3] == 1
+        }
         _ => false,
     }
 }
@@ -413,7 +483,12 @@ fn q8_ds_offset(n: usize) -> usize {
 /// Addresses of the quantized values and of their scales for `node`'s output quantized at
 /// scratch offset `at` (0, 0 where it is not).
 fn q8_out_ptrs(node: &Tensor, at: Option<usize>, lc: &LaunchCtx) -> (usize, usize) {
-    at.map_or((0, 0), |at| (lc.scratch as usize + at, lc.scratch as usize + at + q8_ds_offset(node.nelements())))
+    at.map_or((0, 0), |at| {
+        (
+            lc.scratch as usize + at,
+            lc.scratch as usize + at + q8_ds_offset(node.nelements()),
+        )
+    })
 }
 
 /// Byte offset of the sums of squares (one f32 per 32 values) that mul_mat_vec_q_add_norm
@@ -432,7 +507,11 @@ fn q8_region(n: usize) -> usize {
 /// Where a kernel that reads a quantized src1 of `k_in` values at `in_at` writes its own
 /// quantized output of `m` values: before the input where it fits, else after it.
 fn q8_out_at(in_at: usize, k_in: usize, m: usize) -> usize {
-    if q8_region(m) <= in_at { 0 } else { in_at + q8_region(k_in) }
+    if q8_region(m) <= in_at {
+        0
+    } else {
+        in_at + q8_region(k_in)
+    }
 }
 
 /// Device scratch a node needs while it runs: its quantized src1 (integer-dot kernels), its
@@ -466,10 +545,14 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
     }
     let rounded = match (node.src(0), node.src(1)) {
         // Rounded values, then (mode 3) one correction per block of 32.
-        (Some(w), Some(x)) if src1_rounding(w.dtype()).is_some() => x.nelements() * 4 + x.nelements().div_ceil(32) * 4 + 256,
+        (Some(w), Some(x)) if src1_rounding(w.dtype()).is_some() => {
+            x.nelements() * 4 + x.nelements().div_ceil(32) * 4 + 256
+        }
         _ => 0,
     };
-    let blas = blas_operands(node).map_or(0, |o| super::blas::WORKSPACE_BYTES + o.x16_bytes.next_multiple_of(256) + o.w16_bytes);
+    let blas = blas_operands(node).map_or(0, |o| {
+        super::blas::WORKSPACE_BYTES + o.x16_bytes.next_multiple_of(256) + o.w16_bytes
+    });
     rounded.max(blas)
 }
 
@@ -480,7 +563,11 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
 fn blas_min_cols() -> usize {
     static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
     *V.get_or_init(|| {
-        std::env::var("ROCMFORGE_GPU_BLAS_MIN_COLS").ok().and_then(|v| v.parse().ok()).unwrap_or(MUL_MAT_VEC_MAX_COLS).max(1)
+        std::env::var("ROCMFORGE_GPU_BLAS_MIN_COLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MUL_MAT_VEC_MAX_COLS)
+            .max(1)
     })
 }
 
@@ -505,20 +592,35 @@ fn blas_operands(node: &Tensor) -> Option<BlasOperands> {
     if dnb[1..].iter().any(|&s| s % 4 != 0) || dnb[1] < m * 4 || node.data() as usize % 4 != 0 {
         return None;
     }
-    let w_in_place = w.dtype() == GgmlType::F16 && w.data() as usize % 2 == 0 && wnb[1..].iter().all(|&s| s % 2 == 0);
+    let w_in_place = w.dtype() == GgmlType::F16
+        && w.data() as usize % 2 == 0
+        && wnb[1..].iter().all(|&s| s % 2 == 0);
     if !w_in_place && k % 8 != 0 {
         return None; // the dequantizing kernel writes 8 values at a time
     }
     let x16_bytes = k * n * xne[2] * xne[3] * 2;
-    let w16_bytes = if w_in_place { 0 } else { k * m * wne[2] * wne[3] * 2 };
-    Some(BlasOperands { x16_bytes, w16_bytes, w_in_place })
+    let w16_bytes = if w_in_place {
+        0
+    } else {
+        k * m * wne[2] * wne[3] * 2
+    };
+    Some(BlasOperands {
+        x16_bytes,
+        w16_bytes,
+        w_in_place,
+    })
 }
 
 /// MUL_MAT through the vendor BLAS: src1 (and the weight unless it is F16) converted to f16
 /// in scratch, then f16 x f16 products accumulated in f32 straight into dst, batched over
 /// dim 2 where ggml broadcasts the weight. Err only where nothing was queued yet or the
 /// library refused (the caller then runs the kernels, which overwrite every output).
-fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, ops: &BlasOperands) -> ApiResult<()> {
+fn launch_mul_mat_blas(
+    node: &Tensor,
+    lc: &LaunchCtx,
+    blas: &super::blas::Blas,
+    ops: &BlasOperands,
+) -> ApiResult<()> {
     use super::blas::{Elem, Gemm, WORKSPACE_BYTES};
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let (wne, wnb, xne, xnb, dnb) = (w.ne(), w.nb(), x.ne(), x.nb(), node.nb());
@@ -539,7 +641,12 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
         .i64(ne12)
         .i64(rows)
         .i64s(&xnb[1..]);
-    lc.run("src1_to_f16", [rows.min(MAX_FLAT_BLOCKS), 1, 1], row_block(k), args)?;
+    lc.run(
+        "src1_to_f16",
+        [rows.min(MAX_FLAT_BLOCKS), 1, 1],
+        row_block(k),
+        args,
+    )?;
     // Weight matrices as element offsets into what the GEMM reads (f16 elements).
     let (a_base, lda, a_s2, a_s3) = if ops.w_in_place {
         (w.data() as usize as u64, wnb[1] / 2, wnb[2] / 2, wnb[3] / 2)
@@ -554,13 +661,25 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
             .i64(n_rows)
             .i64s(&wnb[1..]);
         let kernel = format!("dequant_f16_{}", weight_suffix(w.dtype()).unwrap_or("f32"));
-        lc.run(&kernel, [flat_blocks(n_rows * (k / 8), 256), 1, 1], 256, args)?;
+        lc.run(
+            &kernel,
+            [flat_blocks(n_rows * (k / 8), 256), 1, 1],
+            256,
+            args,
+        )?;
         (w16, k, m * k, wne[2] * m * k)
     };
     let (b_s2, b_s3) = (n * k, ne12 * n * k);
     // (columns, weight offset and batch stride, src1 offset and batch stride, dst byte offset
     // and batch stride in floats, batch)
-    let gemm = |cols: usize, a_off: usize, stride_a: usize, b_off: usize, stride_b: usize, c_off: usize, stride_c: usize, batch: usize| {
+    let gemm = |cols: usize,
+                a_off: usize,
+                stride_a: usize,
+                b_off: usize,
+                stride_b: usize,
+                c_off: usize,
+                stride_c: usize,
+                batch: usize| {
         let g = Gemm {
             m,
             n: cols,
@@ -592,11 +711,29 @@ fn launch_mul_mat_blas(node: &Tensor, lc: &LaunchCtx, blas: &super::blas::Blas, 
             // A weight matrix per src1 matrix: one batch over dim 2.
             gemm(n, a3, a_s2, i3 * b_s3, b_s2, i3 * dnb[3], dnb[2] / 4, ne12)?;
         } else if heads_dense {
-            gemm(r2 * n, a3, a_s2, i3 * b_s3, r2 * b_s2, i3 * dnb[3], r2 * dnb[2] / 4, wne[2])?;
+            gemm(
+                r2 * n,
+                a3,
+                a_s2,
+                i3 * b_s3,
+                r2 * b_s2,
+                i3 * dnb[3],
+                r2 * dnb[2] / 4,
+                wne[2],
+            )?;
         } else {
             // Weight i2w serves src1 matrices i2w*r2 .. (i2w+1)*r2: a batch with stride 0.
             for i2w in 0..wne[2] {
-                gemm(n, a3 + i2w * a_s2, 0, i3 * b_s3 + i2w * r2 * b_s2, b_s2, i3 * dnb[3] + i2w * r2 * dnb[2], dnb[2] / 4, r2)?;
+                gemm(
+                    n,
+                    a3 + i2w * a_s2,
+                    0,
+                    i3 * b_s3 + i2w * r2 * b_s2,
+                    b_s2,
+                    i3 * dnb[3] + i2w * r2 * dnb[2],
+                    dnb[2] / 4,
+                    r2,
+                )?;
             }
         }
     }
@@ -643,7 +780,11 @@ impl Args {
     /// F32 source instead (one row, whatever the id: row stride 0).
     fn qkv_cache(self, set: &Tensor, idx: &Tensor) -> Self {
         let staged = quant_dst(set.dtype()).is_some();
-        let data = if staged { set.src(0).map_or(std::ptr::null(), |a| a.data()) } else { set.data() };
+        let data = if staged {
+            set.src(0).map_or(std::ptr::null(), |a| a.data())
+        } else {
+            set.data()
+        };
         self.ptr(data)
             .ptr(idx.data())
             .i32((idx.dtype() == GgmlType::I64) as i32)
@@ -658,7 +799,14 @@ impl Args {
 /// they cost inside the replayed graph, where events around a launch would change the timing.
 fn skipped(kernel: &str) -> bool {
     static SKIP: once_cell::sync::Lazy<Vec<String>> = once_cell::sync::Lazy::new(|| {
-        std::env::var("ROCMFORGE_GPU_SKIP").map(|v| v.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect()).unwrap_or_default()
+        std::env::var("ROCMFORGE_GPU_SKIP")
+            .map(|v| {
+                v.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
     });
     !SKIP.is_empty() && SKIP.iter().any(|p| kernel.starts_with(p.as_str()))
 }
@@ -669,9 +817,20 @@ impl LaunchCtx<'_> {
             return Ok(());
         }
         let mut slots = args.0;
-        let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        let mut ptrs: Vec<*mut c_void> = slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
         let g = [grid[0] as u32, grid[1] as u32, grid[2] as u32];
-        self.api.launch(self.ord, self.kernels.get(kernel)?, g, [block, 1, 1], 0, self.stream, &mut ptrs)
+        self.api.launch(
+            self.ord,
+            self.kernels.get(kernel)?,
+            g,
+            [block, 1, 1],
+            0,
+            self.stream,
+            &mut ptrs,
+        )
     }
 }
 
@@ -693,17 +852,29 @@ impl Q8Src {
     /// Contiguous F32 rows only (the quantized layout is then the same for every view of them).
     fn of(at: usize, x: &Tensor, mode: i32) -> Option<Q8Src> {
         let k = x.ne()[0];
-        (x.is_contiguous() && x.dtype() == GgmlType::F32 && k > 0).then(|| Q8Src::rows(at, x.data() as usize, k, x.nelements() / k, mode))
+        (x.is_contiguous() && x.dtype() == GgmlType::F32 && k > 0)
+            .then(|| Q8Src::rows(at, x.data() as usize, k, x.nelements() / k, mode))
     }
     fn rows(at: usize, data: usize, k: usize, rows: usize, mode: i32) -> Q8Src {
-        Q8Src { at, data, k, rows, mode, norm: None }
+        Q8Src {
+            at,
+            data,
+            k,
+            rows,
+            mode,
+            norm: None,
+        }
     }
     /// Bytes of the F32 source.
     fn bytes(&self) -> usize {
         self.k * self.rows * 4
     }
     fn same_src(&self, x: &Tensor, mode: i32) -> bool {
-        Q8Src::of(self.at, x, mode) == Some(Q8Src { norm: None, ..*self })
+        Q8Src::of(self.at, x, mode)
+            == Some(Q8Src {
+                norm: None,
+                ..*self
+            })
     }
 }
 
@@ -712,7 +883,10 @@ impl LaunchCtx<'_> {
     /// scratch for something else.
     fn note_written(&self, node: &Tensor) {
         let Some(c) = self.q8.get() else { return };
-        if matches!(node.op(), op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE) {
+        if matches!(
+            node.op(),
+            op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE
+        ) {
             return;
         }
         let (a, e) = (node.data() as usize, node.data() as usize + node.nbytes());
@@ -740,9 +914,15 @@ fn launch_one(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         op::MUL_MAT_ID => launch_mul_mat_id(node, lc),
         op::ADD_ID => launch_add_id(node, lc),
         op::NORM | op::L2_NORM => launch_norm(node, lc),
-        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => launch_unary(node, lc),
-        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => launch_reduce(node, lc),
-        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => launch_layout(node, lc),
+        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => {
+            launch_unary(node, lc)
+        }
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => {
+            launch_reduce(node, lc)
+        }
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => {
+            launch_layout(node, lc)
+        }
         op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE => Ok(()),
         other => Err(format!("op {other} has no GPU kernel")),
     }
@@ -800,10 +980,15 @@ fn launch_binary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         op::MUL => 2,
         _ => 3,
     };
-    let all_f32 = [a.dtype(), b.dtype(), node.dtype()].iter().all(|&t| t == GgmlType::F32);
+    let all_f32 = [a.dtype(), b.dtype(), node.dtype()]
+        .iter()
+        .all(|&t| t == GgmlType::F32);
     let mut args = Args::default().i32(code);
     if !all_f32 {
-        args = args.i32(float_code(a.dtype())).i32(float_code(b.dtype())).i32(float_code(node.dtype()));
+        args = args
+            .i32(float_code(a.dtype()))
+            .i32(float_code(b.dtype()))
+            .i32(float_code(node.dtype()));
     }
     let args = args
         .ptr(a.data())
@@ -814,14 +999,28 @@ fn launch_binary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&a.nb())
         .i64s(&b.nb())
         .i64s(&node.nb());
-    let kernel = if all_f32 { "binary_f32" } else { "binary_typed" };
-    lc.run(kernel, [flat_blocks(node.nelements(), 256), 1, 1], 256, args)
+    let kernel = if all_f32 {
+        "binary_f32"
+    } else {
+        "binary_typed"
+    };
+    lc.run(
+        kernel,
+        [flat_blocks(node.nelements(), 256), 1, 1],
+        256,
+        args,
+    )
 }
 
 fn launch_scale(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let a = node.src(0).unwrap();
     let n = node.nelements();
-    let args = Args::default().ptr(a.data()).ptr(node.data()).i64(n).f32(node.param_f32(0)).f32(node.param_f32(1));
+    let args = Args::default()
+        .ptr(a.data())
+        .ptr(node.data())
+        .i64(n)
+        .f32(node.param_f32(0))
+        .f32(node.param_f32(1));
     lc.run("scale_f32", [flat_blocks(n, 256), 1, 1], 256, args)
 }
 
@@ -846,9 +1045,16 @@ fn launch_soft_max(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let (scale, max_bias) = (node.param_f32(0), node.param_f32(1));
     // ALiBi constants as ggml defines them (n_head = ne[2]).
     let n_head = ne[2] as u32;
-    let n_head_log2 = if n_head == 0 { 0 } else { 1u32 << (31 - n_head.leading_zeros()) };
+    let n_head_log2 = if n_head == 0 {
+        0
+    } else {
+        1u32 << (31 - n_head.leading_zeros())
+    };
     let (m0, m1) = if n_head_log2 > 0 {
-        (2f32.powf(-max_bias / n_head_log2 as f32), 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32))
+        (
+            2f32.powf(-max_bias / n_head_log2 as f32),
+            2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32),
+        )
     } else {
         (1.0, 1.0)
     };
@@ -886,7 +1092,12 @@ fn launch_rms_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&a.nb()[1..])
         .i64s(&node.nb()[1..])
         .f32(node.param_f32(0));
-    lc.run("rms_norm_f32", [node.nrows(), 1, 1], norm_block(ne[0]), args)
+    lc.run(
+        "rms_norm_f32",
+        [node.nrows(), 1, 1],
+        norm_block(ne[0]),
+        args,
+    )
 }
 
 /// Quantizes src1 `x` into the scratch for the integer-dot kernels, unless it is there already;
@@ -895,7 +1106,10 @@ fn launch_rms_norm(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 fn ensure_q8(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<(usize, usize)> {
     let o = ensure_q8_norm(x, mode, lc)?;
     if o.ssq != 0 {
-        return Err("internal: a fused norm's output was read by a kernel that does not apply the norm".into());
+        return Err(
+            "internal: a fused norm's output was read by a kernel that does not apply the norm"
+                .into(),
+        );
     }
     Ok((o.xq, o.xds))
 }
@@ -906,8 +1120,15 @@ fn ensure_q8_norm(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<Q8Operand>
     let (k, n, batches) = (xne[0], xne[1], xne[2] * xne[3]);
     if let Some(c) = lc.q8.get().filter(|c| c.same_src(x, mode)) {
         let xq = lc.scratch as usize + c.at;
-        let (ssq, eps) = c.norm.map_or((0, 0.0), |p| (lc.scratch as usize + p.ssq_at, f32::from_bits(p.eps_bits)));
-        return Ok(Q8Operand { xq, xds: xq + q8_ds_offset(x.nelements()), ssq, eps });
+        let (ssq, eps) = c.norm.map_or((0, 0.0), |p| {
+            (lc.scratch as usize + p.ssq_at, f32::from_bits(p.eps_bits))
+        });
+        return Ok(Q8Operand {
+            xq,
+            xds: xq + q8_ds_offset(x.nelements()),
+            ssq,
+            eps,
+        });
     }
     let xq = lc.scratch as usize;
     let xds = xq + q8_ds_offset(x.nelements());
@@ -921,9 +1142,19 @@ fn ensure_q8_norm(x: &Tensor, mode: i32, lc: &LaunchCtx) -> ApiResult<Q8Operand>
         .i64(n)
         .i64(xne[2])
         .i64s(&x.nb()[1..]);
-    lc.run("quantize_q8", [n * batches, groups.div_ceil(8), 1], 256, args)?;
+    lc.run(
+        "quantize_q8",
+        [n * batches, groups.div_ceil(8), 1],
+        256,
+        args,
+    )?;
     lc.q8.set(Q8Src::of(0, x, mode));
-    Ok(Q8Operand { xq, xds, ssq: 0, eps: 0.0 })
+    Ok(Q8Operand {
+        xq,
+        xds,
+        ssq: 0,
+        eps: 0.0,
+    })
 }
 
 /// Matrix-vector product with integer dots: src1 quantized into the scratch (unless it is
@@ -959,24 +1190,50 @@ fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let threads = (warps * lc.warp_size as usize).min(MV1_MAX_THREADS);
         let grid = [m.div_ceil(rows), 1, batches];
         if (rows, unroll) != (MV1_ROWS, MV1_UNROLL) && suffix == "q4_0" {
-            return lc.run(&format!("mul_mat_vec_q1x_q4_0_r{rows}_u{unroll}"), grid, threads as u32, args);
+            return lc.run(
+                &format!("mul_mat_vec_q1x_q4_0_r{rows}_u{unroll}"),
+                grid,
+                threads as u32,
+                args,
+            );
         }
         if short_tall(w.dtype(), k, m) {
-            return lc.run(&format!("mul_mat_vec_q1s_{suffix}"), [m.div_ceil(MV1S_ROWS), 1, batches], lc.warp_size, args);
+            return lc.run(
+                &format!("mul_mat_vec_q1s_{suffix}"),
+                [m.div_ceil(MV1S_ROWS), 1, batches],
+                lc.warp_size,
+                args,
+            );
         }
         let grid = [m.div_ceil(MV1_ROWS), 1, batches];
-        return lc.run(&format!("mul_mat_vec_q1_{suffix}"), grid, threads as u32, args);
+        return lc.run(
+            &format!("mul_mat_vec_q1_{suffix}"),
+            grid,
+            threads as u32,
+            args,
+        );
     }
     let grid = [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches];
-    lc.run(&format!("mul_mat_vec_q_{suffix}"), grid, (MV_ROWS * lc.warp_size as usize) as u32, args)
+    lc.run(
+        &format!("mul_mat_vec_q_{suffix}"),
+        grid,
+        (MV_ROWS * lc.warp_size as usize) as u32,
+        args,
+    )
 }
 
 /// src1 rounded into the scratch the way ggml-cpu rounds it for weights of type `wt`
 /// (round_src1, dense rows of ne0 floats in (i1, i2, i3) order), with Q8_1's per-block
 /// corrections after the values where the mode has them (else NULL): (values, corrections).
 /// None where src1 is used as it is (no rounding for `wt`, or no scratch).
-fn round_src1_to_scratch(x: &Tensor, wt: GgmlType, lc: &LaunchCtx) -> ApiResult<Option<(*const u8, *const u8)>> {
-    let Some(mode) = src1_rounding(wt).filter(|_| lc.scratch != 0) else { return Ok(None) };
+fn round_src1_to_scratch(
+    x: &Tensor,
+    wt: GgmlType,
+    lc: &LaunchCtx,
+) -> ApiResult<Option<(*const u8, *const u8)>> {
+    let Some(mode) = src1_rounding(wt).filter(|_| lc.scratch != 0) else {
+        return Ok(None);
+    };
     let xne = x.ne();
     // Corrections after the values, 256-byte aligned.
     let corr_at = (lc.scratch as usize + x.nelements() * 4).next_multiple_of(256);
@@ -990,7 +1247,11 @@ fn round_src1_to_scratch(x: &Tensor, wt: GgmlType, lc: &LaunchCtx) -> ApiResult<
         .i64(xne[2])
         .i64s(&x.nb()[1..]);
     lc.run("round_src1", [xne[1] * xne[2] * xne[3], 1, 1], 256, args)?;
-    let corr = if mode == 3 { corr_at as *const u8 } else { std::ptr::null() };
+    let corr = if mode == 3 {
+        corr_at as *const u8
+    } else {
+        std::ptr::null()
+    };
     Ok(Some((lc.scratch as usize as *const u8, corr)))
 }
 
@@ -1019,7 +1280,12 @@ fn launch_hadamard(node: &Tensor, n: usize, q8_at: Option<usize>, lc: &LaunchCtx
     }
     // Half a row of pairs per pass, at least a warp (the quantized output takes whole warps).
     let threads = (n / 2).clamp(lc.warp_size as usize, 256);
-    lc.run("hadamard_rows", [rows.min(MAX_FLAT_BLOCKS), 1, 1], threads as u32, args)
+    lc.run(
+        "hadamard_rows",
+        [rows.min(MAX_FLAT_BLOCKS), 1, 1],
+        threads as u32,
+        args,
+    )
 }
 
 fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
@@ -1029,11 +1295,18 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if uses_mvq(node) && lc.scratch != 0 {
         return launch_mul_mat_vec_q(node, lc);
     }
-    if let (Some(ops), Some(blas)) = (blas_operands(node), super::blas::for_vendor(lc.api.vendor())) {
+    if let (Some(ops), Some(blas)) = (
+        blas_operands(node),
+        super::blas::for_vendor(lc.api.vendor()),
+    ) {
         if lc.scratch != 0 {
             match launch_mul_mat_blas(node, lc, blas, &ops) {
                 Ok(()) => return Ok(()),
-                Err(e) => crate::log_warn!("MUL_MAT '{}' through {}: {e}; using rocmforge's kernel", node.name(), blas.name),
+                Err(e) => crate::log_warn!(
+                    "MUL_MAT '{}' through {}: {e}; using rocmforge's kernel",
+                    node.name(),
+                    blas.name
+                ),
             }
         }
     }
@@ -1048,7 +1321,11 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     // KQV with an F16 cache in generation).
     let vec = n < MUL_MAT_VEC_MAX_COLS;
     let xround = src1_rounding(w.dtype()).filter(|m| vec && (*m == 2 || *m == 4));
-    let rounded = if xround.is_some() { None } else { round_src1_to_scratch(&x, w.dtype(), lc)? };
+    let rounded = if xround.is_some() {
+        None
+    } else {
+        round_src1_to_scratch(&x, w.dtype(), lc)?
+    };
     let (xp, xnb, corr) = match rounded {
         Some((xp, corr)) => (xp, [4, k * 4, k * 4 * n, k * 4 * n * xne[2]], corr),
         None => (x.data() as *const u8, x.nb(), std::ptr::null()),
@@ -1069,17 +1346,28 @@ fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .ptr(corr)
         .i32(xround.unwrap_or(-1));
     if vec {
-        lc.run(&format!("mul_mat_vec_{suffix}"), [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches], (MV_ROWS * lc.warp_size as usize) as u32, args)
+        lc.run(
+            &format!("mul_mat_vec_{suffix}"),
+            [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches],
+            (MV_ROWS * lc.warp_size as usize) as u32,
+            args,
+        )
     } else {
-        lc.run(&format!("mul_mat_tiled_{suffix}"), [m.div_ceil(64), n.div_ceil(64), batches], 256, args)
+        lc.run(
+            &format!("mul_mat_tiled_{suffix}"),
+            [m.div_ceil(64), n.div_ceil(64), batches],
+            256,
+            args,
+        )
     }
 }
-
 
 // ---- ops of transformer graphs: rows, rope, activations, attention --------------------
 
 fn supports_get_rows(node: &Tensor) -> bool {
-    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(a), Some(idx)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     weight_suffix(a.dtype()).is_some()
         && a.ne()[0] % a.dtype().block_size() == 0
         && node.dtype() == GgmlType::F32
@@ -1163,7 +1451,12 @@ fn launch_set_rows(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     }
     if ane[0] < lc.warp_size as usize {
         let n = ane[0] * a.nrows();
-        return lc.run("set_rows_short", [flat_blocks(n, 256), 1, 1], 256, args.i64(n));
+        return lc.run(
+            "set_rows_short",
+            [flat_blocks(n, 256), 1, 1],
+            256,
+            args.i64(n),
+        );
     }
     lc.run("set_rows", [a.nrows(), 1, 1], row_block(ane[0]), args)
 }
@@ -1174,29 +1467,51 @@ const ROPE_MROPE: i32 = 8;
 const ROPE_IMROPE: i32 = 40;
 
 fn supports_rope(node: &Tensor) -> bool {
-    let (Some(a), Some(pos)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(a), Some(pos)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     let t = a.dtype();
-    if !is_f32_or_f16(t) || node.dtype() != t || !a.same_shape(node) || !a.has_dense_rows() || !node.has_dense_rows() {
+    if !is_f32_or_f16(t)
+        || node.dtype() != t
+        || !a.same_shape(node)
+        || !a.has_dense_rows()
+        || !node.has_dense_rows()
+    {
         return false;
     }
     let ne = node.ne();
     let (n_dims, mode, n_offs) = (node.param_i32(1), node.param_i32(2), node.param_i32(15));
-    if !matches!(mode, ROPE_NORMAL | ROPE_NEOX | ROPE_MROPE | ROPE_IMROPE) || n_dims < 0 || n_offs < 0 || n_dims % 2 != 0 || n_offs % 2 != 0 {
+    if !matches!(mode, ROPE_NORMAL | ROPE_NEOX | ROPE_MROPE | ROPE_IMROPE)
+        || n_dims < 0
+        || n_offs < 0
+        || n_dims % 2 != 0
+        || n_offs % 2 != 0
+    {
         return false;
     }
     let multi = matches!(mode, ROPE_MROPE | ROPE_IMROPE);
     let n_pos = if multi { 4 * ne[2] } else { ne[2] };
-    if (n_dims + n_offs) as usize > ne[0] || pos.dtype() != GgmlType::I32 || !pos.is_contiguous() || pos.nelements() < n_pos {
+    if (n_dims + n_offs) as usize > ne[0]
+        || pos.dtype() != GgmlType::I32
+        || !pos.is_contiguous()
+        || pos.nelements() < n_pos
+    {
         return false;
     }
     if multi {
         let s: Vec<i32> = (11..15).map(|i| node.param_i32(i)).collect();
-        if s.iter().any(|&v| v < 0) || (s[0] <= 0 && s[1] <= 0 && s[2] <= 0) || s.iter().map(|&v| v as usize).sum::<usize>() > ne[0] {
+        if s.iter().any(|&v| v < 0)
+            || (s[0] <= 0 && s[1] <= 0 && s[2] <= 0)
+            || s.iter().map(|&v| v as usize).sum::<usize>() > ne[0]
+        {
             return false;
         }
     }
     if let Some(ff) = node.src(2) {
-        if ff.dtype() != GgmlType::F32 || !ff.is_contiguous() || ff.nelements() < n_dims as usize / 2 {
+        if ff.dtype() != GgmlType::F32
+            || !ff.is_contiguous()
+            || ff.nelements() < n_dims as usize / 2
+        {
             return false;
         }
     }
@@ -1211,7 +1526,10 @@ fn rope_consts(node: &Tensor) -> (f32, f32, f32) {
     let (n_ctx_orig, freq_base) = (node.param_i32(4), node.param_f32(5));
     let (beta_fast, beta_slow) = (node.param_f32(9), node.param_f32(10));
     let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
-    let dim = |n_rot: f32| n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * freq_base.ln());
+    let dim = |n_rot: f32| {
+        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * freq_base.ln())
+    };
     let corr0 = dim(beta_fast).floor().max(0.0);
     let corr1 = dim(beta_slow).ceil().min(n_dims as f32 - 1.0);
     (theta_scale, corr0, corr1)
@@ -1250,7 +1568,11 @@ fn launch_rope(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i32(node.param_i32(12))
         .i32(node.param_i32(13))
         .i32(node.param_i32(14));
-    let kernel = if node.dtype() == GgmlType::F16 { "rope_f16" } else { "rope_f32" };
+    let kernel = if node.dtype() == GgmlType::F16 {
+        "rope_f16"
+    } else {
+        "rope_f32"
+    };
     lc.run(kernel, [node.nrows(), 1, 1], 64, args)
 }
 
@@ -1320,8 +1642,16 @@ fn launch_unary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     let a = node.src(0).unwrap();
     let n = node.nelements();
     let code = act_code(node).unwrap_or(0);
-    if node.op() == op::UNARY && a.dtype() == GgmlType::F32 && a.is_contiguous() && node.is_contiguous() {
-        let args = Args::default().i32(code).ptr(a.data()).ptr(node.data()).i64(n);
+    if node.op() == op::UNARY
+        && a.dtype() == GgmlType::F32
+        && a.is_contiguous()
+        && node.is_contiguous()
+    {
+        let args = Args::default()
+            .i32(code)
+            .ptr(a.data())
+            .ptr(node.data())
+            .i64(n);
         return lc.run("unary_f32", [flat_blocks(n, 256), 1, 1], 256, args);
     }
     let (p0, p1) = match node.op() {
@@ -1339,21 +1669,37 @@ fn launch_unary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64s(&node.nb()[1..])
         .f32(p0)
         .f32(p1);
-    let kernel = if a.dtype() == GgmlType::F16 { "unary_rows_f16" } else { "unary_rows_f32" };
+    let kernel = if a.dtype() == GgmlType::F16 {
+        "unary_rows_f16"
+    } else {
+        "unary_rows_f32"
+    };
     lc.run(kernel, [flat_blocks(n, 256), 1, 1], 256, args)
 }
 
 fn supports_glu(node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
-    if act_code_glu(node.param_i32(0)).is_none() || !is_f32_or_f16(a.dtype()) || node.dtype() != a.dtype() {
+    if act_code_glu(node.param_i32(0)).is_none()
+        || !is_f32_or_f16(a.dtype())
+        || node.dtype() != a.dtype()
+    {
         return false;
     }
-    if !a.is_contiguous_from(1) || !node.is_contiguous_from(1) || node.nrows() != a.nrows() || !a.has_dense_rows() || !node.has_dense_rows() {
+    if !a.is_contiguous_from(1)
+        || !node.is_contiguous_from(1)
+        || node.nrows() != a.nrows()
+        || !a.has_dense_rows()
+        || !node.has_dense_rows()
+    {
         return false;
     }
     let nc = match node.src(1) {
         Some(b) => {
-            if b.dtype() != a.dtype() || !b.is_contiguous_from(1) || !b.has_dense_rows() || !b.same_shape(&a) {
+            if b.dtype() != a.dtype()
+                || !b.is_contiguous_from(1)
+                || !b.has_dense_rows()
+                || !b.same_shape(&a)
+            {
                 return false;
             }
             a.ne()[0]
@@ -1389,7 +1735,11 @@ fn launch_glu(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64(a.nb()[1])
         .i64(nbg1)
         .i64(node.nb()[1]);
-    let kernel = if a.dtype() == GgmlType::F16 { "glu_f16" } else { "glu_f32" };
+    let kernel = if a.dtype() == GgmlType::F16 {
+        "glu_f16"
+    } else {
+        "glu_f32"
+    };
     lc.run(kernel, [flat_blocks(n, 256), 1, 1], 256, args)
 }
 
@@ -1407,7 +1757,13 @@ const FA_TILE_MIN_Q: usize = 32;
 /// (SmolLM2 pp512, ncu) a 32-row launch took 86 us, a 16-row one 114 us.
 fn fa_tile_rows() -> usize {
     static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| if std::env::var("ROCMFORGE_GPU_FA_TILE_ROWS").as_deref() == Ok("16") { 16 } else { 32 })
+    *V.get_or_init(|| {
+        if std::env::var("ROCMFORGE_GPU_FA_TILE_ROWS").as_deref() == Ok("16") {
+            16
+        } else {
+            32
+        }
+    })
 }
 
 /// `ROCMFORGE_GPU_FA_TILED=0` sends prompts through the row-per-block kernel too (A/B runs).
@@ -1417,7 +1773,9 @@ fn fa_tiled_enabled() -> bool {
 }
 
 fn supports_flash_attn(node: &Tensor) -> bool {
-    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
     let (qne, kne, vne, dne) = (q.ne(), k.ne(), v.ne(), node.ne());
     if q.dtype() != GgmlType::F32 || node.dtype() != GgmlType::F32 || !node.is_contiguous() {
         return false;
@@ -1440,7 +1798,13 @@ fn supports_flash_attn(node: &Tensor) -> bool {
     if qne[0] > FA_MAX_HEAD || vne[0] > FA_MAX_HEAD {
         return false;
     }
-    if kne[2] == 0 || vne[2] == 0 || qne[2] % kne[2] != 0 || qne[2] % vne[2] != 0 || qne[3] != kne[3] || qne[3] != vne[3] {
+    if kne[2] == 0
+        || vne[2] == 0
+        || qne[2] % kne[2] != 0
+        || qne[2] % vne[2] != 0
+        || qne[3] != kne[3]
+        || qne[3] != vne[3]
+    {
         return false;
     }
     if let Some(m) = node.src(3) {
@@ -1471,18 +1835,22 @@ fn fa_f16_acc_enabled() -> bool {
 /// (`ROCMFORGE_GPU_FA_SPLIT`, for A/B runs).
 fn fa_split_mode() -> u8 {
     static V: once_cell::sync::OnceCell<u8> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| match std::env::var("ROCMFORGE_GPU_FA_SPLIT").as_deref() {
-        Ok("0") => 0,
-        Ok("2") => 2,
-        _ => 1,
-    })
+    *V.get_or_init(
+        || match std::env::var("ROCMFORGE_GPU_FA_SPLIT").as_deref() {
+            Ok("0") => 0,
+            Ok("2") => 2,
+            _ => 1,
+        },
+    )
 }
 
 /// Whether this node takes ggml-cpu's f16 V accumulator (opt-in, see launch_flash_attn):
 /// ggml-cpu's row-by-row algorithm with F16 V, i.e. neither its single-query split over
 /// 512+ keys nor its tiling of 64+ queries (as src/cpu/ops/flash_attn.rs decides).
 fn fa_f16_acc(node: &Tensor) -> bool {
-    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
     let (qne, kne) = (q.ne(), k.ne());
     let kv_plain = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32) && k.dtype() == v.dtype();
     let ggml_split_kv = qne[1] == 1 && qne[3] == 1 && kv_plain && kne[1] >= 512;
@@ -1494,9 +1862,12 @@ fn fa_f16_acc(node: &Tensor) -> bool {
 /// F16 / F32 K and V (flash_attn_mma.hip on tensor cores for F16, else flash_attn_tiled.hip)
 /// or Q8_0 K and V (flash_attn_mma.hip; without tensor cores the row kernel, unsplit).
 fn fa_prompt(node: &Tensor) -> bool {
-    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
     let qne = q.ne();
-    let kv_ok = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32 | GgmlType::Q8_0) && k.dtype() == v.dtype();
+    let kv_ok = matches!(k.dtype(), GgmlType::F16 | GgmlType::F32 | GgmlType::Q8_0)
+        && k.dtype() == v.dtype();
     let head = qne[0].max(v.ne()[0]);
     kv_ok
         && qne[1] >= FA_TILE_MIN_Q
@@ -1510,7 +1881,10 @@ fn fa_prompt(node: &Tensor) -> bool {
 /// Whether the node goes to the scalar tiled prompt kernel (kernels/flash_attn_tiled.hip) when
 /// the tensor-core one does not take it: F16 or F32 K and V.
 fn fa_tiled(node: &Tensor) -> bool {
-    fa_prompt(node) && node.src(1).is_some_and(|k| matches!(k.dtype(), GgmlType::F16 | GgmlType::F32))
+    fa_prompt(node)
+        && node
+            .src(1)
+            .is_some_and(|k| matches!(k.dtype(), GgmlType::F16 | GgmlType::F32))
 }
 
 /// `ROCMFORGE_GPU_FA_MMA=0` keeps prompts on flash_attn_tiled.hip where the tensor-core
@@ -1524,7 +1898,8 @@ fn fa_mma_enabled() -> bool {
 /// F16 K and V with 16-byte aligned rows (16-byte loads, cp.async) or Q8_0 K and V (2-byte
 /// aligned blocks); None for anything else.
 fn fa_kv_kind(k: &Tensor, v: &Tensor) -> Option<&'static str> {
-    let aligned = |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
+    let aligned =
+        |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
     match (k.dtype(), v.dtype()) {
         (GgmlType::F16, GgmlType::F16) if aligned(k, 16) && aligned(v, 16) => Some("f16"),
         (GgmlType::Q8_0, GgmlType::Q8_0) if aligned(k, 2) && aligned(v, 2) => Some("q8_0"),
@@ -1539,13 +1914,20 @@ fn fa_kv_kind(k: &Tensor, v: &Tensor) -> Option<&'static str> {
 fn fa_mma_shape(node: &Tensor, lc: &LaunchCtx) -> Option<(&'static str, usize, usize)> {
     let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
     let (qne, d) = (q.ne(), q.ne()[0]);
-    if !lc.mma || !fa_mma_enabled() || !fa_prompt(node) || v.ne()[0] != d || !matches!(d, 64 | 128) {
+    if !lc.mma || !fa_mma_enabled() || !fa_prompt(node) || v.ne()[0] != d || !matches!(d, 64 | 128)
+    {
         return None;
     }
     let kv = fa_kv_kind(&k, &v)?;
     let blocks4 = qne[1].div_ceil(64) * qne[2] * qne[3];
-    let warps = if blocks4 < lc.compute_units.max(1) as usize { 2 } else { 4 };
-    super::kernels::FM_SHAPES.contains(&(d, warps)).then_some((kv, d, warps))
+    let warps = if blocks4 < lc.compute_units.max(1) as usize {
+        2
+    } else {
+        4
+    };
+    super::kernels::FM_SHAPES
+        .contains(&(d, warps))
+        .then_some((kv, d, warps))
 }
 
 /// The tensor-core prompt kernel split over the keys: at most FM_SPLIT_MAX splits of at least
@@ -1569,7 +1951,9 @@ fn fm_split_enabled() -> bool {
 /// Most splits of the prompt node's keys: by key count and scratch bytes (the plan's bound,
 /// whatever the device; 1 where the node would not split).
 fn fm_split_max(node: &Tensor) -> usize {
-    let (Some(q), Some(k)) = (node.src(0), node.src(1)) else { return 1 };
+    let (Some(q), Some(k)) = (node.src(0), node.src(1)) else {
+        return 1;
+    };
     if !fm_split_enabled() || !fa_prompt(node) {
         return 1;
     }
@@ -1578,7 +1962,11 @@ fn fm_split_max(node: &Tensor) -> usize {
     let by_bytes = FM_SPLIT_BYTES / part.max(1);
     // Grid z is sequences x splits.
     let by_grid = MAX_GRID_YZ / qne[3].max(1);
-    (k.ne()[1] / FM_SPLIT_MIN_KEYS).min(by_bytes).min(by_grid).min(FM_SPLIT_MAX).max(1)
+    (k.ne()[1] / FM_SPLIT_MIN_KEYS)
+        .min(by_bytes)
+        .min(by_grid)
+        .min(FM_SPLIT_MAX)
+        .max(1)
 }
 
 /// How flash_attn_mma splits a prompt's keys: (splits, keys per split, a multiple of FM_BK).
@@ -1586,10 +1974,18 @@ fn fm_split_max(node: &Tensor) -> usize {
 /// the GPU holds at once: about 8 warps a compute unit (the kernel's ~250 registers a thread
 /// allow two 4-warp blocks an SM). H100, SmolLM2 (9 heads, 32-row blocks) pp512 after 2048
 /// tokens: 144 blocks walked 40 key tiles each, one after another.
-fn fm_split_plan(node: &Tensor, blocks: usize, warps: usize, compute_units: usize) -> (usize, usize) {
+fn fm_split_plan(
+    node: &Tensor,
+    blocks: usize,
+    warps: usize,
+    compute_units: usize,
+) -> (usize, usize) {
     let n_kv = node.src(1).map_or(0, |k| k.ne()[1]);
     let resident = compute_units * (8 / warps.max(1)).max(1);
-    let splits = resident.div_ceil(blocks.max(1)).min(fm_split_max(node)).max(1);
+    let splits = resident
+        .div_ceil(blocks.max(1))
+        .min(fm_split_max(node))
+        .max(1);
     if splits == 1 {
         return (1, n_kv);
     }
@@ -1613,7 +2009,8 @@ const FA_SPLIT_WARPS: usize = 4;
 fn fa_q8_at(node: &Tensor) -> Option<usize> {
     let dv = node.src(2)?.ne()[0];
     let parts = fa_split_max_parts(node)?;
-    (dv % 32 == 0 && node.dtype() == GgmlType::F32 && node.is_contiguous()).then(|| (parts * fa_part_floats(node) * 4).next_multiple_of(256))
+    (dv % 32 == 0 && node.dtype() == GgmlType::F32 && node.is_contiguous())
+        .then(|| (parts * fa_part_floats(node) * 4).next_multiple_of(256))
 }
 
 /// Floats of one partial result of the split-KV kernel: DV outputs, maximum, sum.
@@ -1627,7 +2024,12 @@ fn fa_part_floats(node: &Tensor) -> usize {
 fn fa_split_max_parts(node: &Tensor) -> Option<usize> {
     let q = node.src(0)?;
     let rows = q.ne()[1] * q.ne()[2] * q.ne()[3];
-    if fa_split_mode() == 0 || fa_prompt(node) || fa_f16_acc(node) || rows == 0 || rows * 2 > FA_SPLIT_MAX_PARTS {
+    if fa_split_mode() == 0
+        || fa_prompt(node)
+        || fa_f16_acc(node)
+        || rows == 0
+        || rows * 2 > FA_SPLIT_MAX_PARTS
+    {
         return None;
     }
     Some((rows * FA_MAX_SPLITS).min(FA_SPLIT_MAX_PARTS))
@@ -1635,9 +2037,17 @@ fn fa_split_max_parts(node: &Tensor) -> Option<usize> {
 
 /// How the row kernel splits `n_kv` keys of each of `rows` rows (split-KV mode 1): (splits,
 /// keys per split). About two blocks per compute unit, at least 64 keys (8 per warp) a split.
-fn fa_row_split_plan(rows: usize, n_kv: usize, compute_units: usize, max_parts: usize) -> (usize, usize) {
+fn fa_row_split_plan(
+    rows: usize,
+    n_kv: usize,
+    compute_units: usize,
+    max_parts: usize,
+) -> (usize, usize) {
     let max_splits = FA_MAX_SPLITS.min(max_parts / rows).max(1);
-    let splits = (2 * compute_units.max(1)).div_ceil(rows).min(n_kv.div_ceil(64)).clamp(1, max_splits);
+    let splits = (2 * compute_units.max(1))
+        .div_ceil(rows)
+        .min(n_kv.div_ceil(64))
+        .clamp(1, max_splits);
     let split_keys = n_kv.div_ceil(splits).max(1);
     (n_kv.div_ceil(split_keys).max(1), split_keys)
 }
@@ -1645,7 +2055,13 @@ fn fa_row_split_plan(rows: usize, n_kv: usize, compute_units: usize, max_parts: 
 /// How the split-KV kernel divides `n_kv` keys of each of `rows` rows: (splits, keys per
 /// split, warps per block). Warps take chunks of one key per lane; the chunks are spread
 /// over about 8 warps per compute unit, at most FA_SPLIT_WARPS warps per block.
-fn fa_split_plan(rows: usize, n_kv: usize, warp: usize, compute_units: usize, max_parts: usize) -> (usize, usize, usize) {
+fn fa_split_plan(
+    rows: usize,
+    n_kv: usize,
+    warp: usize,
+    compute_units: usize,
+    max_parts: usize,
+) -> (usize, usize, usize) {
     let chunks = n_kv.div_ceil(warp).max(1);
     let target_warps = 8 * compute_units.max(1);
     let chunks_per_warp = (rows * chunks).div_ceil(target_warps).max(1);
@@ -1654,7 +2070,9 @@ fn fa_split_plan(rows: usize, n_kv: usize, warp: usize, compute_units: usize, ma
     let splits = row_warps.div_ceil(FA_SPLIT_WARPS).clamp(1, max_splits);
     let split_keys = chunks.div_ceil(splits) * warp;
     let splits = n_kv.div_ceil(split_keys).max(1);
-    let warps = split_keys.div_ceil(warp * chunks_per_warp).clamp(1, FA_SPLIT_WARPS);
+    let warps = split_keys
+        .div_ceil(warp * chunks_per_warp)
+        .clamp(1, FA_SPLIT_WARPS);
     (splits, split_keys, warps)
 }
 
@@ -1669,7 +2087,12 @@ const FA_VEC_CHUNK: usize = 32;
 /// 0 sends generation back to the row kernel (A/B runs).
 fn fa_vec_blocks_per_cu() -> usize {
     static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_VEC").ok().and_then(|v| v.parse().ok()).unwrap_or(8))
+    *V.get_or_init(|| {
+        std::env::var("ROCMFORGE_GPU_FA_VEC")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(8)
+    })
 }
 
 /// Fewest keys a split of the generation kernel takes (ROCMFORGE_GPU_FA_VEC_KEYS, for measuring).
@@ -1695,7 +2118,13 @@ struct FaVecPlan {
 /// aligned blocks) of one head size (64, 128 or 256), as many K as V heads, the rows reading
 /// one KV head (queries x heads of the group) at most those of a kernel for D (FAV_SHAPES:
 /// 1024 / D); several splits need the merge counters.
-fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize, max_parts: usize) -> Option<FaVecPlan> {
+fn fa_vec_plan(
+    node: &Tensor,
+    lc: &LaunchCtx,
+    rows: usize,
+    compute_units: usize,
+    max_parts: usize,
+) -> Option<FaVecPlan> {
     let per_cu = fa_vec_blocks_per_cu();
     let (q, k, v) = (node.src(0)?, node.src(1)?, node.src(2)?);
     let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
@@ -1704,11 +2133,19 @@ fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize,
     if per_cu == 0 || fa_split_mode() != 1 {
         return None;
     }
-    if vne[0] != d || !matches!(d, 64 | 128 | 256) || warp == 0 || d % warp != 0 || FA_VEC_THREADS % warp != 0 || kne[2] != vne[2] {
+    if vne[0] != d
+        || !matches!(d, 64 | 128 | 256)
+        || warp == 0
+        || d % warp != 0
+        || FA_VEC_THREADS % warp != 0
+        || kne[2] != vne[2]
+    {
         return None;
     }
     let rows_per_block = qne[1] * (qne[2] / kne[2]);
-    let (_, most_rows) = *super::kernels::FAV_SHAPES.iter().find(|(sd, r)| *sd == d && rows_per_block <= *r)?;
+    let (_, most_rows) = *super::kernels::FAV_SHAPES
+        .iter()
+        .find(|(sd, r)| *sd == d && rows_per_block <= *r)?;
     let groups = kne[2] * qne[3];
     if groups == 0 || groups > FA_COUNTERS {
         return None;
@@ -1718,22 +2155,43 @@ fn fa_vec_plan(node: &Tensor, lc: &LaunchCtx, rows: usize, compute_units: usize,
     if splits > 1 && lc.fa_counters == 0 {
         return None;
     }
-    Some(FaVecPlan { groups, splits, split_keys, most_rows, kv })
+    Some(FaVecPlan {
+        groups,
+        splits,
+        split_keys,
+        most_rows,
+        kv,
+    })
 }
 
 /// How the generation kernel splits `n_kv` keys of each of `groups` (KV head, sequence)
 /// groups: (splits, keys per split), splits of whole chunks, about `target_blocks` blocks in
 /// all, at most `max_splits` splits.
-fn fa_vec_splits(n_kv: usize, groups: usize, target_blocks: usize, max_splits: usize) -> (usize, usize) {
+fn fa_vec_splits(
+    n_kv: usize,
+    groups: usize,
+    target_blocks: usize,
+    max_splits: usize,
+) -> (usize, usize) {
     let chunks = n_kv.div_ceil(FA_VEC_CHUNK).max(1);
-    let splits = target_blocks.div_ceil(groups.max(1)).min(chunks).min(max_splits).max(1);
+    let splits = target_blocks
+        .div_ceil(groups.max(1))
+        .min(chunks)
+        .min(max_splits)
+        .max(1);
     let split_keys = chunks.div_ceil(splits) * FA_VEC_CHUNK;
     (n_kv.div_ceil(split_keys).max(1), split_keys)
 }
 
 /// flash_attn_split_combine: a block per row of `node` merges the row's `splits` partials at
 /// `part` into dst (and quantizes it at `xq`, `xds` where those are not 0).
-fn launch_fa_combine(node: &Tensor, part: *const u8, splits: usize, (xq, xds): (usize, usize), lc: &LaunchCtx) -> ApiResult<()> {
+fn launch_fa_combine(
+    node: &Tensor,
+    part: *const u8,
+    splits: usize,
+    (xq, xds): (usize, usize),
+    lc: &LaunchCtx,
+) -> ApiResult<()> {
     let (q, v) = (node.src(0).unwrap(), node.src(2).unwrap());
     let args = Args::default()
         .ptr(part)
@@ -1747,17 +2205,28 @@ fn launch_fa_combine(node: &Tensor, part: *const u8, splits: usize, (xq, xds): (
         .ptr(xq as *const u8)
         .ptr(xds as *const u8);
     let cwarps = splits.clamp(1, FA_SPLIT_WARPS);
-    lc.run("flash_attn_split_combine", [q.nrows(), 1, 1], (cwarps * lc.warp_size as usize) as u32, args)
+    lc.run(
+        "flash_attn_split_combine",
+        [q.nrows(), 1, 1],
+        (cwarps * lc.warp_size as usize) as u32,
+        args,
+    )
 }
 
 /// The row kernel's last arguments where its blocks do not merge the row themselves:
 /// no counters, no quantized output.
 fn no_merge(args: Args) -> Args {
-    args.ptr(std::ptr::null()).ptr(std::ptr::null()).ptr(std::ptr::null())
+    args.ptr(std::ptr::null())
+        .ptr(std::ptr::null())
+        .ptr(std::ptr::null())
 }
 
 fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
-    let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (q, k, v) = (
+        node.src(0).unwrap(),
+        node.src(1).unwrap(),
+        node.src(2).unwrap(),
+    );
     let (mask, sinks) = (node.src(3), node.src(4));
     let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
     let mut scale = node.param_f32(0);
@@ -1767,9 +2236,16 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         scale /= softcap;
     }
     let n_head = qne[2];
-    let n_head_log2 = if n_head == 0 { 0 } else { 1usize << (usize::BITS - 1 - n_head.leading_zeros()) };
+    let n_head_log2 = if n_head == 0 {
+        0
+    } else {
+        1usize << (usize::BITS - 1 - n_head.leading_zeros())
+    };
     let (m0, m1) = if max_bias > 0.0 && n_head_log2 > 0 {
-        (2f32.powf(-max_bias / n_head_log2 as f32), 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32))
+        (
+            2f32.powf(-max_bias / n_head_log2 as f32),
+            2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32),
+        )
     } else {
         (1.0, 1.0)
     };
@@ -1819,7 +2295,11 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i32(n_head_log2 as i32)
         .i32(round_q);
     let rows = qne[1] * qne[2] * qne[3];
-    let cu = if lc.compute_units == 0 { 64 } else { lc.compute_units as usize };
+    let cu = if lc.compute_units == 0 {
+        64
+    } else {
+        lc.compute_units as usize
+    };
     if let Some(max_parts) = fa_split_max_parts(node).filter(|_| lc.scratch != 0) {
         // Few query rows (generation): each row's keys split over several blocks writing
         // partial softmaxes into the scratch, then merged into dst.
@@ -1832,7 +2312,9 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         let note_q8 = || {
             // dst seen as rows of DV * n_head values (the projection's reshape of it).
             let k = vne[0] * n_head;
-            lc.q8_next.set(q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)));
+            lc.q8_next.set(
+                q8.map(|at| Q8Src::rows(at, node.data() as usize, k, node.nelements() / k, 0)),
+            );
         };
         let combine = |splits: usize| {
             launch_fa_combine(node, part, splits, (xq, xds), lc)?;
@@ -1847,9 +2329,20 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             } else {
                 (std::ptr::null(), std::ptr::null())
             };
-            let args = args.i32(0).ptr(part).i64(plan.split_keys).ptr(counters).ptr(xq as *const u8).ptr(xds as *const u8);
+            let args = args
+                .i32(0)
+                .ptr(part)
+                .i64(plan.split_keys)
+                .ptr(counters)
+                .ptr(xq as *const u8)
+                .ptr(xds as *const u8);
             let kernel = format!("flash_attn_vec_{}_d{}_r{}", plan.kv, qne[0], plan.most_rows);
-            lc.run(&kernel, [plan.groups, plan.splits, 1], FA_VEC_THREADS as u32, args)?;
+            lc.run(
+                &kernel,
+                [plan.groups, plan.splits, 1],
+                FA_VEC_THREADS as u32,
+                args,
+            )?;
             note_q8();
             return Ok(());
         }
@@ -1858,7 +2351,13 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             if splits > 1 && lc.fa_counters != 0 && rows <= FA_COUNTERS && lc.fuse {
                 // The last block of each row to finish merges the row's partials (and
                 // quantizes it, as the combine kernel would): one launch instead of two.
-                let args = args.i32(0).ptr(part).i64(split_keys).ptr(lc.fa_counters as usize as *const u8).ptr(xq as *const u8).ptr(xds as *const u8);
+                let args = args
+                    .i32(0)
+                    .ptr(part)
+                    .i64(split_keys)
+                    .ptr(lc.fa_counters as usize as *const u8)
+                    .ptr(xq as *const u8)
+                    .ptr(xds as *const u8);
                 lc.run(kernel, [rows, splits, 1], (FA_WARPS * warp) as u32, args)?;
                 note_q8();
                 return Ok(());
@@ -1873,8 +2372,17 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         }
         let (splits, split_keys, warps) = fa_split_plan(rows, kne[1], warp, cu, max_parts);
         let head = qne[0].max(vne[0]);
-        let bucket = if head <= 64 { 64 } else if head <= 128 { 128 } else { 256 };
-        let kernel = format!("flash_attn_split_{}_d{bucket}", &kernel["flash_attn_".len()..]);
+        let bucket = if head <= 64 {
+            64
+        } else if head <= 128 {
+            128
+        } else {
+            256
+        };
+        let kernel = format!(
+            "flash_attn_split_{}_d{bucket}",
+            &kernel["flash_attn_".len()..]
+        );
         let args = Args::default()
             .ptr(q.data())
             .ptr(k.data())
@@ -1917,19 +2425,41 @@ fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         if splits > 1 && lc.scratch != 0 && part_bytes <= lc.scratch_len {
             let part = lc.scratch as usize as *const u8;
             let args = args.ptr(part).i64(split_keys);
-            lc.run(&kernel, [q_tiles, qne[2], qne[3] * splits], (32 * warps) as u32, args)?;
+            lc.run(
+                &kernel,
+                [q_tiles, qne[2], qne[3] * splits],
+                (32 * warps) as u32,
+                args,
+            )?;
             return launch_fa_combine(node, part, splits, (0, 0), lc);
         }
         let args = args.ptr(std::ptr::null()).i64(kne[1]);
-        return lc.run(&kernel, [q_tiles, qne[2], qne[3]], (32 * warps) as u32, args);
+        return lc.run(
+            &kernel,
+            [q_tiles, qne[2], qne[3]],
+            (32 * warps) as u32,
+            args,
+        );
     }
     if fa_tiled(node) {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
         // out for head size 64 or 128.
         let rows = fa_tile_rows();
-        let kv = if k.dtype() == GgmlType::F16 { "f16_f16" } else { "f32_f32" };
-        let kernel = format!("flash_attn_tiled_{kv}_d{}_q{rows}", if head <= 64 { 64 } else { 128 });
-        return lc.run(&kernel, [qne[1].div_ceil(rows), qne[2], qne[3]], (rows * 8) as u32, args);
+        let kv = if k.dtype() == GgmlType::F16 {
+            "f16_f16"
+        } else {
+            "f32_f32"
+        };
+        let kernel = format!(
+            "flash_attn_tiled_{kv}_d{}_q{rows}",
+            if head <= 64 { 64 } else { 128 }
+        );
+        return lc.run(
+            &kernel,
+            [qne[1].div_ceil(rows), qne[2], qne[3]],
+            (rows * 8) as u32,
+            args,
+        );
     }
     let args = no_merge(args.i32(f16_acc as i32).ptr(std::ptr::null()).i64(kne[1]));
     let warp = lc.warp_size as usize;
@@ -1945,7 +2475,11 @@ const MMID_ROWS: usize = 4;
 const SORT_MAX: usize = 4096;
 
 fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
-    let (w, x, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (w, x, ids) = (
+        node.src(0).unwrap(),
+        node.src(1).unwrap(),
+        node.src(2).unwrap(),
+    );
     let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
     let (k, m) = (wne[0], wne[1]);
     let suffix = weight_suffix(w.dtype()).unwrap_or("f32");
@@ -1955,7 +2489,12 @@ fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     // src1 rounded as ggml-cpu rounds it (round_src1 of mul_mat.hip), dense rows (i1, token).
     let (xp, xnb1, xnb2, corr) = match round_src1_to_scratch(&x, w.dtype(), lc)? {
         Some((xp, corr)) => (xp, k * 4, k * 4 * xne[1], corr),
-        None => (x.data() as *const u8, x.nb()[1], x.nb()[2], std::ptr::null()),
+        None => (
+            x.data() as *const u8,
+            x.nb()[1],
+            x.nb()[2],
+            std::ptr::null(),
+        ),
     };
     let args = Args::default()
         .ptr(w.data())
@@ -1978,14 +2517,23 @@ fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if m == 0 || ine[0] == 0 || ine[1] == 0 {
         return Ok(());
     }
-    lc.run(&format!("mul_mat_id_{suffix}"), [m.div_ceil(MMID_ROWS), ine[0], ine[1]], (MMID_ROWS * lc.warp_size as usize) as u32, args)
+    lc.run(
+        &format!("mul_mat_id_{suffix}"),
+        [m.div_ceil(MMID_ROWS), ine[0], ine[1]],
+        (MMID_ROWS * lc.warp_size as usize) as u32,
+        args,
+    )
 }
 
 /// MUL_MAT_ID with integer dots: src1 quantized as ggml-cpu quantizes it (ne11 columns of
 /// n_tok batches, once for the gate and up experts that share it), then a block per
 /// MV1_ROWS rows of each (slot, token)'s expert.
 fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
-    let (w, x, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (w, x, ids) = (
+        node.src(0).unwrap(),
+        node.src(1).unwrap(),
+        node.src(2).unwrap(),
+    );
     let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
     let (k, m) = (wne[0], wne[1]);
     let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
@@ -2009,11 +2557,20 @@ fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .i64(ids.nb()[1])
         .i64(node.nb()[1])
         .i64(node.nb()[2]);
-    lc.run(&format!("mul_mat_id_q_{suffix}"), [m.div_ceil(MV1_ROWS), ine[0], ine[1]], (MV1_WARPS * lc.warp_size as usize) as u32, args)
+    lc.run(
+        &format!("mul_mat_id_q_{suffix}"),
+        [m.div_ceil(MV1_ROWS), ine[0], ine[1]],
+        (MV1_WARPS * lc.warp_size as usize) as u32,
+        args,
+    )
 }
 
 fn launch_add_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
-    let (a, b, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (a, b, ids) = (
+        node.src(0).unwrap(),
+        node.src(1).unwrap(),
+        node.src(2).unwrap(),
+    );
     let ne = node.ne();
     let args = Args::default()
         .ptr(a.data())
@@ -2059,7 +2616,12 @@ fn launch_reduce(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     }
     match node.op() {
         op::SUM => {
-            let args = Args::default().ptr(a.data()).ptr(node.data()).i64s(&ane[..3]).i64(rows).i64s(&anb[1..]);
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(node.data())
+                .i64s(&ane[..3])
+                .i64(rows)
+                .i64s(&anb[1..]);
             lc.run("sum_f32", [1, 1, 1], 1024, args)
         }
         op::SUM_ROWS | op::MEAN => {
@@ -2073,7 +2635,12 @@ fn launch_reduce(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             lc.run("sum_rows_f32", [rows, 1, 1], row_block(ane[0]), args)
         }
         op::CUMSUM => {
-            let args = Args::default().ptr(a.data()).ptr(node.data()).i64s(&ane[..3]).i64s(&anb[1..]).i64s(&dnb[1..]);
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(node.data())
+                .i64s(&ane[..3])
+                .i64s(&anb[1..])
+                .i64s(&dnb[1..]);
             lc.run("cumsum_f32", [rows, 1, 1], lc.warp_size, args)
         }
         _ => {
@@ -2159,18 +2726,27 @@ fn launch_layout(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             lc.run("fill", grid, 256, args)
         }
         op::ARANGE => {
-            let args = Args::default().ptr(node.data()).f32(node.param_f32(0)).f32(node.param_f32(2)).i64(n);
+            let args = Args::default()
+                .ptr(node.data())
+                .f32(node.param_f32(0))
+                .f32(node.param_f32(2))
+                .i64(n);
             lc.run("arange_f32", grid, 256, args)
         }
         _ => {
             // DIAG_MASK_INF
             let a = node.src(0).unwrap();
-            let args = Args::default().ptr(a.data()).ptr(node.data()).i64(ne[0]).i64(ne[1]).i64(n).i32(node.param_i32(0));
+            let args = Args::default()
+                .ptr(a.data())
+                .ptr(node.data())
+                .i64(ne[0])
+                .i64(ne[1])
+                .i64(n)
+                .i32(node.param_i32(0));
             lc.run("diag_mask_inf_f32", grid, 256, args)
         }
     }
 }
-
 
 // ---- fused runs of nodes (token generation) --------------------------------------------
 //
@@ -2261,32 +2837,55 @@ pub fn launch_at(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Api
 /// (llama's rotation of attention's output before the output projection, quantized caches):
 /// the transform also quantizes its output for that product, so it needs no quantize launch.
 fn try_fused_hadamard_mv(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
-    let (Some(h), Some(mm)) = (nodes.get(i), nodes.get(i + 1)) else { return Ok(None) };
-    let Some(n) = hadamard_len(h) else { return Ok(None) };
+    let (Some(h), Some(mm)) = (nodes.get(i), nodes.get(i + 1)) else {
+        return Ok(None);
+    };
+    let Some(n) = hadamard_len(h) else {
+        return Ok(None);
+    };
     let Some(x) = mm.src(1) else { return Ok(None) };
     let nel = h.nelements();
-    let reads_h = mm.op() == op::MUL_MAT && uses_mvq(mm) && supports_mul_mat(mm) && x.data() == h.data() && x.nelements() == nel;
+    let reads_h = mm.op() == op::MUL_MAT
+        && uses_mvq(mm)
+        && supports_mul_mat(mm)
+        && x.data() == h.data()
+        && x.nelements() == nel;
     let mode0 = mm.src(0).and_then(|w| mvq_mode(w.dtype())) == Some(0);
-    if lc.scratch == 0 || !reads_h || !mode0 || !dense_f32(h) || !dense_f32(&x) || n % 32 != 0 || q8_region(nel) > lc.scratch_len {
+    if lc.scratch == 0
+        || !reads_h
+        || !mode0
+        || !dense_f32(h)
+        || !dense_f32(&x)
+        || n % 32 != 0
+        || q8_region(nel) > lc.scratch_len
+    {
         return Ok(None);
     }
     launch_hadamard(h, n, Some(0), lc)?;
     lc.note_written(h);
     let k = x.ne()[0];
-    lc.q8.set(Some(Q8Src::rows(0, h.data() as usize, k, nel / k, 0)));
+    lc.q8
+        .set(Some(Q8Src::rows(0, h.data() as usize, k, nel / k, 0)));
     Ok(Some(1))
 }
 
 /// [ADD ->] RMS_NORM [-> MUL by a weight row] [-> quantized for the next node, a matrix-vector
 /// product of it]: one kernel (fused_rms_norm). The ADD's sum is still written (the residual
 /// stream needs it); the norm's output only when no MUL follows.
-fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+fn try_fused_norm(
+    nodes: &[Tensor],
+    i: usize,
+    uses: &Uses,
+    lc: &LaunchCtx,
+) -> ApiResult<Option<usize>> {
     let mut j = i;
     let add = (nodes[i].op() == op::ADD).then_some(nodes[i]);
     if add.is_some() {
         j += 1;
     }
-    let Some(norm) = nodes.get(j).copied() else { return Ok(None) };
+    let Some(norm) = nodes.get(j).copied() else {
+        return Ok(None);
+    };
     if norm.op() != op::RMS_NORM || !supports_rms_norm(&norm) || !dense_f32(&norm) {
         return Ok(None);
     }
@@ -2296,8 +2895,14 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
     }
     let mut b: Option<Tensor> = None;
     if let Some(a) = add {
-        let (Some(a0), Some(a1)) = (a.src(0), a.src(1)) else { return Ok(None) };
-        let ok = same(&a, Some(x)) && dense_f32(&a0) && dense_f32(&a1) && a0.same_shape(&a) && a1.same_shape(&a);
+        let (Some(a0), Some(a1)) = (a.src(0), a.src(1)) else {
+            return Ok(None);
+        };
+        let ok = same(&a, Some(x))
+            && dense_f32(&a0)
+            && dense_f32(&a1)
+            && a0.same_shape(&a)
+            && a1.same_shape(&a);
         if !ok {
             return Ok(None);
         }
@@ -2310,7 +2915,13 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
     if let Some(m) = nodes.get(j).copied() {
         let wt = m.src(1);
         let w_ok = wt.is_some_and(|t| dense_f32(&t) && t.ne() == [ne0, 1, 1, 1]);
-        if m.op() == op::MUL && same(&norm, m.src(0)) && w_ok && dense_f32(&m) && m.same_shape(&norm) && feeds_only_one(&norm, uses) {
+        if m.op() == op::MUL
+            && same(&norm, m.src(0))
+            && w_ok
+            && dense_f32(&m)
+            && m.same_shape(&norm)
+            && feeds_only_one(&norm, uses)
+        {
             w = wt;
             out = m;
             j += 1;
@@ -2364,21 +2975,40 @@ fn try_fused_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> Ap
 /// norm), so the norm costs no launch there. The product, the norm and the MUL's output are not
 /// written: each must feed only the node after it (the MUL: only that kernel's products).
 /// ROCMFORGE_GPU_ADD_NORM=0 turns this fusion off, for measuring.
-fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
+fn try_fused_mv_add_norm(
+    nodes: &[Tensor],
+    i: usize,
+    uses: &Uses,
+    lc: &LaunchCtx,
+) -> ApiResult<Option<usize>> {
     static ON: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
     if !*ON.get_or_init(|| std::env::var("ROCMFORGE_GPU_ADD_NORM").map_or(true, |v| v != "0")) {
         return Ok(None);
     }
-    let Some(&[mm, add, norm, mul]) = nodes.get(i..i + 4).map(|s| <[Tensor; 4]>::try_from(s).unwrap()).as_ref() else {
+    let Some(&[mm, add, norm, mul]) = nodes
+        .get(i..i + 4)
+        .map(|s| <[Tensor; 4]>::try_from(s).unwrap())
+        .as_ref()
+    else {
         return Ok(None);
     };
-    if lc.scratch == 0 || mm.op() != op::MUL_MAT || add.op() != op::ADD || norm.op() != op::RMS_NORM || mul.op() != op::MUL {
+    if lc.scratch == 0
+        || mm.op() != op::MUL_MAT
+        || add.op() != op::ADD
+        || norm.op() != op::RMS_NORM
+        || mul.op() != op::MUL
+    {
         return Ok(None);
     }
     let (w, x) = (mm.src(0).unwrap(), mm.src(1).unwrap());
     let m = w.ne()[1];
     let col = [m, 1, 1, 1];
-    let mm_ok = uses_mvq(&mm) && supports_mul_mat(&mm) && dense_f32(&mm) && mm.ne() == col && w.ne()[2] == 1 && w.ne()[3] == 1;
+    let mm_ok = uses_mvq(&mm)
+        && supports_mul_mat(&mm)
+        && dense_f32(&mm)
+        && mm.ne() == col
+        && w.ne()[2] == 1
+        && w.ne()[3] == 1;
     if !mm_ok || m % 32 != 0 || !feeds_only_one(&mm, uses) {
         return Ok(None);
     }
@@ -2389,16 +3019,28 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
         _ => return Ok(None),
     };
     let col_f32 = |t: &Tensor| dense_f32(t) && t.ne() == col;
-    if !col_f32(&add) || !col_f32(&res) || !same(&add, norm.src(0)) || !supports_rms_norm(&norm) || !col_f32(&norm) {
+    if !col_f32(&add)
+        || !col_f32(&res)
+        || !same(&add, norm.src(0))
+        || !supports_rms_norm(&norm)
+        || !col_f32(&norm)
+    {
         return Ok(None);
     }
-    let Some(nw) = mul.src(1) else { return Ok(None) };
+    let Some(nw) = mul.src(1) else {
+        return Ok(None);
+    };
     if !same(&norm, mul.src(0)) || !col_f32(&nw) || !col_f32(&mul) || !feeds_only_one(&norm, uses) {
         return Ok(None);
     }
     // What reads the MUL's output: exactly one fused kernel's products, of 32-value blocks.
     let j = i + 4;
-    let reader_mode = |k: usize| nodes.get(k).and_then(|n| n.src(0)).and_then(|w| mvq_mode(w.dtype()));
+    let reader_mode = |k: usize| {
+        nodes
+            .get(k)
+            .and_then(|n| n.src(0))
+            .and_then(|w| mvq_mode(w.dtype()))
+    };
     let (products, taken) = if let Some(n) = try_fused_qkv(nodes, j, uses, lc, true)? {
         (3, n)
     } else if let Some(n) = try_fused_glu(nodes, j, uses, lc, true)? {
@@ -2406,8 +3048,15 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
     } else {
         return Ok(None);
     };
-    let reads_mul = nodes[j..j + taken].iter().filter(|n| n.op() == op::MUL_MAT && same(&mul, n.src(1))).count();
-    if reader_mode(j) != Some(0) || reads_mul != products || mul.raw().flags & FLAG_OUTPUT != 0 || uses.count(&mul) != products as u32 {
+    let reads_mul = nodes[j..j + taken]
+        .iter()
+        .filter(|n| n.op() == op::MUL_MAT && same(&mul, n.src(1)))
+        .count();
+    if reader_mode(j) != Some(0)
+        || reads_mul != products
+        || mul.raw().flags & FLAG_OUTPUT != 0
+        || uses.count(&mul) != products as u32
+    {
         return Ok(None);
     }
     // Scratch: the product's own quantized input where ensure_q8 has it, the output beside it
@@ -2435,13 +3084,28 @@ fn try_fused_mv_add_norm(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx
         .i64(glu_prefetch_rows(m, w.nb()[1]));
     let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
     static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    let warps = rows32_warps(blocks, lc, *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_ADD_NORM_WARPS", 32)));
-    lc.run(&format!("mul_mat_vec_q_add_norm_{suffix}"), [blocks, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
+    let warps = rows32_warps(
+        blocks,
+        lc,
+        *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_ADD_NORM_WARPS", 32)),
+    );
+    lc.run(
+        &format!("mul_mat_vec_q_add_norm_{suffix}"),
+        [blocks, 1, 1],
+        (warps * lc.warp_size as usize) as u32,
+        args,
+    )?;
     for n in &nodes[i..j] {
         lc.note_written(n);
     }
-    let pending = PendingNorm { ssq_at: out_at + q8_ss_offset(m), eps_bits: norm.param_f32(0).to_bits() };
-    lc.q8.set(Some(Q8Src { norm: Some(pending), ..Q8Src::rows(out_at, mul.data() as usize, m, 1, 0) }));
+    let pending = PendingNorm {
+        ssq_at: out_at + q8_ss_offset(m),
+        eps_bits: norm.param_f32(0).to_bits(),
+    };
+    lc.q8.set(Some(Q8Src {
+        norm: Some(pending),
+        ..Q8Src::rows(out_at, mul.data() as usize, m, 1, 0)
+    }));
     Ok(Some(4))
 }
 
@@ -2469,7 +3133,14 @@ fn rows32_warps(blocks: usize, lc: &LaunchCtx, forced: Option<usize>) -> usize {
 /// → 33 µs; tg64 within noise to +3%). ROCMFORGE_GPU_GLU_PF_MB=N overrides the budget, for measuring.
 fn glu_prefetch_rows(m: usize, pair_bytes: usize) -> usize {
     static V: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    let budget = V.get_or_init(|| std::env::var("ROCMFORGE_GPU_GLU_PF_MB").ok()?.parse::<usize>().ok()).map_or(GLU_PREFETCH_BYTES, |mb| mb << 20);
+    let budget = V
+        .get_or_init(|| {
+            std::env::var("ROCMFORGE_GPU_GLU_PF_MB")
+                .ok()?
+                .parse::<usize>()
+                .ok()
+        })
+        .map_or(GLU_PREFETCH_BYTES, |mb| mb << 20);
     glu_prefetch_rows_within(budget, m, pair_bytes)
 }
 fn glu_prefetch_rows_within(budget: usize, m: usize, pair_bytes: usize) -> usize {
@@ -2481,16 +3152,31 @@ const GLU_PREFETCH_BYTES: usize = 24 << 20;
 /// MUL_MAT(gate, x), MUL_MAT(up, x), GLU(gate out, up out) for one column x: one kernel
 /// that reads both weight rows and writes act(gate) * up. `check`: only whether it would fuse
 /// (nothing launched).
-fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check: bool) -> ApiResult<Option<usize>> {
-    let (Some(g), Some(u), Some(glu)) = (nodes.get(i), nodes.get(i + 1), nodes.get(i + 2)) else { return Ok(None) };
+fn try_fused_glu(
+    nodes: &[Tensor],
+    i: usize,
+    uses: &Uses,
+    lc: &LaunchCtx,
+    check: bool,
+) -> ApiResult<Option<usize>> {
+    let (Some(g), Some(u), Some(glu)) = (nodes.get(i), nodes.get(i + 1), nodes.get(i + 2)) else {
+        return Ok(None);
+    };
     if g.op() != op::MUL_MAT || u.op() != op::MUL_MAT || glu.op() != op::GLU || lc.scratch == 0 {
         return Ok(None);
     }
-    if !uses_mvq(g) || !uses_mvq(u) || !supports_mul_mat(g) || !supports_mul_mat(u) || !supports_glu(glu) {
+    if !uses_mvq(g)
+        || !uses_mvq(u)
+        || !supports_mul_mat(g)
+        || !supports_mul_mat(u)
+        || !supports_glu(glu)
+    {
         return Ok(None);
     }
     let (wg, x, wu) = (g.src(0).unwrap(), g.src(1).unwrap(), u.src(0).unwrap());
-    let Some(code) = act_code_glu(glu.param_i32(0)) else { return Ok(None) };
+    let Some(code) = act_code_glu(glu.param_i32(0)) else {
+        return Ok(None);
+    };
     let shapes_ok = same(&x, u.src(1))
         && wg.dtype() == wu.dtype()
         && wg.ne() == wu.ne()
@@ -2513,7 +3199,10 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     let in_at = xo.xq - lc.scratch as usize;
     let out_at = q8_out_at(in_at, k, m);
     let next_q8 = nodes.get(i + 3).is_some_and(|mm| {
-        uses_mvq(mm) && same(glu, mm.src(1)) && mvq_mode(mm.src(0).unwrap().dtype()) == Some(0) && m % 32 == 0
+        uses_mvq(mm)
+            && same(glu, mm.src(1))
+            && mvq_mode(mm.src(0).unwrap().dtype()) == Some(0)
+            && m % 32 == 0
     }) && out_at + q8_region(m) <= lc.scratch_len;
     let oq = lc.scratch as usize + out_at;
     let ods = oq + q8_ds_offset(m);
@@ -2523,8 +3212,16 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
         .ptr(xo.xq as *const u8)
         .ptr(xo.xds as *const u8)
         .ptr(glu.data())
-        .ptr(if next_q8 { oq as *const u8 } else { std::ptr::null() })
-        .ptr(if next_q8 { ods as *const u8 } else { std::ptr::null() })
+        .ptr(if next_q8 {
+            oq as *const u8
+        } else {
+            std::ptr::null()
+        })
+        .ptr(if next_q8 {
+            ods as *const u8
+        } else {
+            std::ptr::null()
+        })
         .i32(code)
         .i64(k)
         .i64(m)
@@ -2537,10 +3234,24 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     if next_q8 {
         let blocks = m / 32;
         static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-        let warps = rows32_warps(blocks, lc, *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_GLU_WARPS", 32)));
-        lc.run(&format!("mul_mat_vec_q_glu_q8_{suffix}"), [blocks, 1, 1], (warps * lc.warp_size as usize) as u32, args)?;
+        let warps = rows32_warps(
+            blocks,
+            lc,
+            *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_GLU_WARPS", 32)),
+        );
+        lc.run(
+            &format!("mul_mat_vec_q_glu_q8_{suffix}"),
+            [blocks, 1, 1],
+            (warps * lc.warp_size as usize) as u32,
+            args,
+        )?;
     } else {
-        lc.run(&format!("mul_mat_vec_q_glu_{suffix}"), [m.div_ceil(MV_ROWS), 1, 1], (MV_ROWS * lc.warp_size as usize) as u32, args)?;
+        lc.run(
+            &format!("mul_mat_vec_q_glu_{suffix}"),
+            [m.div_ceil(MV_ROWS), 1, 1],
+            (MV_ROWS * lc.warp_size as usize) as u32,
+            args,
+        )?;
     }
     for n in &nodes[i..i + 3] {
         lc.note_written(n);
@@ -2555,8 +3266,15 @@ fn try_fused_glu(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
 /// and K): one launch (mul_mat_vec_q1_pair, the one-column kernel's default shape), one kernel
 /// less per layer. Not taken under ROCMFORGE_GPU_MV1 (shape sweeps) or for the tall shapes.
 fn try_fused_mv_pair(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
-    let (Some(a), Some(b)) = (nodes.get(i), nodes.get(i + 1)) else { return Ok(None) };
-    if a.op() != op::MUL_MAT || b.op() != op::MUL_MAT || lc.scratch == 0 || !uses_mvq(a) || !uses_mvq(b) {
+    let (Some(a), Some(b)) = (nodes.get(i), nodes.get(i + 1)) else {
+        return Ok(None);
+    };
+    if a.op() != op::MUL_MAT
+        || b.op() != op::MUL_MAT
+        || lc.scratch == 0
+        || !uses_mvq(a)
+        || !uses_mvq(b)
+    {
         return Ok(None);
     }
     if !supports_mul_mat(a) || !supports_mul_mat(b) {
@@ -2597,7 +3315,12 @@ fn try_fused_mv_pair(nodes: &[Tensor], i: usize, lc: &LaunchCtx) -> ApiResult<Op
         .i64(wb.nb()[1]);
     let suffix = weight_suffix(wa.dtype()).unwrap_or("q4_0");
     let threads = (MV1_WARPS * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
-    lc.run(&format!("mul_mat_vec_q1_pair_{suffix}"), [ma.div_ceil(MV1_ROWS) + mb.div_ceil(MV1_ROWS), 1, 1], threads, args)?;
+    lc.run(
+        &format!("mul_mat_vec_q1_pair_{suffix}"),
+        [ma.div_ceil(MV1_ROWS) + mb.div_ceil(MV1_ROWS), 1, 1],
+        threads,
+        args,
+    )?;
     lc.note_written(a);
     lc.note_written(b);
     Ok(Some(2))
@@ -2633,7 +3356,10 @@ fn qkv_nodes<'a>(nodes: &[Tensor<'a>], i: usize) -> Option<QkvNodes<'a>> {
         return None;
     }
     let mut j = i + 2;
-    let hq = nodes.get(j).copied().filter(|h| hadamard_len(h).is_some() && reads(h, 1, &rq));
+    let hq = nodes
+        .get(j)
+        .copied()
+        .filter(|h| hadamard_len(h).is_some() && reads(h, 1, &rq));
     j += hq.is_some() as usize;
     // Up to the cache writes: two products, ROPE k, and at most two rotations.
     let (mut prods, mut rots, mut rk) = (Vec::new(), Vec::new(), None);
@@ -2656,13 +3382,29 @@ fn qkv_nodes<'a>(nodes: &[Tensor<'a>], i: usize) -> Option<QkvNodes<'a>> {
         return None;
     }
     // K is the product ROPE(k) reads.
-    let (mk, mv) = if reads(&rk, 0, &prods[1]) { (prods[1], prods[0]) } else { (prods[0], prods[1]) };
+    let (mk, mv) = if reads(&rk, 0, &prods[1]) {
+        (prods[1], prods[0])
+    } else {
+        (prods[0], prods[1])
+    };
     let hk = rots.iter().copied().find(|h| reads(h, 1, &rk));
     let hv = rots.iter().copied().find(|h| reads(h, 1, &mv));
     if rots.len() != hk.is_some() as usize + hv.is_some() as usize || hq.is_some() != hk.is_some() {
         return None;
     }
-    Some(QkvNodes { mq, rq, hq, mk, rk, hk, mv, hv, sk, sv, len: j + 2 - i })
+    Some(QkvNodes {
+        mq,
+        rq,
+        hq,
+        mk,
+        rk,
+        hk,
+        mv,
+        hv,
+        sk,
+        sv,
+        len: j + 2 - i,
+    })
 }
 
 /// A rotation that rot_qkv takes: the transform of `input`'s values (F32, dense) in chunks
@@ -2691,24 +3433,61 @@ const ROT_QKV_MAX: usize = 256;
 /// F32 into the rotations' outputs instead, and one more launch (rot_qkv) transforms them and
 /// writes the cache rows: two launches where llama's graph has ten nodes.
 /// `check`: only whether it would fuse (nothing launched).
-fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check: bool) -> ApiResult<Option<usize>> {
+fn try_fused_qkv(
+    nodes: &[Tensor],
+    i: usize,
+    uses: &Uses,
+    lc: &LaunchCtx,
+    check: bool,
+) -> ApiResult<Option<usize>> {
     if lc.scratch == 0 || mv1_shape().is_some() {
         return Ok(None);
     }
-    let Some(QkvNodes { mq, rq, hq, mk, rk, hk, mv, hv, sk, sv, len }) = qkv_nodes(nodes, i) else {
+    let Some(QkvNodes {
+        mq,
+        rq,
+        hq,
+        mk,
+        rk,
+        hk,
+        mv,
+        hv,
+        sk,
+        sv,
+        len,
+    }) = qkv_nodes(nodes, i)
+    else {
         return Ok(None);
     };
-    let mm_ok = |m: &Tensor| m.op() == op::MUL_MAT && uses_mvq(m) && supports_mul_mat(m) && dense_f32(m);
+    let mm_ok =
+        |m: &Tensor| m.op() == op::MUL_MAT && uses_mvq(m) && supports_mul_mat(m) && dense_f32(m);
     if !mm_ok(&mq) || !mm_ok(&mk) || !mm_ok(&mv) {
         return Ok(None);
     }
-    let (wq, wk, wv, x) = (mq.src(0).unwrap(), mk.src(0).unwrap(), mv.src(0).unwrap(), mq.src(1).unwrap());
-    let single = |w: &Tensor| w.ne()[2] == 1 && w.ne()[3] == 1 && w.dtype() == wq.dtype() && w.ne()[0] == wq.ne()[0];
-    if !single(&wq) || !single(&wk) || !single(&wv) || x.ne()[1..] != [1, 1, 1] || !same(&x, mk.src(1)) || !same(&x, mv.src(1)) {
+    let (wq, wk, wv, x) = (
+        mq.src(0).unwrap(),
+        mk.src(0).unwrap(),
+        mv.src(0).unwrap(),
+        mq.src(1).unwrap(),
+    );
+    let single = |w: &Tensor| {
+        w.ne()[2] == 1 && w.ne()[3] == 1 && w.dtype() == wq.dtype() && w.ne()[0] == wq.ne()[0]
+    };
+    if !single(&wq)
+        || !single(&wk)
+        || !single(&wv)
+        || x.ne()[1..] != [1, 1, 1]
+        || !same(&x, mk.src(1))
+        || !same(&x, mv.src(1))
+    {
         return Ok(None);
     }
     let (mq_rows, mk_rows, mv_rows) = (wq.ne()[1], wk.ne()[1], wv.ne()[1]);
-    if short_tall(wq.dtype(), wq.ne()[0], mq_rows) || mq_rows % 2 != 0 || mk_rows % 2 != 0 || mv_rows % 2 != 0 {
+    if short_tall(wq.dtype(), wq.ne()[0], mq_rows)
+        || mq_rows % 2 != 0
+        || mk_rows % 2 != 0
+        || mv_rows % 2 != 0
+    {
         return Ok(None);
     }
     // The ROPEs: of q's and k's products, one token, same positions and parameters.
@@ -2717,12 +3496,18 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     let neox = rq.param_i32(2) == ROPE_NEOX;
     let rope_ok = |r: &Tensor, m: &Tensor| {
         rope_fusable(r)
-            && r.src(0).is_some_and(|a| a.data() == m.data() && a.is_contiguous())
+            && r.src(0)
+                .is_some_and(|a| a.data() == m.data() && a.is_contiguous())
             && r.ne()[2] == 1
             && r.nelements() == m.nelements()
             && r.param_i32(15) == 0
     };
-    if !rope_ok(&rq, &mq) || !rope_ok(&rk, &mk) || !same_rope(&rq, &rk) || ne0 % 2 != 0 || (neox && n_dims != ne0) {
+    if !rope_ok(&rq, &mq)
+        || !rope_ok(&rk, &mk)
+        || !same_rope(&rq, &rk)
+        || ne0 % 2 != 0
+        || (neox && n_dims != ne0)
+    {
         return Ok(None);
     }
     // The rotations: Q's and K's of one length (llama's K matrix), V's of its own.
@@ -2744,9 +3529,17 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     // rows; V's row, or (llama without flash attention: the V cache transposed) one row per value.
     let k_src = hk.unwrap_or(rk);
     let v_src = hv.unwrap_or(mv);
-    let k_ok = if hk.is_some() { set_rows_quant(&sk, mk_rows) } else { set_rows_plain(&sk, mk_rows, 1) || set_rows_quant(&sk, mk_rows) };
+    let k_ok = if hk.is_some() {
+        set_rows_quant(&sk, mk_rows)
+    } else {
+        set_rows_plain(&sk, mk_rows, 1) || set_rows_quant(&sk, mk_rows)
+    };
     let v_per_value = hv.is_none() && set_rows_per_value(&sv, mv_rows);
-    let v_ok = if hv.is_some() { set_rows_quant(&sv, mv_rows) } else { set_rows_plain(&sv, mv_rows, 1) || v_per_value || set_rows_quant(&sv, mv_rows) };
+    let v_ok = if hv.is_some() {
+        set_rows_quant(&sv, mv_rows)
+    } else {
+        set_rows_plain(&sv, mv_rows, 1) || v_per_value || set_rows_quant(&sv, mv_rows)
+    };
     if !k_ok || !v_ok || !reads(&sk, 0, &k_src) || !reads(&sv, 0, &v_src) {
         return Ok(None);
     }
@@ -2764,12 +3557,17 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
     // later launch) overlaps nothing that is read, nor each other.
     let pos = rq.src(1).unwrap();
     let reads_of = [Some(pos), rq.src(2), sk.src(1), sv.src(1)];
-    let (k_staged, v_staged) = (quant_dst(sk.dtype()).is_some(), quant_dst(sv.dtype()).is_some());
+    let (k_staged, v_staged) = (
+        quant_dst(sk.dtype()).is_some(),
+        quant_dst(sv.dtype()).is_some(),
+    );
     let mut writes = vec![hq.unwrap_or(rq), sk, sv];
     writes.extend(k_staged.then_some(k_src));
     writes.extend(v_staged.then_some(v_src));
     for (n, w) in writes.iter().enumerate() {
-        if reads_of.iter().flatten().any(|r| overlap(w, r)) || writes[n + 1..].iter().any(|o| overlap(w, o)) {
+        if reads_of.iter().flatten().any(|r| overlap(w, r))
+            || writes[n + 1..].iter().any(|o| overlap(w, o))
+        {
             return Ok(None);
         }
     }
@@ -2811,11 +3609,21 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
         .ptr(xo.ssq as *const u8)
         .f32(xo.eps);
     let suffix = weight_suffix(wq.dtype()).unwrap_or("q4_0");
-    let threads = (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
-    lc.run(&format!("mul_mat_vec_q1_qkv_{suffix}"), [(mq_rows + mk_rows + mv_rows) / 2, 1, 1], threads, args)?;
+    let threads =
+        (qkv_warps(wq.dtype(), wq.ne()[0]) * lc.warp_size as usize).min(MV1_MAX_THREADS) as u32;
+    lc.run(
+        &format!("mul_mat_vec_q1_qkv_{suffix}"),
+        [(mq_rows + mk_rows + mv_rows) / 2, 1, 1],
+        threads,
+        args,
+    )?;
     if nk.is_some() || nv.is_some() {
         // Row counts of what is rotated (0: that part is not); a length for each all the same.
-        let (rq_rows, rk_rows, rv_rows) = (nk.map_or(0, |_| mq_rows), nk.map_or(0, |_| mk_rows), nv.map_or(0, |_| mv_rows));
+        let (rq_rows, rk_rows, rv_rows) = (
+            nk.map_or(0, |_| mq_rows),
+            nk.map_or(0, |_| mk_rows),
+            nv.map_or(0, |_| mv_rows),
+        );
         let (nk_, nv_) = (nk.unwrap_or(32), nv.unwrap_or(32));
         let cache = |a: Args, set: &Tensor, idx: &Tensor| {
             a.ptr(set.data())
@@ -2838,7 +3646,12 @@ fn try_fused_qkv(nodes: &[Tensor], i: usize, uses: &Uses, lc: &LaunchCtx, check:
             .f32(hadamard_scale(nv_));
         let args = cache(cache(args, &sk, &ki), &sv, &vi);
         let threads = (nk_.max(nv_) / 2).clamp(lc.warp_size as usize, 128);
-        lc.run("rot_qkv", [(rq_rows + rk_rows) / nk_ + rv_rows / nv_, 1, 1], threads as u32, args)?;
+        lc.run(
+            "rot_qkv",
+            [(rq_rows + rk_rows) / nk_ + rv_rows / nv_, 1, 1],
+            threads as u32,
+            args,
+        )?;
     }
     for (staged, rotated, set) in [(k_staged, nk.is_some(), &sk), (v_staged, nv.is_some(), &sv)] {
         if staged && !rotated {
@@ -2862,7 +3675,11 @@ fn qkv_warps(t: GgmlType, k: usize) -> usize {
     }
     let parts = k / t.block_size() * mvq_parts_per_block(t);
     let w = parts / (MV1_UNROLL * 32);
-    if w == 0 { MV1_WARPS } else { w.min(MV1_WARPS) }
+    if w == 0 {
+        MV1_WARPS
+    } else {
+        w.min(MV1_WARPS)
+    }
 }
 
 /// Parts a lane takes per weight block in the integer-dot kernels (NSUB in mmvq.hip).
@@ -2895,7 +3712,11 @@ fn rope_fusable(r: &Tensor) -> bool {
 fn same_rope(a: &Tensor, b: &Tensor) -> bool {
     let pos = |t: &Tensor| t.src(1).map(|p| p.data() as usize);
     let ff = |t: &Tensor| t.src(2).map(|p| p.data() as usize);
-    pos(a) == pos(b) && ff(a) == ff(b) && a.raw().op_params == b.raw().op_params && a.ne()[0] == b.ne()[0] && a.ne()[2] == b.ne()[2]
+    pos(a) == pos(b)
+        && ff(a) == ff(b)
+        && a.raw().op_params == b.raw().op_params
+        && a.ne()[0] == b.ne()[0]
+        && a.ne()[2] == b.ne()[2]
 }
 
 /// Row ids of a SET_ROWS that fused_rope_kv reads: one per token, dense.
@@ -2905,7 +3726,9 @@ fn row_ids_ok(idx: &Tensor, n_tok: usize) -> bool {
 
 /// A SET_ROWS of `n_tok` dense F32 rows of `n` values into a 2-D F16 / F32 tensor.
 fn set_rows_plain(s: &Tensor, n: usize, n_tok: usize) -> bool {
-    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else { return false };
+    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else {
+        return false;
+    };
     s.op() == op::SET_ROWS
         && supports_set_rows(s)
         && matches!(s.dtype(), GgmlType::F16 | GgmlType::F32)
@@ -2921,7 +3744,9 @@ fn set_rows_plain(s: &Tensor, n: usize, n_tok: usize) -> bool {
 
 /// A SET_ROWS of one dense F32 row of `n` values (whole blocks) into a 2-D Q8_0 or Q4_0 tensor.
 fn set_rows_quant(s: &Tensor, n: usize) -> bool {
-    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else { return false };
+    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else {
+        return false;
+    };
     s.op() == op::SET_ROWS
         && supports_set_rows(s)
         && matches!(s.dtype(), GgmlType::Q8_0 | GgmlType::Q4_0)
@@ -2938,7 +3763,9 @@ fn set_rows_quant(s: &Tensor, n: usize) -> bool {
 /// A SET_ROWS of `n` F32 values (a dense [1, n] view), each into its own row (of one value)
 /// of a 2-D F16 / F32 tensor: ids [n], dense.
 fn set_rows_per_value(s: &Tensor, n: usize) -> bool {
-    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else { return false };
+    let (Some(a), Some(idx)) = (s.src(0), s.src(1)) else {
+        return false;
+    };
     s.op() == op::SET_ROWS
         && supports_set_rows(s)
         && matches!(s.dtype(), GgmlType::F16 | GgmlType::F32)
@@ -2956,15 +3783,25 @@ fn set_rows_per_value(s: &Tensor, n: usize) -> bool {
 /// the V/K products over ROPE(q)'s input),] ROPE(k) at `i`, SET_ROWS of k's rows into
 /// the cache [, SET_ROWS of v's rows]: one kernel (fused_rope_kv). The roped k goes straight
 /// into the cache: its own tensor is written only where something else reads it (not fused).
-fn try_fused_rope_kv(nodes: &[Tensor], i: usize, q: Option<Tensor>, uses: &Uses, lc: &LaunchCtx) -> ApiResult<Option<usize>> {
-    let (Some(rk), Some(sk)) = (nodes.get(i).copied(), nodes.get(i + 1).copied()) else { return Ok(None) };
+fn try_fused_rope_kv(
+    nodes: &[Tensor],
+    i: usize,
+    q: Option<Tensor>,
+    uses: &Uses,
+    lc: &LaunchCtx,
+) -> ApiResult<Option<usize>> {
+    let (Some(rk), Some(sk)) = (nodes.get(i).copied(), nodes.get(i + 1).copied()) else {
+        return Ok(None);
+    };
     if !rope_fusable(&rk) || !feeds_only_one(&rk, uses) {
         return Ok(None);
     }
     let (ne0, ne1, n_tok) = (rk.ne()[0], rk.ne()[1], rk.ne()[2]);
     let ka = rk.src(0).unwrap();
     let k_ok = set_rows_plain(&sk, ne0 * ne1, n_tok)
-        && sk.src(0).is_some_and(|a| a.data() == rk.data() && a.nb()[1] == rk.nb()[2])
+        && sk
+            .src(0)
+            .is_some_and(|a| a.data() == rk.data() && a.nb()[1] == rk.nb()[2])
         && !overlap(&ka, &sk);
     if !k_ok {
         return Ok(None);
@@ -2982,7 +3819,9 @@ fn try_fused_rope_kv(nodes: &[Tensor], i: usize, q: Option<Tensor>, uses: &Uses,
             && !overlap(sv, &sk)
             && !overlap(sv, &ka)
             && !overlap(&va, &sk)
-            && q.is_none_or(|q| !overlap(sv, &q) && !overlap(sv, &q.src(0).unwrap()) && !overlap(&va, &q))
+            && q.is_none_or(|q| {
+                !overlap(sv, &q) && !overlap(sv, &q.src(0).unwrap()) && !overlap(&va, &q)
+            })
     });
     if let Some(q) = q {
         // q's rows are written while k's and v's are read and the caches written.
@@ -3007,7 +3846,15 @@ fn try_fused_rope_kv(nodes: &[Tensor], i: usize, q: Option<Tensor>, uses: &Uses,
                 .i64(q.nb()[1])
                 .i64(q.nb()[2])
         }
-        None => args.ptr(std::ptr::null()).ptr(std::ptr::null()).i64(1).i64(0).i64(0).i64(0).i64(0).i64(0),
+        None => args
+            .ptr(std::ptr::null())
+            .ptr(std::ptr::null())
+            .i64(1)
+            .i64(0)
+            .i64(0)
+            .i64(0)
+            .i64(0)
+            .i64(0),
     };
     args = args
         .ptr(ka.data())
@@ -3035,7 +3882,17 @@ fn try_fused_rope_kv(nodes: &[Tensor], i: usize, q: Option<Tensor>, uses: &Uses,
                 .i64(sv.nb()[1])
                 .i64(sv.ne()[1])
         }
-        None => args.ptr(std::ptr::null()).i64(0).i64(0).ptr(std::ptr::null()).ptr(std::ptr::null()).i32(0).i64(0).i32(0).i64(0).i64(0),
+        None => args
+            .ptr(std::ptr::null())
+            .i64(0)
+            .i64(0)
+            .ptr(std::ptr::null())
+            .ptr(std::ptr::null())
+            .i32(0)
+            .i64(0)
+            .i32(0)
+            .i64(0)
+            .i64(0),
     };
     args = args
         .i64(n_tok)
@@ -3073,7 +3930,15 @@ mod tests {
     /// The tensor-core prompt kernel is taken on NVIDIA sm_80 and later only.
     #[test]
     fn mma_needs_sm80() {
-        for (arch, want) in [("sm_90", true), ("sm_80", true), ("sm_120", true), ("sm_75", false), ("sm_61", false), ("gfx90a:sramecc+:xnack-", false), ("gfx1030", false)] {
+        for (arch, want) in [
+            ("sm_90", true),
+            ("sm_80", true),
+            ("sm_120", true),
+            ("sm_75", false),
+            ("sm_61", false),
+            ("gfx90a:sramecc+:xnack-", false),
+            ("gfx1030", false),
+        ] {
             assert_eq!(arch_has_mma(arch), want, "{arch}");
         }
     }
@@ -3082,13 +3947,28 @@ mod tests {
     /// limits: 8B-class (8 KV heads) at 256 and 2304 keys, SmolLM2 (3), odd key counts.
     #[test]
     fn fa_vec_splits_cover_every_key() {
-        for (n_kv, groups, target, max_splits) in
-            [(256, 8, 1056, 64), (2304, 8, 1056, 64), (256, 3, 1056, 64), (4096, 3, 1056, 64), (1, 3, 1056, 64), (577, 8, 264, 4), (100, 1, 1, 1)]
-        {
+        for (n_kv, groups, target, max_splits) in [
+            (256, 8, 1056, 64),
+            (2304, 8, 1056, 64),
+            (256, 3, 1056, 64),
+            (4096, 3, 1056, 64),
+            (1, 3, 1056, 64),
+            (577, 8, 264, 4),
+            (100, 1, 1, 1),
+        ] {
             let (splits, split_keys) = fa_vec_splits(n_kv, groups, target, max_splits);
-            assert!(split_keys % FA_VEC_CHUNK == 0 && split_keys > 0, "{n_kv} {groups}");
-            assert!(splits * split_keys >= n_kv && (splits - 1) * split_keys < n_kv, "{n_kv} {groups}: {splits} x {split_keys}");
-            assert!(splits <= max_splits && splits >= 1, "{n_kv} {groups}: {splits}");
+            assert!(
+                split_keys % FA_VEC_CHUNK == 0 && split_keys > 0,
+                "{n_kv} {groups}"
+            );
+            assert!(
+                splits * split_keys >= n_kv && (splits - 1) * split_keys < n_kv,
+                "{n_kv} {groups}: {splits} x {split_keys}"
+            );
+            assert!(
+                splits <= max_splits && splits >= 1,
+                "{n_kv} {groups}: {splits}"
+            );
         }
         assert_eq!(fa_vec_splits(256, 8, 1056, 64), (8, 32));
         assert_eq!(fa_vec_splits(2304, 8, 1056, 64), (36, 64));
@@ -3105,7 +3985,11 @@ mod tests {
             let k = TT::new(GgmlType::F16, [d, n_kv, kv_heads, 1]);
             let v = TT::new(GgmlType::F16, [d, n_kv, kv_heads, 1]);
             let mut n = TT::new(GgmlType::F32, [d, heads, nq, 1]);
-            n.op(op::FLASH_ATTN_EXT).pf(0, 0.125).src(0, &q).src(1, &k).src(2, &v);
+            n.op(op::FLASH_ATTN_EXT)
+                .pf(0, 0.125)
+                .src(0, &q)
+                .src(1, &k)
+                .src(2, &v);
             (q, k, v, n)
         };
         let (_q, _k, _v, smol) = fa(64, 512, 9, 3, 2560);
@@ -3116,12 +4000,26 @@ mod tests {
         assert_eq!(fm_split_plan(&short.tensor(), 8, 2, 132), (1, 1000));
         let (_q4, _k4, _v4, two) = fa(64, 96, 4, 2, 2100);
         assert_eq!(fm_split_plan(&two.tensor(), 12, 2, 132), (4, 576));
-        for (nq, n_kv, blocks, cu) in [(512, 512, 144, 132), (96, 2100, 12, 132), (40, 1300, 8, 132), (64, 1024, 8, 4), (512, 8192, 144, 132)] {
+        for (nq, n_kv, blocks, cu) in [
+            (512, 512, 144, 132),
+            (96, 2100, 12, 132),
+            (40, 1300, 8, 132),
+            (64, 1024, 8, 4),
+            (512, 8192, 144, 132),
+        ] {
             let (_a, _b, _c, n) = fa(64, nq, 4, 2, n_kv);
             let (splits, split_keys) = fm_split_plan(&n.tensor(), blocks, 2, cu);
             assert!(split_keys % FM_BK == 0 || splits == 1, "{nq} {n_kv}");
-            assert!(splits * split_keys >= n_kv && (splits - 1) * split_keys < n_kv, "{nq} {n_kv}: {splits} x {split_keys}");
-            assert!(splits <= FM_SPLIT_MAX && splits * nq * 4 * (64 + 2) * 4 <= scratch_bytes(&n.tensor()).max(nq * 4 * 66 * 4), "{nq} {n_kv}");
+            assert!(
+                splits * split_keys >= n_kv && (splits - 1) * split_keys < n_kv,
+                "{nq} {n_kv}: {splits} x {split_keys}"
+            );
+            assert!(
+                splits <= FM_SPLIT_MAX
+                    && splits * nq * 4 * (64 + 2) * 4
+                        <= scratch_bytes(&n.tensor()).max(nq * 4 * 66 * 4),
+                "{nq} {n_kv}"
+            );
         }
     }
 
@@ -3133,7 +4031,10 @@ mod tests {
         let rows = glu_prefetch_rows_within(GLU_PREFETCH_BYTES, 14336, 2 * 2304);
         assert_eq!(rows, 12);
         assert!(14336 / 32 * rows * 2 * 2304 <= GLU_PREFETCH_BYTES);
-        assert_eq!(glu_prefetch_rows_within(GLU_PREFETCH_BYTES, 1536, 2 * 360), 32);
+        assert_eq!(
+            glu_prefetch_rows_within(GLU_PREFETCH_BYTES, 1536, 2 * 360),
+            32
+        );
         assert_eq!(glu_prefetch_rows_within(0, 1536, 2 * 360), 0);
     }
 
@@ -3142,10 +4043,21 @@ mod tests {
     /// 14336, SmolLM2: 576 / 1536) and flash attention's input offsets.
     #[test]
     fn q8_output_regions_leave_the_input_alone() {
-        for (k, m) in [(4096, 4096), (14336, 4096), (4096, 14336), (576, 576), (1536, 576), (576, 1536), (256, 768)] {
+        for (k, m) in [
+            (4096, 4096),
+            (14336, 4096),
+            (4096, 14336),
+            (576, 576),
+            (1536, 576),
+            (576, 1536),
+            (256, 768),
+        ] {
             for in_at in [0, 256, q8_region(4096), q8_region(576), 1 << 20] {
                 let out = q8_out_at(in_at, k, m);
-                assert!(out + q8_region(m) <= in_at || in_at + q8_region(k) <= out, "k {k} m {m} in_at {in_at} out {out}");
+                assert!(
+                    out + q8_region(m) <= in_at || in_at + q8_region(k) <= out,
+                    "k {k} m {m} in_at {in_at} out {out}"
+                );
             }
             assert!(q8_ss_offset(m) + m / 32 * 4 <= q8_region(m));
             assert!(q8_ds_offset(m) + m / 32 * 8 <= q8_ss_offset(m));

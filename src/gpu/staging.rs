@@ -44,9 +44,18 @@ impl Staging {
         let e0 = api.event_create(ord).ok();
         let e1 = api.event_create(ord).ok();
         match (e0, e1) {
-            (Some(a), Some(b)) => Some(Staging { host, events: [a, b], recorded: [false; 2], cur: 0, used: 0, dirty: false }),
+            (Some(a), Some(b)) => Some(Staging {
+                host,
+                events: [a, b],
+                recorded: [false; 2],
+                cur: 0,
+                used: 0,
+                dirty: false,
+            }),
             (a, b) => {
-                a.into_iter().chain(b).for_each(|e| api.event_destroy(ord, e));
+                a.into_iter()
+                    .chain(b)
+                    .for_each(|e| api.event_destroy(ord, e));
                 api.host_free(ord, host);
                 None
             }
@@ -54,7 +63,13 @@ impl Staging {
     }
 
     /// Queues the copy of `data` to `dst` (len <= STAGE_MAX) on the null stream.
-    pub fn write(&mut self, api: &dyn GpuApi, ord: usize, dst: DevPtr, data: &[u8]) -> Result<(), String> {
+    pub fn write(
+        &mut self,
+        api: &dyn GpuApi,
+        ord: usize,
+        dst: DevPtr,
+        data: &[u8],
+    ) -> Result<(), String> {
         debug_assert!(data.len() <= STAGE_MAX);
         let need = data.len().div_ceil(PIECE_ALIGN) * PIECE_ALIGN;
         if self.used + need > HALF {

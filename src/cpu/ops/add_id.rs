@@ -7,7 +7,9 @@ use crate::ggml_types::GgmlType;
 use crate::tensor::{split_range, Tensor};
 
 pub fn supports(node: &Tensor) -> bool {
-    let (Some(a), Some(b), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (Some(a), Some(b), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
     let (ne, bne, ine) = (a.ne(), b.ne(), ids.ne());
     a.dtype() == GgmlType::F32
         && b.dtype() == GgmlType::F32
@@ -31,16 +33,28 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     for r in split_range(node.nrows(), ctx.ith, ctx.nth) {
         let (i1, i2, i3) = super::cpy::unflatten3(r, ne[1], ne[2]);
         unsafe {
-            let d = std::slice::from_raw_parts_mut(node.data().add(node.row_offset(i1, i2, i3)) as *mut f32, ne[0]);
-            let x = std::slice::from_raw_parts(a.data().add(a.row_offset(i1, i2, i3)) as *const f32, ne[0]);
+            let d = std::slice::from_raw_parts_mut(
+                node.data().add(node.row_offset(i1, i2, i3)) as *mut f32,
+                ne[0],
+            );
+            let x = std::slice::from_raw_parts(
+                a.data().add(a.row_offset(i1, i2, i3)) as *const f32,
+                ne[0],
+            );
             let id = *(ids.data().add(i1 * ids.nb()[0] + i2 * ids.nb()[1]) as *const i32);
             // ggml-cpu aborts on an id out of range; here the row passes through without a bias.
             if id < 0 || id as usize >= n_rows_b {
                 d.copy_from_slice(x);
                 continue;
             }
-            let y = std::slice::from_raw_parts(b.data().add(id as usize * b.nb()[1]) as *const f32, ne[0]);
-            d.iter_mut().zip(x).zip(y).for_each(|((d, &x), &y)| *d = x + y);
+            let y = std::slice::from_raw_parts(
+                b.data().add(id as usize * b.nb()[1]) as *const f32,
+                ne[0],
+            );
+            d.iter_mut()
+                .zip(x)
+                .zip(y)
+                .for_each(|((d, &x), &y)| *d = x + y);
         }
     }
 }
@@ -58,7 +72,9 @@ mod tests {
             a.set(&rand_vec(n0 * n_used * n_tok, 1, -1.0, 1.0));
             let mut b = TT::new(GgmlType::F32, [n0, n_exp, 1, 1]);
             b.set(&rand_vec(n0 * n_exp, 2, -1.0, 1.0));
-            let idv: Vec<f32> = (0..n_used * n_tok).map(|k| ((k * 5 + 1) % n_exp) as f32).collect();
+            let idv: Vec<f32> = (0..n_used * n_tok)
+                .map(|k| ((k * 5 + 1) % n_exp) as f32)
+                .collect();
             let mut ids = TT::new(GgmlType::I32, [n_used, n_tok, 1, 1]);
             ids.set(&idv);
             let mut d = TT::new(GgmlType::F32, [n0, n_used, n_tok, 1]);

@@ -7,7 +7,9 @@ use crate::ggml_types::{op, GgmlType};
 use crate::tensor::{split_range, Tensor};
 
 pub fn supports(node: &Tensor) -> bool {
-    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     let (ta, tb, td) = (a.dtype(), b.dtype(), node.dtype());
     use GgmlType::*;
     let types_ok = matches!(
@@ -20,7 +22,11 @@ pub fn supports(node: &Tensor) -> bool {
             | (F16, F32, F16)
             | (F16, F32, F32)
     );
-    types_ok && a.same_shape(node) && a.can_repeat_from(&b) && a.has_dense_rows() && node.has_dense_rows()
+    types_ok
+        && a.same_shape(node)
+        && a.can_repeat_from(&b)
+        && a.has_dense_rows()
+        && node.has_dense_rows()
 }
 
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
@@ -67,17 +73,35 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         unsafe {
             let dp = node.data().add(node.row_offset(i1, i2, i3));
             let ap = a.data().add(a.row_offset(i1, i2, i3));
-            let bp = b.data().add(b.row_offset(i1 % bne[1], i2 % bne[2], i3 % bne[3]));
+            let bp = b
+                .data()
+                .add(b.row_offset(i1 % bne[1], i2 % bne[2], i3 % bne[3]));
             if all_f32 && b_dense {
                 let d = std::slice::from_raw_parts_mut(dp as *mut f32, ne[0]);
                 let x = std::slice::from_raw_parts(ap as *const f32, ne[0]);
                 let y = std::slice::from_raw_parts(bp as *const f32, bne[0]);
                 for (dc, xc) in d.chunks_mut(bne[0]).zip(x.chunks(bne[0])) {
                     match o {
-                        op::ADD => dc.iter_mut().zip(xc).zip(y).for_each(|((d, &x), &y)| *d = x + y),
-                        op::SUB => dc.iter_mut().zip(xc).zip(y).for_each(|((d, &x), &y)| *d = x - y),
-                        op::MUL => dc.iter_mut().zip(xc).zip(y).for_each(|((d, &x), &y)| *d = x * y),
-                        _ => dc.iter_mut().zip(xc).zip(y).for_each(|((d, &x), &y)| *d = x / y),
+                        op::ADD => dc
+                            .iter_mut()
+                            .zip(xc)
+                            .zip(y)
+                            .for_each(|((d, &x), &y)| *d = x + y),
+                        op::SUB => dc
+                            .iter_mut()
+                            .zip(xc)
+                            .zip(y)
+                            .for_each(|((d, &x), &y)| *d = x - y),
+                        op::MUL => dc
+                            .iter_mut()
+                            .zip(xc)
+                            .zip(y)
+                            .for_each(|((d, &x), &y)| *d = x * y),
+                        _ => dc
+                            .iter_mut()
+                            .zip(xc)
+                            .zip(y)
+                            .for_each(|((d, &x), &y)| *d = x / y),
                     }
                 }
             } else if all_f32 {
@@ -147,8 +171,25 @@ mod tests {
     fn binary_broadcasts_in_every_dim() {
         use GgmlType::*;
         let ne = [8, 3, 2, 2];
-        let shapes = [[8, 3, 2, 2], [1, 3, 2, 2], [4, 3, 2, 2], [8, 1, 2, 2], [8, 3, 1, 2], [8, 3, 2, 1], [1, 1, 1, 1], [2, 1, 2, 1]];
-        let types = [(F32, F32, F32), (F16, F16, F16), (BF16, BF16, BF16), (F16, F32, F16), (F16, F32, F32), (BF16, F32, BF16), (BF16, F32, F32)];
+        let shapes = [
+            [8, 3, 2, 2],
+            [1, 3, 2, 2],
+            [4, 3, 2, 2],
+            [8, 1, 2, 2],
+            [8, 3, 1, 2],
+            [8, 3, 2, 1],
+            [1, 1, 1, 1],
+            [2, 1, 2, 1],
+        ];
+        let types = [
+            (F32, F32, F32),
+            (F16, F16, F16),
+            (BF16, BF16, BF16),
+            (F16, F32, F16),
+            (F16, F32, F32),
+            (BF16, F32, BF16),
+            (BF16, F32, F32),
+        ];
         for (ta, tb, td) in types {
             for bne in shapes {
                 for o in [op::ADD, op::SUB, op::MUL, op::DIV] {
@@ -177,7 +218,12 @@ mod tests {
                 a.set(&rand_vec(72, 11, -2.0, 2.0));
                 // src1: every other element of a wider buffer, rows further apart than dense.
                 let ts = tb.type_size();
-                let nb = [2 * ts, 2 * ts * 6 + 4 * ts, (2 * ts * 6 + 4 * ts) * 4, (2 * ts * 6 + 4 * ts) * 12];
+                let nb = [
+                    2 * ts,
+                    2 * ts * 6 + 4 * ts,
+                    (2 * ts * 6 + 4 * ts) * 4,
+                    (2 * ts * 6 + 4 * ts) * 12,
+                ];
                 let mut b = TT::strided(tb, ne, nb, nb[3]);
                 b.set(&rand_vec(72, 12, 0.5, 2.0));
                 for o in [op::ADD, op::MUL, op::DIV] {

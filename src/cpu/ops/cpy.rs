@@ -21,7 +21,13 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         // One flat memcpy, split in byte ranges.
         let n = src.nbytes();
         let r = split_range(n, ctx.ith, ctx.nth);
-        unsafe { std::ptr::copy_nonoverlapping(src.data().add(r.start), node.data().add(r.start), r.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.data().add(r.start),
+                node.data().add(r.start),
+                r.len(),
+            )
+        };
         return;
     }
 
@@ -35,7 +41,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         // Row r of src is row r of dst (flat order): convert row by row.
         let sz = st.type_size();
         let mut tmp = vec![0f32; sne[0]];
-        let (to, from) = (traits(st).unwrap().to_f32.unwrap(), traits(dt).unwrap().from_f32.unwrap());
+        let (to, from) = (
+            traits(st).unwrap().to_f32.unwrap(),
+            traits(dt).unwrap().from_f32.unwrap(),
+        );
         for r in range {
             let (s1, s2, s3) = unflatten3(r, sne[1], sne[2]);
             let (d1, d2, d3) = unflatten3(r, dne[1], dne[2]);
@@ -109,7 +118,12 @@ mod tests {
     /// A [ne0, ne1, ne2, 1] tensor whose dims 0 and 1 are swapped in memory (a transposed view).
     fn transposed(ty: GgmlType, ne: [usize; 4]) -> TT {
         let ts = ty.type_size();
-        let nb = [ts * ne[1], ts, ts * ne[0] * ne[1], ts * ne[0] * ne[1] * ne[2]];
+        let nb = [
+            ts * ne[1],
+            ts,
+            ts * ne[0] * ne[1],
+            ts * ne[0] * ne[1] * ne[2],
+        ];
         TT::strided(ty, ne, nb, nb[3] * ne[3])
     }
 

@@ -17,7 +17,9 @@ use crate::ggml_types::GgmlType;
 use crate::tensor::{split_range, Tensor};
 
 pub fn supports(node: &Tensor) -> bool {
-    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else { return false };
+    let (Some(q), Some(k), Some(v)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
     let (qne, kne, vne, dne) = (q.ne(), k.ne(), v.ne(), node.ne());
     if q.dtype() != GgmlType::F32 || node.dtype() != GgmlType::F32 || !node.is_contiguous() {
         return false;
@@ -25,7 +27,9 @@ pub fn supports(node: &Tensor) -> bool {
     if !matches!(node.param_i32(3), 0 | 10) {
         return false;
     }
-    let Some(kt) = traits(k.dtype()) else { return false };
+    let Some(kt) = traits(k.dtype()) else {
+        return false;
+    };
     let k_ok = match k.dtype() {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => true,
         t => {
@@ -34,14 +38,21 @@ pub fn supports(node: &Tensor) -> bool {
                 && traits(kt.vec_dot_type).and_then(|t| t.from_f32).is_some()
         }
     };
-    let v_ok = traits(v.dtype()).and_then(|t| t.to_f32).is_some() && vne[0] % v.dtype().block_size() == 0;
+    let v_ok =
+        traits(v.dtype()).and_then(|t| t.to_f32).is_some() && vne[0] % v.dtype().block_size() == 0;
     if !k_ok || !v_ok || !q.has_dense_rows() || !k.has_dense_rows() || !v.has_dense_rows() {
         return false;
     }
     if qne[0] != kne[0] || kne[1] != vne[1] || dne != [vne[0], qne[2], qne[1], qne[3]] {
         return false;
     }
-    if kne[2] == 0 || vne[2] == 0 || qne[2] % kne[2] != 0 || qne[2] % vne[2] != 0 || qne[3] != kne[3] || qne[3] != vne[3] {
+    if kne[2] == 0
+        || vne[2] == 0
+        || qne[2] % kne[2] != 0
+        || qne[2] % vne[2] != 0
+        || qne[3] != kne[3]
+        || qne[3] != vne[3]
+    {
         return false;
     }
     if let Some(m) = node.src(3) {
@@ -66,7 +77,11 @@ pub fn supports(node: &Tensor) -> bool {
 fn per_thread(node: &Tensor) -> usize {
     let (q, v) = (node.src(0).unwrap(), node.src(2).unwrap());
     let (dk, dv) = (q.ne()[0], v.ne()[0]);
-    (dk + 2 * dv + 32).max(if use_tiled(node) { flash_attn_tiled::scratch_floats(dk, dv) } else { 0 })
+    (dk + 2 * dv + 32).max(if use_tiled(node) {
+        flash_attn_tiled::scratch_floats(dk, dv)
+    } else {
+        0
+    })
 }
 
 /// ggml-cpu runs its tiled algorithm for F16/F32 K and V (same type) and 64 queries or more;
@@ -90,7 +105,11 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
 }
 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
-    let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (q, k, v) = (
+        node.src(0).unwrap(),
+        node.src(1).unwrap(),
+        node.src(2).unwrap(),
+    );
     let mask = node.src(3);
     let sinks = node.src(4);
     let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
@@ -107,7 +126,16 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
 
     let base = unsafe { (ctx.wdata as *mut f32).add(per_thread(node) * ctx.ith) };
     if use_tiled(node) {
-        return flash_attn_tiled::compute(node, ctx, &flash_attn_tiled::Params { scale, softcap, max_bias }, base);
+        return flash_attn_tiled::compute(
+            node,
+            ctx,
+            &flash_attn_tiled::Params {
+                scale,
+                softcap,
+                max_bias,
+            },
+            base,
+        );
     }
     let qbuf = unsafe { std::slice::from_raw_parts_mut(base, dk + 8) };
     let acc = unsafe { std::slice::from_raw_parts_mut(base.add(dk + 16), dv) };
@@ -129,20 +157,33 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     for ir in split_range(nrows, ctx.ith, ctx.nth) {
         let (iq1, iq2, iq3) = super::cpy::unflatten3(ir, qne[1], qne[2]);
         let slope = alibi_slope(max_bias, n_head, iq2);
-        let qp = unsafe { std::slice::from_raw_parts(q.data().add(q.row_offset(iq1, iq2, iq3)) as *const f32, dk) };
+        let qp = unsafe {
+            std::slice::from_raw_parts(q.data().add(q.row_offset(iq1, iq2, iq3)) as *const f32, dk)
+        };
         // q in K's dot type: f16/bf16 values kept as f32 (exact), or quantized blocks.
         let qdot: *const u8 = match kt {
             GgmlType::F32 => qp.as_ptr() as *const u8,
             GgmlType::F16 => {
-                qbuf[..dk].iter_mut().zip(qp).for_each(|(d, &x)| *d = half::f16::from_f32(x).to_f32());
+                qbuf[..dk]
+                    .iter_mut()
+                    .zip(qp)
+                    .for_each(|(d, &x)| *d = half::f16::from_f32(x).to_f32());
                 qbuf.as_ptr() as *const u8
             }
             GgmlType::BF16 => {
-                qbuf[..dk].iter_mut().zip(qp).for_each(|(d, &x)| *d = half::bf16::from_f32(x).to_f32());
+                qbuf[..dk]
+                    .iter_mut()
+                    .zip(qp)
+                    .for_each(|(d, &x)| *d = half::bf16::from_f32(x).to_f32());
                 qbuf.as_ptr() as *const u8
             }
             _ => {
-                unsafe { (traits(ktr.vec_dot_type).unwrap().from_f32.unwrap())(qp, qbuf.as_mut_ptr() as *mut u8) };
+                unsafe {
+                    (traits(ktr.vec_dot_type).unwrap().from_f32.unwrap())(
+                        qp,
+                        qbuf.as_mut_ptr() as *mut u8,
+                    )
+                };
                 qbuf.as_ptr() as *const u8
             }
         };
@@ -150,7 +191,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         let mut qh = [0u16; 1024];
         let f16_k_single = f16_k_single && dk <= qh.len();
         if f16_k_single {
-            qh[..dk].iter_mut().zip(qp).for_each(|(h, &x)| *h = half::f16::from_f32(x).to_bits());
+            qh[..dk]
+                .iter_mut()
+                .zip(qp)
+                .for_each(|(h, &x)| *h = half::f16::from_f32(x).to_bits());
         }
         let mp = mask.map(|m| {
             let mne = m.ne();
@@ -172,12 +216,22 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let kp = unsafe { k.data().add(k.row_offset(ic, ik2, iq3)) };
             let mut s = unsafe {
                 match kt {
-                    GgmlType::F16 if f16_k_single => {
-                        simd::dot_f16_f16_single_column(std::slice::from_raw_parts(kp as *const u16, dk), &qh[..dk])
-                    }
-                    GgmlType::F32 => simd::dot_f32(std::slice::from_raw_parts(kp as *const f32, dk), std::slice::from_raw_parts(qdot as *const f32, dk)),
-                    GgmlType::F16 => simd::dot_f16_f32(std::slice::from_raw_parts(kp as *const u16, dk), std::slice::from_raw_parts(qdot as *const f32, dk)),
-                    GgmlType::BF16 => simd::dot_bf16_f32(std::slice::from_raw_parts(kp as *const u16, dk), std::slice::from_raw_parts(qdot as *const f32, dk)),
+                    GgmlType::F16 if f16_k_single => simd::dot_f16_f16_single_column(
+                        std::slice::from_raw_parts(kp as *const u16, dk),
+                        &qh[..dk],
+                    ),
+                    GgmlType::F32 => simd::dot_f32(
+                        std::slice::from_raw_parts(kp as *const f32, dk),
+                        std::slice::from_raw_parts(qdot as *const f32, dk),
+                    ),
+                    GgmlType::F16 => simd::dot_f16_f32(
+                        std::slice::from_raw_parts(kp as *const u16, dk),
+                        std::slice::from_raw_parts(qdot as *const f32, dk),
+                    ),
+                    GgmlType::BF16 => simd::dot_bf16_f32(
+                        std::slice::from_raw_parts(kp as *const u16, dk),
+                        std::slice::from_raw_parts(qdot as *const f32, dk),
+                    ),
                     _ => (ktr.vec_dot.unwrap())(dk, kp, qdot),
                 }
             };
@@ -204,15 +258,25 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             }
             let vp = unsafe { v.data().add(v.row_offset(ic, iv2, iq3)) };
             if f16_acc {
-                mad_f16_rounded(acc, unsafe { std::slice::from_raw_parts(vp as *const u16, dv) }, vs);
+                mad_f16_rounded(
+                    acc,
+                    unsafe { std::slice::from_raw_parts(vp as *const u16, dv) },
+                    vs,
+                );
             } else if vt == GgmlType::F16 {
-                mad_f16(acc, unsafe { std::slice::from_raw_parts(vp as *const u16, dv) }, vs);
+                mad_f16(
+                    acc,
+                    unsafe { std::slice::from_raw_parts(vp as *const u16, dv) },
+                    vs,
+                );
             } else if vt == GgmlType::F32 {
                 let vr = unsafe { std::slice::from_raw_parts(vp as *const f32, dv) };
                 acc.iter_mut().zip(vr).for_each(|(a, &x)| *a += x * vs);
             } else {
                 unsafe { v_to(vp, vrow) };
-                acc.iter_mut().zip(vrow.iter()).for_each(|(a, &x)| *a += x * vs);
+                acc.iter_mut()
+                    .zip(vrow.iter())
+                    .for_each(|(a, &x)| *a += x * vs);
             }
             // One fma: the compiler contracts ggml's `S = S*ms + vs` into one (GCC, FMA on).
             s_sum = s_sum.mul_add(ms, vs);
@@ -232,9 +296,16 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
         // Output row (head iq2, query iq1, sequence iq3).
         let out = unsafe {
-            std::slice::from_raw_parts_mut(node.data().add((iq3 * qne[1] * qne[2] + iq1 * qne[2] + iq2) * dnb1) as *mut f32, dv)
+            std::slice::from_raw_parts_mut(
+                node.data()
+                    .add((iq3 * qne[1] * qne[2] + iq1 * qne[2] + iq2) * dnb1)
+                    as *mut f32,
+                dv,
+            )
         };
-        out.iter_mut().zip(acc.iter()).for_each(|(o, &a)| *o = a * inv);
+        out.iter_mut()
+            .zip(acc.iter())
+            .for_each(|(o, &a)| *o = a * inv);
     }
 }
 
@@ -258,7 +329,9 @@ fn mad_f16_rounded(acc: &mut [f32], v: &[u16], s: f32) {
     if simd::level() >= simd::Level::Avx2 {
         return unsafe { f16_rounded_avx2(acc, Some(v), s) };
     }
-    acc.iter_mut().zip(v).for_each(|(a, &x)| *a = round_f16(half::f16::from_bits(x).to_f32().mul_add(s, *a)));
+    acc.iter_mut()
+        .zip(v)
+        .for_each(|(a, &x)| *a = round_f16(half::f16::from_bits(x).to_f32().mul_add(s, *a)));
 }
 
 /// Both updates above with F16C conversions (round to nearest even, as the scalar path).
@@ -272,7 +345,11 @@ unsafe fn f16_rounded_avx2(acc: &mut [f32], v: Option<&[u16]>, s: f32) {
     while i + 8 <= n {
         let a = _mm256_loadu_ps(acc.as_ptr().add(i));
         let r = match v {
-            Some(v) => _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i) as *const __m128i)), vs, a),
+            Some(v) => _mm256_fmadd_ps(
+                _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i) as *const __m128i)),
+                vs,
+                a,
+            ),
             None => _mm256_mul_ps(a, vs),
         };
         let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r);
@@ -294,7 +371,9 @@ fn mad_f16(acc: &mut [f32], v: &[u16], s: f32) {
     if simd::level() >= simd::Level::Avx2 {
         return unsafe { mad_f16_avx2(acc, v, s) };
     }
-    acc.iter_mut().zip(v).for_each(|(a, &x)| *a += half::f16::from_bits(x).to_f32() * s);
+    acc.iter_mut()
+        .zip(v)
+        .for_each(|(a, &x)| *a += half::f16::from_bits(x).to_f32() * s);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -322,7 +401,22 @@ mod tests {
     use crate::ggml_types::{op, GgmlType};
 
     #[allow(clippy::too_many_arguments)]
-    fn reference(q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, sinks: Option<&[f32]>, dk: usize, dv: usize, nq: usize, nh: usize, nkv: usize, nhkv: usize, scale: f32, softcap: f32, mne1: usize) -> Vec<f32> {
+    fn reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        mask: Option<&[f32]>,
+        sinks: Option<&[f32]>,
+        dk: usize,
+        dv: usize,
+        nq: usize,
+        nh: usize,
+        nkv: usize,
+        nhkv: usize,
+        scale: f32,
+        softcap: f32,
+        mne1: usize,
+    ) -> Vec<f32> {
         let mut out = vec![0f32; dv * nh * nq];
         for h in 0..nh {
             let hk = h / (nh / nhkv);
@@ -338,7 +432,9 @@ mod tests {
                         s = softcap as f64 * (s / softcap as f64).tanh();
                     }
                     if let Some(m) = mask {
-                        s += m[i * mne1.max(1) / mne1.max(1) * 0 + i * nkv.max(1) / nkv.max(1) * nkv + j] as f64;
+                        s += m[i * mne1.max(1) / mne1.max(1) * 0
+                            + i * nkv.max(1) / nkv.max(1) * nkv
+                            + j] as f64;
                     }
                     logits[j] = s;
                 }
@@ -382,7 +478,11 @@ mod tests {
 
     /// Runs FLASH_ATTN_EXT for K/V in F32 and F16, with/without mask, sinks and softcap, on
     /// 1 and 3 threads, against `reference` within `tol(kv type)`.
-    fn check_against_reference(c: &Case, variants: &[(bool, bool, f32)], tol: impl Fn(GgmlType) -> f32) {
+    fn check_against_reference(
+        c: &Case,
+        variants: &[(bool, bool, f32)],
+        tol: impl Fn(GgmlType) -> f32,
+    ) {
         let (dk, dv, nq, nh, nkv, nhkv, mne1) = (c.dk, c.dv, c.nq, c.nh, c.nkv, c.nhkv, c.mne1);
         for kvt in [GgmlType::F32, GgmlType::F16] {
             for &(use_mask, use_sinks, softcap) in variants {
@@ -395,14 +495,26 @@ mod tests {
                     v.set(&rand_vec(dv * nkv * nhkv, c.seed + 2, -1.0, 1.0));
                     // Mask rows padded beyond the queries, as llama.cpp pads them.
                     let mvals: Vec<f32> = (0..nkv * mne1)
-                        .map(|x| if x % nkv > c.causal_offset + x / nkv { f32::NEG_INFINITY } else { ((x % c.bias_period) as f32) * c.bias_step })
+                        .map(|x| {
+                            if x % nkv > c.causal_offset + x / nkv {
+                                f32::NEG_INFINITY
+                            } else {
+                                ((x % c.bias_period) as f32) * c.bias_step
+                            }
+                        })
                         .collect();
                     let mut m = TT::new(GgmlType::F16, [nkv, mne1, 1, 1]);
                     m.set(&mvals);
                     let mut s = TT::new(GgmlType::F32, [nh, 1, 1, 1]);
                     s.set(&[0.5, -1.0, 2.0, 0.0]);
                     let mut d = TT::new(GgmlType::F32, [dv, nh, nq, 1]);
-                    d.op(op::FLASH_ATTN_EXT).src(0, &q).src(1, &k).src(2, &v).pf(0, c.scale).pf(1, 0.0).pf(2, softcap);
+                    d.op(op::FLASH_ATTN_EXT)
+                        .src(0, &q)
+                        .src(1, &k)
+                        .src(2, &v)
+                        .pf(0, c.scale)
+                        .pf(1, 0.0)
+                        .pf(2, softcap);
                     if use_mask {
                         d.src(3, &m);
                     }
@@ -412,11 +524,29 @@ mod tests {
                     run(&d, nth);
                     let mut qv = q.get();
                     // The row-by-row path rounds q to f16 for F16 K; the tiled one (64+ queries) does not.
-                    let tiled = nq >= 64 && cfg!(target_arch = "x86_64") && crate::cpu::simd::level() >= crate::cpu::simd::Level::Avx2;
+                    let tiled = nq >= 64
+                        && cfg!(target_arch = "x86_64")
+                        && crate::cpu::simd::level() >= crate::cpu::simd::Level::Avx2;
                     if kvt == GgmlType::F16 && !tiled {
-                        qv.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+                        qv.iter_mut()
+                            .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
                     }
-                    let want = reference(&qv, &k.get(), &v.get(), use_mask.then_some(&m.get()[..]), use_sinks.then_some(&s.get()[..]), dk, dv, nq, nh, nkv, nhkv, c.scale, softcap, mne1);
+                    let want = reference(
+                        &qv,
+                        &k.get(),
+                        &v.get(),
+                        use_mask.then_some(&m.get()[..]),
+                        use_sinks.then_some(&s.get()[..]),
+                        dk,
+                        dv,
+                        nq,
+                        nh,
+                        nkv,
+                        nhkv,
+                        c.scale,
+                        softcap,
+                        mne1,
+                    );
                     assert_close(&d.get(), &want, tol(kvt));
                 }
             }
@@ -425,18 +555,62 @@ mod tests {
 
     #[test]
     fn flash_attn_matches_reference() {
-        let c = Case { dk: 16, dv: 8, nq: 3, nh: 4, nkv: 11, nhkv: 2, mne1: 4, causal_offset: 8, bias_period: 5, bias_step: -0.25, scale: 0.3, seed: 1 };
+        let c = Case {
+            dk: 16,
+            dv: 8,
+            nq: 3,
+            nh: 4,
+            nkv: 11,
+            nhkv: 2,
+            mne1: 4,
+            causal_offset: 8,
+            bias_period: 5,
+            bias_step: -0.25,
+            scale: 0.3,
+            seed: 1,
+        };
         // F16 V with few queries accumulates in f16, as ggml-cpu does: f16 precision.
         let tol = |t| if t == GgmlType::F16 { 2e-3 } else { 1e-5 };
-        check_against_reference(&c, &[(false, false, 0.0), (true, false, 0.0), (true, true, 0.0), (false, false, 20.0)], tol);
+        check_against_reference(
+            &c,
+            &[
+                (false, false, 0.0),
+                (true, false, 0.0),
+                (true, true, 0.0),
+                (false, false, 20.0),
+            ],
+            tol,
+        );
     }
 
     /// Enough queries for the tiled path: blocks cut short at both ends, a causal mask hiding
     /// whole key blocks, GQA, softcap and sinks.
     #[test]
     fn flash_attn_tiled_matches_reference() {
-        let c = Case { dk: 64, dv: 40, nq: 70, nh: 4, nkv: 100, nhkv: 2, mne1: 72, causal_offset: 30, bias_period: 7, bias_step: -0.125, scale: 0.125, seed: 11 };
-        check_against_reference(&c, &[(true, false, 0.0), (true, true, 0.0), (false, false, 0.0), (true, false, 30.0)], |_| 1e-5);
+        let c = Case {
+            dk: 64,
+            dv: 40,
+            nq: 70,
+            nh: 4,
+            nkv: 100,
+            nhkv: 2,
+            mne1: 72,
+            causal_offset: 30,
+            bias_period: 7,
+            bias_step: -0.125,
+            scale: 0.125,
+            seed: 11,
+        };
+        check_against_reference(
+            &c,
+            &[
+                (true, false, 0.0),
+                (true, true, 0.0),
+                (false, false, 0.0),
+                (true, false, 30.0),
+            ],
+            |_| 1e-5,
+        );
     }
 }
 
@@ -458,12 +632,20 @@ mod bench {
             let mut v = TT::new(GgmlType::F16, [d, nkv, nhkv, 1]);
             v.set(&rand_vec(d * nkv * nhkv, 3, -1.0, 1.0));
             let mut o = TT::new(GgmlType::F32, [d, nh, nq, 1]);
-            o.op(op::FLASH_ATTN_EXT).src(0, &q).src(1, &k).src(2, &v).pf(0, 0.125);
+            o.op(op::FLASH_ATTN_EXT)
+                .src(0, &q)
+                .src(1, &k)
+                .src(2, &v)
+                .pf(0, 0.125);
             let t = std::time::Instant::now();
             run(&o, 2);
             let s = t.elapsed().as_secs_f64();
             let flops = 4.0 * (d * nq * nh * nkv) as f64;
-            println!("fa nq={nq} n_kv={nkv}: {:.2} ms, {:.2} GFLOP/s", s * 1e3, flops / s / 1e9);
+            println!(
+                "fa nq={nq} n_kv={nkv}: {:.2} ms, {:.2} GFLOP/s",
+                s * 1e3,
+                flops / s / 1e9
+            );
         }
     }
 }

@@ -106,7 +106,9 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load8(t: GgmlType, p: *const u8, i: usize) -> __m256 {
         match t {
-            GgmlType::F16 => _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(i) as *const __m128i)),
+            GgmlType::F16 => {
+                _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(i) as *const __m128i))
+            }
             _ => _mm256_loadu_ps((p as *const f32).add(i)),
         }
     }
@@ -121,15 +123,30 @@ mod avx2 {
 
     /// One block of query rows `i0..i0 + BQ` (clipped) of head `iq2`, sequence `iq3`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn unit(node: &Tensor, p: &Params, scratch: *mut f32, i0: usize, iq2: usize, iq3: usize) {
-        let (q, k, v) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    pub unsafe fn unit(
+        node: &Tensor,
+        p: &Params,
+        scratch: *mut f32,
+        i0: usize,
+        iq2: usize,
+        iq3: usize,
+    ) {
+        let (q, k, v) = (
+            node.src(0).unwrap(),
+            node.src(1).unwrap(),
+            node.src(2).unwrap(),
+        );
         let (qne, kne, vne) = (q.ne(), k.ne(), v.ne());
         let (dk, dv, n_kv) = (kne[0], vne[0], kne[1]);
         let nq = BQ.min(qne[1] - i0);
         let (kt, vt) = (k.dtype(), v.dtype());
         let (knb, vnb) = (k.nb(), v.nb());
-        let kbase = k.data().add((iq2 / (qne[2] / kne[2])) * knb[2] + iq3 * knb[3]);
-        let vbase = v.data().add((iq2 / (qne[2] / vne[2])) * vnb[2] + iq3 * vnb[3]);
+        let kbase = k
+            .data()
+            .add((iq2 / (qne[2] / kne[2])) * knb[2] + iq3 * knb[3]);
+        let vbase = v
+            .data()
+            .add((iq2 / (qne[2] / vne[2])) * vnb[2] + iq3 * vnb[3]);
         let slope = super::super::softmax::alibi_slope(p.max_bias, qne[2], iq2);
 
         let qs = scratch;
@@ -146,7 +163,9 @@ mod avx2 {
         for r in 0..BQ {
             for d in (0..dk).step_by(8) {
                 let x = if r < nq {
-                    _mm256_loadu_ps((q.data().add(q.row_offset(i0 + r, iq2, iq3)) as *const f32).add(d))
+                    _mm256_loadu_ps(
+                        (q.data().add(q.row_offset(i0 + r, iq2, iq3)) as *const f32).add(d),
+                    )
                 } else {
                     _mm256_setzero_ps()
                 };
@@ -159,7 +178,9 @@ mod avx2 {
         let mask_row = |r: usize| {
             node.src(3).map(|m| {
                 let mne = m.ne();
-                m.data().add(m.row_offset(i0 + r, iq2 % mne[2], iq3 % mne[3])) as *const u16
+                m.data()
+                    .add(m.row_offset(i0 + r, iq2 % mne[2], iq3 % mne[3]))
+                    as *const u16
             })
         };
         let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
@@ -172,9 +193,10 @@ mod avx2 {
                 let mp = if r < nq { mask_row(r) } else { None };
                 for c in (0..BK).step_by(8) {
                     let mut x = match mp {
-                        Some(mp) if c + 8 <= nk => {
-                            _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(mp.add(j0 + c) as *const __m128i)), _mm256_set1_ps(slope))
-                        }
+                        Some(mp) if c + 8 <= nk => _mm256_mul_ps(
+                            _mm256_cvtph_ps(_mm_loadu_si128(mp.add(j0 + c) as *const __m128i)),
+                            _mm256_set1_ps(slope),
+                        ),
                         Some(mp) => {
                             let mut t = [f32::NEG_INFINITY; 8];
                             for (e, tv) in t.iter_mut().enumerate().take(nk.saturating_sub(c)) {
@@ -184,7 +206,8 @@ mod avx2 {
                         }
                         None if r < nq => {
                             let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-                            let inside = _mm256_cmpgt_epi32(_mm256_set1_epi32((nk as i32) - c as i32), lane);
+                            let inside =
+                                _mm256_cmpgt_epi32(_mm256_set1_epi32((nk as i32) - c as i32), lane);
                             _mm256_blendv_ps(ninf, _mm256_setzero_ps(), _mm256_castsi256_ps(inside))
                         }
                         None => ninf,
@@ -216,7 +239,11 @@ mod avx2 {
             }
             for c in 0..BK {
                 for d in (0..dv).step_by(8) {
-                    let x = if c < nk { load8(vt, vbase.add((j0 + c) * vnb[1]), d) } else { _mm256_setzero_ps() };
+                    let x = if c < nk {
+                        load8(vt, vbase.add((j0 + c) * vnb[1]), d)
+                    } else {
+                        _mm256_setzero_ps()
+                    };
                     _mm256_storeu_ps(vs.add(c * dv + d), x);
                 }
             }
@@ -268,13 +295,19 @@ mod avx2 {
                     *ls.add(r) *= alpha;
                     let o = os.add(r * dv);
                     for d in (0..dv).step_by(8) {
-                        _mm256_storeu_ps(o.add(d), _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), _mm256_set1_ps(alpha)));
+                        _mm256_storeu_ps(
+                            o.add(d),
+                            _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), _mm256_set1_ps(alpha)),
+                        );
                     }
                 }
                 *ms.add(r) = m_new;
                 let mut sum = 0f64;
                 for c in (0..BK).step_by(8) {
-                    let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(row.add(c)), _mm256_set1_ps(m_new)));
+                    let e = exp_ps(_mm256_sub_ps(
+                        _mm256_loadu_ps(row.add(c)),
+                        _mm256_set1_ps(m_new),
+                    ));
                     sum += hsum(e) as f64;
                     _mm256_storeu_ps(row.add(c), e);
                 }
@@ -292,7 +325,13 @@ mod avx2 {
                         }
                     }
                     for c in 0..nk {
-                        let vv: [__m256; 4] = std::array::from_fn(|i| if i < w { _mm256_loadu_ps(vs.add(c * dv + d0 + i * 8)) } else { _mm256_setzero_ps() });
+                        let vv: [__m256; 4] = std::array::from_fn(|i| {
+                            if i < w {
+                                _mm256_loadu_ps(vs.add(c * dv + d0 + i * 8))
+                            } else {
+                                _mm256_setzero_ps()
+                            }
+                        });
                         for (h, a) in acc.iter_mut().enumerate().take(h_rows) {
                             let pv = _mm256_broadcast_ss(&*ss.add((r + h) * BK + c));
                             for (av, &x) in a.iter_mut().zip(&vv).take(w) {
@@ -319,7 +358,10 @@ mod avx2 {
                 if s > m {
                     let alpha = (m - s).exp();
                     for d in (0..dv).step_by(8) {
-                        _mm256_storeu_ps(o.add(d), _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), _mm256_set1_ps(alpha)));
+                        _mm256_storeu_ps(
+                            o.add(d),
+                            _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), _mm256_set1_ps(alpha)),
+                        );
                     }
                     l = l.mul_add(alpha, 1.0); // ggml's S*ms + vs, contracted by its compiler
                 } else {
@@ -327,7 +369,10 @@ mod avx2 {
                 }
             }
             let inv = if l == 0.0 { 0.0 } else { 1.0 / l };
-            let out = node.data().add((iq3 * qne[1] * qne[2] + (i0 + r) * qne[2] + iq2) * dnb1) as *mut f32;
+            let out = node
+                .data()
+                .add((iq3 * qne[1] * qne[2] + (i0 + r) * qne[2] + iq2) * dnb1)
+                as *mut f32;
             let iv = _mm256_set1_ps(inv);
             for d in (0..dv).step_by(8) {
                 _mm256_storeu_ps(out.add(d), _mm256_mul_ps(_mm256_loadu_ps(o.add(d)), iv));

@@ -13,7 +13,10 @@ pub fn supports(node: &Tensor) -> bool {
     if !matches!(t, GgmlType::F32 | GgmlType::F16) || node.dtype() != t {
         return false;
     }
-    if !matches!(node.param_i32(0), glu::REGLU | glu::GEGLU | glu::SWIGLU | glu::GEGLU_ERF | glu::GEGLU_QUICK) {
+    if !matches!(
+        node.param_i32(0),
+        glu::REGLU | glu::GEGLU | glu::SWIGLU | glu::GEGLU_ERF | glu::GEGLU_QUICK
+    ) {
         return false;
     }
     if !a.is_contiguous_from(1) || !node.is_contiguous_from(1) || node.nrows() != a.nrows() {
@@ -62,13 +65,23 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 for i in 0..nc {
                     let (xv, gg) = (h2f(x[i]), h2f(gv[i]));
                     let act = match g {
-                        glu::REGLU => if xv > 0.0 { xv } else { 0.0 },
+                        glu::REGLU => {
+                            if xv > 0.0 {
+                                xv
+                            } else {
+                                0.0
+                            }
+                        }
                         glu::GEGLU => h2f(GELU_F16[x[i] as usize]),
                         glu::SWIGLU => xv / (1.0 + (-xv).exp()),
                         glu::GEGLU_ERF => gelu_erf(xv),
                         _ => h2f(GELU_QUICK_F16[x[i] as usize]),
                     };
-                    let v = if g == glu::REGLU && xv <= 0.0 { 0.0 } else { act * gg };
+                    let v = if g == glu::REGLU && xv <= 0.0 {
+                        0.0
+                    } else {
+                        act * gg
+                    };
                     d[i] = half::f16::from_f32(v).to_bits();
                 }
             } else {
@@ -76,9 +89,15 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 let gv = std::slice::from_raw_parts(gp as *const f32, nc);
                 let d = std::slice::from_raw_parts_mut(dp as *mut f32, nc);
                 match g {
-                    glu::REGLU => (0..nc).for_each(|i| d[i] = if x[i] > 0.0 { x[i] * gv[i] } else { 0.0 }),
+                    glu::REGLU => {
+                        (0..nc).for_each(|i| d[i] = if x[i] > 0.0 { x[i] * gv[i] } else { 0.0 })
+                    }
                     glu::GEGLU => (0..nc).for_each(|i| {
-                        d[i] = if x[i] <= -10.0 { 0.0 } else { gelu_f32_table(x[i]) * gv[i] }
+                        d[i] = if x[i] <= -10.0 {
+                            0.0
+                        } else {
+                            gelu_f32_table(x[i]) * gv[i]
+                        }
                     }),
                     // ggml-cpu's exp and order (see simd::silu_row), to agree to the bit.
                     glu::SWIGLU => crate::cpu::simd::silu_row(x, Some(gv), d),
@@ -107,8 +126,16 @@ mod tests {
             for (g, act, tol) in [
                 (glu::SWIGLU, silu as fn(f32) -> f32, 1e-5f32),
                 (glu::REGLU, (|x: f32| x.max(0.0)) as fn(f32) -> f32, 0.0),
-                (glu::GEGLU, (|x: f32| 0.5 * x * (1.0 + libm_erf(x / 2f32.sqrt()))) as fn(f32) -> f32, 5e-3),
-                (glu::GEGLU_ERF, (|x: f32| 0.5 * x * (1.0 + libm_erf(x / 2f32.sqrt()))) as fn(f32) -> f32, 1e-5),
+                (
+                    glu::GEGLU,
+                    (|x: f32| 0.5 * x * (1.0 + libm_erf(x / 2f32.sqrt()))) as fn(f32) -> f32,
+                    5e-3,
+                ),
+                (
+                    glu::GEGLU_ERF,
+                    (|x: f32| 0.5 * x * (1.0 + libm_erf(x / 2f32.sqrt()))) as fn(f32) -> f32,
+                    1e-5,
+                ),
             ] {
                 for nth in [1, 3] {
                     let (nc, nr) = (7, 5);
@@ -129,7 +156,11 @@ mod tests {
                                 want.push(act(x) * gg);
                             }
                         }
-                        let t = if ty == GgmlType::F16 { tol.max(5e-3) } else { tol };
+                        let t = if ty == GgmlType::F16 {
+                            tol.max(5e-3)
+                        } else {
+                            tol
+                        };
                         assert_close(&d.get(), &want, t);
                     }
                     // split form
@@ -142,7 +173,11 @@ mod tests {
                     d.op(op::GLU).src(0, &a).src(1, &b).pi(0, g);
                     run(&d, nth);
                     let want: Vec<f32> = ai.iter().zip(&bi).map(|(&x, &y)| act(x) * y).collect();
-                    let t = if ty == GgmlType::F16 { tol.max(5e-3) } else { tol };
+                    let t = if ty == GgmlType::F16 {
+                        tol.max(5e-3)
+                    } else {
+                        tol
+                    };
                     assert_close(&d.get(), &want, t);
                 }
             }

@@ -23,14 +23,30 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 let dp = unsafe { node.data().add(node.row_offset(i1, i2, i3)) };
                 unsafe {
                     if d == 0 {
-                        std::ptr::copy_nonoverlapping(a.data().add(a.row_offset(i1, i2, i3)), dp, an[0] * sz);
-                        std::ptr::copy_nonoverlapping(b.data().add(b.row_offset(i1, i2, i3)), dp.add(an[0] * sz), (ne[0] - an[0]) * sz);
+                        std::ptr::copy_nonoverlapping(
+                            a.data().add(a.row_offset(i1, i2, i3)),
+                            dp,
+                            an[0] * sz,
+                        );
+                        std::ptr::copy_nonoverlapping(
+                            b.data().add(b.row_offset(i1, i2, i3)),
+                            dp.add(an[0] * sz),
+                            (ne[0] - an[0]) * sz,
+                        );
                     } else if idx[d] < an[d] {
-                        std::ptr::copy_nonoverlapping(a.data().add(a.row_offset(i1, i2, i3)), dp, ne[0] * sz);
+                        std::ptr::copy_nonoverlapping(
+                            a.data().add(a.row_offset(i1, i2, i3)),
+                            dp,
+                            ne[0] * sz,
+                        );
                     } else {
                         let mut j = idx;
                         j[d] -= an[d];
-                        std::ptr::copy_nonoverlapping(b.data().add(b.row_offset(j[1], j[2], j[3])), dp, ne[0] * sz);
+                        std::ptr::copy_nonoverlapping(
+                            b.data().add(b.row_offset(j[1], j[2], j[3])),
+                            dp,
+                            ne[0] * sz,
+                        );
                     }
                 }
             }
@@ -40,10 +56,19 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let an = a.ne();
             for r in split_range(node.nrows(), ctx.ith, ctx.nth) {
                 let (i1, i2, i3) = super::cpy::unflatten3(r, ne[1], ne[2]);
-                let sp = unsafe { a.data().add(a.row_offset(i1 % an[1], i2 % an[2], i3 % an[3])) };
+                let sp = unsafe {
+                    a.data()
+                        .add(a.row_offset(i1 % an[1], i2 % an[2], i3 % an[3]))
+                };
                 let dp = unsafe { node.data().add(node.row_offset(i1, i2, i3)) };
                 for i0 in 0..ne[0] {
-                    unsafe { std::ptr::copy_nonoverlapping(sp.add((i0 % an[0]) * a.nb()[0]), dp.add(i0 * sz), sz) };
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            sp.add((i0 % an[0]) * a.nb()[0]),
+                            dp.add(i0 * sz),
+                            sz,
+                        )
+                    };
                 }
             }
         }
@@ -53,11 +78,20 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let lp: Vec<usize> = (0..4).map(|i| node.param_i32(2 * i) as usize).collect();
             for r in split_range(node.nrows(), ctx.ith, ctx.nth) {
                 let (i1, i2, i3) = super::cpy::unflatten3(r, ne[1], ne[2]);
-                let d = unsafe { std::slice::from_raw_parts_mut(node.data().add(node.row_offset(i1, i2, i3)) as *mut f32, ne[0]) };
+                let d = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        node.data().add(node.row_offset(i1, i2, i3)) as *mut f32,
+                        ne[0],
+                    )
+                };
                 let inside = |i: usize, k: usize| i >= lp[k] && i - lp[k] < an[k];
                 for (i0, v) in d.iter_mut().enumerate() {
                     *v = if inside(i0, 0) && inside(i1, 1) && inside(i2, 2) && inside(i3, 3) {
-                        unsafe { *(a.data().add(a.offset(i0 - lp[0], i1 - lp[1], i2 - lp[2], i3 - lp[3])) as *const f32) }
+                        unsafe {
+                            *(a.data()
+                                .add(a.offset(i0 - lp[0], i1 - lp[1], i2 - lp[2], i3 - lp[3]))
+                                as *const f32)
+                        }
                     } else {
                         0.0
                     };
@@ -139,7 +173,9 @@ mod tests {
                                 } else {
                                     let mut j = i;
                                     j[dim] -= an[dim];
-                                    want.push(bv[((j[3] * bn[2] + j[2]) * bn[1] + j[1]) * bn[0] + j[0]]);
+                                    want.push(
+                                        bv[((j[3] * bn[2] + j[2]) * bn[1] + j[1]) * bn[0] + j[0]],
+                                    );
                                 }
                             }
                         }
@@ -160,7 +196,10 @@ mod tests {
             let mut d = TT::new(GgmlType::F32, [4, 3, 1, 1]);
             d.op(op::PAD).src(0, &a).pi(0, 1).pi(1, 1).pi(2, 0).pi(3, 1);
             run(&d, nth);
-            assert_eq!(d.get(), vec![0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+            assert_eq!(
+                d.get(),
+                vec![0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+            );
             // ARANGE, FILL
             let mut d = TT::new(GgmlType::F32, [5, 1, 1, 1]);
             d.op(op::ARANGE).pf(0, 1.0).pf(1, 3.5).pf(2, 0.5);
@@ -177,7 +216,10 @@ mod tests {
             d.op(op::DIAG_MASK_INF).src(0, &a).pi(0, 1);
             run(&d, nth);
             let ninf = f32::NEG_INFINITY;
-            assert_eq!(d.get(), vec![1.0, 1.0, ninf, 1.0, 1.0, 1.0, 1.0, 1.0, ninf, 1.0, 1.0, 1.0]);
+            assert_eq!(
+                d.get(),
+                vec![1.0, 1.0, ninf, 1.0, 1.0, 1.0, 1.0, 1.0, ninf, 1.0, 1.0, 1.0]
+            );
         }
     }
 }

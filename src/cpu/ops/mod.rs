@@ -62,9 +62,20 @@ pub fn supports(node: &Tensor) -> bool {
         op::GLU => glu::supports(node),
         op::FLASH_ATTN_EXT => flash_attn::supports(node),
         op::MUL_MAT_ID => mul_mat_id::supports(node),
-        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => crate::op_shapes::layout_op_ok(node),
-        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::supports(node),
-        op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::supports(node),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => {
+            crate::op_shapes::layout_op_ok(node)
+        }
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => {
+            reduce::supports(node)
+        }
+        op::UNARY
+        | op::SQR
+        | op::SQRT
+        | op::LOG
+        | op::SIN
+        | op::COS
+        | op::CLAMP
+        | op::LEAKY_RELU => unary::supports(node),
         _ => false,
     }
 }
@@ -99,9 +110,20 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         op::GLU => glu::compute(node, ctx),
         op::FLASH_ATTN_EXT => flash_attn::compute(node, ctx),
         op::MUL_MAT_ID => mul_mat_id::compute(node, ctx),
-        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => layout::compute(node, ctx),
-        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => reduce::compute(node, ctx),
-        op::UNARY | op::SQR | op::SQRT | op::LOG | op::SIN | op::COS | op::CLAMP | op::LEAKY_RELU => unary::compute(node, ctx),
+        op::CONCAT | op::REPEAT | op::PAD | op::FILL | op::ARANGE | op::DIAG_MASK_INF => {
+            layout::compute(node, ctx)
+        }
+        op::SUM | op::SUM_ROWS | op::MEAN | op::CUMSUM | op::ARGSORT | op::TOP_K => {
+            reduce::compute(node, ctx)
+        }
+        op::UNARY
+        | op::SQR
+        | op::SQRT
+        | op::LOG
+        | op::SIN
+        | op::COS
+        | op::CLAMP
+        | op::LEAKY_RELU => unary::compute(node, ctx),
         other => unreachable!("op {other} passed supports_op but has no kernel"),
     }
 }

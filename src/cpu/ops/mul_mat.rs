@@ -17,9 +17,16 @@ pub fn supports(node: &Tensor) -> bool {
     if hadamard_len(node).is_some() {
         return true;
     }
-    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else { return false };
-    let Some(tr) = traits(w.dtype()) else { return false };
-    if tr.vec_dot.is_none() || (tr.vec_dot_type != GgmlType::F32 && traits(tr.vec_dot_type).and_then(|t| t.from_f32).is_none()) {
+    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
+    let Some(tr) = traits(w.dtype()) else {
+        return false;
+    };
+    if tr.vec_dot.is_none()
+        || (tr.vec_dot_type != GgmlType::F32
+            && traits(tr.vec_dot_type).and_then(|t| t.from_f32).is_none())
+    {
         return false;
     }
     let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
@@ -70,7 +77,11 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let tr = traits(w.dtype()).unwrap();
     // ggml-cpu takes a different F16 kernel (another summation order) for a single column;
     // follow it so attention scores during generation agree with ggml's to the bit.
-    let vec_dot = if w.dtype() == GgmlType::F16 && x.ne()[1] == 1 { f16_single_column } else { tr.vec_dot.unwrap() };
+    let vec_dot = if w.dtype() == GgmlType::F16 && x.ne()[1] == 1 {
+        f16_single_column
+    } else {
+        tr.vec_dot.unwrap()
+    };
     let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
     let k = wne[0];
 
@@ -82,7 +93,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         for r in split_range(x.nrows(), ctx.ith, ctx.nth) {
             let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
             unsafe {
-                let src = std::slice::from_raw_parts(x.data().add(x.row_offset(i1, i2, i3)) as *const f32, k);
+                let src = std::slice::from_raw_parts(
+                    x.data().add(x.row_offset(i1, i2, i3)) as *const f32,
+                    k,
+                );
                 from(src, ctx.wdata.add(r * xrow));
             }
         }
@@ -113,7 +127,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         let cb = (t / row_blocks) % col_blocks;
         let batch = t / (row_blocks * col_blocks);
         let (i2, i3) = (batch % dne[2], batch / dne[2]);
-        let (rows, cols) = (rb * TILE_ROWS..((rb + 1) * TILE_ROWS).min(dne[0]), cb * tile_cols..((cb + 1) * tile_cols).min(dne[1]));
+        let (rows, cols) = (
+            rb * TILE_ROWS..((rb + 1) * TILE_ROWS).min(dne[0]),
+            cb * tile_cols..((cb + 1) * tile_cols).min(dne[1]),
+        );
         unsafe {
             let wb = w.data().add((i2 / r2) * wnb[2] + (i3 / r3) * wnb[3]);
             let xb = col_base(i2, i3);
@@ -126,7 +143,15 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 let j_full = cols.start + (cols.len() / tl.cols) * tl.cols;
                 for j in (cols.start..j_full).step_by(tl.cols) {
                     for i in (rows.start..i_full).step_by(tl.rows) {
-                        (tl.dot)(k, wb.add(i * wnb[1]), wnb[1], xb.add(j * col_stride), col_stride, db.add(i * 4 + j * dnb[1]), dnb[1]);
+                        (tl.dot)(
+                            k,
+                            wb.add(i * wnb[1]),
+                            wnb[1],
+                            xb.add(j * col_stride),
+                            col_stride,
+                            db.add(i * 4 + j * dnb[1]),
+                            dnb[1],
+                        );
                     }
                 }
                 (j0, i_end) = (j_full, i_full);
@@ -154,9 +179,16 @@ fn hadamard(node: &Tensor, n: usize, ctx: &Ctx) {
         let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
         unsafe {
             let src = x.data().add(x.row_offset(i1, i2, i3));
-            let dst = std::slice::from_raw_parts_mut(node.data().add(node.row_offset(i1, i2, i3)) as *mut f32, n);
+            let dst = std::slice::from_raw_parts_mut(
+                node.data().add(node.row_offset(i1, i2, i3)) as *mut f32,
+                n,
+            );
             for (j, d) in dst.iter_mut().enumerate() {
-                let v = if f16 { half::f16::from_bits(*(src as *const u16).add(j)).to_f32() } else { *(src as *const f32).add(j) };
+                let v = if f16 {
+                    half::f16::from_bits(*(src as *const u16).add(j)).to_f32()
+                } else {
+                    *(src as *const f32).add(j)
+                };
                 *d = v * scale;
             }
             hadamard_butterflies(dst);
@@ -226,20 +258,40 @@ mod tests {
     /// H[i][j] = (-1)^popcount(i & j) / sqrt(n), for F32 and F16 rows, batched.
     #[test]
     fn mul_mat_hadamard_hint_is_the_transform() {
-        for (n, xne, xt) in [(64, [64, 5, 2, 1], GgmlType::F32), (128, [128, 3, 1, 2], GgmlType::F16), (2, [2, 4, 1, 1], GgmlType::F32)] {
+        for (n, xne, xt) in [
+            (64, [64, 5, 2, 1], GgmlType::F32),
+            (128, [128, 3, 1, 2], GgmlType::F16),
+            (2, [2, 4, 1, 1], GgmlType::F32),
+        ] {
             let mut w = TT::new(GgmlType::F32, [n, n, 1, 1]);
             w.set(&rand_vec(n * n, 7, -1.0, 1.0)); // not a Hadamard matrix: ignored
             let mut x = TT::new(xt, xne);
             x.set(&rand_vec(xne.iter().product(), 8, -1.0, 1.0));
             let mut d = TT::new(GgmlType::F32, xne);
-            d.op(op::MUL_MAT).pi(1, crate::op_shapes::HINT_SRC0_IS_HADAMARD).src(0, &w).src(1, &x);
+            d.op(op::MUL_MAT)
+                .pi(1, crate::op_shapes::HINT_SRC0_IS_HADAMARD)
+                .src(0, &w)
+                .src(1, &x);
             assert!(super::supports(&d.tensor()));
             run(&d, 3);
             let xv = x.get();
             let s = 1.0 / (n as f64).sqrt();
             let want: Vec<f32> = xv
                 .chunks(n)
-                .flat_map(|row| (0..n).map(move |i| (0..n).map(|j| if (i & j).count_ones() % 2 == 0 { row[j] as f64 } else { -row[j] as f64 }).sum::<f64>() * s))
+                .flat_map(|row| {
+                    (0..n).map(move |i| {
+                        (0..n)
+                            .map(|j| {
+                                if (i & j).count_ones() % 2 == 0 {
+                                    row[j] as f64
+                                } else {
+                                    -row[j] as f64
+                                }
+                            })
+                            .sum::<f64>()
+                            * s
+                    })
+                })
                 .map(|v| v as f32)
                 .collect();
             assert_close(&d.get(), &want, 1e-5);

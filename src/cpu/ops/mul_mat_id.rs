@@ -12,9 +12,16 @@ use crate::tensor::{split_range, Tensor};
 const ROWS_PER_TASK: usize = 16;
 
 pub fn supports(node: &Tensor) -> bool {
-    let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else { return false };
-    let Some(tr) = traits(w.dtype()) else { return false };
-    if tr.vec_dot.is_none() || (tr.vec_dot_type != GgmlType::F32 && traits(tr.vec_dot_type).and_then(|t| t.from_f32).is_none()) {
+    let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else {
+        return false;
+    };
+    let Some(tr) = traits(w.dtype()) else {
+        return false;
+    };
+    if tr.vec_dot.is_none()
+        || (tr.vec_dot_type != GgmlType::F32
+            && traits(tr.vec_dot_type).and_then(|t| t.from_f32).is_none())
+    {
         return false;
     }
     let (wne, xne, ine, dne) = (w.ne(), x.ne(), ids.ne(), node.ne());
@@ -47,7 +54,11 @@ pub fn work_size(node: &Tensor, _nth: usize) -> usize {
 }
 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
-    let (w, x, ids) = (node.src(0).unwrap(), node.src(1).unwrap(), node.src(2).unwrap());
+    let (w, x, ids) = (
+        node.src(0).unwrap(),
+        node.src(1).unwrap(),
+        node.src(2).unwrap(),
+    );
     let tr = traits(w.dtype()).unwrap();
     let vec_dot = tr.vec_dot.unwrap();
     let (wne, xne, ine) = (w.ne(), x.ne(), ids.ne());
@@ -55,13 +66,19 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let xrow = dot_row_size(node);
 
     // src1 in the dot type, every column, laid out densely in the scratch.
-    let to_dot: Option<crate::cpu::types::FromF32> =
-        if tr.vec_dot_type == GgmlType::F32 { Some(|s: &[f32], d: *mut u8| unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d as *mut f32, s.len()) }) } else { traits(tr.vec_dot_type).unwrap().from_f32 };
+    let to_dot: Option<crate::cpu::types::FromF32> = if tr.vec_dot_type == GgmlType::F32 {
+        Some(|s: &[f32], d: *mut u8| unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), d as *mut f32, s.len())
+        })
+    } else {
+        traits(tr.vec_dot_type).unwrap().from_f32
+    };
     let to_dot = to_dot.unwrap();
     for r in split_range(xne[1] * xne[2], ctx.ith, ctx.nth) {
         let (i1, i2) = (r % xne[1], r / xne[1]);
         unsafe {
-            let src = std::slice::from_raw_parts(x.data().add(x.row_offset(i1, i2, 0)) as *const f32, k);
+            let src =
+                std::slice::from_raw_parts(x.data().add(x.row_offset(i1, i2, 0)) as *const f32, k);
             to_dot(src, ctx.wdata.add(r * xrow));
         }
     }
@@ -128,7 +145,8 @@ mod tests {
                     let (wv, mut xv) = (w.get(), x.get());
                     if wt == GgmlType::F16 {
                         // F16 weights take f16-rounded activations (their vec_dot_type), as in ggml.
-                        xv.iter_mut().for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+                        xv.iter_mut()
+                            .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
                     }
                     let mut want = vec![];
                     for t in 0..n_tok {
@@ -136,7 +154,9 @@ mod tests {
                             let ex = idv[t * n_used + e] as usize;
                             let c = (e % ne11) + t * ne11;
                             for i in 0..m {
-                                let s: f32 = (0..k).map(|j| wv[(ex * m + i) * k + j] * xv[c * k + j]).sum();
+                                let s: f32 = (0..k)
+                                    .map(|j| wv[(ex * m + i) * k + j] * xv[c * k + j])
+                                    .sum();
                                 want.push(s);
                             }
                         }

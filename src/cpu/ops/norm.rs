@@ -25,7 +25,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         let (x, y) = unsafe {
             (
                 std::slice::from_raw_parts(a.data().add(a.row_offset(i1, i2, i3)) as *const f32, n),
-                std::slice::from_raw_parts_mut(node.data().add(node.row_offset(i1, i2, i3)) as *mut f32, n),
+                std::slice::from_raw_parts_mut(
+                    node.data().add(node.row_offset(i1, i2, i3)) as *mut f32,
+                    n,
+                ),
             )
         };
         match node.op() {

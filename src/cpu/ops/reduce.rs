@@ -17,7 +17,9 @@ pub fn supports(node: &Tensor) -> bool {
     match node.op() {
         op::SUM => node.dtype() == GgmlType::F32 && node.nelements() == 1,
         op::SUM_ROWS | op::MEAN => {
-            node.dtype() == GgmlType::F32 && dne == [1, ane[1], ane[2], ane[3]] && node.has_dense_rows()
+            node.dtype() == GgmlType::F32
+                && dne == [1, ane[1], ane[2], ane[3]]
+                && node.has_dense_rows()
         }
         op::CUMSUM => node.dtype() == GgmlType::F32 && dne == ane && node.has_dense_rows(),
         op::ARGSORT => {
@@ -41,13 +43,17 @@ pub fn supports(node: &Tensor) -> bool {
 fn row<'a>(t: &Tensor, r: usize) -> &'a [f32] {
     let ne = t.ne();
     let (i1, i2, i3) = super::cpy::unflatten3(r, ne[1], ne[2]);
-    unsafe { std::slice::from_raw_parts(t.data().add(t.row_offset(i1, i2, i3)) as *const f32, ne[0]) }
+    unsafe {
+        std::slice::from_raw_parts(t.data().add(t.row_offset(i1, i2, i3)) as *const f32, ne[0])
+    }
 }
 
 fn row_mut<'a, T>(t: &Tensor, r: usize) -> &'a mut [T] {
     let ne = t.ne();
     let (i1, i2, i3) = super::cpy::unflatten3(r, ne[1], ne[2]);
-    unsafe { std::slice::from_raw_parts_mut(t.data().add(t.row_offset(i1, i2, i3)) as *mut T, ne[0]) }
+    unsafe {
+        std::slice::from_raw_parts_mut(t.data().add(t.row_offset(i1, i2, i3)) as *mut T, ne[0])
+    }
 }
 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
@@ -56,7 +62,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     match node.op() {
         op::SUM => {
             if ctx.ith == 0 {
-                let s: f64 = (0..nr).map(|r| row(&a, r).iter().map(|&v| v as f64).sum::<f64>()).sum();
+                let s: f64 = (0..nr)
+                    .map(|r| row(&a, r).iter().map(|&v| v as f64).sum::<f64>())
+                    .sum();
                 unsafe { *(node.data() as *mut f32) = s as f32 };
             }
         }
@@ -64,7 +72,11 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let n = a.ne()[0];
             for r in split_range(nr, ctx.ith, ctx.nth) {
                 let s = row(&a, r).iter().map(|&v| v as f64).sum::<f64>() as f32;
-                row_mut::<f32>(node, r)[0] = if node.op() == op::MEAN { s / n as f32 } else { s };
+                row_mut::<f32>(node, r)[0] = if node.op() == op::MEAN {
+                    s / n as f32
+                } else {
+                    s
+                };
             }
         }
         op::CUMSUM => {
@@ -83,9 +95,17 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 let (x, y) = (row(&a, r), row_mut::<i32>(node, r));
                 y.iter_mut().enumerate().for_each(|(i, v)| *v = i as i32);
                 if desc {
-                    y.sort_by(|&p, &q| x[q as usize].partial_cmp(&x[p as usize]).unwrap_or(std::cmp::Ordering::Equal));
+                    y.sort_by(|&p, &q| {
+                        x[q as usize]
+                            .partial_cmp(&x[p as usize])
+                            .unwrap_or(std::cmp::Ordering::Equal)
+                    });
                 } else {
-                    y.sort_by(|&p, &q| x[p as usize].partial_cmp(&x[q as usize]).unwrap_or(std::cmp::Ordering::Equal));
+                    y.sort_by(|&p, &q| {
+                        x[p as usize]
+                            .partial_cmp(&x[q as usize])
+                            .unwrap_or(std::cmp::Ordering::Equal)
+                    });
                 }
             }
         }
@@ -97,7 +117,11 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 let (x, y) = (row(&a, r), row_mut::<i32>(node, r));
                 idx.clear();
                 idx.extend(0..x.len() as i32);
-                let by = |p: &i32, q: &i32| x[*q as usize].partial_cmp(&x[*p as usize]).unwrap_or(std::cmp::Ordering::Equal);
+                let by = |p: &i32, q: &i32| {
+                    x[*q as usize]
+                        .partial_cmp(&x[*p as usize])
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                };
                 if k < idx.len() && k > 0 {
                     idx.select_nth_unstable_by(k - 1, by);
                 }
@@ -128,12 +152,23 @@ mod tests {
             let mut d = TT::new(GgmlType::F32, [1, 3, 2, 1]);
             d.op(op::SUM_ROWS).src(0, &a);
             run(&d, nth);
-            assert_close(&d.get(), &rows.iter().map(|r| r.iter().sum()).collect::<Vec<f32>>(), 1e-6);
+            assert_close(
+                &d.get(),
+                &rows.iter().map(|r| r.iter().sum()).collect::<Vec<f32>>(),
+                1e-6,
+            );
 
             let mut d = TT::new(GgmlType::F32, [1, 3, 2, 1]);
             d.op(op::MEAN).src(0, &a);
             run(&d, nth);
-            assert_close(&d.get(), &rows.iter().map(|r| r.iter().sum::<f32>() / 7.0).collect::<Vec<f32>>(), 1e-6);
+            assert_close(
+                &d.get(),
+                &rows
+                    .iter()
+                    .map(|r| r.iter().sum::<f32>() / 7.0)
+                    .collect::<Vec<f32>>(),
+                1e-6,
+            );
 
             let mut d = TT::new(GgmlType::F32, [1, 1, 1, 1]);
             d.op(op::SUM).src(0, &a);
@@ -164,7 +199,10 @@ mod tests {
                     if desc == 1 {
                         idx.reverse();
                     }
-                    assert_eq!(&got[ri * 7..ri * 7 + 7], &idx.iter().map(|&v| v as f32).collect::<Vec<_>>()[..]);
+                    assert_eq!(
+                        &got[ri * 7..ri * 7 + 7],
+                        &idx.iter().map(|&v| v as f32).collect::<Vec<_>>()[..]
+                    );
                 }
             }
 
@@ -175,7 +213,10 @@ mod tests {
             for (ri, r) in rows.iter().enumerate() {
                 let mut idx: Vec<usize> = (0..7).collect();
                 idx.sort_by(|&p, &q| r[q].partial_cmp(&r[p]).unwrap());
-                let mut g: Vec<usize> = got[ri * 3..ri * 3 + 3].iter().map(|&v| v as usize).collect();
+                let mut g: Vec<usize> = got[ri * 3..ri * 3 + 3]
+                    .iter()
+                    .map(|&v| v as usize)
+                    .collect();
                 g.sort();
                 let mut w = idx[..3].to_vec();
                 w.sort();

@@ -41,21 +41,37 @@ fn params(node: &Tensor) -> Params {
         attn_factor: node.param_f32(8),
         beta_fast: node.param_f32(9),
         beta_slow: node.param_f32(10),
-        sections: [node.param_i32(11), node.param_i32(12), node.param_i32(13), node.param_i32(14)],
+        sections: [
+            node.param_i32(11),
+            node.param_i32(12),
+            node.param_i32(13),
+            node.param_i32(14),
+        ],
         n_offs: node.param_i32(15).max(0) as usize,
     }
 }
 
 pub fn supports(node: &Tensor) -> bool {
-    let (Some(a), Some(pos)) = (node.src(0), node.src(1)) else { return false };
+    let (Some(a), Some(pos)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
     let t = a.dtype();
     if !matches!(t, GgmlType::F32 | GgmlType::F16) || node.dtype() != t || !a.same_shape(node) {
         return false;
     }
-    if !a.has_dense_rows() || !node.has_dense_rows() || pos.dtype() != GgmlType::I32 || !pos.is_contiguous() {
+    if !a.has_dense_rows()
+        || !node.has_dense_rows()
+        || pos.dtype() != GgmlType::I32
+        || !pos.is_contiguous()
+    {
         return false;
     }
-    let (ne, n1, n2, n3) = (node.ne(), node.param_i32(1), node.param_i32(2), node.param_i32(15));
+    let (ne, n1, n2, n3) = (
+        node.ne(),
+        node.param_i32(1),
+        node.param_i32(2),
+        node.param_i32(15),
+    );
     if n1 < 0 || n3 < 0 {
         return false;
     }
@@ -72,7 +88,10 @@ pub fn supports(node: &Tensor) -> bool {
     }
     if multi {
         let s = p.sections;
-        if s.iter().any(|&v| v < 0) || (s[0] <= 0 && s[1] <= 0 && s[2] <= 0) || s.iter().sum::<i32>() as usize > ne[0] {
+        if s.iter().any(|&v| v < 0)
+            || (s[0] <= 0 && s[1] <= 0 && s[2] <= 0)
+            || s.iter().sum::<i32>() as usize > ne[0]
+        {
             return false;
         }
     }
@@ -81,7 +100,10 @@ pub fn supports(node: &Tensor) -> bool {
         return false;
     }
     if let Some(ff) = node.src(2) {
-        if ff.dtype() != GgmlType::F32 || !ff.is_contiguous() || ff.nelements() < (p.n_dims / 2).max(cache_len / 2) {
+        if ff.dtype() != GgmlType::F32
+            || !ff.is_contiguous()
+            || ff.nelements() < (p.n_dims / 2).max(cache_len / 2)
+        {
             return false;
         }
     }
@@ -93,8 +115,17 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
 }
 
 /// Start and end of the YaRN correction range, in rotated dimensions.
-fn yarn_corr_dims(n_dims: usize, n_ctx_orig: i32, base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
-    let dim = |n_rot: f32| n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln());
+fn yarn_corr_dims(
+    n_dims: usize,
+    n_ctx_orig: i32,
+    base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> [f32; 2] {
+    let dim = |n_rot: f32| {
+        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * base.ln())
+    };
     let start = dim(beta_fast).floor();
     let end = dim(beta_slow).ceil();
     [start.max(0.0), end.min(n_dims as f32 - 1.0)]
@@ -116,7 +147,14 @@ fn yarn(theta_extrap: f32, i0: usize, p: &Params, corr: [f32; 2]) -> (f32, f32) 
 }
 
 /// Fills cache[i0], cache[i0+1] with cos, sin for every pair i0 < len.
-fn fill_cache(cache: &mut [f32], pos: [f32; 4], p: &Params, ff: Option<&[f32]>, corr: [f32; 2], theta_scale: f32) {
+fn fill_cache(
+    cache: &mut [f32],
+    pos: [f32; 4],
+    p: &Params,
+    ff: Option<&[f32]>,
+    corr: [f32; 2],
+    theta_scale: f32,
+) {
     let len = cache.len();
     let multi = p.mode & MROPE != 0;
     let s = p.sections;
@@ -173,17 +211,30 @@ fn fill_cache(cache: &mut [f32], pos: [f32; 4], p: &Params, ff: Option<&[f32]>, 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
     let a = node.src(0).unwrap();
     let posq = node.src(1).unwrap();
-    let ff = node.src(2).map(|f| unsafe { std::slice::from_raw_parts(f.data() as *const f32, f.nelements()) });
+    let ff = node
+        .src(2)
+        .map(|f| unsafe { std::slice::from_raw_parts(f.data() as *const f32, f.nelements()) });
     let p = params(node);
     let ne = node.ne();
     let t = node.dtype();
     let f16 = t == GgmlType::F16;
     let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
-    let corr = yarn_corr_dims(p.n_dims, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
+    let corr = yarn_corr_dims(
+        p.n_dims,
+        p.n_ctx_orig,
+        p.freq_base,
+        p.beta_fast,
+        p.beta_slow,
+    );
     let multi = p.mode & MROPE != 0;
     let pos = unsafe { std::slice::from_raw_parts(posq.data() as *const i32, posq.nelements()) };
     let cache_len = if p.mode == VISION { ne[0] } else { p.n_dims };
-    let cache = unsafe { std::slice::from_raw_parts_mut((ctx.wdata as *mut f32).add((ne[0] + 16) * ctx.ith), cache_len) };
+    let cache = unsafe {
+        std::slice::from_raw_parts_mut(
+            (ctx.wdata as *mut f32).add((ne[0] + 16) * ctx.ith),
+            cache_len,
+        )
+    };
     let mut last_i2 = usize::MAX;
 
     let ld = |ptr: *const u8, i: usize| -> f32 {
@@ -207,7 +258,12 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         let (i1, i2, i3) = super::cpy::unflatten3(r, ne[1], ne[2]);
         if i2 != last_i2 {
             let pp = if multi {
-                [pos[i2] as f32, pos[i2 + ne[2]] as f32, pos[i2 + 2 * ne[2]] as f32, pos[i2 + 3 * ne[2]] as f32]
+                [
+                    pos[i2] as f32,
+                    pos[i2 + ne[2]] as f32,
+                    pos[i2 + 2 * ne[2]] as f32,
+                    pos[i2 + 3 * ne[2]] as f32,
+                ]
             } else {
                 [pos[i2] as f32; 4]
             };
@@ -252,7 +308,17 @@ mod tests {
     use crate::ggml_types::{op, GgmlType};
 
     /// Plain rotary embedding written from the formulas (no YaRN: ext_factor 0).
-    fn reference(x: &[f32], ne: [usize; 4], pos: &[i32], n_dims: usize, mode: i32, base: f32, scale: f32, attn: f32, sections: [i32; 4]) -> Vec<f32> {
+    fn reference(
+        x: &[f32],
+        ne: [usize; 4],
+        pos: &[i32],
+        n_dims: usize,
+        mode: i32,
+        base: f32,
+        scale: f32,
+        attn: f32,
+        sections: [i32; 4],
+    ) -> Vec<f32> {
         let mut out = x.to_vec();
         let sect: i32 = sections.iter().sum();
         for i3 in 0..ne[3] {
@@ -263,15 +329,40 @@ mod tests {
                         let p = if mode & 8 != 0 {
                             let sec = (k as i32) % sect;
                             let stream = if mode == 40 {
-                                if sec % 3 == 1 && sec < 3 * sections[1] { 1 } else if sec % 3 == 2 && sec < 3 * sections[2] { 2 } else if sec % 3 == 0 && sec < 3 * sections[0] { 0 } else { 3 }
-                            } else if sec < sections[0] { 0 } else if sec < sections[0] + sections[1] { 1 } else if sec < sections[0] + sections[1] + sections[2] { 2 } else { 3 };
+                                if sec % 3 == 1 && sec < 3 * sections[1] {
+                                    1
+                                } else if sec % 3 == 2 && sec < 3 * sections[2] {
+                                    2
+                                } else if sec % 3 == 0 && sec < 3 * sections[0] {
+                                    0
+                                } else {
+                                    3
+                                }
+                            } else if sec < sections[0] {
+                                0
+                            } else if sec < sections[0] + sections[1] {
+                                1
+                            } else if sec < sections[0] + sections[1] + sections[2] {
+                                2
+                            } else {
+                                3
+                            };
                             pos[i2 + stream * ne[2]]
                         } else {
                             pos[i2]
                         };
-                        let theta = p as f64 * (base as f64).powf(-2.0 * k as f64 / n_dims as f64) * scale as f64;
-                        let (c, s) = ((theta.cos() * attn as f64) as f32, (theta.sin() * attn as f64) as f32);
-                        let (a, b) = if mode == 0 { (2 * k, 2 * k + 1) } else { (k, k + n_dims / 2) };
+                        let theta = p as f64
+                            * (base as f64).powf(-2.0 * k as f64 / n_dims as f64)
+                            * scale as f64;
+                        let (c, s) = (
+                            (theta.cos() * attn as f64) as f32,
+                            (theta.sin() * attn as f64) as f32,
+                        );
+                        let (a, b) = if mode == 0 {
+                            (2 * k, 2 * k + 1)
+                        } else {
+                            (k, k + n_dims / 2)
+                        };
                         let (x0, x1) = (x[row + a], x[row + b]);
                         out[row + a] = x0 * c - x1 * s;
                         out[row + b] = x0 * s + x1 * c;
@@ -286,7 +377,12 @@ mod tests {
     fn rope_modes_match_reference() {
         let ne = [10, 3, 4, 2];
         let n: usize = ne.iter().product();
-        for (mode, sections) in [(0, [0; 4]), (2, [0; 4]), (8, [2, 1, 1, 0]), (40, [1, 1, 1, 1])] {
+        for (mode, sections) in [
+            (0, [0; 4]),
+            (2, [0; 4]),
+            (8, [2, 1, 1, 0]),
+            (40, [1, 1, 1, 1]),
+        ] {
             for ty in [GgmlType::F32, GgmlType::F16] {
                 for nth in [1, 3] {
                     let x = rand_vec(n, 7, -2.0, 2.0);
@@ -298,8 +394,18 @@ mod tests {
                     let mut pt = TT::new(GgmlType::I32, [npos, 1, 1, 1]);
                     pt.set(&pos.iter().map(|&v| v as f32).collect::<Vec<_>>());
                     let mut d = TT::new(ty, ne);
-                    d.op(op::ROPE).src(0, &a).src(1, &pt).pi(1, 8).pi(2, mode).pi(4, 4096);
-                    d.pf(5, 10000.0).pf(6, 0.5).pf(7, 0.0).pf(8, 1.25).pf(9, 32.0).pf(10, 1.0);
+                    d.op(op::ROPE)
+                        .src(0, &a)
+                        .src(1, &pt)
+                        .pi(1, 8)
+                        .pi(2, mode)
+                        .pi(4, 4096);
+                    d.pf(5, 10000.0)
+                        .pf(6, 0.5)
+                        .pf(7, 0.0)
+                        .pf(8, 1.25)
+                        .pf(9, 32.0)
+                        .pf(10, 1.0);
                     for (k, s) in sections.iter().enumerate() {
                         d.pi(11 + k, *s);
                     }
@@ -321,11 +427,25 @@ mod tests {
         let mut pt = TT::new(GgmlType::I32, [3, 1, 1, 1]);
         pt.set(&[0.0, 100.0, 5000.0]);
         let mut d = TT::new(GgmlType::F32, ne);
-        d.op(op::ROPE).src(0, &a).src(1, &pt).pi(1, 8).pi(2, 2).pi(4, 4096);
-        d.pf(5, 10000.0).pf(6, 0.25).pf(7, 1.0).pf(8, 1.0).pf(9, 32.0).pf(10, 1.0);
+        d.op(op::ROPE)
+            .src(0, &a)
+            .src(1, &pt)
+            .pi(1, 8)
+            .pi(2, 2)
+            .pi(4, 4096);
+        d.pf(5, 10000.0)
+            .pf(6, 0.25)
+            .pf(7, 1.0)
+            .pf(8, 1.0)
+            .pf(9, 32.0)
+            .pf(10, 1.0);
         run(&d, 2);
         // Position 0 is the identity rotation scaled by the YaRN magnitude factor.
         let m = 1.0 + 0.1 * (4.0f32).ln();
-        assert_close(&d.get()[..8], &x[..8].iter().map(|v| v * m).collect::<Vec<_>>(), 1e-6);
+        assert_close(
+            &d.get()[..8],
+            &x[..8].iter().map(|v| v * m).collect::<Vec<_>>(),
+            1e-6,
+        );
     }
 }

@@ -26,7 +26,11 @@ pub fn compute_get(node: &Tensor, ctx: &Ctx) {
     let (a, idx) = (node.src(0).unwrap(), node.src(1).unwrap());
     let (ane, ine) = (a.ne(), idx.ne());
     let nc = ane[0];
-    let to = if a.dtype() == GgmlType::I32 { None } else { traits(a.dtype()).unwrap().to_f32 };
+    let to = if a.dtype() == GgmlType::I32 {
+        None
+    } else {
+        traits(a.dtype()).unwrap().to_f32
+    };
     for i in split_range(idx.nelements(), ctx.ith, ctx.nth) {
         let (i10, i11, i12) = super::cpy::unflatten3(i, ine[0], ine[1]);
         unsafe {
@@ -63,7 +67,9 @@ pub fn compute_set(node: &Tensor, ctx: &Ctx) {
     let nc = ane[0];
     let (st, dt) = (a.dtype(), node.dtype());
     let from = traits(dt).unwrap().from_f32.unwrap();
-    let tmp = unsafe { std::slice::from_raw_parts_mut((ctx.wdata as *mut f32).add((nc + 16) * ctx.ith), nc) };
+    let tmp = unsafe {
+        std::slice::from_raw_parts_mut((ctx.wdata as *mut f32).add((nc + 16) * ctx.ith), nc)
+    };
     let i64_idx = idx.dtype() == GgmlType::I64;
     // Threads split the rows of each matrix, as ggml-cpu does.
     let rows = split_range(ane[1], ctx.ith, ctx.nth);
@@ -72,7 +78,11 @@ pub fn compute_set(node: &Tensor, ctx: &Ctx) {
             for i in rows.clone() {
                 unsafe {
                     let ip = idx.data().add(idx.offset(i, i02 % ine[1], i03 % ine[2], 0));
-                    let row = if i64_idx { *(ip as *const i64) } else { *(ip as *const i32) as i64 };
+                    let row = if i64_idx {
+                        *(ip as *const i64)
+                    } else {
+                        *(ip as *const i32) as i64
+                    };
                     if row < 0 || row as usize >= dne[1] {
                         continue;
                     }
@@ -108,7 +118,11 @@ mod tests {
                 let ids = [4.0, 0.0, 2.0, 1.0, 1.0, 3.0];
                 let mut idx = TT::new(GgmlType::I32, [3, b, 1, 1]);
                 idx.set(&ids);
-                let dty = if ty == GgmlType::I32 { GgmlType::I32 } else { GgmlType::F32 };
+                let dty = if ty == GgmlType::I32 {
+                    GgmlType::I32
+                } else {
+                    GgmlType::F32
+                };
                 let mut d = TT::new(dty, [nc, 3, b, 1]);
                 d.op(op::GET_ROWS).src(0, &a).src(1, &idx);
                 run(&d, nth);
@@ -134,7 +148,10 @@ mod tests {
         ] {
             for nth in [1, 3] {
                 let (nc, n, nd, b) = (8, 3, 7, 4);
-                let vals = rand_vec(nc * n * b, 3, -4.0, 4.0).iter().map(|v| (v * 4.0).round() / 4.0).collect::<Vec<_>>();
+                let vals = rand_vec(nc * n * b, 3, -4.0, 4.0)
+                    .iter()
+                    .map(|v| (v * 4.0).round() / 4.0)
+                    .collect::<Vec<_>>();
                 let mut a = TT::new(sty, [nc, n, b, 1]);
                 a.set(&vals);
                 // indices broadcast over dim 2: 2 index rows for 4 matrices

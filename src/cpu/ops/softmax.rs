@@ -59,7 +59,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let (scale, max_bias) = (node.param_f32(0), node.param_f32(1));
     let ne = node.ne();
     let n = ne[0];
-    let wp = unsafe { std::slice::from_raw_parts_mut((ctx.wdata as *mut f32).add((n + 16) * ctx.ith), n) };
+    let wp = unsafe {
+        std::slice::from_raw_parts_mut((ctx.wdata as *mut f32).add((n + 16) * ctx.ith), n)
+    };
 
     let mut row = 0usize;
     for i3 in 0..ne[3] {
@@ -73,7 +75,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 }
                 unsafe {
                     let sp = a.data().add(a.row_offset(i1, i2, i3)) as *const f32;
-                    let dp = std::slice::from_raw_parts_mut(node.data().add(node.row_offset(i1, i2, i3)) as *mut f32, n);
+                    let dp = std::slice::from_raw_parts_mut(
+                        node.data().add(node.row_offset(i1, i2, i3)) as *mut f32,
+                        n,
+                    );
                     for i in 0..n {
                         wp[i] = *sp.add(i) * scale;
                     }
@@ -82,7 +87,8 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                         let mp = m.data().add(m.row_offset(i1, i2 % mne[2], i3 % mne[3]));
                         if m.dtype() == GgmlType::F16 {
                             for i in 0..n {
-                                wp[i] += slope * half::f16::from_bits(*(mp as *const u16).add(i)).to_f32();
+                                wp[i] += slope
+                                    * half::f16::from_bits(*(mp as *const u16).add(i)).to_f32();
                             }
                         } else {
                             for i in 0..n {
@@ -172,14 +178,18 @@ mod tests {
                                 let slope = slope_ref(max_bias, ne[2], i2);
                                 for i1 in 0..ne[1] {
                                     let base = ((i3 * ne[2] + i2) * ne[1] + i1) * ne[0];
-                                    let mut l: Vec<f64> = (0..ne[0]).map(|i| x[base + i] as f64 * 0.7).collect();
+                                    let mut l: Vec<f64> =
+                                        (0..ne[0]).map(|i| x[base + i] as f64 * 0.7).collect();
                                     if let Some(mv) = mvals.as_ref() {
-                                        let mb = (((i3 % mne[3]) * mne[2] + i2 % mne[2]) * mne[1] + i1) * mne[0];
+                                        let mb = (((i3 % mne[3]) * mne[2] + i2 % mne[2]) * mne[1]
+                                            + i1)
+                                            * mne[0];
                                         for i in 0..ne[0] {
                                             l[i] += slope * mv[mb + i] as f64;
                                         }
                                     }
-                                    let mut mx = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                                    let mut mx =
+                                        l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                                     if with_sinks {
                                         mx = mx.max(sv[i2] as f64);
                                     }

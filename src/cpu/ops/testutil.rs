@@ -46,7 +46,9 @@ impl TT {
 
     fn elem_ptr(&self, i: [usize; 4]) -> *mut u8 {
         let nb = self.t.nb;
-        unsafe { (self.t.data as *mut u8).add(i[0] * nb[0] + i[1] * nb[1] + i[2] * nb[2] + i[3] * nb[3]) }
+        unsafe {
+            (self.t.data as *mut u8).add(i[0] * nb[0] + i[1] * nb[1] + i[2] * nb[2] + i[3] * nb[3])
+        }
     }
 
     fn each_index(&self, mut f: impl FnMut(usize, [usize; 4])) {

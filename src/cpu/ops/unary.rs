@@ -38,7 +38,9 @@ pub fn silu(x: f32) -> f32 {
 }
 
 fn table(f: fn(f32) -> f32) -> Vec<u16> {
-    (0..=u16::MAX).map(|h| half::f16::from_f32(f(half::f16::from_bits(h).to_f32())).to_bits()).collect()
+    (0..=u16::MAX)
+        .map(|h| half::f16::from_f32(f(half::f16::from_bits(h).to_f32())).to_bits())
+        .collect()
 }
 
 pub static GELU_F16: Lazy<Vec<u16>> = Lazy::new(|| table(gelu));
@@ -74,7 +76,15 @@ pub fn gelu_quick_f32_table(x: f32) -> f32 {
 fn unary_fn(u: i32) -> Option<fn(f32) -> f32> {
     Some(match u {
         unary::ABS => |x: f32| x.abs(),
-        unary::SGN => |x: f32| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { 0.0 },
+        unary::SGN => |x: f32| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        },
         unary::NEG => |x: f32| -x,
         unary::STEP => |x: f32| if x > 0.0 { 1.0 } else { 0.0 },
         unary::TANH => |x: f32| x.tanh(),
@@ -99,8 +109,12 @@ pub fn supports(node: &Tensor) -> bool {
         return false;
     }
     match node.op() {
-        op::UNARY => unary_fn(node.param_i32(0)).is_some() && a.has_dense_rows() && node.has_dense_rows(),
-        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS => a.has_dense_rows() && node.has_dense_rows(),
+        op::UNARY => {
+            unary_fn(node.param_i32(0)).is_some() && a.has_dense_rows() && node.has_dense_rows()
+        }
+        op::SQR | op::SQRT | op::LOG | op::SIN | op::COS => {
+            a.has_dense_rows() && node.has_dense_rows()
+        }
         // ggml-cpu walks these by flat row index.
         op::CLAMP | op::LEAKY_RELU => a.is_contiguous_from(1) && node.is_contiguous_from(1),
         _ => false,
@@ -122,7 +136,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         op::SIN => Box::new(|x: f32| x.sin()),
         op::COS => Box::new(|x: f32| x.cos()),
         op::CLAMP => Box::new(move |x: f32| x.min(p1).max(p0)),
-        _ => Box::new(move |x: f32| (if x > 0.0 { x } else { 0.0 }) + p0 * (if x < 0.0 { x } else { 0.0 })),
+        _ => Box::new(move |x: f32| {
+            (if x > 0.0 { x } else { 0.0 }) + p0 * (if x < 0.0 { x } else { 0.0 })
+        }),
     };
     let ne = node.ne();
     for r in split_range(node.nrows(), ctx.ith, ctx.nth) {
@@ -161,7 +177,11 @@ mod tests {
         for ty in [GgmlType::F32, GgmlType::F16] {
             for nth in [1, 3] {
                 let ne = [9, 4, 2, 1];
-                let lo = if o == op::SQRT || o == op::LOG { 0.1 } else { -6.0 };
+                let lo = if o == op::SQRT || o == op::LOG {
+                    0.1
+                } else {
+                    -6.0
+                };
                 let x = rand_vec(72, 5, lo, 6.0);
                 let mut a = TT::new(ty, ne);
                 a.set(&x);
@@ -172,8 +192,15 @@ mod tests {
                     d.pf(0, p.0).pf(1, p.1);
                 }
                 run(&d, nth);
-                let w: Vec<f32> = xin.iter().map(|&v| want(v as f64, p.0 as f64, p.1 as f64) as f32).collect();
-                let tol = if ty == GgmlType::F16 { tol.max(4e-3) } else { tol };
+                let w: Vec<f32> = xin
+                    .iter()
+                    .map(|&v| want(v as f64, p.0 as f64, p.1 as f64) as f32)
+                    .collect();
+                let tol = if ty == GgmlType::F16 {
+                    tol.max(4e-3)
+                } else {
+                    tol
+                };
                 assert_close(&d.get(), &w, tol);
             }
         }
@@ -181,31 +208,87 @@ mod tests {
 
     #[test]
     fn unary_ops_match_reference() {
-        let tanh_gelu = |x: f64, _: f64, _: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh());
+        let tanh_gelu = |x: f64, _: f64, _: f64| {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        };
         check(op::UNARY, unary::GELU, (0.0, 0.0), tanh_gelu, 4e-3); // f16 table
-        check(op::UNARY, unary::SILU, (0.0, 0.0), |x, _, _| x / (1.0 + (-x).exp()), 1e-5);
-        check(op::UNARY, unary::GELU_QUICK, (0.0, 0.0), |x, _, _| x / (1.0 + (-1.702 * x).exp()), 4e-3);
-        check(op::UNARY, unary::RELU, (0.0, 0.0), |x, _, _| x.max(0.0), 0.0);
+        check(
+            op::UNARY,
+            unary::SILU,
+            (0.0, 0.0),
+            |x, _, _| x / (1.0 + (-x).exp()),
+            1e-5,
+        );
+        check(
+            op::UNARY,
+            unary::GELU_QUICK,
+            (0.0, 0.0),
+            |x, _, _| x / (1.0 + (-1.702 * x).exp()),
+            4e-3,
+        );
+        check(
+            op::UNARY,
+            unary::RELU,
+            (0.0, 0.0),
+            |x, _, _| x.max(0.0),
+            0.0,
+        );
         check(op::UNARY, unary::NEG, (0.0, 0.0), |x, _, _| -x, 0.0);
         check(op::UNARY, unary::ABS, (0.0, 0.0), |x, _, _| x.abs(), 0.0);
         check(op::UNARY, unary::TANH, (0.0, 0.0), |x, _, _| x.tanh(), 1e-6);
-        check(op::UNARY, unary::SIGMOID, (0.0, 0.0), |x, _, _| 1.0 / (1.0 + (-x).exp()), 1e-6);
+        check(
+            op::UNARY,
+            unary::SIGMOID,
+            (0.0, 0.0),
+            |x, _, _| 1.0 / (1.0 + (-x).exp()),
+            1e-6,
+        );
         check(op::UNARY, unary::EXP, (0.0, 0.0), |x, _, _| x.exp(), 1e-6);
-        check(op::UNARY, unary::ELU, (0.0, 0.0), |x, _, _| if x > 0.0 { x } else { x.exp() - 1.0 }, 1e-6);
-        check(op::UNARY, unary::HARDSWISH, (0.0, 0.0), |x, _, _| x * ((x + 3.0) / 6.0).clamp(0.0, 1.0), 1e-6);
-        check(op::UNARY, unary::STEP, (0.0, 0.0), |x, _, _| if x > 0.0 { 1.0 } else { 0.0 }, 0.0);
+        check(
+            op::UNARY,
+            unary::ELU,
+            (0.0, 0.0),
+            |x, _, _| if x > 0.0 { x } else { x.exp() - 1.0 },
+            1e-6,
+        );
+        check(
+            op::UNARY,
+            unary::HARDSWISH,
+            (0.0, 0.0),
+            |x, _, _| x * ((x + 3.0) / 6.0).clamp(0.0, 1.0),
+            1e-6,
+        );
+        check(
+            op::UNARY,
+            unary::STEP,
+            (0.0, 0.0),
+            |x, _, _| if x > 0.0 { 1.0 } else { 0.0 },
+            0.0,
+        );
         check(op::SQR, 0, (0.0, 0.0), |x, _, _| x * x, 1e-6);
         check(op::SQRT, 0, (0.0, 0.0), |x, _, _| x.sqrt(), 1e-6);
         check(op::LOG, 0, (0.0, 0.0), |x, _, _| x.ln(), 1e-6);
         check(op::SIN, 0, (0.0, 0.0), |x, _, _| x.sin(), 1e-6);
         check(op::CLAMP, 0, (-1.5, 2.0), |x, lo, hi| x.clamp(lo, hi), 0.0);
-        check(op::LEAKY_RELU, 0, (0.1, 0.0), |x, s, _| if x > 0.0 { x } else { s * x }, 1e-6);
+        check(
+            op::LEAKY_RELU,
+            0,
+            (0.1, 0.0),
+            |x, s, _| if x > 0.0 { x } else { s * x },
+            1e-6,
+        );
     }
 
     #[test]
     fn gelu_erf_matches_reference() {
         // erf via its series for small |x|: compare against f64 integration-free identity at a few points
-        for (x, want) in [(0.0f32, 0.0f32), (1.0, 0.841_344_7), (-1.0, -0.158_655_3), (2.0, 1.954_5)] {
+        for (x, want) in [
+            (0.0f32, 0.0f32),
+            (1.0, 0.841_344_7),
+            (-1.0, -0.158_655_3),
+            (2.0, 1.954_5),
+        ] {
             assert!((super::gelu_erf(x) - want).abs() < 1e-4, "{x}");
         }
     }

@@ -42,7 +42,10 @@ impl Dpbusd for Bw {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     unsafe fn dpbusd(acc: __m512i, u: __m512i, s: __m512i) -> __m512i {
-        _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)))
+        _mm512_add_epi32(
+            acc,
+            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)),
+        )
     }
 }
 
@@ -58,7 +61,10 @@ pub unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn hsum_halves(v: __m512) -> (f32, f32) {
     let (lo, hi) = crate::cpu::simd::x86::halves(v);
-    (crate::cpu::simd::x86::hsum(lo), crate::cpu::simd::x86::hsum(hi))
+    (
+        crate::cpu::simd::x86::hsum(lo),
+        crate::cpu::simd::x86::hsum(hi),
+    )
 }
 
 /// Lane `a` of `v` in the low 8 lanes and lane `b` in the high 8.
@@ -121,7 +127,11 @@ unsafe fn odd_tail<B: CodesBlock>(bx: &B, by: &BlockQ8_0, setup: __m256i, total:
     let mut c = [0u8; 32];
     _mm256_storeu_si256(c.as_mut_ptr() as *mut __m256i, bx.codes(setup));
     let off = B::OFFSET as u8 as i32;
-    let sumi: i32 = c.iter().zip(&by.qs).map(|(&u, &y)| (u as i32 - off) * y as i32).sum();
+    let sumi: i32 = c
+        .iter()
+        .zip(&by.qs)
+        .map(|(&u, &y)| (u as i32 - off) * y as i32)
+        .sum();
     (sumi as f32).mul_add(super::x86::f16_mul(by.d, bx.d()), total)
 }
 
@@ -131,7 +141,15 @@ unsafe fn odd_tail<B: CodesBlock>(bx: &B, by: &BlockQ8_0, setup: __m256i, total:
 /// closure called twice may stay out of line, with every intrinsic a call).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(i: usize, acc: &mut [[__m512; C]; R], x: *const u8, xs: usize, y: *const u8, ys: usize, setup: __m256i) {
+unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
+    i: usize,
+    acc: &mut [[__m512; C]; R],
+    x: *const u8,
+    xs: usize,
+    y: *const u8,
+    ys: usize,
+    setup: __m256i,
+) {
     let off = _mm512_set1_epi8(B::OFFSET);
     let zero = _mm512_setzero_si512();
     let bx = |r: usize| &*(x.add(r * xs) as *const B).add(i);
@@ -144,10 +162,20 @@ unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(i: u
         } else {
             let xv = _mm512_sub_epi8(u, off);
             let neg = _mm512_movepi8_mask(xv);
-            D::dpbusd(zero, _mm512_abs_epi8(xv), _mm512_mask_sub_epi8(yv, neg, zero, yv))
+            D::dpbusd(
+                zero,
+                _mm512_abs_epi8(xv),
+                _mm512_mask_sub_epi8(yv, neg, zero, yv),
+            )
         }
     };
-    let negcorr = |yv: __m512i| if D::VNNI { _mm512_sub_epi32(zero, D::dpbusd(zero, off, yv)) } else { zero };
+    let negcorr = |yv: __m512i| {
+        if D::VNNI {
+            _mm512_sub_epi32(zero, D::dpbusd(zero, off, yv))
+        } else {
+            zero
+        }
+    };
     let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
     if C == 1 {
         let b = by(0);
@@ -162,7 +190,11 @@ unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(i: u
             _mm_prefetch::<_MM_HINT_T0>((b1 as *const B as *const i8).add(R * xs));
             let u = join(b0.codes(setup), b1.codes(setup));
             let p = int_dot(u, yv, nc);
-            acc[q][0] = _mm512_fmadd_ps(lane_pair(s, 2 * q, 2 * q + 1), _mm512_cvtepi32_ps(p), acc[q][0]);
+            acc[q][0] = _mm512_fmadd_ps(
+                lane_pair(s, 2 * q, 2 * q + 1),
+                _mm512_cvtepi32_ps(p),
+                acc[q][0],
+            );
         }
     } else {
         let dy = f16s::<C>(|c| by(c).d);
@@ -181,7 +213,11 @@ unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(i: u
             let dxr = lane_pair(dx, r, r);
             for p in 0..C / 2 {
                 let prod = int_dot(u, yv[p], nc[p]);
-                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dxr, dyv[p]), _mm512_cvtepi32_ps(prod), acc[r][p]);
+                acc[r][p] = _mm512_fmadd_ps(
+                    _mm512_mul_ps(dxr, dyv[p]),
+                    _mm512_cvtepi32_ps(prod),
+                    acc[r][p],
+                );
             }
         }
     }
@@ -221,7 +257,12 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
     }
     let put = |r: usize, c: usize, total: f32| {
         let total = if B::EVEN_ODD && nb & 1 != 0 {
-            odd_tail(&*(x.add(r * xs) as *const B).add(nb - 1), &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1), setup, total)
+            odd_tail(
+                &*(x.add(r * xs) as *const B).add(nb - 1),
+                &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1),
+                setup,
+                total,
+            )
         } else {
             total
         };
@@ -287,7 +328,15 @@ impl Dpbusd256 for Maddubs {
 /// Block i of `tile_codes256` into `acc` (a function for the reason given at `step512`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(i: usize, acc: &mut [[__m256; C]; R], x: *const u8, xs: usize, y: *const u8, ys: usize, setup: __m256i) {
+unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(
+    i: usize,
+    acc: &mut [[__m256; C]; R],
+    x: *const u8,
+    xs: usize,
+    y: *const u8,
+    ys: usize,
+    setup: __m256i,
+) {
     let off = _mm256_set1_epi8(B::OFFSET);
     let zero = _mm256_setzero_si256();
     let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
@@ -309,7 +358,8 @@ unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(i
         let u = b.codes(setup);
         for c in 0..C {
             let p = D::dpbusd(nc[c], u, yv[c]);
-            acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[c]), _mm256_cvtepi32_ps(p), acc[r][c]);
+            acc[r][c] =
+                _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[c]), _mm256_cvtepi32_ps(p), acc[r][c]);
         }
     }
 }
@@ -349,7 +399,12 @@ pub unsafe fn tile_codes256<B: CodesBlock, D: Dpbusd256, const R: usize, const C
         for c in 0..C {
             let mut total = crate::cpu::simd::x86::hsum(acc[0][r][c]);
             if B::EVEN_ODD && nb & 1 != 0 {
-                total = odd_tail(&*(x.add(r * xs) as *const B).add(nb - 1), &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1), setup, total);
+                total = odd_tail(
+                    &*(x.add(r * xs) as *const B).add(nb - 1),
+                    &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1),
+                    setup,
+                    total,
+                );
             }
             *(out.add(r * 4 + c * os) as *mut f32) = total;
         }

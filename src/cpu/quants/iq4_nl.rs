@@ -8,7 +8,9 @@ use crate::cpu::types::VecDot;
 pub const QK: usize = 32;
 
 /// The format's 16 levels (part of the file format).
-pub const TABLE: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+pub const TABLE: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -71,7 +73,11 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
                 sll += t * t;
             }
             let d = sxl / sll;
-            let err: f32 = l.iter().zip(x).map(|(&k, &v)| (v - d * TABLE[k] as f32).powi(2)).sum();
+            let err: f32 = l
+                .iter()
+                .zip(x)
+                .map(|(&k, &v)| (v - d * TABLE[k] as f32).powi(2))
+                .sum();
             if err < best.0 {
                 best = (err, d, l);
             }
@@ -106,12 +112,15 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if super::use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = use_avx2;
     vec_dot_ref
 }
-
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
@@ -140,7 +149,11 @@ pub(super) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn accumulate(table: __m256i, bx: &BlockIq4Nl, by: &BlockQ8_0, acc: __m256) -> __m256 {
-        _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(by.d, bx.d)), _mm256_cvtepi32_ps(block(table, bx, by)), acc)
+        _mm256_fmadd_ps(
+            _mm256_set1_ps(f16_mul(by.d, bx.d)),
+            _mm256_cvtepi32_ps(block(table, bx, by)),
+            acc,
+        )
     }
 
     /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: even and odd blocks in
@@ -168,7 +181,15 @@ pub(super) mod avx2 {
     /// Adds block i of R rows by C columns to `acc`, one accumulator per pair.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_block<const R: usize, const C: usize>(table: __m256i, i: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, acc: &mut [[__m256; C]; R]) {
+    unsafe fn tile_block<const R: usize, const C: usize>(
+        table: __m256i,
+        i: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        acc: &mut [[__m256; C]; R],
+    ) {
         let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_0).add(i);
         let mut dy = [0f32; C];
         for (c, d) in dy.iter_mut().enumerate() {
@@ -190,7 +211,8 @@ pub(super) mod avx2 {
                 let yq = _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i);
                 let p = dot_u8_i8(qa, _mm256_sign_epi8(yq, q));
                 // dy·dx: the product vec_dot forms.
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dy[c] * dx), _mm256_cvtepi32_ps(p), acc[r][c]);
+                acc[r][c] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(dy[c] * dx), _mm256_cvtepi32_ps(p), acc[r][c]);
             }
         }
     }
@@ -199,7 +221,15 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     // The 2 × 4 tile's 16 accumulators (two per pair, as `vec_dot`) spill some, yet it
     // measured faster than 2 × 2 and 1 × 4.
-    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         const { assert!(C <= 4) };
         let nb = n / QK;
         let table = table();
@@ -214,7 +244,10 @@ pub(super) mod avx2 {
                 let o = out.add(r * 4 + c * os) as *mut f32;
                 *o = hsum_f32(_mm256_add_ps(acc[0][r][c], acc[1][r][c]));
                 if nb & 1 != 0 {
-                    let (bx, by) = (&*(x.add(r * xs) as *const BlockIq4Nl).add(nb - 1), &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1));
+                    let (bx, by) = (
+                        &*(x.add(r * xs) as *const BlockIq4Nl).add(nb - 1),
+                        &*(y.add(c * ys) as *const BlockQ8_0).add(nb - 1),
+                    );
                     *o = (hsum_i32(block(table, bx, by)) as f32).mul_add(f16_mul(by.d, bx.d), *o);
                 }
             }
@@ -271,13 +304,22 @@ mod neon {
     use std::arch::aarch64::*;
 
     #[inline(always)]
-    unsafe fn block<D: I8Dot>(table: int8x16_t, bx: &BlockIq4Nl, by: &BlockQ8_0, acc: float32x4_t) -> float32x4_t {
+    unsafe fn block<D: I8Dot>(
+        table: int8x16_t,
+        bx: &BlockIq4Nl,
+        by: &BlockQ8_0,
+        acc: float32x4_t,
+    ) -> float32x4_t {
         // A table lookup turns the 4-bit indices into levels: elements 0..15, then 16..31.
         let q = vld1q_u8(bx.qs.as_ptr());
         let lo = vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0x0f)));
         let hi = vqtbl1q_s8(table, vshrq_n_u8::<4>(q));
         let y = by.qs.as_ptr();
-        let p = D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y.add(16)));
+        let p = D::dot(
+            D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
+            hi,
+            vld1q_s8(y.add(16)),
+        );
         vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16_mul(bx.d, by.d))
     }
 
@@ -285,7 +327,9 @@ mod neon {
     unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockIq4Nl, y as *const BlockQ8_0);
         let table = vld1q_s8(TABLE.as_ptr());
-        vaddvq_f32(sum_blocks(n / QK, |i, acc| block::<D>(table, &*x.add(i), &*y.add(i), acc)))
+        vaddvq_f32(sum_blocks(n / QK, |i, acc| {
+            block::<D>(table, &*x.add(i), &*y.add(i), acc)
+        }))
     }
 
     #[target_feature(enable = "neon")]
@@ -310,11 +354,37 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "IQ4_NL: not the expected NEON kernel");
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "IQ4_NL: not the expected NEON kernel"
+        );
         for dot in [neon::vec_dot, vec_dot_fn()] {
-            check_vec_dot(GgmlType::IQ4_NL, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, dot, vec_dot_ref);
-            check_vec_dot_extremes(GgmlType::IQ4_NL, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, dot, vec_dot_ref);
+            check_vec_dot(
+                GgmlType::IQ4_NL,
+                from_f32,
+                to_f32,
+                GgmlType::Q8_0,
+                q8_0::from_f32,
+                q8_0::to_f32,
+                dot,
+                vec_dot_ref,
+            );
+            check_vec_dot_extremes(
+                GgmlType::IQ4_NL,
+                to_f32,
+                &[0],
+                GgmlType::Q8_0,
+                q8_0::from_f32,
+                q8_0::to_f32,
+                dot,
+                vec_dot_ref,
+            );
         }
     }
 
@@ -324,11 +394,44 @@ mod tests {
     fn avx512_tiles_equal_avx2_dot() {
         use crate::cpu::types::{DotTile, Tile};
         let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-        let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
-        let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
-        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
-        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
-        check_avx512_tiles(GgmlType::IQ4_NL, from_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
+        let vnni = [
+            tile(4, 4, avx512::tile_vnni::<4, 4>),
+            tile(8, 1, avx512::tile_vnni::<8, 1>),
+            tile(2, 2, avx512::tile_vnni::<2, 2>),
+            tile(3, 2, avx512::tile_vnni::<3, 2>),
+            tile(2, 1, avx512::tile_vnni::<2, 1>),
+        ];
+        let bw = [
+            tile(4, 4, avx512::tile_bw::<4, 4>),
+            tile(8, 1, avx512::tile_bw::<8, 1>),
+            tile(2, 2, avx512::tile_bw::<2, 2>),
+            tile(3, 2, avx512::tile_bw::<3, 2>),
+            tile(2, 1, avx512::tile_bw::<2, 1>),
+        ];
+        let vnni256 = [
+            tile(2, 4, avx512::tile_vnni256::<2, 4>),
+            tile(4, 1, avx512::tile_vnni256::<4, 1>),
+            tile(1, 1, avx512::tile_vnni256::<1, 1>),
+            tile(3, 2, avx512::tile_vnni256::<3, 2>),
+        ];
+        let avxvnni = [
+            tile(2, 4, avx512::tile_avxvnni::<2, 4>),
+            tile(4, 1, avx512::tile_avxvnni::<4, 1>),
+            tile(1, 1, avx512::tile_avxvnni::<1, 1>),
+            tile(3, 2, avx512::tile_avxvnni::<3, 2>),
+        ];
+        check_avx512_tiles(
+            GgmlType::IQ4_NL,
+            from_f32,
+            &[0],
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            avx2::vec_dot,
+            &vnni,
+            &bw,
+            &vnni256,
+            &avxvnni,
+        );
     }
 
     #[test]
@@ -338,16 +441,41 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::IQ4_NL, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::IQ4_NL,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn tiles_equal_vec_dot() {
-        check_tiles(GgmlType::IQ4_NL, from_f32, GgmlType::Q8_0, q8_0::from_f32, vec_dot_fn(), &tiles(GgmlType::IQ4_NL));
+        check_tiles(
+            GgmlType::IQ4_NL,
+            from_f32,
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            vec_dot_fn(),
+            &tiles(GgmlType::IQ4_NL),
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::IQ4_NL, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::IQ4_NL,
+            to_f32,
+            &[0],
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 }

@@ -35,8 +35,16 @@ macro_rules! with_tiles {
         #[cfg(target_arch = "x86_64")]
         let t = if use_avx2() {
             TypeTraits {
-                gemm: Some(crate::cpu::types::Tile { rows: 2, cols: 4, dot: $format::avx2::tile::<2, 4> }),
-                gemv: Some(crate::cpu::types::Tile { rows: 4, cols: 1, dot: $format::avx2::tile::<4, 1> }),
+                gemm: Some(crate::cpu::types::Tile {
+                    rows: 2,
+                    cols: 4,
+                    dot: $format::avx2::tile::<2, 4>,
+                }),
+                gemv: Some(crate::cpu::types::Tile {
+                    rows: 4,
+                    cols: 1,
+                    dot: $format::avx2::tile::<4, 1>,
+                }),
                 ..$t
             }
         } else {
@@ -67,7 +75,11 @@ macro_rules! with_tiles {
                     (Avx512Vnni, true) => t(8, 1, $format::avx512::tile_vnni::<8, 1>),
                 }
             };
-            TypeTraits { gemm: tile(tile_isa(false), false), gemv: tile(tile_isa(true), true), ..$t }
+            TypeTraits {
+                gemm: tile(tile_isa(false), false),
+                gemv: tile(tile_isa(true), true),
+                ..$t
+            }
         };
         #[cfg(not(target_arch = "x86_64"))]
         let t = with_tiles!($t, $format);
@@ -82,7 +94,18 @@ macro_rules! with_tiles {
 macro_rules! with_gemm_tile {
     ($t:expr, $format:ident, $rows:literal) => {{
         #[cfg(target_arch = "x86_64")]
-        let t = if use_avx2() { TypeTraits { gemm: Some(crate::cpu::types::Tile { rows: $rows, cols: 4, dot: $format::avx2::tile::<$rows, 4> }), ..$t } } else { $t };
+        let t = if use_avx2() {
+            TypeTraits {
+                gemm: Some(crate::cpu::types::Tile {
+                    rows: $rows,
+                    cols: 4,
+                    dot: $format::avx2::tile::<$rows, 4>,
+                }),
+                ..$t
+            }
+        } else {
+            $t
+        };
         #[cfg(not(target_arch = "x86_64"))]
         let t = $t;
         t
@@ -95,7 +118,14 @@ macro_rules! with_gemm_tile {
 fn with_q4_k_gemv(t: TypeTraits) -> TypeTraits {
     #[cfg(target_arch = "x86_64")]
     if use_avx2() && !use_avx512() {
-        return TypeTraits { gemv: Some(crate::cpu::types::Tile { rows: 2, cols: 1, dot: q4_k::avx2::tile::<2, 1> }), ..t };
+        return TypeTraits {
+            gemv: Some(crate::cpu::types::Tile {
+                rows: 2,
+                cols: 1,
+                dot: q4_k::avx2::tile::<2, 1>,
+            }),
+            ..t
+        };
     }
     t
 }
@@ -130,7 +160,11 @@ fn pick_tile_isa(var: &str) -> Option<TileIsa> {
     } else {
         None
     };
-    let avx512 = use_avx512().then_some(if has_avx512_vnni() { Avx512Vnni } else { Avx512 });
+    let avx512 = use_avx512().then_some(if has_avx512_vnni() {
+        Avx512Vnni
+    } else {
+        Avx512
+    });
     let best = avx512.or(vnni256).unwrap_or(Avx2);
     Some(match std::env::var(var).as_deref() {
         Ok("avx2") => Avx2,
@@ -141,9 +175,11 @@ fn pick_tile_isa(var: &str) -> Option<TileIsa> {
 }
 
 #[cfg(target_arch = "x86_64")]
-static GEMM_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMM"));
+static GEMM_ISA: once_cell::sync::Lazy<Option<TileIsa>> =
+    once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMM"));
 #[cfg(target_arch = "x86_64")]
-static GEMV_ISA: once_cell::sync::Lazy<Option<TileIsa>> = once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMV"));
+static GEMV_ISA: once_cell::sync::Lazy<Option<TileIsa>> =
+    once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMV"));
 
 #[cfg(target_arch = "x86_64")]
 /// The tile instruction set for generation (one column) or prompts.
@@ -158,22 +194,51 @@ pub fn tile_isa(gemv: bool) -> Option<TileIsa> {
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
 pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
-    let full = |to, from, vdt, dot| Some(TypeTraits { to_f32: Some(to), from_f32: Some(from), vec_dot_type: vdt, vec_dot: Some(dot), gemm: None, gemv: None });
+    let full = |to, from, vdt, dot| {
+        Some(TypeTraits {
+            to_f32: Some(to),
+            from_f32: Some(from),
+            vec_dot_type: vdt,
+            vec_dot: Some(dot),
+            gemm: None,
+            gemv: None,
+        })
+    };
     match t {
-        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn()).map(|t| with_tiles!(t, q4_0, avx512)),
-        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn()).map(|t| with_tiles!(t, q4_1, avx512)),
+        Q4_0 => full(q4_0::to_f32, q4_0::from_f32, Q8_0, q4_0::vec_dot_fn())
+            .map(|t| with_tiles!(t, q4_0, avx512)),
+        Q4_1 => full(q4_1::to_f32, q4_1::from_f32, Q8_1, q4_1::vec_dot_fn())
+            .map(|t| with_tiles!(t, q4_1, avx512)),
         Q5_0 => full(q5_0::to_f32, q5_0::from_f32, Q8_0, q5_0::vec_dot_fn()),
         Q5_1 => full(q5_1::to_f32, q5_1::from_f32, Q8_1, q5_1::vec_dot_fn()),
-        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn()).map(|t| with_tiles!(t, q8_0, avx512)),
+        Q8_0 => full(q8_0::to_f32, q8_0::from_f32, Q8_0, q8_0::vec_dot_fn())
+            .map(|t| with_tiles!(t, q8_0, avx512)),
         Q2_K => full(q2_k::to_f32, q2_k::from_f32, Q8_K, q2_k::vec_dot_fn()),
         Q3_K => full(q3_k::to_f32, q3_k::from_f32, Q8_K, q3_k::vec_dot_fn()),
-        Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn()).map(|t| with_q4_k_gemv(with_gemm_tile!(t, q4_k, 2))),
+        Q4_K => full(q4_k::to_f32, q4_k::from_f32, Q8_K, q4_k::vec_dot_fn())
+            .map(|t| with_q4_k_gemv(with_gemm_tile!(t, q4_k, 2))),
         Q5_K => full(q5_k::to_f32, q5_k::from_f32, Q8_K, q5_k::vec_dot_fn()),
-        Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn()).map(|t| with_gemm_tile!(t, q6_k, 1)),
-        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn()).map(|t| with_tiles!(t, iq4_nl, avx512)),
+        Q6_K => full(q6_k::to_f32, q6_k::from_f32, Q8_K, q6_k::vec_dot_fn())
+            .map(|t| with_gemm_tile!(t, q6_k, 1)),
+        IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn())
+            .map(|t| with_tiles!(t, iq4_nl, avx512)),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
-        Q8_1 => Some(TypeTraits { to_f32: None, from_f32: Some(q8_1::from_f32), vec_dot_type: Q8_1, vec_dot: None, gemm: None, gemv: None }),
-        Q8_K => Some(TypeTraits { to_f32: None, from_f32: Some(q8_k::from_f32), vec_dot_type: Q8_K, vec_dot: None, gemm: None, gemv: None }),
+        Q8_1 => Some(TypeTraits {
+            to_f32: None,
+            from_f32: Some(q8_1::from_f32),
+            vec_dot_type: Q8_1,
+            vec_dot: None,
+            gemm: None,
+            gemv: None,
+        }),
+        Q8_K => Some(TypeTraits {
+            to_f32: None,
+            from_f32: Some(q8_k::from_f32),
+            vec_dot_type: Q8_K,
+            vec_dot: None,
+            gemm: None,
+            gemv: None,
+        }),
         _ => None,
     }
 }
@@ -247,7 +312,11 @@ pub fn symmetric_scale(x: &[f32], nmax: i32) -> f32 {
             continue;
         }
         let s = sxl / sll;
-        let err: f32 = l.iter().zip(x).map(|(&q, &v)| (v - s * q as f32).powi(2)).sum();
+        let err: f32 = l
+            .iter()
+            .zip(x)
+            .map(|(&q, &v)| (v - s * q as f32).powi(2))
+            .sum();
         if err < best.0 {
             best = (err, s);
         }
@@ -294,7 +363,11 @@ pub fn scale_min(x: &[f32], nmax: i32) -> (f32, f32) {
         if s <= 0.0 {
             continue;
         }
-        let err: f32 = l.iter().zip(x).map(|(&q, &v)| (v - s * q as f32 - b).powi(2)).sum();
+        let err: f32 = l
+            .iter()
+            .zip(x)
+            .map(|(&q, &v)| (v - s * q as f32 - b).powi(2))
+            .sum();
         if err < best.0 {
             best = (err, s, -b);
         }
@@ -339,7 +412,10 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn hsum_i32(v: __m256i) -> i32 {
-        hsum_i32_x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)))
+        hsum_i32_x4(_mm_add_epi32(
+            _mm256_castsi256_si128(v),
+            _mm256_extracti128_si256(v, 1),
+        ))
     }
 
     #[inline]
@@ -355,7 +431,12 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn quantize_block_i8(x: *const f32, qs: *mut i8) -> (f32, i32) {
-        let v = [_mm256_loadu_ps(x), _mm256_loadu_ps(x.add(8)), _mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(x.add(24))];
+        let v = [
+            _mm256_loadu_ps(x),
+            _mm256_loadu_ps(x.add(8)),
+            _mm256_loadu_ps(x.add(16)),
+            _mm256_loadu_ps(x.add(24)),
+        ];
         let sign = _mm256_set1_ps(-0.0);
         let mut m = _mm256_andnot_ps(sign, v[0]);
         for &vi in &v[1..] {
@@ -365,10 +446,21 @@ pub mod x86 {
         let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
         let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-        let q = v.map(|vi| _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(vi, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-        let sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        let q = v.map(|vi| {
+            _mm256_cvtps_epi32(_mm256_round_ps(
+                _mm256_mul_ps(vi, id),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            ))
+        });
+        let sum = hsum_i32(_mm256_add_epi32(
+            _mm256_add_epi32(q[0], q[1]),
+            _mm256_add_epi32(q[2], q[3]),
+        ));
         // packs interleave 128-bit lanes; the permute puts the 32 codes back in order.
-        let p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
         let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256(qs as *mut __m256i, p);
         (amax / 127.0, sum)
@@ -416,7 +508,12 @@ pub mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn bits_to_bytes(bits: u32) -> __m256i {
         // Byte j gets a copy of source byte j / 8, then is tested against bit j % 8.
-        let which = _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
+        let which = _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        );
         let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), which);
         let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
@@ -557,7 +654,10 @@ pub mod neon {
     /// `block(i, acc)` over blocks 0..nb, even blocks into one accumulator and odd ones into
     /// another, so that consecutive FMAs do not wait on each other; returns their sum.
     #[inline(always)]
-    pub unsafe fn sum_blocks(nb: usize, mut block: impl FnMut(usize, float32x4_t) -> float32x4_t) -> float32x4_t {
+    pub unsafe fn sum_blocks(
+        nb: usize,
+        mut block: impl FnMut(usize, float32x4_t) -> float32x4_t,
+    ) -> float32x4_t {
         let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
         let mut i = 0;
         while i + 2 <= nb {
@@ -645,18 +745,39 @@ pub mod testutil {
             let n = nb * bs;
             let x = data(n, nb as u32 + 7);
             let y = dequantize(to, &quantize(t, from, &x), n);
-            let err = (x.iter().zip(&y).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / n as f32).sqrt();
+            let err =
+                (x.iter().zip(&y).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / n as f32).sqrt();
             let rms = (x.iter().map(|a| a * a).sum::<f32>() / n as f32).sqrt();
-            assert!(err <= tol * rms, "{t:?} n={n}: rms error {err} vs data rms {rms}");
+            assert!(
+                err <= tol * rms,
+                "{t:?} n={n}: rms error {err} vs data rms {rms}"
+            );
         }
         // All zeros survive exactly (no NaN from a zero scale).
         let z = vec![0f32; bs];
-        assert!(dequantize(to, &quantize(t, from, &z), bs).iter().all(|&v| v == 0.0), "{t:?} zeros");
+        assert!(
+            dequantize(to, &quantize(t, from, &z), bs)
+                .iter()
+                .all(|&v| v == 0.0),
+            "{t:?} zeros"
+        );
     }
 
     /// Formats with a NEON dot (every format with a dot; one without runs its scalar
     /// reference on aarch64).
-    const NEON_DOTS: [GgmlType; 11] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL];
+    const NEON_DOTS: [GgmlType; 11] = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+    ];
 
     /// Every format has an AVX2 dot, some a NEON one: where it may run it must be what is
     /// dispatched, or the checks below compare the reference with itself.
@@ -668,7 +789,10 @@ pub mod testutil {
         } else {
             return;
         };
-        assert!(dot as usize != dot_ref as usize, "{t:?}: the scalar reference is dispatched on a {simd} machine");
+        assert!(
+            dot as usize != dot_ref as usize,
+            "{t:?}: the scalar reference is dispatched on a {simd} machine"
+        );
     }
 
     /// The tiles the traits of `t` register (none without AVX2).
@@ -680,7 +804,17 @@ pub mod testutil {
     /// Runs `tile` on `rows` rows `qx` of `t` and `cols` columns `qy` of `yt` (output column
     /// stride `os` bytes) and asserts each result equals `dot` of its row and column to the bit.
     #[allow(clippy::too_many_arguments)]
-    fn assert_tile_is_dot(t: GgmlType, what: &str, tile: &Tile, n: usize, qx: &[u8], qy: &[u8], yt: GgmlType, dot: VecDot, os: usize) {
+    fn assert_tile_is_dot(
+        t: GgmlType,
+        what: &str,
+        tile: &Tile,
+        n: usize,
+        qx: &[u8],
+        qy: &[u8],
+        yt: GgmlType,
+        dot: VecDot,
+        os: usize,
+    ) {
         let (xs, ys) = (t.row_size(n), yt.row_size(n));
         let mut out = vec![0u8; os * tile.cols];
         unsafe { (tile.dot)(n, qx.as_ptr(), xs, qy.as_ptr(), ys, out.as_mut_ptr(), os) };
@@ -688,15 +822,31 @@ pub mod testutil {
             for c in 0..tile.cols {
                 let want = unsafe { dot(n, qx.as_ptr().add(r * xs), qy.as_ptr().add(c * ys)) };
                 let got = f32::from_le_bytes(out[r * 4 + c * os..][..4].try_into().unwrap());
-                assert_eq!(got.to_bits(), want.to_bits(), "{t:?} {what}{}x{} n={n} ({r},{c}): {got} vs {want}", tile.rows, tile.cols);
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{t:?} {what}{}x{} n={n} ({r},{c}): {got} vs {want}",
+                    tile.rows,
+                    tile.cols
+                );
             }
         }
     }
 
     /// Every tile result equals `vec_dot` of its row and column to the bit.
-    pub fn check_tiles(t: GgmlType, from: FromF32, yt: GgmlType, yfrom: FromF32, dot: VecDot, tiles: &[Option<Tile>]) {
+    pub fn check_tiles(
+        t: GgmlType,
+        from: FromF32,
+        yt: GgmlType,
+        yfrom: FromF32,
+        dot: VecDot,
+        tiles: &[Option<Tile>],
+    ) {
         #[cfg(target_arch = "x86_64")]
-        assert!(!super::use_avx2() || tiles.iter().all(Option::is_some), "{t:?}: AVX2 machine without tiles");
+        assert!(
+            !super::use_avx2() || tiles.iter().all(Option::is_some),
+            "{t:?}: AVX2 machine without tiles"
+        );
         for tile in tiles.iter().flatten() {
             for nb in [1, 3, 18] {
                 let n = nb * t.block_size();
@@ -733,7 +883,14 @@ pub mod testutil {
     /// Every result of each tile equals `dot` of its row and column to the bit, on raw random
     /// weight blocks against full-scale activations (codes ±127: where integer sums come
     /// closest to overflowing).
-    pub fn check_tiles_raw(t: GgmlType, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, dot: VecDot, tiles: &[Tile]) {
+    pub fn check_tiles_raw(
+        t: GgmlType,
+        f16_at: &[usize],
+        yt: GgmlType,
+        yfrom: FromF32,
+        dot: VecDot,
+        tiles: &[Tile],
+    ) {
         for tile in tiles {
             for nb in [1, 3, 7, 33] {
                 let n = nb * t.block_size();
@@ -742,7 +899,15 @@ pub mod testutil {
                 let mut qy = vec![];
                 for c in 0..tile.cols {
                     let mut next = xorshift(77u32 + c as u32 * 31 + nb as u32);
-                    let v: Vec<f32> = (0..n).map(|_| if next() & 1 != 0 || c % 2 == 1 { 1.0 } else { -1.0 }).collect();
+                    let v: Vec<f32> = (0..n)
+                        .map(|_| {
+                            if next() & 1 != 0 || c % 2 == 1 {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        })
+                        .collect();
                     qy.extend(quantize(yt, yfrom, &v));
                 }
                 assert_tile_is_dot(t, "raw ", tile, n, &qx, &qy, yt, dot, os);
@@ -754,7 +919,15 @@ pub mod testutil {
     /// data and on raw random blocks against full-scale activations. Runs where the CPU has
     /// AVX-512, whatever `ROCMFORGE_SIMD` forces; says when it skipped.
     #[cfg(target_arch = "x86_64")]
-    pub fn check_same_dot(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, dot: VecDot, avx2_dot: VecDot) {
+    pub fn check_same_dot(
+        t: GgmlType,
+        from: FromF32,
+        f16_at: &[usize],
+        yt: GgmlType,
+        yfrom: FromF32,
+        dot: VecDot,
+        avx2_dot: VecDot,
+    ) {
         use crate::cpu::simd;
         if !simd::has_avx512() {
             println!("{t:?} AVX-512 dot: SKIPPED, this CPU has no AVX-512");
@@ -762,15 +935,41 @@ pub mod testutil {
         }
         for nb in [1, 2, 3, 8, 17] {
             let n = nb * t.block_size();
-            for (k, qx) in [quantize(t, from, &data(n, nb as u32)), raw_rows(t, f16_at, n, 1, nb as u32)].iter().enumerate() {
-                let yv: Vec<f32> = if k == 0 { data(n, nb as u32 + 100) } else { (0..n).map(|i| if (i * 7919) % 3 == 0 { -1.0 } else { 1.0 }).collect() };
+            for (k, qx) in [
+                quantize(t, from, &data(n, nb as u32)),
+                raw_rows(t, f16_at, n, 1, nb as u32),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let yv: Vec<f32> = if k == 0 {
+                    data(n, nb as u32 + 100)
+                } else {
+                    (0..n)
+                        .map(|i| if (i * 7919) % 3 == 0 { -1.0 } else { 1.0 })
+                        .collect()
+                };
                 let qy = quantize(yt, yfrom, &yv);
-                let (a, b) = unsafe { (dot(n, qx.as_ptr(), qy.as_ptr()), avx2_dot(n, qx.as_ptr(), qy.as_ptr())) };
-                assert_eq!(a.to_bits(), b.to_bits(), "{t:?} n={n} {}: {a} vs AVX2 {b}", ["quantized", "raw"][k]);
+                let (a, b) = unsafe {
+                    (
+                        dot(n, qx.as_ptr(), qy.as_ptr()),
+                        avx2_dot(n, qx.as_ptr(), qy.as_ptr()),
+                    )
+                };
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{t:?} n={n} {}: {a} vs AVX2 {b}",
+                    ["quantized", "raw"][k]
+                );
             }
         }
         if super::use_avx512() {
-            assert_eq!(crate::cpu::types::traits(t).unwrap().vec_dot.unwrap() as usize, dot as usize, "{t:?}: AVX-512 dot not dispatched");
+            assert_eq!(
+                crate::cpu::types::traits(t).unwrap().vec_dot.unwrap() as usize,
+                dot as usize,
+                "{t:?}: AVX-512 dot not dispatched"
+            );
         }
         println!("{t:?} AVX-512 dot: ran (level {:?})", simd::level());
     }
@@ -781,7 +980,18 @@ pub mod testutil {
     /// where it has not, says that it skipped.
     #[cfg(target_arch = "x86_64")]
     #[allow(clippy::too_many_arguments)]
-    pub fn check_avx512_tiles(t: GgmlType, from: FromF32, f16_at: &[usize], yt: GgmlType, yfrom: FromF32, avx2_dot: VecDot, vnni: &[Tile], bw: &[Tile], vnni256: &[Tile], avxvnni: &[Tile]) {
+    pub fn check_avx512_tiles(
+        t: GgmlType,
+        from: FromF32,
+        f16_at: &[usize],
+        yt: GgmlType,
+        yfrom: FromF32,
+        avx2_dot: VecDot,
+        vnni: &[Tile],
+        bw: &[Tile],
+        vnni256: &[Tile],
+        avxvnni: &[Tile],
+    ) {
         use crate::cpu::simd;
         let (mut ran, mut sets) = (vec![], vec![]);
         if is_x86_feature_detected!("avxvnni") && simd::level() >= simd::Level::Avx2 {
@@ -807,12 +1017,23 @@ pub mod testutil {
             check_tiles(t, from, yt, yfrom, avx2_dot, &some);
             check_tiles_raw(t, f16_at, yt, yfrom, avx2_dot, tiles);
         }
-        if super::tile_isa(false) == Some(super::TileIsa::Avx512Vnni) || super::tile_isa(false) == Some(super::TileIsa::Avx512) {
+        if super::tile_isa(false) == Some(super::TileIsa::Avx512Vnni)
+            || super::tile_isa(false) == Some(super::TileIsa::Avx512)
+        {
             let gemm = self::tiles(t)[0].unwrap();
             let want = if simd::has_avx512_vnni() { vnni } else { bw };
-            assert!(want.iter().any(|w| w.dot as usize == gemm.dot as usize), "{t:?}: not the expected AVX-512 gemm tile");
+            assert!(
+                want.iter().any(|w| w.dot as usize == gemm.dot as usize),
+                "{t:?}: not the expected AVX-512 gemm tile"
+            );
         }
-        println!("{t:?} tiles beyond AVX2: ran {} (level {:?}, gemm {:?}, gemv {:?})", ran.join(", "), simd::level(), super::tile_isa(false), super::tile_isa(true));
+        println!(
+            "{t:?} tiles beyond AVX2: ran {} (level {:?}, gemm {:?}, gemv {:?})",
+            ran.join(", "),
+            simd::level(),
+            super::tile_isa(false),
+            super::tile_isa(true)
+        );
     }
 
     /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the
@@ -841,9 +1062,19 @@ pub mod testutil {
             let dx = dequantize(to, &qx, n);
             let dy = dequantize(yto, &qy, n);
             let exact: f64 = dx.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum();
-            let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
-            assert!(((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6, "{t:?} n={n}: simd {fast} vs scalar {slow}");
-            assert!((slow as f64 - exact).abs() <= 2e-3 * mag + 1e-5, "{t:?} n={n}: dot {slow} vs dequantized {exact}");
+            let mag: f64 = dx
+                .iter()
+                .zip(&dy)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum();
+            assert!(
+                ((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6,
+                "{t:?} n={n}: simd {fast} vs scalar {slow}"
+            );
+            assert!(
+                (slow as f64 - exact).abs() <= 2e-3 * mag + 1e-5,
+                "{t:?} n={n}: dot {slow} vs dequantized {exact}"
+            );
         }
     }
 
@@ -876,15 +1107,27 @@ pub mod testutil {
                 }
             }
             // Random signs of one magnitude, and a last block of one sign.
-            let mut yv: Vec<f32> = (0..n).map(|_| if next() & 1 != 0 { 1.0 } else { -1.0 }).collect();
+            let mut yv: Vec<f32> = (0..n)
+                .map(|_| if next() & 1 != 0 { 1.0 } else { -1.0 })
+                .collect();
             yv[n - bs..].fill(1.0);
             let qy = quantize(yt, yfrom, &yv);
             let fast = unsafe { dot(n, qx.as_ptr(), qy.as_ptr()) };
             let slow = unsafe { dot_ref(n, qx.as_ptr(), qy.as_ptr()) };
             let (dx, dy) = (dequantize(to, &qx, n), dequantize(yto, &qy, n));
-            let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
-            assert!(mag > 0.0 && mag.is_finite(), "{t:?} n={n}: degenerate test data");
-            assert!(((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6, "{t:?} n={n}: simd {fast} vs scalar {slow}");
+            let mag: f64 = dx
+                .iter()
+                .zip(&dy)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum();
+            assert!(
+                mag > 0.0 && mag.is_finite(),
+                "{t:?} n={n}: degenerate test data"
+            );
+            assert!(
+                ((fast - slow) as f64).abs() <= 1e-5 * mag + 1e-6,
+                "{t:?} n={n}: simd {fast} vs scalar {slow}"
+            );
         }
     }
 }
@@ -903,13 +1146,17 @@ mod cross_check {
     }
 
     fn floats(b: &[u8]) -> Vec<f32> {
-        b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
     }
 
     #[test]
     #[ignore]
     fn ggml_cross_check() {
-        let Ok(dir) = std::env::var("ROCMFORGE_QCHECK") else { return };
+        let Ok(dir) = std::env::var("ROCMFORGE_QCHECK") else {
+            return;
+        };
         const N: usize = 4096;
         let x = floats(&read(&dir, "x.f32"));
         let y = floats(&read(&dir, "y.f32"));
@@ -918,7 +1165,9 @@ mod cross_check {
         // Formats whose quantizer must reproduce ggml-cpu's bytes exactly.
         let exact = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0];
         let mut dot_mismatches = vec![];
-        for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL] {
+        for t in [
+            Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+        ] {
             let tr = all_traits(t).unwrap();
             let vt = tr.vec_dot_type;
             let (xr, yr) = (t.row_size(N), vt.row_size(N));
@@ -932,15 +1181,24 @@ mod cross_check {
             let mut deq = vec![0f32; N];
             for r in 0..rows {
                 unsafe {
-                    (all_traits(vt).unwrap().from_f32.unwrap())(&y[r * N..(r + 1) * N], mine_y.as_mut_ptr().add(r * yr));
+                    (all_traits(vt).unwrap().from_f32.unwrap())(
+                        &y[r * N..(r + 1) * N],
+                        mine_y.as_mut_ptr().add(r * yr),
+                    );
                     (tr.from_f32.unwrap())(&x[r * N..(r + 1) * N], mine_q.as_mut_ptr().add(r * xr));
                     (tr.to_f32.unwrap())(gq.as_ptr().add(r * xr), &mut deq);
                 }
-                assert_eq!(deq[..], gdeq[r * N..(r + 1) * N], "{t:?} dequantize row {r}");
+                assert_eq!(
+                    deq[..],
+                    gdeq[r * N..(r + 1) * N],
+                    "{t:?} dequantize row {r}"
+                );
                 // Dots follow ggml-cpu's summation order, so they agree to the bit; the odd
                 // block count reaches the kernels' tails.
                 for (n, want) in [(N, gdot[r]), (N - t.block_size(), gdot_odd[r])] {
-                    let d = unsafe { (tr.vec_dot.unwrap())(n, gq.as_ptr().add(r * xr), gy.as_ptr().add(r * yr)) };
+                    let d = unsafe {
+                        (tr.vec_dot.unwrap())(n, gq.as_ptr().add(r * xr), gy.as_ptr().add(r * yr))
+                    };
                     if d.to_bits() != want.to_bits() {
                         dot_mismatches.push(format!("{t:?} row {r} n={n}: {d} vs ggml {want}"));
                     }
@@ -961,10 +1219,17 @@ mod cross_check {
                     }
                 }
                 eprintln!("{t:?}: squared error ours / ggml = {:.3}", e_mine / e_ggml);
-                assert!(e_mine <= 1.5 * e_ggml, "{t:?}: quantization error {e_mine} vs ggml {e_ggml}");
+                assert!(
+                    e_mine <= 1.5 * e_ggml,
+                    "{t:?}: quantization error {e_mine} vs ggml {e_ggml}"
+                );
             }
         }
-        assert!(dot_mismatches.is_empty(), "dots differ from ggml-cpu's:\n{}", dot_mismatches.join("\n"));
+        assert!(
+            dot_mismatches.is_empty(),
+            "dots differ from ggml-cpu's:\n{}",
+            dot_mismatches.join("\n")
+        );
     }
 }
 
@@ -978,13 +1243,33 @@ mod bench {
 
     /// Rows × columns of `tl` over a rows × cols block, reps times; returns G MAC/s.
     #[allow(clippy::too_many_arguments)]
-    fn time(tl: crate::cpu::types::Tile, n: usize, qx: &[u8], xs: usize, rows: usize, qy: &[u8], ys: usize, cols: usize, reps: usize) -> f64 {
+    fn time(
+        tl: crate::cpu::types::Tile,
+        n: usize,
+        qx: &[u8],
+        xs: usize,
+        rows: usize,
+        qy: &[u8],
+        ys: usize,
+        cols: usize,
+        reps: usize,
+    ) -> f64 {
         let mut out = vec![0f32; rows * cols];
         let start = std::time::Instant::now();
         for _ in 0..reps {
             for j in (0..cols).step_by(tl.cols) {
                 for i in (0..rows).step_by(tl.rows) {
-                    unsafe { (tl.dot)(n, qx.as_ptr().add(i * xs), xs, qy.as_ptr().add(j * ys), ys, out.as_mut_ptr().add(i + j * rows) as *mut u8, rows * 4) };
+                    unsafe {
+                        (tl.dot)(
+                            n,
+                            qx.as_ptr().add(i * xs),
+                            xs,
+                            qy.as_ptr().add(j * ys),
+                            ys,
+                            out.as_mut_ptr().add(i + j * rows) as *mut u8,
+                            rows * 4,
+                        )
+                    };
                 }
             }
         }
@@ -998,7 +1283,10 @@ mod bench {
     #[ignore]
     fn bench_gemv_streaming() {
         const N: usize = 576;
-        let rows_env = std::env::var("ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize << 16);
+        let rows_env = std::env::var("ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1usize << 16);
         #[allow(non_snake_case)]
         let ROWS = rows_env;
         let reps = (10usize << 16) / ROWS;
@@ -1008,7 +1296,11 @@ mod bench {
             let x = testutil::data(N * ROWS, 1);
             let y = testutil::data(N, 2);
             let qx = testutil::quantize(t, tr.from_f32.unwrap(), &x);
-            let qy = testutil::quantize(tr.vec_dot_type, all_traits(tr.vec_dot_type).unwrap().from_f32.unwrap(), &y);
+            let qy = testutil::quantize(
+                tr.vec_dot_type,
+                all_traits(tr.vec_dot_type).unwrap().from_f32.unwrap(),
+                &y,
+            );
             let row = t.row_size(N);
             let mut out = vec![0f32; ROWS];
             for pass in 0..2 {
@@ -1017,18 +1309,34 @@ mod bench {
                     match (pass, tr.gemv) {
                         (1, Some(tl)) => {
                             for r in (0..ROWS).step_by(tl.rows) {
-                                unsafe { (tl.dot)(N, qx.as_ptr().add(r * row), row, qy.as_ptr(), 0, out.as_mut_ptr().add(r) as *mut u8, 0) };
+                                unsafe {
+                                    (tl.dot)(
+                                        N,
+                                        qx.as_ptr().add(r * row),
+                                        row,
+                                        qy.as_ptr(),
+                                        0,
+                                        out.as_mut_ptr().add(r) as *mut u8,
+                                        0,
+                                    )
+                                };
                             }
                         }
                         _ => {
                             for r in 0..ROWS {
-                                out[r] = unsafe { (tr.vec_dot.unwrap())(N, qx.as_ptr().add(r * row), qy.as_ptr()) };
+                                out[r] = unsafe {
+                                    (tr.vec_dot.unwrap())(N, qx.as_ptr().add(r * row), qy.as_ptr())
+                                };
                             }
                         }
                     }
                 }
                 let gbs = (row * ROWS * reps) as f64 / start.elapsed().as_secs_f64() / 1e9;
-                eprintln!("gemv {t:?} {}: {gbs:6.2} GB/s ({})", ["vec_dot", "tile"][pass], out[7]);
+                eprintln!(
+                    "gemv {t:?} {}: {gbs:6.2} GB/s ({})",
+                    ["vec_dot", "tile"][pass],
+                    out[7]
+                );
             }
         }
     }
@@ -1049,15 +1357,40 @@ mod bench {
         macro_rules! set {
             ($f:ident) => {
                 [
-                    ("avx2", tile(2, 4, $f::avx2::tile::<2, 4>), tile(4, 1, $f::avx2::tile::<4, 1>)),
-                    ("avxvnni256", tile(2, 4, $f::avx512::tile_avxvnni::<2, 4>), tile(4, 1, $f::avx512::tile_avxvnni::<4, 1>)),
-                    ("vnni256", tile(2, 4, $f::avx512::tile_vnni256::<2, 4>), tile(4, 1, $f::avx512::tile_vnni256::<4, 1>)),
-                    ("avx512bw", tile(4, 4, $f::avx512::tile_bw::<4, 4>), tile(8, 1, $f::avx512::tile_bw::<8, 1>)),
-                    ("avx512vnni", tile(4, 4, $f::avx512::tile_vnni::<4, 4>), tile(8, 1, $f::avx512::tile_vnni::<8, 1>)),
+                    (
+                        "avx2",
+                        tile(2, 4, $f::avx2::tile::<2, 4>),
+                        tile(4, 1, $f::avx2::tile::<4, 1>),
+                    ),
+                    (
+                        "avxvnni256",
+                        tile(2, 4, $f::avx512::tile_avxvnni::<2, 4>),
+                        tile(4, 1, $f::avx512::tile_avxvnni::<4, 1>),
+                    ),
+                    (
+                        "vnni256",
+                        tile(2, 4, $f::avx512::tile_vnni256::<2, 4>),
+                        tile(4, 1, $f::avx512::tile_vnni256::<4, 1>),
+                    ),
+                    (
+                        "avx512bw",
+                        tile(4, 4, $f::avx512::tile_bw::<4, 4>),
+                        tile(8, 1, $f::avx512::tile_bw::<8, 1>),
+                    ),
+                    (
+                        "avx512vnni",
+                        tile(4, 4, $f::avx512::tile_vnni::<4, 4>),
+                        tile(8, 1, $f::avx512::tile_vnni::<8, 1>),
+                    ),
                 ]
             };
         }
-        let sets = [(Q4_0, set!(q4_0)), (Q4_1, set!(q4_1)), (Q8_0, set!(q8_0)), (IQ4_NL, set!(iq4_nl))];
+        let sets = [
+            (Q4_0, set!(q4_0)),
+            (Q4_1, set!(q4_1)),
+            (Q8_0, set!(q8_0)),
+            (IQ4_NL, set!(iq4_nl)),
+        ];
         let runs = |name: &str| match name {
             "avx2" => simd::level() >= simd::Level::Avx2,
             "avxvnni256" => is_x86_feature_detected!("avxvnni"),
@@ -1103,11 +1436,36 @@ mod bench {
             return;
         }
         // The one-row dot as a 1 × 1 "tile", so both run through the same loop.
-        fn one_row<const T: u8>(n: usize, x: *const u8, _: usize, y: *const u8, _: usize, out: *mut u8, _: usize) {
+        fn one_row<const T: u8>(
+            n: usize,
+            x: *const u8,
+            _: usize,
+            y: *const u8,
+            _: usize,
+            out: *mut u8,
+            _: usize,
+        ) {
             let t = if T == 4 { Q4_K } else { Q6_K };
             unsafe { *(out as *mut f32) = (all_traits(t).unwrap().vec_dot.unwrap())(n, x, y) };
         }
-        let sets: [(GgmlType, Tile); 2] = [(Q4_K, Tile { rows: 1, cols: 1, dot: one_row::<4> }), (Q6_K, Tile { rows: 1, cols: 1, dot: one_row::<6> })];
+        let sets: [(GgmlType, Tile); 2] = [
+            (
+                Q4_K,
+                Tile {
+                    rows: 1,
+                    cols: 1,
+                    dot: one_row::<4>,
+                },
+            ),
+            (
+                Q6_K,
+                Tile {
+                    rows: 1,
+                    cols: 1,
+                    dot: one_row::<6>,
+                },
+            ),
+        ];
         for (t, single) in sets {
             let tr = all_traits(t).unwrap();
             let yfrom = all_traits(Q8_K).unwrap().from_f32.unwrap();
@@ -1128,14 +1486,87 @@ mod bench {
             if std::env::var("SWEEP").is_ok() {
                 macro_rules! shapes {
                     ($f:ident) => {
-                        [Tile { rows: 1, cols: 1, dot: $f::avx2::tile::<1, 1> }, Tile { rows: 2, cols: 1, dot: $f::avx2::tile::<2, 1> }, Tile { rows: 3, cols: 1, dot: $f::avx2::tile::<3, 1> }, Tile { rows: 1, cols: 4, dot: $f::avx2::tile::<1, 4> }, Tile { rows: 2, cols: 2, dot: $f::avx2::tile::<2, 2> }, Tile { rows: 4, cols: 2, dot: $f::avx2::tile::<4, 2> }, Tile { rows: 3, cols: 4, dot: $f::avx2::tile::<3, 4> }, Tile { rows: 2, cols: 3, dot: $f::avx2::tile::<2, 3> }]
+                        [
+                            Tile {
+                                rows: 1,
+                                cols: 1,
+                                dot: $f::avx2::tile::<1, 1>,
+                            },
+                            Tile {
+                                rows: 2,
+                                cols: 1,
+                                dot: $f::avx2::tile::<2, 1>,
+                            },
+                            Tile {
+                                rows: 3,
+                                cols: 1,
+                                dot: $f::avx2::tile::<3, 1>,
+                            },
+                            Tile {
+                                rows: 1,
+                                cols: 4,
+                                dot: $f::avx2::tile::<1, 4>,
+                            },
+                            Tile {
+                                rows: 2,
+                                cols: 2,
+                                dot: $f::avx2::tile::<2, 2>,
+                            },
+                            Tile {
+                                rows: 4,
+                                cols: 2,
+                                dot: $f::avx2::tile::<4, 2>,
+                            },
+                            Tile {
+                                rows: 3,
+                                cols: 4,
+                                dot: $f::avx2::tile::<3, 4>,
+                            },
+                            Tile {
+                                rows: 2,
+                                cols: 3,
+                                dot: $f::avx2::tile::<2, 3>,
+                            },
+                        ]
                     };
                 }
-                let shapes = if t == Q4_K { shapes!(q4_k) } else { shapes!(q6_k) };
+                let shapes = if t == Q4_K {
+                    shapes!(q4_k)
+                } else {
+                    shapes!(q6_k)
+                };
                 for tl in shapes {
-                    let a = time(tl, n, &qx, xs, rows - rows % tl.rows, &qy, ys, 16 - 16 % tl.cols, 30);
-                    let b = if tl.cols == 1 { time(tl, n, &qx, xs, rows - rows % tl.rows, &qy, ys, 1, 300) } else { 0.0 };
-                    let c = if tl.cols == 1 { time(tl, sn, &sqx, t.row_size(sn), srows - srows % tl.rows, &sqy, 0, 1, 10) } else { 0.0 };
+                    let a = time(
+                        tl,
+                        n,
+                        &qx,
+                        xs,
+                        rows - rows % tl.rows,
+                        &qy,
+                        ys,
+                        16 - 16 % tl.cols,
+                        30,
+                    );
+                    let b = if tl.cols == 1 {
+                        time(tl, n, &qx, xs, rows - rows % tl.rows, &qy, ys, 1, 300)
+                    } else {
+                        0.0
+                    };
+                    let c = if tl.cols == 1 {
+                        time(
+                            tl,
+                            sn,
+                            &sqx,
+                            t.row_size(sn),
+                            srows - srows % tl.rows,
+                            &sqy,
+                            0,
+                            1,
+                            10,
+                        )
+                    } else {
+                        0.0
+                    };
                     println!("sweep {t:?} {}x{}: 16 columns {a:6.2} | 1 column in L2 {b:6.2} | streaming {c:6.2}", tl.rows, tl.cols);
                 }
             }
@@ -1153,12 +1584,19 @@ mod bench {
             println!("bench_kquant_dots: SKIPPED, no AVX-512");
             return;
         }
-        let dots: [(GgmlType, VecDot, VecDot); 2] = [(Q4_K, q4_k::avx2::vec_dot, q4_k::avx512::vec_dot), (Q6_K, q6_k::avx2::vec_dot, q6_k::avx512::vec_dot)];
+        let dots: [(GgmlType, VecDot, VecDot); 2] = [
+            (Q4_K, q4_k::avx2::vec_dot, q4_k::avx512::vec_dot),
+            (Q6_K, q6_k::avx2::vec_dot, q6_k::avx512::vec_dot),
+        ];
         for (t, a2, a5) in dots {
             let (n, rows) = (4096, 64);
             let tr = all_traits(t).unwrap();
             let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
-            let qy = testutil::quantize(Q8_K, all_traits(Q8_K).unwrap().from_f32.unwrap(), &testutil::data(n, 2));
+            let qy = testutil::quantize(
+                Q8_K,
+                all_traits(Q8_K).unwrap().from_f32.unwrap(),
+                &testutil::data(n, 2),
+            );
             for (name, dot) in [("avx2", a2), ("avx512", a5)] {
                 let start = std::time::Instant::now();
                 let mut s = 0f32;
@@ -1167,7 +1605,10 @@ mod bench {
                         s += unsafe { dot(n, qx.as_ptr().add(r * t.row_size(n)), qy.as_ptr()) };
                     }
                 }
-                println!("bench_kquant_dots {t:?} {name:6}: {:6.2} G MAC/s ({s})", (n * rows * 200) as f64 / start.elapsed().as_secs_f64() / 1e9);
+                println!(
+                    "bench_kquant_dots {t:?} {name:6}: {:6.2} G MAC/s ({s})",
+                    (n * rows * 200) as f64 / start.elapsed().as_secs_f64() / 1e9
+                );
             }
         }
     }
@@ -1194,15 +1635,22 @@ mod bench {
             for _ in 0..reps {
                 s += std::hint::black_box(f());
             }
-            println!("bench_float_dots {name:22}: {:6.2} G elements/s ({s})", (n * reps) as f64 / start.elapsed().as_secs_f64() / 1e9);
+            println!(
+                "bench_float_dots {name:22}: {:6.2} G elements/s ({s})",
+                (n * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+            );
         };
         unsafe {
             go("f32 avx2", &|| x86::dot_f32_avx2(&a, &b));
             go("f32 avx512", &|| x86::dot_f32_avx512(&a, &b));
             go("f16·f32 avx2", &|| x86::dot_f16_f32_avx2(&a16, &b));
             go("f16·f32 avx512", &|| x86::dot_f16_f32_avx512(&a16, &b));
-            go("f16·f16 4acc avx2", &|| x86::dot_f16_f16_4acc_avx2(&a16, &b16));
-            go("f16·f16 4acc avx512", &|| x86::dot_f16_f16_4acc_avx512(&a16, &b16));
+            go("f16·f16 4acc avx2", &|| {
+                x86::dot_f16_f16_4acc_avx2(&a16, &b16)
+            });
+            go("f16·f16 4acc avx512", &|| {
+                x86::dot_f16_f16_4acc_avx512(&a16, &b16)
+            });
         }
     }
 
@@ -1212,12 +1660,18 @@ mod bench {
         const N: usize = 4096;
         const ROWS: usize = 64;
         use GgmlType::*;
-        for t in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL] {
+        for t in [
+            Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+        ] {
             let tr = all_traits(t).unwrap();
             let x = testutil::data(N * ROWS, 1);
             let y = testutil::data(N, 2);
             let qx = testutil::quantize(t, tr.from_f32.unwrap(), &x);
-            let qy = testutil::quantize(tr.vec_dot_type, all_traits(tr.vec_dot_type).unwrap().from_f32.unwrap(), &y);
+            let qy = testutil::quantize(
+                tr.vec_dot_type,
+                all_traits(tr.vec_dot_type).unwrap().from_f32.unwrap(),
+                &y,
+            );
             let dot = tr.vec_dot.unwrap();
             let row = t.row_size(N);
             let mut sink = 0f32;

@@ -36,7 +36,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
         let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
         let q = codes(b);
         for j in 0..16 {
-            let (s, m) = (d * (b.scales[j] & 0x0f) as f32, dmin * (b.scales[j] >> 4) as f32);
+            let (s, m) = (
+                d * (b.scales[j] & 0x0f) as f32,
+                dmin * (b.scales[j] >> 4) as f32,
+            );
             for l in 0..16 {
                 out[16 * j + l] = s * q[16 * j + l] as f32 - m;
             }
@@ -60,8 +63,16 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
         let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
         let mut q = [0u8; QK_K];
         for j in 0..16 {
-            let sc = if d > 0.0 { nearest(scales[j] / d).clamp(0, 15) } else { 0 };
-            let m = if dmin > 0.0 { nearest(mins[j] / dmin).clamp(0, 15) } else { 0 };
+            let sc = if d > 0.0 {
+                nearest(scales[j] / d).clamp(0, 15)
+            } else {
+                0
+            };
+            let m = if dmin > 0.0 {
+                nearest(mins[j] / dmin).clamp(0, 15)
+            } else {
+                0
+            };
             b.scales[j] = (sc | (m << 4)) as u8;
             let (s, mf) = (d * sc as f32, dmin * m as f32);
             if s != 0.0 {
@@ -89,7 +100,9 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
         let q = codes(bx);
         let (mut sumi, mut summ) = (0i32, 0i32);
         for j in 0..16 {
-            let s: i32 = (0..16).map(|l| q[16 * j + l] as i32 * by.qs[16 * j + l] as i32).sum();
+            let s: i32 = (0..16)
+                .map(|l| q[16 * j + l] as i32 * by.qs[16 * j + l] as i32)
+                .sum();
             sumi += (bx.scales[j] & 0x0f) as i32 * s;
             summ += (bx.scales[j] >> 4) as i32 * by.bsums[j] as i32;
         }
@@ -105,7 +118,11 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if super::use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = use_avx2;
     vec_dot_ref
@@ -148,11 +165,19 @@ mod avx2 {
                     _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
                 ];
                 // The 8 scales of this half, as i16, in both 128-bit lanes.
-                let sh = if h == 0 { _mm256_permute2x128_si256(sc, sc, 0x00) } else { _mm256_permute2x128_si256(sc, sc, 0x11) };
+                let sh = if h == 0 {
+                    _mm256_permute2x128_si256(sc, sc, 0x00)
+                } else {
+                    _mm256_permute2x128_si256(sc, sc, 0x11)
+                };
                 for k in 0..4 {
-                    let yk = _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                    let yk =
+                        _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
                     let s = _mm256_shuffle_epi8(sh, pairs[k]);
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yk), s));
+                    sumi = _mm256_add_epi32(
+                        sumi,
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yk), s),
+                    );
                 }
             }
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
@@ -179,9 +204,23 @@ mod neon {
             let packed = vld1q_u8(bx.scales.as_ptr());
             let (sc, mn) = (vandq_u8(packed, vdupq_n_u8(0x0f)), vshrq_n_u8::<4>(packed));
             // Mins meet the activations only through their sums per 16.
-            let (bs0, bs1) = (vld1q_s16(by.bsums.as_ptr()), vld1q_s16(by.bsums.as_ptr().add(8)));
-            let (m0, m1) = (vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mn))), vreinterpretq_s16_u16(vmovl_high_u8(mn)));
-            let sm = vmlal_high_s16(vmlal_s16(vmlal_high_s16(vmull_s16(vget_low_s16(m0), vget_low_s16(bs0)), m0, bs0), vget_low_s16(m1), vget_low_s16(bs1)), m1, bs1);
+            let (bs0, bs1) = (
+                vld1q_s16(by.bsums.as_ptr()),
+                vld1q_s16(by.bsums.as_ptr().add(8)),
+            );
+            let (m0, m1) = (
+                vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mn))),
+                vreinterpretq_s16_u16(vmovl_high_u8(mn)),
+            );
+            let sm = vmlal_high_s16(
+                vmlal_s16(
+                    vmlal_high_s16(vmull_s16(vget_low_s16(m0), vget_low_s16(bs0)), m0, bs0),
+                    vget_low_s16(m1),
+                    vget_low_s16(bs1),
+                ),
+                m1,
+                bs1,
+            );
             let summ = vaddvq_s32(sm);
             // One i32x4 per sub-block of 16: value 128n + 32j + l sits at bits 2j of
             // qs[32n + l], in sub-block 8n + 2j + l / 16.
@@ -197,9 +236,16 @@ mod neon {
                 }
             }
             let (s0, s1) = (vmovl_u8(vget_low_u8(sc)), vmovl_high_u8(sc));
-            let sc32 = [vmovl_u16(vget_low_u16(s0)), vmovl_high_u16(s0), vmovl_u16(vget_low_u16(s1)), vmovl_high_u16(s1)].map(|v| vreinterpretq_s32_u32(v));
+            let sc32 = [
+                vmovl_u16(vget_low_u16(s0)),
+                vmovl_high_u16(s0),
+                vmovl_u16(vget_low_u16(s1)),
+                vmovl_high_u16(s1),
+            ]
+            .map(|v| vreinterpretq_s32_u32(v));
             let sumi = scaled_sum(&p, &sc32);
-            sum += by.d * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
+            sum += by.d
+                * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
         }
         sum
     }
@@ -226,11 +272,37 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q2_K: not the expected NEON kernel");
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q2_K: not the expected NEON kernel"
+        );
         for dot in [neon::vec_dot, vec_dot_fn()] {
-            check_vec_dot(GgmlType::Q2_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
-            check_vec_dot_extremes(GgmlType::Q2_K, to_f32, &[80, 82], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+            check_vec_dot(
+                GgmlType::Q2_K,
+                from_f32,
+                to_f32,
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                dot,
+                vec_dot_ref,
+            );
+            check_vec_dot_extremes(
+                GgmlType::Q2_K,
+                to_f32,
+                &[80, 82],
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                dot,
+                vec_dot_ref,
+            );
         }
     }
 
@@ -241,11 +313,29 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q2_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q2_K,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q2_K, to_f32, &[80, 82], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q2_K,
+            to_f32,
+            &[80, 82],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 }

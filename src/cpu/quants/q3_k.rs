@@ -89,7 +89,11 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
         let mut q = [4u8; QK_K];
         let mut biased = [32u8; 16];
         for j in 0..16 {
-            let sc = if d > 0.0 { nearest(scales[j] / d).clamp(-32, 31) } else { 0 };
+            let sc = if d > 0.0 {
+                nearest(scales[j] / d).clamp(-32, 31)
+            } else {
+                0
+            };
             biased[j] = (sc + 32) as u8;
             let s = d * sc as f32;
             if s != 0.0 {
@@ -122,7 +126,9 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
         let q = codes(bx);
         let mut sumi = 0i32;
         for j in 0..16 {
-            let s: i32 = (0..16).map(|l| (q[16 * j + l] as i32 - 4) * by.qs[16 * j + l] as i32).sum();
+            let s: i32 = (0..16)
+                .map(|l| (q[16 * j + l] as i32 - 4) * by.qs[16 * j + l] as i32)
+                .sum();
             sumi += sc[j] * s;
         }
         sum += by.d * f16_to_f32(bx.d) * sumi as f32;
@@ -137,7 +143,11 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if super::use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = use_avx2;
     vec_dot_ref
@@ -176,7 +186,10 @@ mod avx2 {
             let (bx, by) = (&*x.add(i), &*y.add(i));
             let d = _mm256_set1_ps(by.d * f16(bx.d));
             let biased = unpack_scales_bytes(&bx.scales);
-            let sc = _mm_sub_epi8(_mm_loadu_si128(biased.as_ptr() as *const __m128i), _mm_set1_epi8(32));
+            let sc = _mm_sub_epi8(
+                _mm_loadu_si128(biased.as_ptr() as *const __m128i),
+                _mm_set1_epi8(32),
+            );
             let sc = _mm256_cvtepi8_epi16(sc);
             let hbits = _mm256_loadu_si256(bx.hmask.as_ptr() as *const __m256i);
             let mut sumi = _mm256_setzero_si256();
@@ -190,15 +203,29 @@ mod avx2 {
                     _mm256_and_si256(_mm256_srli_epi16(q3, 6), m3),
                 ];
                 // The 8 scales of this half, as i16, in both 128-bit lanes.
-                let sh = if h == 0 { _mm256_permute2x128_si256(sc, sc, 0x00) } else { _mm256_permute2x128_si256(sc, sc, 0x11) };
+                let sh = if h == 0 {
+                    _mm256_permute2x128_si256(sc, sc, 0x00)
+                } else {
+                    _mm256_permute2x128_si256(sc, sc, 0x11)
+                };
                 for k in 0..4 {
                     // q - 4 = low bits - (4 where the high bit is clear): maddubs needs unsigned
                     // bytes, so the two parts get one each and are subtracted per pair.
                     let bit = _mm256_set1_epi8((1u8 << (4 * h + k)) as i8);
-                    let off = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), zero), four);
-                    let yk = _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
-                    let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], yk), _mm256_maddubs_epi16(off, yk));
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, pairs[k])));
+                    let off = _mm256_and_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), zero),
+                        four,
+                    );
+                    let yk =
+                        _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                    let p = _mm256_sub_epi16(
+                        _mm256_maddubs_epi16(q[k], yk),
+                        _mm256_maddubs_epi16(off, yk),
+                    );
+                    sumi = _mm256_add_epi32(
+                        sumi,
+                        _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, pairs[k])),
+                    );
                 }
             }
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
@@ -230,7 +257,10 @@ mod neon {
                     let q2 = vld1q_u8(bx.qs.as_ptr().add(32 * n + 16 * h));
                     for j in 0..4 {
                         let lo = vandq_u8(vshlq_u8(q2, vdupq_n_s8(-2 * j as i8)), m3);
-                        let hi = vandq_u8(vshlq_u8(hm, vdupq_n_s8(2 - (4 * n + j) as i8)), vdupq_n_u8(4));
+                        let hi = vandq_u8(
+                            vshlq_u8(hm, vdupq_n_s8(2 - (4 * n + j) as i8)),
+                            vdupq_n_u8(4),
+                        );
                         let q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), four);
                         let yq = vld1q_s8(by.qs.as_ptr().add(128 * n + 32 * j + 16 * h));
                         p[8 * n + 2 * j + h] = D::dot(vdupq_n_s32(0), q, yq);
@@ -266,11 +296,37 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q3_K: not the expected NEON kernel");
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q3_K: not the expected NEON kernel"
+        );
         for dot in [neon::vec_dot, vec_dot_fn()] {
-            check_vec_dot(GgmlType::Q3_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
-            check_vec_dot_extremes(GgmlType::Q3_K, to_f32, &[108], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+            check_vec_dot(
+                GgmlType::Q3_K,
+                from_f32,
+                to_f32,
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                dot,
+                vec_dot_ref,
+            );
+            check_vec_dot_extremes(
+                GgmlType::Q3_K,
+                to_f32,
+                &[108],
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                dot,
+                vec_dot_ref,
+            );
         }
     }
 
@@ -288,11 +344,29 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q3_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q3_K,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q3_K, to_f32, &[108], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q3_K,
+            to_f32,
+            &[108],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 }

@@ -72,12 +72,15 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = (use_avx2, use_neon);
     vec_dot_ref
 }
-
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
@@ -95,14 +98,26 @@ pub(super) mod avx2 {
             let (bx, by) = (&*x.add(i), &*y.add(i));
             let q = _mm256_sub_epi8(nibbles(bx.qs.as_ptr()), _mm256_set1_epi8(8));
             let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc);
+            acc = _mm256_fmadd_ps(
+                _mm256_set1_ps(f16_mul(bx.d, by.d)),
+                _mm256_cvtepi32_ps(p),
+                acc,
+            );
         }
         hsum_f32(acc)
     }
 
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         const { assert!(C <= 4) };
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..n / QK {
@@ -182,14 +197,20 @@ mod neon {
         let lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f))), eight);
         let hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight);
         let y = by.qs.as_ptr();
-        let p = D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y.add(16)));
+        let p = D::dot(
+            D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
+            hi,
+            vld1q_s8(y.add(16)),
+        );
         vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16_mul(bx.d, by.d))
     }
 
     #[inline(always)]
     unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ4_0, y as *const BlockQ8_0);
-        vaddvq_f32(sum_blocks(n / QK, |i, acc| block::<D>(&*x.add(i), &*y.add(i), acc)))
+        vaddvq_f32(sum_blocks(n / QK, |i, acc| {
+            block::<D>(&*x.add(i), &*y.add(i), acc)
+        }))
     }
 
     #[target_feature(enable = "neon")]
@@ -215,11 +236,44 @@ mod tests {
     fn avx512_tiles_equal_avx2_dot() {
         use crate::cpu::types::{DotTile, Tile};
         let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-        let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
-        let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
-        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
-        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
-        check_avx512_tiles(GgmlType::Q4_0, from_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
+        let vnni = [
+            tile(4, 4, avx512::tile_vnni::<4, 4>),
+            tile(8, 1, avx512::tile_vnni::<8, 1>),
+            tile(2, 2, avx512::tile_vnni::<2, 2>),
+            tile(3, 2, avx512::tile_vnni::<3, 2>),
+            tile(2, 1, avx512::tile_vnni::<2, 1>),
+        ];
+        let bw = [
+            tile(4, 4, avx512::tile_bw::<4, 4>),
+            tile(8, 1, avx512::tile_bw::<8, 1>),
+            tile(2, 2, avx512::tile_bw::<2, 2>),
+            tile(3, 2, avx512::tile_bw::<3, 2>),
+            tile(2, 1, avx512::tile_bw::<2, 1>),
+        ];
+        let vnni256 = [
+            tile(2, 4, avx512::tile_vnni256::<2, 4>),
+            tile(4, 1, avx512::tile_vnni256::<4, 1>),
+            tile(1, 1, avx512::tile_vnni256::<1, 1>),
+            tile(3, 2, avx512::tile_vnni256::<3, 2>),
+        ];
+        let avxvnni = [
+            tile(2, 4, avx512::tile_avxvnni::<2, 4>),
+            tile(4, 1, avx512::tile_avxvnni::<4, 1>),
+            tile(1, 1, avx512::tile_avxvnni::<1, 1>),
+            tile(3, 2, avx512::tile_avxvnni::<3, 2>),
+        ];
+        check_avx512_tiles(
+            GgmlType::Q4_0,
+            from_f32,
+            &[0],
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            avx2::vec_dot,
+            &vnni,
+            &bw,
+            &vnni256,
+            &avxvnni,
+        );
     }
 
     /// The generic 256-bit VNNI tile with the AVX2 integer dot in place of `vpdpbusd` (valid
@@ -230,14 +284,33 @@ mod tests {
         use crate::cpu::quants::avx512::{tile_codes256, Maddubs};
         use crate::cpu::types::{DotTile, Tile};
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn t<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+        unsafe fn t<const R: usize, const C: usize>(
+            n: usize,
+            x: *const u8,
+            xs: usize,
+            y: *const u8,
+            ys: usize,
+            out: *mut u8,
+            os: usize,
+        ) {
             tile_codes256::<BlockQ4_0, Maddubs, R, C>(n, x, xs, y, ys, out, os)
         }
         if !crate::cpu::quants::use_avx2() {
             return;
         }
         let tile = |rows, cols, dot: DotTile| Some(Tile { rows, cols, dot });
-        check_tiles(GgmlType::Q4_0, from_f32, GgmlType::Q8_0, q8_0::from_f32, avx2::vec_dot, &[tile(2, 4, t::<2, 4>), tile(4, 1, t::<4, 1>), tile(3, 2, t::<3, 2>)]);
+        check_tiles(
+            GgmlType::Q4_0,
+            from_f32,
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            avx2::vec_dot,
+            &[
+                tile(2, 4, t::<2, 4>),
+                tile(4, 1, t::<4, 1>),
+                tile(3, 2, t::<3, 2>),
+            ],
+        );
     }
 
     #[test]
@@ -247,7 +320,16 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q4_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q4_0,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
@@ -255,20 +337,62 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q4_0: not the expected NEON kernel");
-        check_vec_dot(GgmlType::Q4_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, neon::vec_dot, vec_dot_ref);
-        check_vec_dot_extremes(GgmlType::Q4_0, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, neon::vec_dot, vec_dot_ref);
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q4_0: not the expected NEON kernel"
+        );
+        check_vec_dot(
+            GgmlType::Q4_0,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
+        check_vec_dot_extremes(
+            GgmlType::Q4_0,
+            to_f32,
+            &[0],
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn tiles_equal_vec_dot() {
-        check_tiles(GgmlType::Q4_0, from_f32, GgmlType::Q8_0, q8_0::from_f32, vec_dot_fn(), &tiles(GgmlType::Q4_0));
+        check_tiles(
+            GgmlType::Q4_0,
+            from_f32,
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            vec_dot_fn(),
+            &tiles(GgmlType::Q4_0),
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q4_0, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q4_0,
+            to_f32,
+            &[0],
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]

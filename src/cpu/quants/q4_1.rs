@@ -59,7 +59,8 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
             sumi += (bx.qs[j] & 0x0f) as i32 * by.qs[j] as i32;
             sumi += (bx.qs[j] >> 4) as i32 * by.qs[j + QK / 2] as i32;
         }
-        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d)) + f16_to_f32(bx.m) * f16_to_f32(by.s);
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d))
+            + f16_to_f32(bx.m) * f16_to_f32(by.s);
     }
     sum
 }
@@ -71,12 +72,15 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = (use_avx2, use_neon);
     vec_dot_ref
 }
-
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
@@ -90,7 +94,10 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn block(bx: &BlockQ4_1, by: &BlockQ8_1, acc: __m256) -> (__m256, __m128) {
         // Codes are unsigned 0..15: maddubs takes them as they are.
-        let p = dot_u8_i8(nibbles(bx.qs.as_ptr()), _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
+        let p = dot_u8_i8(
+            nibbles(bx.qs.as_ptr()),
+            _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i),
+        );
         // [dx, mx, dy, sy] in one conversion, then [dx·dy, mx·sy, ..].
         let xdm = (bx as *const BlockQ4_1 as *const u32).read_unaligned();
         let yds = (by as *const BlockQ8_1 as *const u32).read_unaligned();
@@ -119,14 +126,34 @@ pub(super) mod avx2 {
 
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         tile_with::<crate::cpu::quants::avx512::Maddubs, R, C>(n, x, xs, y, ys, out, os)
     }
 
     /// `tile` with the integer dot of the codes (unsigned 0..15, so any variant takes them as
     /// they are) done by `D`: AVX2 here, 256-bit VNNI in `avx512::tile_vnni256`/`tile_avxvnni`.
     #[inline(always)]
-    pub(in crate::cpu::quants) unsafe fn tile_with<D: crate::cpu::quants::avx512::Dpbusd256, const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub(in crate::cpu::quants) unsafe fn tile_with<
+        D: crate::cpu::quants::avx512::Dpbusd256,
+        const R: usize,
+        const C: usize,
+    >(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         const { assert!(C <= 4) };
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         // Lane 2c+1 of summs[r] sums row r's min terms with column c (even lanes unused).
@@ -134,7 +161,8 @@ pub(super) mod avx2 {
         for i in 0..n / QK {
             let by = |c: usize| &*(y.add(c * ys) as *const BlockQ8_1).add(i);
             // [dy0, sy0, dy1, sy1, ..]
-            let ydv = f16_pairs::<C>(|c| (by(c) as *const BlockQ8_1 as *const u32).read_unaligned());
+            let ydv =
+                f16_pairs::<C>(|c| (by(c) as *const BlockQ8_1 as *const u32).read_unaligned());
             for r in 0..R {
                 let bx = &*(x.add(r * xs) as *const BlockQ4_1).add(i);
                 if C == 1 {
@@ -143,13 +171,19 @@ pub(super) mod avx2 {
                     // prefetcher loses track of R interleaved short rows.
                     _mm_prefetch::<_MM_HINT_T0>((bx as *const BlockQ4_1 as *const i8).add(R * xs));
                 }
-                let xdm = _mm_cvtph_ps(_mm_set1_epi32((bx as *const BlockQ4_1 as *const u32).read_unaligned() as i32));
+                let xdm = _mm_cvtph_ps(_mm_set1_epi32(
+                    (bx as *const BlockQ4_1 as *const u32).read_unaligned() as i32,
+                ));
                 // [dx·dy0, mx·sy0, dx·dy1, mx·sy1, ..]: the products vec_dot forms one by one.
                 let prod = _mm256_mul_ps(_mm256_set_m128(xdm, xdm), ydv);
                 summs[r] = _mm256_add_ps(summs[r], prod);
                 let q = nibbles(bx.qs.as_ptr());
                 for c in 0..C {
-                    let p = D::dpbusd(_mm256_setzero_si256(), q, _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i));
+                    let p = D::dpbusd(
+                        _mm256_setzero_si256(),
+                        q,
+                        _mm256_loadu_si256(by(c).qs.as_ptr() as *const __m256i),
+                    );
                     let scale = _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(2 * c as i32));
                     acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[r][c]);
                 }
@@ -175,7 +209,15 @@ pub(super) mod avx512 {
     use std::arch::x86_64::*;
 
     #[inline(always)]
-    unsafe fn tile<D: Dpbusd, const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    unsafe fn tile<D: Dpbusd, const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         const { assert!((C % 2 == 0 && C <= 4 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
         let zero = _mm512_setzero_si512();
         let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const BlockQ4_1).add(i);
@@ -199,8 +241,16 @@ pub(super) mod avx512 {
                     // One column streams the matrix once: fetch the next tile's rows meanwhile.
                     _mm_prefetch::<_MM_HINT_T0>((b0 as *const BlockQ4_1 as *const i8).add(R * xs));
                     _mm_prefetch::<_MM_HINT_T0>((b1 as *const BlockQ4_1 as *const i8).add(R * xs));
-                    let p = D::dpbusd(zero, join(nibbles(b0.qs.as_ptr()), nibbles(b1.qs.as_ptr())), yv);
-                    acc[q][0] = _mm512_fmadd_ps(lane_pair(prod, 4 * q, 4 * q + 2), _mm512_cvtepi32_ps(p), acc[q][0]);
+                    let p = D::dpbusd(
+                        zero,
+                        join(nibbles(b0.qs.as_ptr()), nibbles(b1.qs.as_ptr())),
+                        yv,
+                    );
+                    acc[q][0] = _mm512_fmadd_ps(
+                        lane_pair(prod, 4 * q, 4 * q + 2),
+                        _mm512_cvtepi32_ps(p),
+                        acc[q][0],
+                    );
                 }
             }
             let mut s = [0f32; 16];
@@ -219,7 +269,10 @@ pub(super) mod avx512 {
                 let ydv = _mm512_castps512_ps256(f16_pairs::<C>(|c| word(&by(c, i).d)));
                 let mut yv = [zero; C];
                 for p in 0..C / 2 {
-                    yv[p] = join(load(by(2 * p, i).qs.as_ptr()), load(by(2 * p + 1, i).qs.as_ptr()));
+                    yv[p] = join(
+                        load(by(2 * p, i).qs.as_ptr()),
+                        load(by(2 * p + 1, i).qs.as_ptr()),
+                    );
                 }
                 for r in 0..R {
                     let b = bx(r, i);
@@ -232,7 +285,11 @@ pub(super) mod avx512 {
                     let prodz = _mm512_castps256_ps512(prod);
                     for p in 0..C / 2 {
                         let pi = D::dpbusd(zero, u, yv[p]);
-                        acc[r][p] = _mm512_fmadd_ps(lane_pair(prodz, 4 * p, 4 * p + 2), _mm512_cvtepi32_ps(pi), acc[r][p]);
+                        acc[r][p] = _mm512_fmadd_ps(
+                            lane_pair(prodz, 4 * p, 4 * p + 2),
+                            _mm512_cvtepi32_ps(pi),
+                            acc[r][p],
+                        );
                     }
                 }
             }
@@ -249,22 +306,54 @@ pub(super) mod avx512 {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn tile_vnni<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile_vnni<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         tile::<Vnni, R, C>(n, x, xs, y, ys, out, os)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    pub unsafe fn tile_bw<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile_bw<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         tile::<Bw, R, C>(n, x, xs, y, ys, out, os)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn tile_vnni256<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile_vnni256<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         super::avx2::tile_with::<VnniVl, R, C>(n, x, xs, y, ys, out, os)
     }
 
     #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-    pub unsafe fn tile_avxvnni<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile_avxvnni<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         super::avx2::tile_with::<AvxVnni, R, C>(n, x, xs, y, ys, out, os)
     }
 }
@@ -277,19 +366,31 @@ mod neon {
 
     /// Adds the block's scaled integer dot to `acc` and its min term mx·sy to lane 1 of `mins`.
     #[inline(always)]
-    unsafe fn block<D: I8Dot>(bx: &BlockQ4_1, by: &BlockQ8_1, acc: float32x4_t, mins: float32x4_t) -> (float32x4_t, float32x4_t) {
+    unsafe fn block<D: I8Dot>(
+        bx: &BlockQ4_1,
+        by: &BlockQ8_1,
+        acc: float32x4_t,
+        mins: float32x4_t,
+    ) -> (float32x4_t, float32x4_t) {
         // Codes are unsigned 0..15, so they are i8 as they are.
         let q = vld1q_u8(bx.qs.as_ptr());
         let lo = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f)));
         let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(q));
         let y = by.qs.as_ptr();
-        let p = D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y.add(16)));
+        let p = D::dot(
+            D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
+            hi,
+            vld1q_s8(y.add(16)),
+        );
         // [dx, mx, dy, sy] in one conversion; times [dy, sy, dx, mx] gives [dx·dy, mx·sy, ..].
         let xdm = (bx as *const BlockQ4_1 as *const u32).read_unaligned();
         let yds = (by as *const BlockQ8_1 as *const u32).read_unaligned();
         let v = f16x4(xdm as u64 | (yds as u64) << 32);
         let prod = vmulq_f32(v, vextq_f32::<2>(v, v));
-        (vfmaq_laneq_f32::<0>(acc, vcvtq_f32_s32(p), prod), vaddq_f32(mins, prod))
+        (
+            vfmaq_laneq_f32::<0>(acc, vcvtq_f32_s32(p), prod),
+            vaddq_f32(mins, prod),
+        )
     }
 
     #[inline(always)]
@@ -327,11 +428,44 @@ mod tests {
     fn avx512_tiles_equal_avx2_dot() {
         use crate::cpu::types::{DotTile, Tile};
         let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-        let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
-        let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
-        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
-        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
-        check_avx512_tiles(GgmlType::Q4_1, from_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
+        let vnni = [
+            tile(4, 4, avx512::tile_vnni::<4, 4>),
+            tile(8, 1, avx512::tile_vnni::<8, 1>),
+            tile(2, 2, avx512::tile_vnni::<2, 2>),
+            tile(3, 2, avx512::tile_vnni::<3, 2>),
+            tile(2, 1, avx512::tile_vnni::<2, 1>),
+        ];
+        let bw = [
+            tile(4, 4, avx512::tile_bw::<4, 4>),
+            tile(8, 1, avx512::tile_bw::<8, 1>),
+            tile(2, 2, avx512::tile_bw::<2, 2>),
+            tile(3, 2, avx512::tile_bw::<3, 2>),
+            tile(2, 1, avx512::tile_bw::<2, 1>),
+        ];
+        let vnni256 = [
+            tile(2, 4, avx512::tile_vnni256::<2, 4>),
+            tile(4, 1, avx512::tile_vnni256::<4, 1>),
+            tile(1, 1, avx512::tile_vnni256::<1, 1>),
+            tile(3, 2, avx512::tile_vnni256::<3, 2>),
+        ];
+        let avxvnni = [
+            tile(2, 4, avx512::tile_avxvnni::<2, 4>),
+            tile(4, 1, avx512::tile_avxvnni::<4, 1>),
+            tile(1, 1, avx512::tile_avxvnni::<1, 1>),
+            tile(3, 2, avx512::tile_avxvnni::<3, 2>),
+        ];
+        check_avx512_tiles(
+            GgmlType::Q4_1,
+            from_f32,
+            &[0, 2],
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            avx2::vec_dot,
+            &vnni,
+            &bw,
+            &vnni256,
+            &avxvnni,
+        );
     }
 
     #[test]
@@ -341,12 +475,28 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q4_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q4_1,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            q8_1::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn tiles_equal_vec_dot() {
-        check_tiles(GgmlType::Q4_1, from_f32, GgmlType::Q8_1, q8_1::from_f32, vec_dot_fn(), &tiles(GgmlType::Q4_1));
+        check_tiles(
+            GgmlType::Q4_1,
+            from_f32,
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            vec_dot_fn(),
+            &tiles(GgmlType::Q4_1),
+        );
     }
 
     /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
@@ -354,15 +504,50 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q4_1: not the expected NEON kernel");
-        check_vec_dot(GgmlType::Q4_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, neon::vec_dot, vec_dot_ref);
-        check_vec_dot_extremes(GgmlType::Q4_1, to_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, neon::vec_dot, vec_dot_ref);
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q4_1: not the expected NEON kernel"
+        );
+        check_vec_dot(
+            GgmlType::Q4_1,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            q8_1::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
+        check_vec_dot_extremes(
+            GgmlType::Q4_1,
+            to_f32,
+            &[0, 2],
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            q8_1::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q4_1, to_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q4_1,
+            to_f32,
+            &[0, 2],
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            q8_1::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]

@@ -40,7 +40,10 @@ pub fn unpack_scales_u64(s: &[u8; 12]) -> (u64, u64) {
     let mn_lo = s1 & 0x3f3f_3f3f;
     let sc_hi = (s2 & 0x0f0f_0f0f) | (((s0 >> 6) & 0x0303_0303) << 4);
     let mn_hi = ((s2 >> 4) & 0x0f0f_0f0f) | (((s1 >> 6) & 0x0303_0303) << 4);
-    (sc_lo as u64 | (sc_hi as u64) << 32, mn_lo as u64 | (mn_hi as u64) << 32)
+    (
+        sc_lo as u64 | (sc_hi as u64) << 32,
+        mn_lo as u64 | (mn_hi as u64) << 32,
+    )
 }
 
 /// Inverse of `unpack_scales` (values must be < 64).
@@ -87,8 +90,16 @@ pub fn quantize_super_block(x: &[f32], nmax: i32) -> (u16, u16, [u8; 12], [u8; Q
     let (df, dminf) = (f16_to_f32(d), f16_to_f32(dmin));
     let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
-        sc[j] = if df > 0.0 { nearest(scales[j] / df).clamp(0, 63) as u8 } else { 0 };
-        mn[j] = if dminf > 0.0 { nearest(mins[j] / dminf).clamp(0, 63) as u8 } else { 0 };
+        sc[j] = if df > 0.0 {
+            nearest(scales[j] / df).clamp(0, 63) as u8
+        } else {
+            0
+        };
+        mn[j] = if dminf > 0.0 {
+            nearest(mins[j] / dminf).clamp(0, 63) as u8
+        } else {
+            0
+        };
     }
     let mut codes = [0u8; QK_K];
     for j in 0..8 {
@@ -155,7 +166,11 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = (use_avx2, use_neon);
     vec_dot_ref
@@ -194,8 +209,14 @@ pub(super) mod avx2 {
                 let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 let y0 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c) as *const __m256i);
                 let y1 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c + 32) as *const __m256i);
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_shuffle_epi8(scv, bcast[2 * c]));
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_shuffle_epi8(scv, bcast[2 * c + 1]));
+                let p0 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(lo, y0),
+                    _mm256_shuffle_epi8(scv, bcast[2 * c]),
+                );
+                let p1 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(hi, y1),
+                    _mm256_shuffle_epi8(scv, bcast[2 * c + 1]),
+                );
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
             }
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
@@ -211,7 +232,15 @@ pub(super) mod avx2 {
     /// and scale vector are made once for all columns and each column's 32 activations are
     /// loaded once for all rows.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         const { assert!(C <= 4) };
         let m4 = _mm256_set1_epi8(0x0f);
         let bcast = scale_broadcasts();
@@ -225,7 +254,8 @@ pub(super) mod avx2 {
             for c in 0..C {
                 dy[c] = by(c).d;
                 let bs = _mm256_loadu_si256(by(c).bsums.as_ptr() as *const __m256i);
-                bs32[c] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                bs32[c] =
+                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
             }
             let mut dx = [0f32; R];
             let mut scv = [_mm256_setzero_si256(); R];
@@ -244,11 +274,16 @@ pub(super) mod avx2 {
                 let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
                 let (sc, mn) = unpack_scales_u64(&b.scales);
                 let mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64));
-                scv[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+                scv[r] =
+                    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
                 for c in 0..C {
                     // by.d · dmin: the product vec_dot forms.
                     let m = _mm_set1_ps(dy[c] * dmin);
-                    acc_m[r][c] = _mm_fmadd_ps(m, _mm_cvtepi32_ps(_mm_madd_epi16(mn16, bs32[c])), acc_m[r][c]);
+                    acc_m[r][c] = _mm_fmadd_ps(
+                        m,
+                        _mm_cvtepi32_ps(_mm_madd_epi16(mn16, bs32[c])),
+                        acc_m[r][c],
+                    );
                 }
             }
             let mut sumi = [[_mm256_setzero_si256(); C]; R];
@@ -257,21 +292,33 @@ pub(super) mod avx2 {
                 let mut q = [_mm256_setzero_si256(); R];
                 let mut s = [_mm256_setzero_si256(); R];
                 for r in 0..R {
-                    let v = _mm256_loadu_si256(bx(r).qs.as_ptr().add(32 * (j / 2)) as *const __m256i);
-                    q[r] = if j % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) };
+                    let v =
+                        _mm256_loadu_si256(bx(r).qs.as_ptr().add(32 * (j / 2)) as *const __m256i);
+                    q[r] = if j % 2 == 0 {
+                        _mm256_and_si256(v, m4)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)
+                    };
                     s[r] = _mm256_shuffle_epi8(scv[r], bcast[j]);
                 }
                 for c in 0..C {
                     let yv = _mm256_loadu_si256(by(c).qs.as_ptr().add(32 * j) as *const __m256i);
                     for r in 0..R {
-                        sumi[r][c] = _mm256_add_epi32(sumi[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yv), s[r]));
+                        sumi[r][c] = _mm256_add_epi32(
+                            sumi[r][c],
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yv), s[r]),
+                        );
                     }
                 }
             }
             for r in 0..R {
                 for c in 0..C {
                     // by.d · d: the product vec_dot forms.
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dy[c] * dx[r]), _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(dy[c] * dx[r]),
+                        _mm256_cvtepi32_ps(sumi[r][c]),
+                        acc[r][c],
+                    );
                 }
             }
         }
@@ -322,13 +369,21 @@ pub(super) mod avx512 {
             let scv = _mm512_broadcast_i32x4(sc16);
             let mut sumi = _mm512_setzero_si512();
             for c in 0..4 {
-                let q = _mm512_broadcast_i64x4(_mm256_loadu_si256(bx.qs.as_ptr().add(32 * c) as *const __m256i));
+                let q = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    bx.qs.as_ptr().add(32 * c) as *const __m256i
+                ));
                 let q = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), m4);
                 let yv = _mm512_loadu_si512(by.qs.as_ptr().add(64 * c) as *const _);
-                let p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, yv), _mm512_shuffle_epi8(scv, tabs[c]));
+                let p = _mm512_madd_epi16(
+                    _mm512_maddubs_epi16(q, yv),
+                    _mm512_shuffle_epi8(scv, tabs[c]),
+                );
                 sumi = _mm512_add_epi32(sumi, p);
             }
-            let sumi = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64::<1>(sumi));
+            let sumi = _mm256_add_epi32(
+                _mm512_castsi512_si256(sumi),
+                _mm512_extracti64x4_epi64::<1>(sumi),
+            );
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
         }
         let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
@@ -353,9 +408,16 @@ mod neon {
             let dd = f16x4((bx as *const BlockQ4K as *const u32).read_unaligned() as u64);
             let (sc, mn) = unpack_scales_u64(&bx.scales);
             // Mins meet the activations only through their sums per 32 (pairs of bsums).
-            let bs = vpaddq_s16(vld1q_s16(by.bsums.as_ptr()), vld1q_s16(by.bsums.as_ptr().add(8)));
+            let bs = vpaddq_s16(
+                vld1q_s16(by.bsums.as_ptr()),
+                vld1q_s16(by.bsums.as_ptr().add(8)),
+            );
             let mn16 = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
-            let summ = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn16), vget_low_s16(bs)), mn16, bs));
+            let summ = vaddvq_s32(vmlal_high_s16(
+                vmull_s16(vget_low_s16(mn16), vget_low_s16(bs)),
+                mn16,
+                bs,
+            ));
             // One i32x4 per sub-block: each chunk of 32 code bytes holds sub-block 2c in its
             // low nibbles and 2c + 1 in its high ones.
             let mut p = [vdupq_n_s32(0); 8];
@@ -370,9 +432,11 @@ mod neon {
                 }
             }
             let sc16 = vmovl_u8(vcreate_u8(sc));
-            let sc32 = [vmovl_u16(vget_low_u16(sc16)), vmovl_high_u16(sc16)].map(|v| vreinterpretq_s32_u32(v));
+            let sc32 = [vmovl_u16(vget_low_u16(sc16)), vmovl_high_u16(sc16)]
+                .map(|v| vreinterpretq_s32_u32(v));
             let sumi = scaled_sum(&p, &sc32);
-            sum += by.d * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
+            sum += by.d
+                * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
         }
         sum
     }
@@ -405,7 +469,15 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_dot_equals_avx2() {
-        check_same_dot(GgmlType::Q4_K, from_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, avx512::vec_dot, avx2::vec_dot);
+        check_same_dot(
+            GgmlType::Q4_K,
+            from_f32,
+            &[0, 2],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            avx512::vec_dot,
+            avx2::vec_dot,
+        );
     }
 
     /// The registered tile, and other shapes, equal the dispatched dot to the bit.
@@ -413,16 +485,56 @@ mod tests {
     fn tiles_equal_vec_dot() {
         // The generation tile is registered only where AVX-512 does not run.
         let [gemm, gemv] = tiles(GgmlType::Q4_K);
-        check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &[gemm]);
-        assert_eq!(gemv.is_some(), use_avx2() && !crate::cpu::quants::use_avx512());
-        check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &[gemv].map(|t| t.or(gemm)));
+        check_tiles(
+            GgmlType::Q4_K,
+            from_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            vec_dot_fn(),
+            &[gemm],
+        );
+        assert_eq!(
+            gemv.is_some(),
+            use_avx2() && !crate::cpu::quants::use_avx512()
+        );
+        check_tiles(
+            GgmlType::Q4_K,
+            from_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            vec_dot_fn(),
+            &[gemv].map(|t| t.or(gemm)),
+        );
         #[cfg(target_arch = "x86_64")]
         if use_avx2() {
             use crate::cpu::types::{DotTile, Tile};
             let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-            let shapes = [tile(2, 4, avx2::tile::<2, 4>), tile(4, 1, avx2::tile::<4, 1>), tile(2, 1, avx2::tile::<2, 1>), tile(1, 1, avx2::tile::<1, 1>), tile(3, 2, avx2::tile::<3, 2>), tile(2, 2, avx2::tile::<2, 2>), tile(1, 4, avx2::tile::<1, 4>), tile(3, 4, avx2::tile::<3, 4>)];
-            check_tiles(GgmlType::Q4_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes.map(Some));
-            check_tiles_raw(GgmlType::Q4_K, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes);
+            let shapes = [
+                tile(2, 4, avx2::tile::<2, 4>),
+                tile(4, 1, avx2::tile::<4, 1>),
+                tile(2, 1, avx2::tile::<2, 1>),
+                tile(1, 1, avx2::tile::<1, 1>),
+                tile(3, 2, avx2::tile::<3, 2>),
+                tile(2, 2, avx2::tile::<2, 2>),
+                tile(1, 4, avx2::tile::<1, 4>),
+                tile(3, 4, avx2::tile::<3, 4>),
+            ];
+            check_tiles(
+                GgmlType::Q4_K,
+                from_f32,
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                vec_dot_fn(),
+                &shapes.map(Some),
+            );
+            check_tiles_raw(
+                GgmlType::Q4_K,
+                &[0, 2],
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                vec_dot_fn(),
+                &shapes,
+            );
         }
     }
 
@@ -433,7 +545,16 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q4_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q4_K,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
@@ -441,14 +562,49 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q4_K: not the expected NEON kernel");
-        check_vec_dot(GgmlType::Q4_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, neon::vec_dot, vec_dot_ref);
-        check_vec_dot_extremes(GgmlType::Q4_K, to_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, neon::vec_dot, vec_dot_ref);
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q4_K: not the expected NEON kernel"
+        );
+        check_vec_dot(
+            GgmlType::Q4_K,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
+        check_vec_dot_extremes(
+            GgmlType::Q4_K,
+            to_f32,
+            &[0, 2],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q4_K, to_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q4_K,
+            to_f32,
+            &[0, 2],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 }

@@ -72,7 +72,11 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     for i in 0..n / QK {
         let (bx, by) = (&*x.add(i), &*y.add(i));
         let q = codes(bx.qh, &bx.qs);
-        let sumi: i32 = q.iter().zip(&by.qs).map(|(&a, &b)| (a as i32 - 16) * b as i32).sum();
+        let sumi: i32 = q
+            .iter()
+            .zip(&by.qs)
+            .map(|(&a, &b)| (a as i32 - 16) * b as i32)
+            .sum();
         sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d));
     }
     sum
@@ -85,7 +89,11 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if super::use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = use_avx2;
     vec_dot_ref
@@ -108,9 +116,16 @@ mod avx2 {
             // q - 16 as a signed byte is the bare nibble where bit 4 is set and the nibble
             // with the top four bits set (nibble - 16) where it is clear.
             let set = bits_to_bytes(u32::from_le_bytes(bx.qh));
-            let q = _mm256_or_si256(nibbles(bx.qs.as_ptr()), _mm256_andnot_si256(set, high_clear));
+            let q = _mm256_or_si256(
+                nibbles(bx.qs.as_ptr()),
+                _mm256_andnot_si256(set, high_clear),
+            );
             let p = dot_i8_i8(q, _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(p), acc);
+            acc = _mm256_fmadd_ps(
+                _mm256_set1_ps(f16_mul(bx.d, by.d)),
+                _mm256_cvtepi32_ps(p),
+                acc,
+            );
         }
         hsum_f32(acc)
     }
@@ -128,17 +143,32 @@ mod neon {
         let q = vld1q_u8(bx.qs.as_ptr());
         let sixteen = vdupq_n_s8(16);
         // Nibble plus the fifth bit, minus 16: elements 0..15, then 16..31.
-        let lo = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0f)), bit4_bytes(h as u16))), sixteen);
-        let hi = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(q), bit4_bytes((h >> 16) as u16))), sixteen);
+        let lo = vsubq_s8(
+            vreinterpretq_s8_u8(vorrq_u8(
+                vandq_u8(q, vdupq_n_u8(0x0f)),
+                bit4_bytes(h as u16),
+            )),
+            sixteen,
+        );
+        let hi = vsubq_s8(
+            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(q), bit4_bytes((h >> 16) as u16))),
+            sixteen,
+        );
         let y = by.qs.as_ptr();
-        let p = D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y.add(16)));
+        let p = D::dot(
+            D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
+            hi,
+            vld1q_s8(y.add(16)),
+        );
         vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16_mul(bx.d, by.d))
     }
 
     #[inline(always)]
     unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ5_0, y as *const BlockQ8_0);
-        vaddvq_f32(sum_blocks(n / QK, |i, acc| block::<D>(&*x.add(i), &*y.add(i), acc)))
+        vaddvq_f32(sum_blocks(n / QK, |i, acc| {
+            block::<D>(&*x.add(i), &*y.add(i), acc)
+        }))
     }
 
     #[target_feature(enable = "neon")]
@@ -163,11 +193,37 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q5_0: not the expected NEON kernel");
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q5_0: not the expected NEON kernel"
+        );
         for dot in [neon::vec_dot, vec_dot_fn()] {
-            check_vec_dot(GgmlType::Q5_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, dot, vec_dot_ref);
-            check_vec_dot_extremes(GgmlType::Q5_0, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, dot, vec_dot_ref);
+            check_vec_dot(
+                GgmlType::Q5_0,
+                from_f32,
+                to_f32,
+                GgmlType::Q8_0,
+                q8_0::from_f32,
+                q8_0::to_f32,
+                dot,
+                vec_dot_ref,
+            );
+            check_vec_dot_extremes(
+                GgmlType::Q5_0,
+                to_f32,
+                &[0],
+                GgmlType::Q8_0,
+                q8_0::from_f32,
+                q8_0::to_f32,
+                dot,
+                vec_dot_ref,
+            );
         }
     }
 
@@ -178,12 +234,30 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q5_0, from_f32, to_f32, GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q5_0,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q5_0, to_f32, &[0], GgmlType::Q8_0, q8_0::from_f32, q8_0::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q5_0,
+            to_f32,
+            &[0],
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            q8_0::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]

@@ -71,8 +71,13 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     for i in 0..n / QK {
         let (bx, by) = (&*x.add(i), &*y.add(i));
         let q = codes(bx.qh, &bx.qs);
-        let sumi: i32 = q.iter().zip(&by.qs).map(|(&a, &b)| a as i32 * b as i32).sum();
-        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d)) + f16_to_f32(bx.m) * f16_to_f32(by.s);
+        let sumi: i32 = q
+            .iter()
+            .zip(&by.qs)
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
+        sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d))
+            + f16_to_f32(bx.m) * f16_to_f32(by.s);
     }
     sum
 }
@@ -84,7 +89,11 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if super::use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = use_avx2;
     vec_dot_ref
@@ -130,20 +139,35 @@ mod neon {
 
     /// Adds the block's scaled integer dot to `acc` and its min term mx·sy to lane 1 of `mins`.
     #[inline(always)]
-    unsafe fn block<D: I8Dot>(bx: &BlockQ5_1, by: &BlockQ8_1, acc: float32x4_t, mins: float32x4_t) -> (float32x4_t, float32x4_t) {
+    unsafe fn block<D: I8Dot>(
+        bx: &BlockQ5_1,
+        by: &BlockQ8_1,
+        acc: float32x4_t,
+        mins: float32x4_t,
+    ) -> (float32x4_t, float32x4_t) {
         let h = u32::from_le_bytes(bx.qh);
         let q = vld1q_u8(bx.qs.as_ptr());
         // Codes 0..31 (nibble plus the fifth bit) are i8 as they are.
-        let lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0f)), bit4_bytes(h as u16)));
+        let lo = vreinterpretq_s8_u8(vorrq_u8(
+            vandq_u8(q, vdupq_n_u8(0x0f)),
+            bit4_bytes(h as u16),
+        ));
         let hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(q), bit4_bytes((h >> 16) as u16)));
         let y = by.qs.as_ptr();
-        let p = D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y.add(16)));
+        let p = D::dot(
+            D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
+            hi,
+            vld1q_s8(y.add(16)),
+        );
         // [dx, mx, dy, sy] in one conversion; times [dy, sy, dx, mx] gives [dx·dy, mx·sy, ..].
         let xdm = (bx as *const BlockQ5_1 as *const u32).read_unaligned();
         let yds = (by as *const BlockQ8_1 as *const u32).read_unaligned();
         let v = f16x4(xdm as u64 | (yds as u64) << 32);
         let prod = vmulq_f32(v, vextq_f32::<2>(v, v));
-        (vfmaq_laneq_f32::<0>(acc, vcvtq_f32_s32(p), prod), vaddq_f32(mins, prod))
+        (
+            vfmaq_laneq_f32::<0>(acc, vcvtq_f32_s32(p), prod),
+            vaddq_f32(mins, prod),
+        )
     }
 
     #[inline(always)]
@@ -180,11 +204,37 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q5_1: not the expected NEON kernel");
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q5_1: not the expected NEON kernel"
+        );
         for dot in [neon::vec_dot, vec_dot_fn()] {
-            check_vec_dot(GgmlType::Q5_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, dot, vec_dot_ref);
-            check_vec_dot_extremes(GgmlType::Q5_1, to_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, dot, vec_dot_ref);
+            check_vec_dot(
+                GgmlType::Q5_1,
+                from_f32,
+                to_f32,
+                GgmlType::Q8_1,
+                q8_1::from_f32,
+                q8_1::to_f32,
+                dot,
+                vec_dot_ref,
+            );
+            check_vec_dot_extremes(
+                GgmlType::Q5_1,
+                to_f32,
+                &[0, 2],
+                GgmlType::Q8_1,
+                q8_1::from_f32,
+                q8_1::to_f32,
+                dot,
+                vec_dot_ref,
+            );
         }
     }
 
@@ -195,11 +245,29 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q5_1, from_f32, to_f32, GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q5_1,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            q8_1::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q5_1, to_f32, &[0, 2], GgmlType::Q8_1, q8_1::from_f32, q8_1::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q5_1,
+            to_f32,
+            &[0, 2],
+            GgmlType::Q8_1,
+            q8_1::from_f32,
+            q8_1::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 }

@@ -76,7 +76,9 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
         let q = codes(bx);
         let (mut sumi, mut summ) = (0i32, 0i32);
         for j in 0..8 {
-            let s: i32 = (0..32).map(|l| q[32 * j + l] as i32 * by.qs[32 * j + l] as i32).sum();
+            let s: i32 = (0..32)
+                .map(|l| q[32 * j + l] as i32 * by.qs[32 * j + l] as i32)
+                .sum();
             sumi += sc[j] as i32 * s;
             summ += mn[j] as i32 * (by.bsums[2 * j] as i32 + by.bsums[2 * j + 1] as i32);
         }
@@ -92,7 +94,11 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if super::use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = use_avx2;
     vec_dot_ref
@@ -137,14 +143,26 @@ mod avx2 {
             let mut sumi = _mm256_setzero_si256();
             for c in 0..4 {
                 let q = _mm256_loadu_si256(bx.qs.as_ptr().add(32 * c) as *const __m256i);
-                let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
+                let lo = _mm256_or_si256(
+                    _mm256_and_si256(q, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4),
+                );
                 h = _mm256_srli_epi16(h, 1);
-                let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                    _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4),
+                );
                 h = _mm256_srli_epi16(h, 1);
                 let y0 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c) as *const __m256i);
                 let y1 = _mm256_loadu_si256(by.qs.as_ptr().add(64 * c + 32) as *const __m256i);
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_shuffle_epi8(scv, bcast[2 * c]));
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_shuffle_epi8(scv, bcast[2 * c + 1]));
+                let p0 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(lo, y0),
+                    _mm256_shuffle_epi8(scv, bcast[2 * c]),
+                );
+                let p1 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(hi, y1),
+                    _mm256_shuffle_epi8(scv, bcast[2 * c + 1]),
+                );
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
             }
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
@@ -171,9 +189,16 @@ mod neon {
             let dd = f16x4((bx as *const BlockQ5K as *const u32).read_unaligned() as u64);
             let (sc, mn) = unpack_scales_u64(&bx.scales);
             // Mins meet the activations only through their sums per 32 (pairs of bsums).
-            let bs = vpaddq_s16(vld1q_s16(by.bsums.as_ptr()), vld1q_s16(by.bsums.as_ptr().add(8)));
+            let bs = vpaddq_s16(
+                vld1q_s16(by.bsums.as_ptr()),
+                vld1q_s16(by.bsums.as_ptr().add(8)),
+            );
             let mn16 = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
-            let summ = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn16), vget_low_s16(bs)), mn16, bs));
+            let summ = vaddvq_s32(vmlal_high_s16(
+                vmull_s16(vget_low_s16(mn16), vget_low_s16(bs)),
+                mn16,
+                bs,
+            ));
             // One i32x4 per sub-block: chunk c of 32 code bytes holds sub-block 2c in its low
             // nibbles and 2c + 1 in its high ones; their fifth bits are bits 2c and 2c + 1 of qh.
             let qh = [vld1q_u8(bx.qh.as_ptr()), vld1q_u8(bx.qh.as_ptr().add(16))];
@@ -187,13 +212,19 @@ mod neon {
                     let lo = vorrq_u8(vandq_u8(q, m4), vandq_u8(vshlq_u8(qh[h], sl), bit4));
                     let hi = vorrq_u8(vshrq_n_u8::<4>(q), vandq_u8(vshlq_u8(qh[h], sh), bit4));
                     p[2 * c] = D::dot(p[2 * c], vreinterpretq_s8_u8(lo), vld1q_s8(qy.add(16 * h)));
-                    p[2 * c + 1] = D::dot(p[2 * c + 1], vreinterpretq_s8_u8(hi), vld1q_s8(qy.add(32 + 16 * h)));
+                    p[2 * c + 1] = D::dot(
+                        p[2 * c + 1],
+                        vreinterpretq_s8_u8(hi),
+                        vld1q_s8(qy.add(32 + 16 * h)),
+                    );
                 }
             }
             let sc16 = vmovl_u8(vcreate_u8(sc));
-            let sc32 = [vmovl_u16(vget_low_u16(sc16)), vmovl_high_u16(sc16)].map(|v| vreinterpretq_s32_u32(v));
+            let sc32 = [vmovl_u16(vget_low_u16(sc16)), vmovl_high_u16(sc16)]
+                .map(|v| vreinterpretq_s32_u32(v));
             let sumi = scaled_sum(&p, &sc32);
-            sum += by.d * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
+            sum += by.d
+                * (vgetq_lane_f32::<0>(dd) * sumi as f32 - vgetq_lane_f32::<1>(dd) * summ as f32);
         }
         sum
     }
@@ -220,11 +251,37 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q5_K: not the expected NEON kernel");
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q5_K: not the expected NEON kernel"
+        );
         for dot in [neon::vec_dot, vec_dot_fn()] {
-            check_vec_dot(GgmlType::Q5_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
-            check_vec_dot_extremes(GgmlType::Q5_K, to_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, dot, vec_dot_ref);
+            check_vec_dot(
+                GgmlType::Q5_K,
+                from_f32,
+                to_f32,
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                dot,
+                vec_dot_ref,
+            );
+            check_vec_dot_extremes(
+                GgmlType::Q5_K,
+                to_f32,
+                &[0, 2],
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                dot,
+                vec_dot_ref,
+            );
         }
     }
 
@@ -235,11 +292,29 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q5_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q5_K,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q5_K, to_f32, &[0, 2], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q5_K,
+            to_f32,
+            &[0, 2],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 }

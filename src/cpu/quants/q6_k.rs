@@ -63,7 +63,11 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
         let d = f16_to_f32(b.d);
         let mut q = [32u8; QK_K];
         for j in 0..16 {
-            let sc = if d > 0.0 { nearest(scales[j] / d).clamp(-127, 127) } else { 0 };
+            let sc = if d > 0.0 {
+                nearest(scales[j] / d).clamp(-127, 127)
+            } else {
+                0
+            };
             b.scales[j] = sc as i8;
             let s = d * sc as f32;
             if s != 0.0 {
@@ -79,7 +83,8 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
                 let [q1, q2, q3, q4] = [0, 32, 64, 96].map(|o| q[128 * n + o + l]);
                 b.ql[64 * n + l] = (q1 & 0x0f) | ((q3 & 0x0f) << 4);
                 b.ql[64 * n + 32 + l] = (q2 & 0x0f) | ((q4 & 0x0f) << 4);
-                b.qh[32 * n + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+                b.qh[32 * n + l] =
+                    (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
             }
         }
     }
@@ -93,7 +98,9 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
         let q = codes(bx);
         let mut sumi = 0i32;
         for j in 0..16 {
-            let s: i32 = (0..16).map(|l| (q[16 * j + l] as i32 - 32) * by.qs[16 * j + l] as i32).sum();
+            let s: i32 = (0..16)
+                .map(|l| (q[16 * j + l] as i32 - 32) * by.qs[16 * j + l] as i32)
+                .sum();
             sumi += bx.scales[j] as i32 * s;
         }
         sum += by.d * f16_to_f32(bx.d) * sumi as f32;
@@ -112,7 +119,11 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = (use_avx2, use_neon);
     vec_dot_ref
@@ -144,17 +155,37 @@ pub(super) mod avx2 {
                 let qh = _mm256_loadu_si256(bx.qh.as_ptr().add(32 * h) as *const __m256i);
                 // 16-bit shifts leak bits across bytes; the 0x30 mask drops exactly those.
                 let q = [
-                    _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-                    _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                        _mm256_and_si256(qh, m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                    ),
                 ];
                 // The 8 scales of this half, as i16, in both 128-bit lanes.
-                let sh = if h == 0 { _mm256_permute2x128_si256(sc, sc, 0x00) } else { _mm256_permute2x128_si256(sc, sc, 0x11) };
+                let sh = if h == 0 {
+                    _mm256_permute2x128_si256(sc, sc, 0x00)
+                } else {
+                    _mm256_permute2x128_si256(sc, sc, 0x11)
+                };
                 for k in 0..4 {
-                    let yk = _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                    let yk =
+                        _mm256_loadu_si256(by.qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
                     let s = _mm256_shuffle_epi8(sh, pairs[k]);
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yk), s));
+                    sumi = _mm256_add_epi32(
+                        sumi,
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yk), s),
+                    );
                 }
             }
             // Codes are used unsigned (0..63); the -32 comes back through the per-16 sums,
@@ -171,7 +202,15 @@ pub(super) mod avx2 {
     /// product, FMA and final sum. Per 32 codes, each row's codes and scale vector are made
     /// once for all columns and each column's 32 activations are loaded once for all rows.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         const { assert!(C <= 4) };
         let m4 = _mm256_set1_epi8(0x0f);
         let m30 = _mm256_set1_epi8(0x30);
@@ -200,17 +239,27 @@ pub(super) mod avx2 {
                 // The 8 scales of this half, as i16, in both 128-bit lanes.
                 let mut sh = [_mm256_setzero_si256(); R];
                 for r in 0..R {
-                    sh[r] = if h == 0 { _mm256_permute2x128_si256(sc[r], sc[r], 0x00) } else { _mm256_permute2x128_si256(sc[r], sc[r], 0x11) };
+                    sh[r] = if h == 0 {
+                        _mm256_permute2x128_si256(sc[r], sc[r], 0x00)
+                    } else {
+                        _mm256_permute2x128_si256(sc[r], sc[r], 0x11)
+                    };
                 }
                 for k in 0..4 {
                     let mut q = [_mm256_setzero_si256(); R];
                     let mut s = [_mm256_setzero_si256(); R];
                     for r in 0..R {
                         let b = bx(r);
-                        let ql = _mm256_loadu_si256(b.ql.as_ptr().add(64 * h + 32 * (k & 1)) as *const __m256i);
+                        let ql = _mm256_loadu_si256(
+                            b.ql.as_ptr().add(64 * h + 32 * (k & 1)) as *const __m256i
+                        );
                         let qh = _mm256_loadu_si256(b.qh.as_ptr().add(32 * h) as *const __m256i);
                         // As vec_dot: 16-bit shifts leak bits across bytes; the 0x30 mask drops them.
-                        let lo = if k < 2 { _mm256_and_si256(ql, m4) } else { _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4) };
+                        let lo = if k < 2 {
+                            _mm256_and_si256(ql, m4)
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4)
+                        };
                         let hi = match k {
                             0 => _mm256_slli_epi16(qh, 4),
                             1 => _mm256_slli_epi16(qh, 2),
@@ -221,9 +270,14 @@ pub(super) mod avx2 {
                         s[r] = _mm256_shuffle_epi8(sh[r], pairs[k]);
                     }
                     for c in 0..C {
-                        let yk = _mm256_loadu_si256(by(c).qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                        let yk = _mm256_loadu_si256(
+                            by(c).qs.as_ptr().add(128 * h + 32 * k) as *const __m256i
+                        );
                         for r in 0..R {
-                            sumi[r][c] = _mm256_add_epi32(sumi[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yk), s[r]));
+                            sumi[r][c] = _mm256_add_epi32(
+                                sumi[r][c],
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yk), s[r]),
+                            );
                         }
                     }
                 }
@@ -233,9 +287,16 @@ pub(super) mod avx2 {
                 let bsums = _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i);
                 for r in 0..R {
                     // The -32 of the codes, in integers before the conversion, as vec_dot.
-                    let si = _mm256_sub_epi32(sumi[r][c], _mm256_slli_epi32(_mm256_madd_epi16(sc[r], bsums), 5));
+                    let si = _mm256_sub_epi32(
+                        sumi[r][c],
+                        _mm256_slli_epi32(_mm256_madd_epi16(sc[r], bsums), 5),
+                    );
                     // by.d · d: the product vec_dot forms.
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * dx[r]), _mm256_cvtepi32_ps(si), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(b.d * dx[r]),
+                        _mm256_cvtepi32_ps(si),
+                        acc[r][c],
+                    );
                 }
             }
         }
@@ -277,21 +338,39 @@ pub(super) mod avx512 {
             let mut sumi = _mm512_setzero_si512();
             for h in 0..2 {
                 let ql = _mm512_loadu_si512(bx.ql.as_ptr().add(64 * h) as *const _);
-                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(bx.qh.as_ptr().add(32 * h) as *const __m256i));
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    bx.qh.as_ptr().add(32 * h) as *const __m256i
+                ));
                 // 16-bit shifts leak bits across bytes; the 0x30 mask drops exactly those.
                 let q = [
-                    _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(ql, m4),
+                        _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                        _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
+                    ),
                 ];
                 // The 8 scales of this half, as i16, in every 128-bit lane.
-                let sh = _mm512_broadcast_i32x4(if h == 0 { _mm256_castsi256_si128(sc) } else { _mm256_extracti128_si256::<1>(sc) });
+                let sh = _mm512_broadcast_i32x4(if h == 0 {
+                    _mm256_castsi256_si128(sc)
+                } else {
+                    _mm256_extracti128_si256::<1>(sc)
+                });
                 for k in 0..2 {
                     let yk = _mm512_loadu_si512(by.qs.as_ptr().add(128 * h + 64 * k) as *const _);
                     let s = _mm512_shuffle_epi8(sh, tabs[k]);
-                    sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q[k], yk), s));
+                    sumi = _mm512_add_epi32(
+                        sumi,
+                        _mm512_madd_epi16(_mm512_maddubs_epi16(q[k], yk), s),
+                    );
                 }
             }
-            let mut sumi = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64::<1>(sumi));
+            let mut sumi = _mm256_add_epi32(
+                _mm512_castsi512_si256(sumi),
+                _mm512_extracti64x4_epi64::<1>(sumi),
+            );
             let bsums = _mm256_loadu_si256(by.bsums.as_ptr() as *const __m256i);
             sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(sc, bsums), 5));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
@@ -329,13 +408,19 @@ mod neon {
                     ];
                     for (k, &qk) in q.iter().enumerate() {
                         let yk = vld1q_s8(by.qs.as_ptr().add(128 * n + 32 * k + 16 * h));
-                        p[8 * n + 2 * k + h] = D::dot(vdupq_n_s32(0), vsubq_s8(vreinterpretq_s8_u8(qk), c32), yk);
+                        p[8 * n + 2 * k + h] =
+                            D::dot(vdupq_n_s32(0), vsubq_s8(vreinterpretq_s8_u8(qk), c32), yk);
                     }
                 }
             }
             let sc8 = vld1q_s8(bx.scales.as_ptr());
             let (lo, hi) = (vmovl_s8(vget_low_s8(sc8)), vmovl_high_s8(sc8));
-            let sc = [vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)), vmovl_high_s16(hi)];
+            let sc = [
+                vmovl_s16(vget_low_s16(lo)),
+                vmovl_high_s16(lo),
+                vmovl_s16(vget_low_s16(hi)),
+                vmovl_high_s16(hi),
+            ];
             sum += by.d * f16(bx.d) * scaled_sum(&p, &sc) as f32;
         }
         sum
@@ -362,22 +447,59 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_dot_equals_avx2() {
-        check_same_dot(GgmlType::Q6_K, from_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, avx512::vec_dot, avx2::vec_dot);
+        check_same_dot(
+            GgmlType::Q6_K,
+            from_f32,
+            &[208],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            avx512::vec_dot,
+            avx2::vec_dot,
+        );
     }
 
     /// The registered tile, and other shapes, equal the dispatched dot to the bit.
     #[test]
     fn tiles_equal_vec_dot() {
         // A prompt tile only: generation keeps vec_dot.
-        check_tiles(GgmlType::Q6_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &tiles(GgmlType::Q6_K)[..1]);
+        check_tiles(
+            GgmlType::Q6_K,
+            from_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            vec_dot_fn(),
+            &tiles(GgmlType::Q6_K)[..1],
+        );
         assert!(tiles(GgmlType::Q6_K)[1].is_none());
         #[cfg(target_arch = "x86_64")]
         if use_avx2() {
             use crate::cpu::types::{DotTile, Tile};
             let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-            let shapes = [tile(2, 4, avx2::tile::<2, 4>), tile(4, 1, avx2::tile::<4, 1>), tile(1, 1, avx2::tile::<1, 1>), tile(3, 2, avx2::tile::<3, 2>), tile(2, 2, avx2::tile::<2, 2>), tile(1, 4, avx2::tile::<1, 4>), tile(3, 4, avx2::tile::<3, 4>)];
-            check_tiles(GgmlType::Q6_K, from_f32, GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes.map(Some));
-            check_tiles_raw(GgmlType::Q6_K, &[208], GgmlType::Q8_K, q8_k::from_f32, vec_dot_fn(), &shapes);
+            let shapes = [
+                tile(2, 4, avx2::tile::<2, 4>),
+                tile(4, 1, avx2::tile::<4, 1>),
+                tile(1, 1, avx2::tile::<1, 1>),
+                tile(3, 2, avx2::tile::<3, 2>),
+                tile(2, 2, avx2::tile::<2, 2>),
+                tile(1, 4, avx2::tile::<1, 4>),
+                tile(3, 4, avx2::tile::<3, 4>),
+            ];
+            check_tiles(
+                GgmlType::Q6_K,
+                from_f32,
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                vec_dot_fn(),
+                &shapes.map(Some),
+            );
+            check_tiles_raw(
+                GgmlType::Q6_K,
+                &[208],
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                vec_dot_fn(),
+                &shapes,
+            );
         }
     }
 
@@ -388,7 +510,16 @@ mod tests {
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q6_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q6_K,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
@@ -396,14 +527,49 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q6_K: not the expected NEON kernel");
-        check_vec_dot(GgmlType::Q6_K, from_f32, to_f32, GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, neon::vec_dot, vec_dot_ref);
-        check_vec_dot_extremes(GgmlType::Q6_K, to_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, neon::vec_dot, vec_dot_ref);
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q6_K: not the expected NEON kernel"
+        );
+        check_vec_dot(
+            GgmlType::Q6_K,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
+        check_vec_dot_extremes(
+            GgmlType::Q6_K,
+            to_f32,
+            &[208],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q6_K, to_f32, &[208], GgmlType::Q8_K, q8_k::from_f32, q8_k::to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q6_K,
+            to_f32,
+            &[208],
+            GgmlType::Q8_K,
+            q8_k::from_f32,
+            q8_k::to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 }

@@ -60,7 +60,12 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let mut sum = 0f32;
     for i in 0..n / QK {
         let (bx, by) = (&*x.add(i), &*y.add(i));
-        let sumi: i32 = bx.qs.iter().zip(&by.qs).map(|(&a, &b)| a as i32 * b as i32).sum();
+        let sumi: i32 = bx
+            .qs
+            .iter()
+            .zip(&by.qs)
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
         sum += sumi as f32 * (f16_to_f32(bx.d) * f16_to_f32(by.d));
     }
     sum
@@ -73,12 +78,15 @@ pub fn vec_dot_fn() -> VecDot {
     }
     #[cfg(target_arch = "aarch64")]
     if use_neon() {
-        return if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
     }
     let _ = (use_avx2, use_neon);
     vec_dot_ref
 }
-
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
@@ -104,15 +112,30 @@ pub(super) mod avx2 {
         let mut acc = _mm256_setzero_ps();
         for i in 0..n / QK {
             let (a, b) = (&*x.add(i), &*y.add(i));
-            let p = dot_i8_i8(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i), _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(a.d, b.d)), _mm256_cvtepi32_ps(p), acc);
+            let p = dot_i8_i8(
+                _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i),
+                _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i),
+            );
+            acc = _mm256_fmadd_ps(
+                _mm256_set1_ps(f16_mul(a.d, b.d)),
+                _mm256_cvtepi32_ps(p),
+                acc,
+            );
         }
         hsum_f32(acc)
     }
 
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn tile<const R: usize, const C: usize>(n: usize, x: *const u8, xs: usize, y: *const u8, ys: usize, out: *mut u8, os: usize) {
+    pub unsafe fn tile<const R: usize, const C: usize>(
+        n: usize,
+        x: *const u8,
+        xs: usize,
+        y: *const u8,
+        ys: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
         const { assert!(C <= 4) };
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..n / QK {
@@ -172,7 +195,10 @@ pub(super) mod avx512 {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn codes(&self, _: __m256i) -> __m256i {
-            _mm256_xor_si256(_mm256_loadu_si256(self.qs.as_ptr() as *const __m256i), _mm256_set1_epi8(-128))
+            _mm256_xor_si256(
+                _mm256_loadu_si256(self.qs.as_ptr() as *const __m256i),
+                _mm256_set1_epi8(-128),
+            )
         }
     }
 
@@ -198,14 +224,20 @@ mod neon {
     #[inline(always)]
     unsafe fn block<D: I8Dot>(bx: &BlockQ8_0, by: &BlockQ8_0, acc: float32x4_t) -> float32x4_t {
         let (x, y) = (bx.qs.as_ptr(), by.qs.as_ptr());
-        let p = D::dot(D::dot(vdupq_n_s32(0), vld1q_s8(x), vld1q_s8(y)), vld1q_s8(x.add(16)), vld1q_s8(y.add(16)));
+        let p = D::dot(
+            D::dot(vdupq_n_s32(0), vld1q_s8(x), vld1q_s8(y)),
+            vld1q_s8(x.add(16)),
+            vld1q_s8(y.add(16)),
+        );
         vfmaq_n_f32(acc, vcvtq_f32_s32(p), f16_mul(bx.d, by.d))
     }
 
     #[inline(always)]
     unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ8_0, y as *const BlockQ8_0);
-        vaddvq_f32(sum_blocks(n / QK, |i, acc| block::<D>(&*x.add(i), &*y.add(i), acc)))
+        vaddvq_f32(sum_blocks(n / QK, |i, acc| {
+            block::<D>(&*x.add(i), &*y.add(i), acc)
+        }))
     }
 
     #[target_feature(enable = "neon")]
@@ -231,35 +263,99 @@ mod tests {
     fn avx512_tiles_equal_avx2_dot() {
         use crate::cpu::types::{DotTile, Tile};
         let tile = |rows, cols, dot: DotTile| Tile { rows, cols, dot };
-        let vnni = [tile(4, 4, avx512::tile_vnni::<4, 4>), tile(8, 1, avx512::tile_vnni::<8, 1>), tile(2, 2, avx512::tile_vnni::<2, 2>), tile(3, 2, avx512::tile_vnni::<3, 2>), tile(2, 1, avx512::tile_vnni::<2, 1>)];
-        let bw = [tile(4, 4, avx512::tile_bw::<4, 4>), tile(8, 1, avx512::tile_bw::<8, 1>), tile(2, 2, avx512::tile_bw::<2, 2>), tile(3, 2, avx512::tile_bw::<3, 2>), tile(2, 1, avx512::tile_bw::<2, 1>)];
-        let vnni256 = [tile(2, 4, avx512::tile_vnni256::<2, 4>), tile(4, 1, avx512::tile_vnni256::<4, 1>), tile(1, 1, avx512::tile_vnni256::<1, 1>), tile(3, 2, avx512::tile_vnni256::<3, 2>)];
-        let avxvnni = [tile(2, 4, avx512::tile_avxvnni::<2, 4>), tile(4, 1, avx512::tile_avxvnni::<4, 1>), tile(1, 1, avx512::tile_avxvnni::<1, 1>), tile(3, 2, avx512::tile_avxvnni::<3, 2>)];
-        check_avx512_tiles(GgmlType::Q8_0, from_f32, &[0], GgmlType::Q8_0, from_f32, avx2::vec_dot, &vnni, &bw, &vnni256, &avxvnni);
+        let vnni = [
+            tile(4, 4, avx512::tile_vnni::<4, 4>),
+            tile(8, 1, avx512::tile_vnni::<8, 1>),
+            tile(2, 2, avx512::tile_vnni::<2, 2>),
+            tile(3, 2, avx512::tile_vnni::<3, 2>),
+            tile(2, 1, avx512::tile_vnni::<2, 1>),
+        ];
+        let bw = [
+            tile(4, 4, avx512::tile_bw::<4, 4>),
+            tile(8, 1, avx512::tile_bw::<8, 1>),
+            tile(2, 2, avx512::tile_bw::<2, 2>),
+            tile(3, 2, avx512::tile_bw::<3, 2>),
+            tile(2, 1, avx512::tile_bw::<2, 1>),
+        ];
+        let vnni256 = [
+            tile(2, 4, avx512::tile_vnni256::<2, 4>),
+            tile(4, 1, avx512::tile_vnni256::<4, 1>),
+            tile(1, 1, avx512::tile_vnni256::<1, 1>),
+            tile(3, 2, avx512::tile_vnni256::<3, 2>),
+        ];
+        let avxvnni = [
+            tile(2, 4, avx512::tile_avxvnni::<2, 4>),
+            tile(4, 1, avx512::tile_avxvnni::<4, 1>),
+            tile(1, 1, avx512::tile_avxvnni::<1, 1>),
+            tile(3, 2, avx512::tile_avxvnni::<3, 2>),
+        ];
+        check_avx512_tiles(
+            GgmlType::Q8_0,
+            from_f32,
+            &[0],
+            GgmlType::Q8_0,
+            from_f32,
+            avx2::vec_dot,
+            &vnni,
+            &bw,
+            &vnni256,
+            &avxvnni,
+        );
     }
 
     #[test]
     fn round_trip() {
         check_round_trip(GgmlType::Q8_0, from_f32, to_f32, 0.01);
         let x = data(32 * 9, 5);
-        assert_eq!(quantize(GgmlType::Q8_0, from_f32, &x), quantize(GgmlType::Q8_0, from_f32_ref, &x));
+        assert_eq!(
+            quantize(GgmlType::Q8_0, from_f32, &x),
+            quantize(GgmlType::Q8_0, from_f32_ref, &x)
+        );
         #[cfg(target_arch = "aarch64")]
-        assert_eq!(quantize(GgmlType::Q8_0, neon::from_f32, &x), quantize(GgmlType::Q8_0, from_f32_ref, &x));
+        assert_eq!(
+            quantize(GgmlType::Q8_0, neon::from_f32, &x),
+            quantize(GgmlType::Q8_0, from_f32_ref, &x)
+        );
     }
 
     #[test]
     fn vec_dot_matches() {
-        check_vec_dot(GgmlType::Q8_0, from_f32, to_f32, GgmlType::Q8_0, from_f32, to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot(
+            GgmlType::Q8_0,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_0,
+            from_f32,
+            to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     #[test]
     fn tiles_equal_vec_dot() {
-        check_tiles(GgmlType::Q8_0, from_f32, GgmlType::Q8_0, from_f32, vec_dot_fn(), &tiles(GgmlType::Q8_0));
+        check_tiles(
+            GgmlType::Q8_0,
+            from_f32,
+            GgmlType::Q8_0,
+            from_f32,
+            vec_dot_fn(),
+            &tiles(GgmlType::Q8_0),
+        );
     }
 
     #[test]
     fn vec_dot_extremes() {
-        check_vec_dot_extremes(GgmlType::Q8_0, to_f32, &[0], GgmlType::Q8_0, from_f32, to_f32, vec_dot_fn(), vec_dot_ref);
+        check_vec_dot_extremes(
+            GgmlType::Q8_0,
+            to_f32,
+            &[0],
+            GgmlType::Q8_0,
+            from_f32,
+            to_f32,
+            vec_dot_fn(),
+            vec_dot_ref,
+        );
     }
 
     /// SDOT is dispatched where the CPU has it; the base-NEON dot (dispatched elsewhere) is
@@ -267,10 +363,36 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_kernels() {
-        let want = if crate::cpu::simd::has_dotprod() { neon::vec_dot_sdot } else { neon::vec_dot };
-        assert_eq!(vec_dot_fn() as usize, want as usize, "Q8_0: not the expected NEON kernel");
-        check_vec_dot(GgmlType::Q8_0, from_f32, to_f32, GgmlType::Q8_0, from_f32, to_f32, neon::vec_dot, vec_dot_ref);
-        check_vec_dot_extremes(GgmlType::Q8_0, to_f32, &[0], GgmlType::Q8_0, from_f32, to_f32, neon::vec_dot, vec_dot_ref);
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "Q8_0: not the expected NEON kernel"
+        );
+        check_vec_dot(
+            GgmlType::Q8_0,
+            from_f32,
+            to_f32,
+            GgmlType::Q8_0,
+            from_f32,
+            to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
+        check_vec_dot_extremes(
+            GgmlType::Q8_0,
+            to_f32,
+            &[0],
+            GgmlType::Q8_0,
+            from_f32,
+            to_f32,
+            neon::vec_dot,
+            vec_dot_ref,
+        );
     }
 
     #[test]

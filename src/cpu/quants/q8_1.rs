@@ -3,7 +3,6 @@
 
 use super::{f16_to_f32, f32_to_f16};
 
-
 pub const QK: usize = 32;
 
 #[repr(C)]
@@ -103,9 +102,15 @@ mod tests {
     fn round_trip_and_sum() {
         check_round_trip(GgmlType::Q8_1, from_f32, to_f32, 0.01);
         let x = data(32 * 9, 6);
-        assert_eq!(quantize(GgmlType::Q8_1, from_f32, &x), quantize(GgmlType::Q8_1, from_f32_ref, &x));
+        assert_eq!(
+            quantize(GgmlType::Q8_1, from_f32, &x),
+            quantize(GgmlType::Q8_1, from_f32_ref, &x)
+        );
         #[cfg(target_arch = "aarch64")]
-        assert_eq!(quantize(GgmlType::Q8_1, neon::from_f32, &x), quantize(GgmlType::Q8_1, from_f32_ref, &x));
+        assert_eq!(
+            quantize(GgmlType::Q8_1, neon::from_f32, &x),
+            quantize(GgmlType::Q8_1, from_f32_ref, &x)
+        );
         let x = data(64, 3);
         let q = quantize(GgmlType::Q8_1, from_f32, &x);
         let b = unsafe { &*(q.as_ptr() as *const BlockQ8_1).add(1) };
