@@ -3,6 +3,7 @@
 //! CPU, GPU and hybrid devices implement these traits; `ffi/` wires them to ggml's vtables.
 
 use crate::tensor::Tensor;
+use std::any::Any;
 use std::ffi::CStr;
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -116,8 +117,31 @@ pub trait Backend: Send {
     fn get_async(&mut self, _dst: *mut u8, _src: *const u8, _len: usize) -> Result<bool> {
         Ok(false)
     }
-    /// The GPU backend behind this one, for copies and events between our GPU backends.
-    fn as_gpu(&mut self) -> Option<&mut crate::gpu::backend::GpuBackend> {
+    /// Queues a copy of `len` bytes between device addresses, to `dst` (memory of this
+    /// backend's device) from `src` (memory of `from`'s device; None: of this backend's). It
+    /// runs after the work queued so far on both backends. Ok(false): not done (ggml then
+    /// copies through the host).
+    fn copy_device(
+        &mut self,
+        _from: Option<&mut dyn Backend>,
+        _dst: *mut u8,
+        _src: *const u8,
+        _len: usize,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+    /// Records `event` after the work queued so far. Ok(false): this backend does not record
+    /// events of that kind.
+    fn record_event(&mut self, _event: &dyn Event) -> Result<bool> {
+        Ok(false)
+    }
+    /// Makes work queued later wait for `event`'s last record. Ok(false): not possible here
+    /// (the caller waits on the host instead).
+    fn wait_event(&mut self, _event: &dyn Event) -> Result<bool> {
+        Ok(false)
+    }
+    /// This backend as `Any`, for a device that recognizes its own backends in `copy_device`.
+    fn as_any_mut(&mut self) -> Option<&mut dyn Any> {
         None
     }
 }
@@ -126,7 +150,8 @@ pub trait Backend: Send {
 pub trait Event: Send + Sync {
     /// Waits on the host until the work before the marker's last record is done.
     fn synchronize(&self) -> Result<()>;
-    fn as_gpu(&self) -> Option<&crate::gpu::GpuEvent> {
+    /// This event as `Any`, for a backend that recognizes its own device's events.
+    fn as_any(&self) -> Option<&dyn Any> {
         None
     }
 }

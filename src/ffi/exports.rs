@@ -4,7 +4,7 @@
 use super::abi::*;
 use super::guard::guard;
 use super::registry;
-use super::vtables::{backend_of, new_backend};
+use super::vtables::{backend_of, backend_set_n_threads, new_backend};
 use std::ffi::{c_char, c_int};
 use std::ptr::null_mut;
 
@@ -117,11 +117,7 @@ pub extern "C" fn ggml_backend_rocmforge_get_device_memory(
 /// Also offered as "ggml_backend_set_n_threads" through the registry's get_proc_address.
 #[no_mangle]
 pub extern "C" fn ggml_backend_rocmforge_set_n_threads(backend: ggml_backend_t, n_threads: c_int) {
-    guard("ggml_backend_rocmforge_set_n_threads", (), || {
-        if let Some(b) = unsafe { backend_of(backend) } {
-            b.imp.set_n_threads(n_threads.max(1) as usize);
-        }
-    })
+    unsafe { backend_set_n_threads(backend, n_threads) }
 }
 
 /// Test hook for the ABI check (c_tests/test_abi.c): entry `index` of the table of sizes and

@@ -1,6 +1,7 @@
 //! The C boundary: ggml's ABI mirrored in Rust (`abi`), ggml functions found at run time
 //! (`ggml_rt`), logging through ggml (`log`), panic containment (`guard`), the vtables over
 //! our devices (`vtables`), the registry (`registry`) and the exported functions (`exports`).
+//! Calls go one way only: exports -> registry -> vtables -> the devices (`crate::device`).
 
 pub mod abi;
 pub mod exports;

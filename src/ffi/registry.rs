@@ -2,29 +2,16 @@
 //! (RFCPU, then RFGPU0..N, then RFHYBRID when a GPU exists).
 
 use super::abi::*;
-use super::vtables::{DeviceEntry, REG_IFACE};
+use super::guard::guard;
+use super::vtables::{
+    backend_set_n_threads, entries, set_entries, DeviceEntry, GUID_CPU, GUID_GPU,
+};
 use once_cell::sync::Lazy;
-use std::ffi::CString;
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr::null_mut;
-
-/// One guid per device kind: `ggml_backend_is_rocmforge` accepts all of them.
-pub static GUID_CPU: ggml_guid = *b"rocmforge-cpu\0\0\0";
-pub static GUID_GPU: ggml_guid = *b"rocmforge-gpu\0\0\0";
-pub static GUID_HYBRID: ggml_guid = *b"rocmforge-hyb\0\0\0";
-
-pub fn is_our_guid(g: ggml_guid_t) -> bool {
-    if g.is_null() {
-        return false;
-    }
-    let g = unsafe { &*g };
-    [&GUID_CPU, &GUID_GPU, &GUID_HYBRID]
-        .iter()
-        .any(|ours| *ours == g)
-}
 
 struct Registry {
     reg: ggml_backend_reg,
-    devices: Vec<&'static DeviceEntry>,
 }
 
 unsafe impl Sync for Registry {}
@@ -37,24 +24,24 @@ static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
             iface: REG_IFACE,
             context: null_mut(),
         },
-        devices: Vec::new(),
     }));
     let reg_ptr: ggml_backend_reg_t = &mut reg.reg;
-    reg.devices.push(DeviceEntry::leak(
+    let mut devices = vec![DeviceEntry::leak(
         Box::new(crate::cpu::CpuDevice::new()),
         reg_ptr,
         &GUID_CPU,
-    ));
+    )];
     // GPU discovery loads vendor libraries; whatever goes wrong there must cost only the GPUs.
     match std::panic::catch_unwind(crate::gpu::discover) {
         Ok(gpus) => {
             for g in gpus {
-                reg.devices.push(DeviceEntry::leak(g, reg_ptr, &GUID_GPU));
+                devices.push(DeviceEntry::leak(g, reg_ptr, &GUID_GPU));
             }
         }
         Err(_) => crate::log_error!("GPU discovery failed; continuing without GPU devices"),
     }
-    crate::log_debug!("registry ready with {} device(s)", reg.devices.len());
+    let devices = set_entries(devices);
+    crate::log_debug!("registry ready with {} device(s)", devices.len());
     reg
 });
 
@@ -63,11 +50,12 @@ pub fn reg_ptr() -> ggml_backend_reg_t {
 }
 
 pub fn devices() -> &'static [&'static DeviceEntry] {
-    &REGISTRY.devices
+    Lazy::force(&REGISTRY);
+    entries()
 }
 
 pub fn cpu_entry() -> &'static DeviceEntry {
-    REGISTRY.devices[0]
+    devices()[0]
 }
 
 struct Features {
@@ -101,7 +89,51 @@ static FEATURES: Lazy<Features> = Lazy::new(|| {
 
 /// `ggml_backend_get_features`: name/value pairs, ending with a NULL name.
 pub unsafe extern "C" fn get_features(_reg: ggml_backend_reg_t) -> *mut ggml_backend_feature {
-    super::guard::guard("get_features", null_mut(), || {
+    guard("get_features", null_mut(), || {
         FEATURES.list.as_ptr() as *mut ggml_backend_feature
+    })
+}
+
+/// The registry's vtable.
+const REG_IFACE: ggml_backend_reg_i = ggml_backend_reg_i {
+    get_name: Some(reg_get_name),
+    get_device_count: Some(reg_get_device_count),
+    get_device: Some(reg_get_device),
+    get_proc_address: Some(reg_get_proc_address),
+};
+
+unsafe extern "C" fn reg_get_name(_reg: ggml_backend_reg_t) -> *const c_char {
+    c"rocmforge".as_ptr()
+}
+
+unsafe extern "C" fn reg_get_device_count(_reg: ggml_backend_reg_t) -> usize {
+    guard("reg_get_device_count", 0, || devices().len())
+}
+
+unsafe extern "C" fn reg_get_device(_reg: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t {
+    guard("reg_get_device", null_mut(), || {
+        match devices().get(index) {
+            Some(e) => e.dev_ptr(),
+            None => {
+                log_error!("get_device: no device {index}");
+                null_mut()
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn reg_get_proc_address(
+    _reg: ggml_backend_reg_t,
+    name: *const c_char,
+) -> *mut c_void {
+    guard("reg_get_proc_address", null_mut(), || {
+        if name.is_null() {
+            return null_mut();
+        }
+        match CStr::from_ptr(name).to_bytes() {
+            b"ggml_backend_set_n_threads" => backend_set_n_threads as *mut c_void,
+            b"ggml_backend_get_features" => get_features as *mut c_void,
+            _ => null_mut(),
+        }
     })
 }

@@ -8,7 +8,7 @@ use super::guard::guard;
 use crate::device::{Backend, Buffer, BufferType, Device, DeviceKind, Event};
 use crate::ggml_types::op;
 use crate::tensor::Tensor;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 
 // ---------------------------------------------------------------------------------------------
@@ -82,6 +82,49 @@ impl DeviceEntry {
     }
 }
 
+/// One guid per device kind: `ggml_backend_is_rocmforge` accepts all of them.
+pub static GUID_CPU: ggml_guid = *b"rocmforge-cpu\0\0\0";
+pub static GUID_GPU: ggml_guid = *b"rocmforge-gpu\0\0\0";
+pub static GUID_HYBRID: ggml_guid = *b"rocmforge-hyb\0\0\0";
+
+pub fn is_our_guid(g: ggml_guid_t) -> bool {
+    if g.is_null() {
+        return false;
+    }
+    let g = unsafe { &*g };
+    [&GUID_CPU, &GUID_GPU, &GUID_HYBRID]
+        .iter()
+        .any(|ours| *ours == g)
+}
+
+/// Every device entry, in registry order; set once by the registry when it finds the devices
+/// (registry.rs), empty before (no handle of ours can exist then).
+static ENTRIES: once_cell::sync::OnceCell<Vec<&'static DeviceEntry>> =
+    once_cell::sync::OnceCell::new();
+
+/// Stores the device entries (the registry's first use); later calls change nothing.
+pub fn set_entries(entries: Vec<&'static DeviceEntry>) -> &'static [&'static DeviceEntry] {
+    ENTRIES.get_or_init(|| entries)
+}
+
+/// The device entries the registry stored (`set_entries`).
+pub fn entries() -> &'static [&'static DeviceEntry] {
+    ENTRIES.get().map_or(&[], Vec::as_slice)
+}
+
+/// `ggml_backend_set_n_threads` (through the registry's get_proc_address) and
+/// `ggml_backend_rocmforge_set_n_threads`: the CPU threads of one of our backends.
+///
+/// # Safety
+/// `backend` is NULL or a ggml backend handle.
+pub unsafe extern "C" fn backend_set_n_threads(backend: ggml_backend_t, n_threads: c_int) {
+    guard("ggml_backend_rocmforge_set_n_threads", (), || {
+        if let Some(b) = backend_of(backend) {
+            b.imp.set_n_threads(n_threads.max(1) as usize);
+        }
+    })
+}
+
 unsafe fn entry_of_dev(dev: ggml_backend_dev_t) -> Option<&'static DeviceEntry> {
     dev.as_ref()
         .and_then(|d| (d.context as *const DeviceEntry).as_ref())
@@ -94,7 +137,7 @@ unsafe fn buft_of(
     if buft.is_null() {
         return None;
     }
-    for &e in super::registry::devices() {
+    for &e in entries() {
         if std::ptr::eq(e.buft_ptr(), buft) {
             return Some((e, e.imp.buffer_type()));
         }
@@ -324,7 +367,7 @@ unsafe extern "C" fn dev_event_new(dev: ggml_backend_dev_t) -> ggml_backend_even
 /// Our event behind `event` (made by `dev_event_new` for one of our devices), or None.
 unsafe fn event_of<'a>(event: ggml_backend_event_t) -> Option<&'a dyn Event> {
     let ev = event.as_ref()?;
-    let ours = super::registry::devices()
+    let ours = entries()
         .iter()
         .any(|e| std::ptr::eq(e.dev_ptr(), ev.device));
     if !ours || ev.context.is_null() {
@@ -708,7 +751,7 @@ pub fn new_backend(e: &'static DeviceEntry) -> ggml_backend_t {
 
 /// Our backend behind `backend`, or None for a foreign or NULL handle.
 pub unsafe fn backend_of<'a>(backend: ggml_backend_t) -> Option<&'a mut BackendBox> {
-    if backend.is_null() || !super::registry::is_our_guid((*backend).guid) {
+    if backend.is_null() || !is_our_guid((*backend).guid) {
         return None;
     }
     (backend as *mut BackendBox).as_mut()
@@ -827,7 +870,7 @@ unsafe extern "C" fn backend_cpy_tensor_async(
         let in_device_memory = |t: *const ggml_tensor| {
             let buf = tensor_buffer(t);
             !buf.is_null()
-                && super::registry::devices().iter().any(|e| {
+                && entries().iter().any(|e| {
                     std::ptr::eq(e.buft_ptr(), (*buf).buft) && e.imp.kind() == DeviceKind::Gpu
                 })
         };
@@ -838,18 +881,13 @@ unsafe extern "C" fn backend_cpy_tensor_async(
             return false;
         };
         let r = if std::ptr::eq(backend_src, backend_dst) {
-            match bd.imp.as_gpu() {
-                Some(g) => g.copy_local(d.data(), s.data(), n),
-                None => return false,
-            }
+            bd.imp.copy_device(None, d.data(), s.data(), n)
         } else {
             let Some(bs) = backend_of(backend_src) else {
                 return false;
             };
-            match (bd.imp.as_gpu(), bs.imp.as_gpu()) {
-                (Some(gd), Some(gs)) => gd.copy_from(gs, d.data(), s.data(), n),
-                _ => return false,
-            }
+            bd.imp
+                .copy_device(Some(bs.imp.as_mut()), d.data(), s.data(), n)
         };
         r.unwrap_or_else(|e| {
             log_error!("cpy_tensor_async: {e}");
@@ -864,12 +902,13 @@ unsafe extern "C" fn backend_event_record(backend: ggml_backend_t, event: ggml_b
             log_error!("event_record: not a backend and event of this library");
             return;
         };
-        match (b.imp.as_gpu(), ev.as_gpu()) {
-            (Some(g), Some(e)) => report(g.record(e), "event_record"),
-            _ => log_error!(
+        match b.imp.record_event(ev) {
+            Ok(true) => {}
+            Ok(false) => log_error!(
                 "event_record: {} has no events",
                 b.imp.name().to_string_lossy()
             ),
+            Err(e) => report(Err(e), "event_record"),
         }
     })
 }
@@ -886,15 +925,14 @@ unsafe extern "C" fn backend_event_wait(backend: ggml_backend_t, event: ggml_bac
             report(b.imp.synchronize(), "synchronize");
             return;
         };
-        match (b.imp.as_gpu(), ev.as_gpu()) {
-            (Some(g), Some(e)) => {
-                if let Err(err) = g.wait(e) {
-                    // Another runtime's event: wait for it on the host instead.
-                    log_debug!("event_wait: {err}; waiting on the host");
-                    report(ev.synchronize(), "event_synchronize");
-                }
+        match b.imp.wait_event(ev) {
+            Ok(true) => {}
+            Err(err) => {
+                // Another runtime's event: wait for it on the host instead.
+                log_debug!("event_wait: {err}; waiting on the host");
+                report(ev.synchronize(), "event_synchronize");
             }
-            _ => report(ev.synchronize(), "event_synchronize"),
+            Ok(false) => report(ev.synchronize(), "event_synchronize"),
         }
     })
 }
@@ -983,57 +1021,4 @@ fn check_node(dev: &dyn Device, t: &Tensor) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Registry
-// ---------------------------------------------------------------------------------------------
-
-pub const REG_IFACE: ggml_backend_reg_i = ggml_backend_reg_i {
-    get_name: Some(reg_get_name),
-    get_device_count: Some(reg_get_device_count),
-    get_device: Some(reg_get_device),
-    get_proc_address: Some(reg_get_proc_address),
-};
-
-unsafe extern "C" fn reg_get_name(_reg: ggml_backend_reg_t) -> *const c_char {
-    c"rocmforge".as_ptr()
-}
-
-unsafe extern "C" fn reg_get_device_count(_reg: ggml_backend_reg_t) -> usize {
-    guard("reg_get_device_count", 0, || {
-        super::registry::devices().len()
-    })
-}
-
-unsafe extern "C" fn reg_get_device(_reg: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t {
-    guard(
-        "reg_get_device",
-        null_mut(),
-        || match super::registry::devices().get(index) {
-            Some(e) => e.dev_ptr(),
-            None => {
-                log_error!("get_device: no device {index}");
-                null_mut()
-            }
-        },
-    )
-}
-
-unsafe extern "C" fn reg_get_proc_address(
-    _reg: ggml_backend_reg_t,
-    name: *const c_char,
-) -> *mut c_void {
-    guard("reg_get_proc_address", null_mut(), || {
-        if name.is_null() {
-            return null_mut();
-        }
-        match CStr::from_ptr(name).to_bytes() {
-            b"ggml_backend_set_n_threads" => {
-                super::exports::ggml_backend_rocmforge_set_n_threads as *mut c_void
-            }
-            b"ggml_backend_get_features" => super::registry::get_features as *mut c_void,
-            _ => null_mut(),
-        }
-    })
 }

@@ -800,7 +800,40 @@ impl Backend for GpuBackend {
         Ok(true)
     }
 
-    fn as_gpu(&mut self) -> Option<&mut GpuBackend> {
+    fn copy_device(
+        &mut self,
+        from: Option<&mut dyn Backend>,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+    ) -> Result<bool> {
+        match from {
+            None => self.copy_local(dst, src, len),
+            Some(from) => match from
+                .as_any_mut()
+                .and_then(|a| a.downcast_mut::<GpuBackend>())
+            {
+                Some(from) => self.copy_from(from, dst, src, len),
+                None => Ok(false),
+            },
+        }
+    }
+
+    fn record_event(&mut self, event: &dyn crate::device::Event) -> Result<bool> {
+        match event.as_any().and_then(|a| a.downcast_ref::<GpuEvent>()) {
+            Some(e) => self.record(e).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    fn wait_event(&mut self, event: &dyn crate::device::Event) -> Result<bool> {
+        match event.as_any().and_then(|a| a.downcast_ref::<GpuEvent>()) {
+            Some(e) => self.wait(e).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
     }
 }

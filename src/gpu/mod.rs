@@ -169,7 +169,7 @@ impl Event for GpuEvent {
             .event_sync(self.ctx.ord, self.event)
             .map_err(Error::Device)
     }
-    fn as_gpu(&self) -> Option<&GpuEvent> {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
 }
