@@ -11,7 +11,7 @@
 //
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
-// between devices); without it all runs on the
+// between devices; --ngl N puts only N layers there, as llama.cpp's -ngl); without it all runs on the
 // library's CPU device. --mmap off reads the file instead of mapping it (libllama then uploads
 // GPU weights through the device's pinned host buffers and events, where it has them). -L LIB2 loads a second backend library, for hosts whose GPU library
 // has no CPU device of its own (ggml-cuda needs ggml-cpu beside it).
@@ -51,6 +51,9 @@ struct opts {
     // quantizes V only then).
     enum ggml_type kv;
     int n_predict, threads, fa, positions, gen, pp, tg, reps, no_mmap, depth;
+    // --ngl N with --device: only the last N layers on the device, the rest on the CPU device
+    // (llama.cpp's -ngl); -1 (default): every layer.
+    int ngl;
 };
 
 static void usage(void) {
@@ -65,7 +68,7 @@ static struct opts parse(int argc, char ** argv) {
     o.backend = "rocmforge";
     o.prompt = DEFAULT_PROMPT;
     o.kv = GGML_TYPE_F16;
-    o.n_predict = 32; o.threads = 2; o.fa = 1; o.positions = 64; o.gen = 16; o.pp = 512; o.tg = 128; o.reps = 2;
+    o.ngl = -1; o.n_predict = 32; o.threads = 2; o.fa = 1; o.positions = 64; o.gen = 16; o.pp = 512; o.tg = 128; o.reps = 2;
     for (int i = 2; i < argc; i++) {
         const char * a = argv[i];
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -88,6 +91,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "--tg")) o.tg = atoi(v);
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
         else if (!strcmp(a, "--depth")) o.depth = atoi(v);
+        else if (!strcmp(a, "--ngl")) o.ngl = atoi(v);
         else usage();
         i++;
     }
@@ -189,7 +193,7 @@ int main(int argc, char ** argv) {
             n++;
         }
         mp.devices = devs;
-        mp.n_gpu_layers = -1;
+        mp.n_gpu_layers = o.ngl;
     }
     struct llama_model * model = llama_model_load_from_file(o.model, mp);
     if (!model) { fprintf(stderr, "llama_run: cannot load model %s\n", o.model); return 1; }

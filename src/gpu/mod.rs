@@ -248,6 +248,9 @@ impl Device for GpuDevice {
             self.name.clone(),
         )?))
     }
+    fn offload_op(&self, node: &Tensor) -> bool {
+        offload_pays(node, offload_min_batch())
+    }
     fn supports_op(&self, node: &Tensor) -> bool {
         let ok = !self.ctx.kernels_failed() && ops::supports(node);
         if !ok && crate::ffi::log::debug_enabled() && node.types_known() {
@@ -295,6 +298,36 @@ impl Device for GpuDevice {
             }) as Box<dyn Event>
         }))
     }
+}
+
+/// Fewest columns (tokens) of a batch for which the GPU takes an op whose weights live in host
+/// memory (ggml's scheduler then copies the weights over for every batch, as it does for
+/// ggml-cuda's `offload_op`): a prompt's products are worth the copy, a token's are not.
+/// `ROCMFORGE_GPU_OFFLOAD_MIN_BATCH`, default 32 (ggml-cuda's value); 0 turns offloading off.
+fn offload_min_batch() -> usize {
+    static MIN: OnceCell<usize> = OnceCell::new();
+    *MIN.get_or_init(|| {
+        std::env::var("ROCMFORGE_GPU_OFFLOAD_MIN_BATCH")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(32)
+    })
+}
+
+/// Whether a node with host-resident weights runs faster on the GPU with its weights copied
+/// over: every op but GET_ROWS (which reads a few rows of its table) once its batch reaches
+/// `min_batch`. The batch is what one weight byte is reused over: a product's columns, the
+/// tokens of MUL_MAT_ID and ROPE, the rows of the rest.
+fn offload_pays(node: &Tensor, min_batch: usize) -> bool {
+    use crate::ggml_types::op;
+    let ne = node.ne();
+    let batch = match node.op() {
+        op::GET_ROWS => return false,
+        op::MUL_MAT => ne[1] * ne[2] * ne[3],
+        op::MUL_MAT_ID | op::ROPE => ne[2],
+        _ => ne[1] * ne[2] * ne[3],
+    };
+    min_batch > 0 && batch >= min_batch
 }
 
 /// Which vendor runtimes to try: `ROCMFORGE_GPU=0` disables GPUs, `ROCMFORGE_GPU=hip|cuda` picks one.
@@ -346,6 +379,34 @@ pub fn discover() -> Vec<Box<dyn Device>> {
 
 #[cfg(test)]
 mod tests {
+    use crate::cpu::ops::testutil::TT;
+    use crate::ggml_types::{op, GgmlType};
+
+    #[test]
+    fn offload_takes_batches_from_the_threshold_on() {
+        let mut mm = TT::new(GgmlType::F32, [4096, 31, 1, 1]);
+        mm.op(op::MUL_MAT);
+        assert!(!super::offload_pays(&mm.tensor(), 32));
+        let mut mm = TT::new(GgmlType::F32, [4096, 32, 1, 1]);
+        mm.op(op::MUL_MAT);
+        assert!(super::offload_pays(&mm.tensor(), 32));
+        assert!(
+            !super::offload_pays(&mm.tensor(), 0),
+            "0 turns offloading off"
+        );
+        // MUL_MAT_ID: [rows, experts used, tokens]; the tokens are the batch.
+        let mut id = TT::new(GgmlType::F32, [768, 8, 16, 1]);
+        id.op(op::MUL_MAT_ID);
+        assert!(!super::offload_pays(&id.tensor(), 32));
+        let mut id = TT::new(GgmlType::F32, [768, 8, 512, 1]);
+        id.op(op::MUL_MAT_ID);
+        assert!(super::offload_pays(&id.tensor(), 32));
+        // GET_ROWS reads a few rows of its table: never worth copying the table.
+        let mut gr = TT::new(GgmlType::F32, [4096, 512, 1, 1]);
+        gr.op(op::GET_ROWS);
+        assert!(!super::offload_pays(&gr.tensor(), 32));
+    }
+
     #[test]
     fn discovery_without_a_gpu_is_quiet_and_empty_or_valid() {
         // On machines without a GPU this must return nothing, and never panic.
