@@ -68,22 +68,33 @@ wait8b() { [ -n "$P8" ] && wait "$P8"; P8=; }
 if [ ! -s libggml-cuda.so ] && [ -f "$CARRY/libggml-cuda.so.xz" ]; then
     xz -dc "$CARRY/libggml-cuda.so.xz" >libggml-cuda.so
 fi
+# Built in the background while the tests run; the comparison steps wait for it.
+PC=
 if has cuda && [ ! -s libggml-cuda.so ]; then
     (
         mkdir -p src && tar xzf "$CARRY/ggml-src.tgz" -C src
         # The tgz holds the llama.cpp tree at its top level or in one folder.
         s=src
         [ -f src/CMakeLists.txt ] || for c in src/*/CMakeLists.txt; do s=$(dirname "$c"); done
-        cmake -G Ninja -S "$s" -B cuda-build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        if ! cmake -G Ninja -S "$s" -B cuda-build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
             -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_BACKEND_DL=ON -DBUILD_SHARED_LIBS=ON \
             -DGGML_NATIVE=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TOOLS=OFF \
-            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >"$OUT/cuda-cmake.log" 2>&1 &&
-            cmake --build cuda-build --target ggml-cuda -j"$(nproc)" >"$OUT/cuda-build.log" 2>&1 ||
-            { echo "ggml-cuda build failed: $OUT/cuda-build.log"; tail -20 "$OUT/cuda-build.log"; exit 1; }
-        cp cuda-build/bin/libggml-cuda.so . && strip libggml-cuda.so && xz -T0 -c libggml-cuda.so >"$OUT/libggml-cuda.so.xz"
-    ) || exit 1
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >"$OUT/cuda-build.log" 2>&1 ||
+            ! cmake --build cuda-build --target ggml-cuda -j"$(nproc)" >>"$OUT/cuda-build.log" 2>&1; then
+            echo "ggml-cuda build failed: $OUT/cuda-build.log"
+            tail -20 "$OUT/cuda-build.log"
+            exit 1
+        fi
+        cp cuda-build/bin/libggml-cuda.so libggml-cuda.tmp && strip libggml-cuda.tmp &&
+            xz -T0 -c libggml-cuda.tmp >"$OUT/libggml-cuda.so.xz" && mv libggml-cuda.tmp libggml-cuda.so
+    ) &
+    PC=$!
 fi
-cuda_ok() { [ -s libggml-cuda.so ] || { echo "no libggml-cuda.so: add step cuda"; return 1; }; }
+quiet() { wait8b; [ -n "$PC" ] && { wait "$PC"; PC=; }; }  # nothing else loading the host
+cuda_ok() {
+    [ -n "$PC" ] && { wait "$PC"; PC=; }
+    [ -s libggml-cuda.so ] || { echo "no libggml-cuda.so: add step cuda (or carry libggml-cuda.so.xz)"; return 1; }
+}
 
 if has membw; then
     nvcc -O3 -arch=sm_"${CUDA_ARCH:-90}" -o gpu_membw "$R/bench/gpu_membw.cu" && ./gpu_membw | tee "$OUT/membw.log"
@@ -165,28 +176,30 @@ for (model, fa, test), r in rows.items():
 ' "$bw" "$bytes"
 }
 
+# Timing steps first wait for the background jobs (model writing and the ggml-cuda build load the host).
 if has smol && cuda_ok; then
+    quiet
     {
         pair SmolLM2-Q4_1 on smol.gguf 512 128 3
         pair SmolLM2-Q4_1 off smol.gguf 512 128 3
     } | ratio_table
 fi
 if has 8b && cuda_ok; then
-    wait8b
+    quiet
     {
         pair 8B-class-Q4_0 on 8b.gguf 512 64 2
         pair 8B-class-Q4_0 off 8b.gguf 512 64 2
     } | ratio_table
 fi
 if has depth && cuda_ok; then
-    wait8b
+    quiet
     {
         pair SmolLM2-Q4_1 on smol.gguf 512 128 2 --depth 2048
         pair 8B-class-Q4_0 on 8b.gguf 512 64 2 --depth 2048
     } | ratio_table
 fi
 if has q8 && cuda_ok; then
-    wait8b
+    quiet
     {
         pair SmolLM2-Q4_1-kv-q8_0 on smol.gguf 512 128 3 --kv q8_0
         pair 8B-class-Q4_0-kv-q8_0 on 8b.gguf 512 64 2 --kv q8_0
@@ -194,7 +207,7 @@ if has q8 && cuda_ok; then
     } | ratio_table
 fi
 if has ab; then
-    wait8b
+    quiet
     if [ -f libggml-rocmforge-base.so ]; then
         for r in $(seq "$ROUNDS"); do
             for v in base this; do
@@ -208,7 +221,7 @@ if has ab; then
     fi
 fi
 if has prof; then
-    wait8b
+    quiet
     ROCMFORGE_GPU_PROFILE=1 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on \
         -t "$THREADS" --pp 8 --tg 32 --reps 1 >/dev/null 2>"$OUT/prof.err"
     echo "profile:"
@@ -234,6 +247,7 @@ for name, grid, m in by.values():
 PY
 fi
 if has ffi; then
+    quiet
     RF="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 -t $THREADS -m smol.gguf --fa on --pp 8 --reps 1"
     $RF --tg 16 >/dev/null 2>&1 # kernels compiled and cached first
     for tg in 0 256; do
@@ -242,7 +256,7 @@ if has ffi; then
     done
 fi
 if has skip; then
-    wait8b
+    quiet
     B="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 -t $THREADS --fa on --pp 8 --tg 64 --reps 2"
     for sk in none flash_attn_vec mul_mat_vec_q1_qkv mul_mat_vec_q_add_norm mul_mat_vec_q_glu \
         "mul_mat_vec_q1_qkv,mul_mat_vec_q_add_norm,mul_mat_vec_q_glu,flash_attn_vec"; do
@@ -250,6 +264,7 @@ if has skip; then
     done
 fi
 if has floor && cuda_ok; then
+    quiet
     [ -f tiny32.gguf ] || ./make_model --arch llama --layers 32 --type q4_0 --tokenizer smol-tokenizer.gguf -o tiny32.gguf >/dev/null 2>&1
     RF="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 -t $THREADS --fa on"
     CU="./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so --device CUDA0 -t $THREADS --fa on"
@@ -259,7 +274,6 @@ if has floor && cuda_ok; then
             " rf $($RF -m tiny32.gguf --pp 8 --tg 128 --reps 3 2>/dev/null | grep -o 'tg128=[0-9.]*')"
     done
     ROCMFORGE_GPU_TIMING=1 $RF -m tiny32.gguf --pp 8 --tg 128 --reps 1 2>&1 | grep -A2 "timing per graph" | sed "s/^/floor tiny32 timing: /"
-    wait8b
     ROCMFORGE_GPU_TIMING=1 $RF -m 8b.gguf --pp 8 --tg 64 --reps 1 2>&1 | grep -A2 "timing per graph" | sed "s/^/floor 8b timing: /"
 fi
-wait8b
+quiet
