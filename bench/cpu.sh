@@ -9,6 +9,7 @@
 #
 # Steps:
 #   build    configure and build BENCH_BUILD_DIR (default build-bench) with every ggml-cpu variant
+#            (ggml-cpu compiled 14 times on x86-64: on two cores, count on half an hour the first time)
 #   smol     SmolLM2-135M-Instruct Q4_1 (MODEL), pp PP (512) and tg TG (128), best of REPS (3)
 #   8b       an 8B-class llama (Llama-3-8B shapes: 32 layers, 4096 wide, GQA 32/8, FFN 14336; SmolLM2's
 #            vocabulary; random Q4_0 weights; writes models/llama-8b-q4_0.gguf, 4.2 GB, once): pp32 and
