@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# RFGPU0 against ggml's own CUDA backend on one NVIDIA GPU, both backends interleaved in one call
+# (the host's speed drifts between calls: compare only within one). Run from the repository root on
+# the GPU machine. The comparison steps end with the ratio table that docs/performance.md shows (one
+# value per round: a / b).
+#
+#   STEPS="cuda smol 8b" bench/gpu.sh       (default STEPS: cuda membw ops smol 8b)
+#
+# Inputs, in $CARRY (default .device-carry/common):
+#   bin/                 build/bin of this repository: llama_run, make_model, test_ops, test_gpu_io,
+#                        gpu_smoke, test_llama_e2e, libggml-rocmforge.so, libggml-base.so*, libggml.so*,
+#                        libllama.so*, libggml-cpu.so
+#   smol-tokenizer.gguf  SmolLM2's tokenizer (make_model --tokenizer-only --tokenizer SmolLM2.gguf -o ...)
+#   ggml-src.tgz         the pinned llama.cpp sources, for step cuda; or libggml-cuda.so.xz, a build
+#                        of it from an earlier call (step cuda leaves one in $OUT)
+#   optional: libggml-rocmforge-base.so (step ab), SmolLM2-135M-Instruct.Q4_1.gguf or its pieces
+#             model.part* (step e2e runs the real model too)
+#
+# Steps:
+#   cuda   build libggml-cuda.so from ggml-src.tgz (nvcc, cmake, ninja; sm_$CUDA_ARCH, default 90)
+#          unless libggml-cuda.so.xz is carried (then any step that needs it unpacks it)
+#   membw  HBM read bandwidth (gpu_membw.cu); step 8b then prints the share of it each backend reaches
+#   ops    test_ops --gpus (every op and type RFGPU0 claims, against ggml-cpu)
+#   smoke  gpu_smoke and test_gpu_io
+#   e2e    synthetic llama-family models, and the real SmolLM2 where carried, fully on RFGPU0 against
+#          ggml-cpu (test_llama_e2e)
+#   smol   SmolLM2-shaped Q4_1 (make_model --preset smollm2, same speed as the real model): pp512 and
+#          tg128, fa on and off, best of 3
+#   8b     8B-class Q4_0 (make_model --preset 8b, 4.04 GB read a token): pp512 and tg64, fa on and
+#          off, best of 2
+#   depth  pp512 and tg after 2048 tokens of context (llama-bench -d), fa on, SmolLM2 and 8B
+#   q8     Q8_0 KV caches, fa on: SmolLM2 and 8B, the 8B also at depth 2048
+#   ab     this build against libggml-rocmforge-base.so (SmolLM2 tg128, 8B tg64, fa on)
+#   prof   in-stream kernel profile of an 8B token (ROCMFORGE_GPU_PROFILE) and an ncu window of one
+#          layer (time, DRAM throughput, bytes read per kernel)
+#   ffi    host time inside rocmforge's C entry points per generated token (ROCMFORGE_FFI_TIMING,
+#          SmolLM2-shaped tg256 minus tg0)
+#   skip   8B tg64 with each fused kernel's launches left out (ROCMFORGE_GPU_SKIP: results wrong,
+#          timing only): each kernel's cost inside the replayed token graph
+#   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
+#          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
+# Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
+set -u
+R=$PWD
+CARRY=${CARRY:-$R/.device-carry/common}
+OUT=${OUT:-/tmp/gc/out}
+STEPS=${STEPS:-"cuda membw ops smol 8b"}
+ROUNDS=${ROUNDS:-2}
+THREADS=${THREADS:-8}
+has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+mkdir -p /tmp/gc "$OUT" && cp -a "$CARRY"/bin/* "$CARRY"/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc || exit 1
+[ -f "$CARRY/libggml-rocmforge-base.so" ] && cp -a "$CARRY/libggml-rocmforge-base.so" .
+mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
+export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+echo "commit $(git -C "$R" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%F)"
+
+# Models: made in the background while the tests run.
+need8b() { has 8b || has depth || has q8 || has ab || has prof || has skip || has floor; }
+P8=
+if need8b && [ ! -f 8b.gguf ]; then
+    (./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf >"$OUT/make8b.log" 2>&1) &
+    P8=$!
+fi
+wait8b() { [ -n "$P8" ] && wait "$P8"; P8=; }
+[ -f smol.gguf ] || ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf >/dev/null 2>&1
+
+if [ ! -s libggml-cuda.so ] && [ -f "$CARRY/libggml-cuda.so.xz" ]; then
+    xz -dc "$CARRY/libggml-cuda.so.xz" >libggml-cuda.so
+fi
+# Built in the background while the tests run; the comparison steps wait for it.
+PC=
+if has cuda && [ ! -s libggml-cuda.so ]; then
+    (
+        mkdir -p src && tar xzf "$CARRY/ggml-src.tgz" -C src
+        # The tgz holds the llama.cpp tree at its top level or in one folder.
+        s=src
+        [ -f src/CMakeLists.txt ] || for c in src/*/CMakeLists.txt; do s=$(dirname "$c"); done
+        if ! cmake -G Ninja -S "$s" -B cuda-build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+            -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_BACKEND_DL=ON -DBUILD_SHARED_LIBS=ON \
+            -DGGML_NATIVE=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TOOLS=OFF \
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >"$OUT/cuda-build.log" 2>&1 ||
+            ! cmake --build cuda-build --target ggml-cuda -j"$(nproc)" >>"$OUT/cuda-build.log" 2>&1; then
+            echo "ggml-cuda build failed: $OUT/cuda-build.log"
+            tail -20 "$OUT/cuda-build.log"
+            exit 1
+        fi
+        cp cuda-build/bin/libggml-cuda.so libggml-cuda.tmp && strip libggml-cuda.tmp &&
+            xz -T0 -c libggml-cuda.tmp >"$OUT/libggml-cuda.so.xz" && mv libggml-cuda.tmp libggml-cuda.so
+    ) &
+    PC=$!
+fi
+quiet() { wait8b; [ -n "$PC" ] && { wait "$PC"; PC=; }; }  # nothing else loading the host
+cuda_ok() {
+    [ -n "$PC" ] && { wait "$PC"; PC=; }
+    [ -s libggml-cuda.so ] || { echo "no libggml-cuda.so: add step cuda (or carry libggml-cuda.so.xz)"; return 1; }
+}
+
+if has membw; then
+    nvcc -O3 -arch=sm_"${CUDA_ARCH:-90}" -o gpu_membw "$R/bench/gpu_membw.cu" && ./gpu_membw | tee "$OUT/membw.log"
+fi
+if has ops; then
+    (time timeout 300 ./test_ops --gpus) >"$OUT/test_ops.log" 2>&1
+    echo "test_ops --gpus rc=$?"
+    grep -E "FAIL|cases:|passed|failed|real" "$OUT/test_ops.log" | tail -6
+fi
+if has smoke; then
+    timeout 200 ./gpu_smoke ./libggml-rocmforge.so ./libggml-cpu.so >"$OUT/smoke.log" 2>&1
+    echo "gpu_smoke rc=$? $(grep -c FAIL "$OUT/smoke.log") FAIL lines"
+    timeout 120 ./test_gpu_io >"$OUT/gpu_io.log" 2>&1
+    echo "test_gpu_io rc=$? $(tail -1 "$OUT/gpu_io.log")"
+fi
+if has e2e; then
+    mkdir -p e2e
+    if [ ! -f real.gguf ]; then
+        if [ -f "$CARRY/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then cp "$CARRY/SmolLM2-135M-Instruct.Q4_1.gguf" real.gguf
+        elif ls "$CARRY"/model.part* >/dev/null 2>&1; then cat "$CARRY"/model.part* >real.gguf; fi
+    fi
+    if [ -f real.gguf ]; then
+        timeout 200 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so real.gguf e2e --fa both \
+            --threads "$THREADS" --device RFGPU0 >"$OUT/e2e-smol.log" 2>&1
+        echo "e2e SmolLM2 on RFGPU0 rc=$?"
+        grep -E "fa=|FAIL|PASS" "$OUT/e2e-smol.log" | cut -c1-300
+    fi
+    for spec in llama:f16 qwen2:f16 qwen3:f16 gemma3:f16 qwen3moe:f16 llama:bf16 qwen3moe:bf16 llama:q8_0 \
+        llama:q4_0 qwen3moe:q4_0 qwen3:q4_k llama:q6_k; do
+        a=${spec%:*} t=${spec#*:} m=e2e/$a-$t.gguf
+        mkdir -p "e2e/$a-$t"
+        ./make_model --arch "$a" --type "$t" --tokenizer smol-tokenizer.gguf -o "$m" >/dev/null 2>&1
+        timeout 90 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so "$m" "e2e/$a-$t" --fa both \
+            --threads "$THREADS" --min-stable 0 --device RFGPU0 >"$OUT/e2e-$a-$t.log" 2>&1
+        echo "e2e $spec rc=$?"
+    done
+fi
+
+# pair MODEL-LABEL FA GGUF PP TG REPS [llama_run options...]: ggml-cuda then RFGPU0, ROUNDS times,
+# one line each: "MODEL-LABEL FA backend=... ppN=... tgN=..." (collected in $OUT/pairs.txt).
+pair() {
+    local label=$1 fa=$2 model=$3 pp=$4 tg=$5 reps=$6 r
+    shift 6
+    for r in $(seq "$ROUNDS"); do
+        ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m "$model" --device CUDA0 \
+            --fa "$fa" -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" "$@" 2>>"$OUT/bench.err" | sed "s/^/$label $fa /"
+        ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m "$model" --device RFGPU0 \
+            --fa "$fa" -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" "$@" 2>>"$OUT/bench.err" | sed "s/^/$label $fa /"
+    done | tee -a "$OUT/pairs.txt"
+}
+# ratio_table < pairs: | model | fa | test | ggml-cuda | RFGPU0 | ratio |, rounds as a / b; with
+# membw measured, tg rows of the 8B add each backend's share of HBM bandwidth.
+ratio_table() {
+    local bw=0 bytes=0
+    [ -f "$OUT/membw.log" ] && bw=$(sed -n 's/^membw read: \([0-9.]*\) GB\/s.*/\1/p' "$OUT/membw.log")
+    [ -f 8b.gguf ] && bytes=$(($(stat -c %s 8b.gguf) - 49152 * 4096 * 18 / 32))
+    python3 -c '
+import sys
+bw, nbytes = float(sys.argv[1] or 0), int(sys.argv[2])
+rows = {}
+for line in sys.stdin:
+    model, fa, *kvs = line.split()
+    kv = dict(x.split("=", 1) for x in kvs if "=" in x)
+    for k, v in kv.items():
+        if k.startswith(("pp", "tg")):
+            rows.setdefault((model, fa, k), {}).setdefault(kv["backend"], []).append(float(v))
+print("| model | fa | test | ggml-cuda | RFGPU0 | ratio |")
+print("| --- | --- | --- | --- | --- | --- |")
+for (model, fa, test), r in rows.items():
+    a, b = r.get("ggml-cuda", []), r.get("rocmforge", [])
+    def vals(x):
+        s = " / ".join(f"{v:.0f}" for v in x) + " t/s"
+        if bw and nbytes and model.startswith("8B") and test.startswith("tg"):
+            s += " (" + " / ".join(f"{v * nbytes / 1e9 / bw:.0%}" for v in x) + " of HBM)"
+        return s
+    ratio = " / ".join(f"{y / x:.2f}x" for x, y in zip(a, b) if x)
+    name = test.replace("@d", " at depth ")
+    print(f"| {model} | {fa} | {name} | {vals(a)} | {vals(b)} | {ratio} |")
+' "$bw" "$bytes"
+}
+
+# Timing steps first wait for the background jobs (model writing and the ggml-cuda build load the host).
+if has smol && cuda_ok; then
+    quiet
+    {
+        pair SmolLM2-Q4_1 on smol.gguf 512 128 3
+        pair SmolLM2-Q4_1 off smol.gguf 512 128 3
+    } | ratio_table
+fi
+if has 8b && cuda_ok; then
+    quiet
+    {
+        pair 8B-class-Q4_0 on 8b.gguf 512 64 2
+        pair 8B-class-Q4_0 off 8b.gguf 512 64 2
+    } | ratio_table
+fi
+if has depth && cuda_ok; then
+    quiet
+    {
+        pair SmolLM2-Q4_1 on smol.gguf 512 128 2 --depth 2048
+        pair 8B-class-Q4_0 on 8b.gguf 512 64 2 --depth 2048
+    } | ratio_table
+fi
+if has q8 && cuda_ok; then
+    quiet
+    {
+        pair SmolLM2-Q4_1-kv-q8_0 on smol.gguf 512 128 3 --kv q8_0
+        pair 8B-class-Q4_0-kv-q8_0 on 8b.gguf 512 64 2 --kv q8_0
+        ROUNDS=1 pair 8B-class-Q4_0-kv-q8_0 on 8b.gguf 512 64 2 --kv q8_0 --depth 2048
+    } | ratio_table
+fi
+if has ab; then
+    quiet
+    if [ -f libggml-rocmforge-base.so ]; then
+        for r in $(seq "$ROUNDS"); do
+            for v in base this; do
+                L=./libggml-rocmforge.so; [ $v = base ] && L=./libggml-rocmforge-base.so
+                echo "ab $v$r: smol $(./llama_run bench -b rocmforge -l $L -m smol.gguf --device RFGPU0 -t "$THREADS" --fa on --pp 512 --tg 128 --reps 3 2>/dev/null | grep -o 'pp512=.*')" \
+                    " 8b $(./llama_run bench -b rocmforge -l $L -m 8b.gguf --device RFGPU0 -t "$THREADS" --fa on --pp 512 --tg 64 --reps 2 2>/dev/null | grep -o 'pp512=.*')"
+            done
+        done
+    else
+        echo "ab: no libggml-rocmforge-base.so carried"
+    fi
+fi
+if has prof; then
+    quiet
+    ROCMFORGE_GPU_PROFILE=1 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 --fa on \
+        -t "$THREADS" --pp 8 --tg 32 --reps 1 >/dev/null 2>"$OUT/prof.err"
+    echo "profile:"
+    grep -A16 "kernel profile" "$OUT/prof.err"
+    timeout 120 /usr/local/cuda/bin/ncu --clock-control none --launch-skip 1200 --launch-count 30 \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum --csv \
+        env ROCMFORGE_GPU_GRAPHS=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 \
+        --fa on -t "$THREADS" --pp 8 --tg 8 --reps 1 >"$OUT/ncu.csv" 2>/dev/null
+    python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows:
+    sys.exit("ncu: no data")
+h = rows[0]
+k, n, v, g, i = (h.index(x) for x in ("Kernel Name", "Metric Name", "Metric Value", "Grid Size", "ID"))
+by = {}
+for r in rows[1:]:
+    by.setdefault(r[i], [r[k].split("(")[0], r[g], {}])[2][r[n]] = float(r[v].replace(",", ""))
+for name, grid, m in by.values():
+    print(f"{name[:40]:40s} {grid:>16s} {m.get('gpu__time_duration.sum', 0) / 1e3:8.1f} us"
+          f"  dram {m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed', 0):5.1f}%"
+          f"  {m.get('dram__bytes_read.sum', 0) / 1e6:7.2f} MB")
+PY
+fi
+if has ffi; then
+    quiet
+    RF="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 -t $THREADS -m smol.gguf --fa on --pp 8 --reps 1"
+    $RF --tg 16 >/dev/null 2>&1 # kernels compiled and cached first
+    for tg in 0 256; do
+        ROCMFORGE_FFI_TIMING=1 ROCMFORGE_GPU_TIMING=1 $RF --tg $tg 2>&1 >/dev/null |
+            grep -A16 -E "timing per graph|host time inside" | sed "s/^/ffi-tg$tg: /"
+    done
+fi
+if has skip; then
+    quiet
+    B="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 -t $THREADS --fa on --pp 8 --tg 64 --reps 2"
+    for sk in none flash_attn_vec mul_mat_vec_q1_qkv mul_mat_vec_q_add_norm mul_mat_vec_q_glu \
+        "mul_mat_vec_q1_qkv,mul_mat_vec_q_add_norm,mul_mat_vec_q_glu,flash_attn_vec"; do
+        echo "skip $sk: $(ROCMFORGE_GPU_SKIP=$sk $B 2>/dev/null | grep -o 'tg64=.*')"
+    done
+fi
+if has floor && cuda_ok; then
+    quiet
+    [ -f tiny32.gguf ] || ./make_model --arch llama --layers 32 --type q4_0 --tokenizer smol-tokenizer.gguf -o tiny32.gguf >/dev/null 2>&1
+    RF="./llama_run bench -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 -t $THREADS --fa on"
+    CU="./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so --device CUDA0 -t $THREADS --fa on"
+    $RF -m tiny32.gguf --pp 8 --tg 16 --reps 1 >/dev/null 2>&1 # kernels compiled and cached first
+    for r in 1 2 3; do
+        echo "floor tiny32 r$r: cuda $($CU -m tiny32.gguf --pp 8 --tg 128 --reps 3 2>/dev/null | grep -o 'tg128=[0-9.]*')" \
+            " rf $($RF -m tiny32.gguf --pp 8 --tg 128 --reps 3 2>/dev/null | grep -o 'tg128=[0-9.]*')"
+    done
+    ROCMFORGE_GPU_TIMING=1 $RF -m tiny32.gguf --pp 8 --tg 128 --reps 1 2>&1 | grep -A2 "timing per graph" | sed "s/^/floor tiny32 timing: /"
+    ROCMFORGE_GPU_TIMING=1 $RF -m 8b.gguf --pp 8 --tg 64 --reps 1 2>&1 | grep -A2 "timing per graph" | sed "s/^/floor 8b timing: /"
+fi
+quiet
