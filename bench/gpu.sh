@@ -21,7 +21,7 @@
 #          unless libggml-cuda.so.xz is carried (then any step that needs it unpacks it)
 #   membw  HBM read bandwidth (gpu_membw.cu); step 8b then prints the share of it each backend reaches
 #   ops    test_ops --gpus (every op and type RFGPU0 claims, against ggml-cpu)
-#   smoke  gpu_smoke and test_gpu_io
+#   smoke  gpu_smoke, test_gpu_io and test_offload
 #   e2e    synthetic llama-family models, and the real SmolLM2 where carried, fully on RFGPU0 against
 #          ggml-cpu (test_llama_e2e)
 #   smol   SmolLM2-shaped Q4_1 (make_model --preset smollm2, same speed as the real model): pp512 and
@@ -37,6 +37,9 @@
 #          SmolLM2-shaped tg256 minus tg0)
 #   skip   8B tg64 with each fused kernel's launches left out (ROCMFORGE_GPU_SKIP: results wrong,
 #          timing only): each kernel's cost inside the replayed token graph
+#   split  8B-class Q4_0 split with --ngl 16 (half the layers on the GPU, as llama.cpp's -ngl 16):
+#          ggml-cuda + ggml-cpu's best variant that runs on the host against RFGPU0 + RFCPU, pp512
+#          and tg32 (the prompt's products of the CPU layers offloaded to the GPU by offload_op)
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -56,7 +59,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 echo "commit $(git -C "$R" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%F)"
 
 # Models: made in the background while the tests run.
-need8b() { has 8b || has depth || has q8 || has ab || has prof || has skip || has floor; }
+need8b() { has 8b || has split || has depth || has q8 || has ab || has prof || has skip || has floor; }
 P8=
 if need8b && [ ! -f 8b.gguf ]; then
     (./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf >"$OUT/make8b.log" 2>&1) &
@@ -79,12 +82,15 @@ if has cuda && [ ! -s libggml-cuda.so ]; then
         if ! cmake -G Ninja -S "$s" -B cuda-build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
             -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_BACKEND_DL=ON -DBUILD_SHARED_LIBS=ON \
             -DGGML_NATIVE=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TOOLS=OFF \
-            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >"$OUT/cuda-build.log" 2>&1 ||
-            ! cmake --build cuda-build --target ggml-cuda -j"$(nproc)" >>"$OUT/cuda-build.log" 2>&1; then
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF -DGGML_CPU_ALL_VARIANTS=ON \
+            >"$OUT/cuda-build.log" 2>&1 ||
+            ! cmake --build cuda-build --target ggml-cuda ggml-cpu-icelake ggml-cpu-sapphirerapids -j"$(nproc)" \
+                >>"$OUT/cuda-build.log" 2>&1; then
             echo "ggml-cuda build failed: $OUT/cuda-build.log"
             tail -20 "$OUT/cuda-build.log"
             exit 1
         fi
+        cp cuda-build/bin/libggml-cpu-icelake.so cuda-build/bin/libggml-cpu-sapphirerapids.so .
         cp cuda-build/bin/libggml-cuda.so libggml-cuda.tmp && strip libggml-cuda.tmp &&
             xz -T0 -c libggml-cuda.tmp >"$OUT/libggml-cuda.so.xz" && mv libggml-cuda.tmp libggml-cuda.so
     ) &
@@ -109,6 +115,8 @@ if has smoke; then
     echo "gpu_smoke rc=$? $(grep -c FAIL "$OUT/smoke.log") FAIL lines"
     timeout 120 ./test_gpu_io >"$OUT/gpu_io.log" 2>&1
     echo "test_gpu_io rc=$? $(tail -1 "$OUT/gpu_io.log")"
+    timeout 300 ./test_offload >"$OUT/offload.log" 2>&1
+    echo "test_offload rc=$? $(tail -1 "$OUT/offload.log")"
 fi
 if has e2e; then
     mkdir -p e2e
@@ -139,7 +147,7 @@ pair() {
     local label=$1 fa=$2 model=$3 pp=$4 tg=$5 reps=$6 r
     shift 6
     for r in $(seq "$ROUNDS"); do
-        ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu.so -m "$model" --device CUDA0 \
+        ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L "${CPU_SO:-./libggml-cpu.so}" -m "$model" --device CUDA0 \
             --fa "$fa" -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" "$@" 2>>"$OUT/bench.err" | sed "s/^/$label $fa /"
         ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m "$model" --device RFGPU0 \
             --fa "$fa" -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" "$@" 2>>"$OUT/bench.err" | sed "s/^/$label $fa /"
@@ -262,6 +270,21 @@ if has skip; then
         "mul_mat_vec_q1_qkv,mul_mat_vec_q_add_norm,mul_mat_vec_q_glu,flash_attn_vec"; do
         echo "skip $sk: $(ROCMFORGE_GPU_SKIP=$sk $B 2>/dev/null | grep -o 'tg64=.*')"
     done
+fi
+if has split && cuda_ok; then
+    quiet
+    # ggml-cpu's best variant that runs here (on some VMs the sapphirerapids build dies on an AMX
+    # instruction the OS does not grant): the CPU half of ggml's split runs on it.
+    CPU_SO=./libggml-cpu.so
+    for v in icelake sapphirerapids; do
+        [ -f libggml-cpu-$v.so ] && ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu-$v.so \
+            -m smol.gguf --device CUDA0 --ngl 0 -t "$THREADS" --pp 64 --tg 4 --reps 1 >/dev/null 2>&1 &&
+            CPU_SO=./libggml-cpu-$v.so
+    done
+    echo "split: ggml-cuda's CPU half on $CPU_SO"
+    export CPU_SO
+    pair 8B-class-Q4_0-ngl16 on 8b.gguf 512 32 2 --ngl 16 | ratio_table
+    unset CPU_SO
 fi
 if has floor && cuda_ok; then
     quiet
