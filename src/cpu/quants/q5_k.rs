@@ -52,7 +52,7 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ5K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
         let b = &mut *blocks.add(i);
-        let (d, dmin, scales, q) = quantize_super_block(x, 31);
+        let (d, dmin, scales, q) = quantize_super_block(x, 31, -0.5, 15);
         b.d = d;
         b.dmin = dmin;
         b.scales = scales;
