@@ -652,6 +652,13 @@ static void cases_cpy(void) {
         run_case(LABEL("CPY f32->%s", ggml_type_name(qt[q])), b_cpy, &p, 1e-6, CMP_NMSE);
         struct params p2 = { .t0 = qt[q], .t1 = qt[q], .a = SHAPE(64, 5, 3, 1) };
         run_case(LABEL("CPY %s->%s", ggml_type_name(qt[q]), ggml_type_name(qt[q])), b_cpy, &p2, 1e-7, CMP_NMSE);
+        // Edge: one block a row, and three blocks over an odd row count.
+        for (int64_t nb = 1; nb <= 3; nb += 2) {
+            struct params pe = { .t0 = GGML_TYPE_F32, .t1 = qt[q], .a = SHAPE(32 * nb, nb == 1 ? 1 : 7, 1, 1) };
+            run_case(LABEL("CPY f32->%s edge [%lld,%lld]", ggml_type_name(qt[q]), (long long) pe.a[0],
+                           (long long) pe.a[1]),
+                     b_cpy, &pe, 1e-6, CMP_NMSE);
+        }
     }
 }
 
