@@ -36,6 +36,9 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 /// ggml's reference quantizer (`quantize_row_iq4_nl_ref`, what ggml-cpu's SET_ROWS runs), to
 /// the bit: the largest magnitude onto -127, each value to its nearest level, then the scale
 /// refitted by least squares weighted by x² (the reference path tries no other scales).
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of IQ4_NL (18 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockIq4Nl;
     // ggml keeps its code buffer across blocks: an all-zero block (scale 0) writes the previous

@@ -51,6 +51,9 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 /// ggml's reference quantizer (`quantize_row_q2_K_ref`, what ggml-cpu's SET_ROWS runs), to the
 /// bit: per sub-block of 16 a weighted (|x|) asymmetric search on 0..3, then the scales and
 /// mins quantized to 4 bits against the largest of each, then the codes refitted.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q2_K (84 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ2K;
     let search = Qkx2 {

@@ -79,6 +79,9 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 /// ggml's reference quantizer (`quantize_row_q3_K_ref`, what ggml-cpu's SET_ROWS runs), to the
 /// bit: per sub-block of 16 a refined symmetric search on -4..3, the 16 scales quantized to
 /// 6 bits against the one of largest magnitude, then the codes refitted.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q3_K (110 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ3K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {

@@ -141,6 +141,10 @@ pub fn quantize_super_block(
     (d, dmin, pack_scales(&sc, &mn), codes)
 }
 
+/// Quantizes `src` into Q4_K blocks as ggml-cpu does (see `q4_k::quantize_super_block`).
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q4_K (144 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ4K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {

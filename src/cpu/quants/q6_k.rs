@@ -52,6 +52,9 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 /// ggml's reference quantizer (`quantize_row_q6_K_ref`, what ggml-cpu's SET_ROWS runs), to the
 /// bit: per sub-block of 16 a symmetric search weighted by x² on -32..31, the 16 scales
 /// quantized to 8 bits against the one of largest magnitude, then the codes refitted.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q6_K (210 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ6K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
@@ -77,8 +80,8 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
         }
         let iscale = -128.0 / max_scale;
         b.d = fp32_to_fp16(1.0 / iscale);
-        for j in 0..16 {
-            b.scales[j] = nearest_int(iscale * scales[j]).min(127) as i8;
+        for (sc, &s) in b.scales.iter_mut().zip(&scales) {
+            *sc = nearest_int(iscale * s).min(127) as i8;
         }
         let d_all = f16_to_f32(b.d);
         for j in 0..16 {
