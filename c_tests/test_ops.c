@@ -296,11 +296,11 @@ static struct ggml_tensor * b_get_rows(struct ggml_context * ctx, const struct p
     return ggml_get_rows(ctx, d, idx);
 }
 
-// Destination t0 [ne0, n_rows, ne2, ne3] (a); source F32 [ne0, i[0], ne2, ne3];
-// indices t1 (I64/I32) [i[0], ne2 / i[1], ne3], distinct per row.
+// Destination t0 [ne0, n_rows, ne2, ne3] (a); source t2 (F32 or F16; 0 is F32)
+// [ne0, i[0], ne2, ne3]; indices t1 (I64/I32) [i[0], ne2 / i[1], ne3], distinct per row.
 static struct ggml_tensor * b_set_rows(struct ggml_context * ctx, const struct params * p) {
     struct ggml_tensor * dst = in_t(ctx, p->t0, p->a);
-    struct ggml_tensor * src = in4(ctx, GGML_TYPE_F32, p->a[0], p->i[0], p->a[2], p->a[3]);
+    struct ggml_tensor * src = in4(ctx, p->t2, p->a[0], p->i[0], p->a[2], p->a[3]);
     struct ggml_tensor * idx = in_idx(ctx, p->t1, p->i[0], p->a[2] / p->i[1], p->a[3], (int) p->a[1], true);
     return ggml_set_rows(ctx, dst, src, idx);
 }
@@ -652,6 +652,13 @@ static void cases_cpy(void) {
         run_case(LABEL("CPY f32->%s", ggml_type_name(qt[q])), b_cpy, &p, 1e-6, CMP_NMSE);
         struct params p2 = { .t0 = qt[q], .t1 = qt[q], .a = SHAPE(64, 5, 3, 1) };
         run_case(LABEL("CPY %s->%s", ggml_type_name(qt[q]), ggml_type_name(qt[q])), b_cpy, &p2, 1e-7, CMP_NMSE);
+        // Edge: one block a row, and three blocks over an odd row count.
+        for (int64_t nb = 1; nb <= 3; nb += 2) {
+            struct params pe = { .t0 = GGML_TYPE_F32, .t1 = qt[q], .a = SHAPE(32 * nb, nb == 1 ? 1 : 7, 1, 1) };
+            run_case(LABEL("CPY f32->%s edge [%lld,%lld]", ggml_type_name(qt[q]), (long long) pe.a[0],
+                           (long long) pe.a[1]),
+                     b_cpy, &pe, 1e-6, CMP_NMSE);
+        }
     }
 }
 
@@ -750,6 +757,47 @@ static void cases_soft_max(void) {
     }
 }
 
+// Edge shapes (issue 20: a kernel that assumed whole 32-value chunks gave inf on k = 16):
+// inner dim k of 1, 3, 16, 63, 65 for float weights, one and three blocks for quantized ones
+// (whole blocks only); rows m and columns n of 1 and odd sizes, on both sides of the GPU's
+// 32-column BLAS switch.
+static const int64_t edge_k[] = { 1, 3, 16, 63, 65 };
+#define N_EDGE_K (sizeof(edge_k) / sizeof(edge_k[0]))
+
+static void cases_mul_mat_edges(void) {
+    char label[160];
+    static const int64_t mn[][2] = { { 1, 1 }, { 7, 1 }, { 1, 7 }, { 13, 9 }, { 5, 37 } };
+    for (size_t w = 0; w < N_WEIGHT; w++) {
+        const enum ggml_type t = weight_types[w];
+        const int64_t blk = ggml_blck_size(t);
+        const int64_t ks[] = { 1, 3, 16, 63, 65, blk, 3 * blk };
+        // Float weights: every edge k; quantized: one and three blocks.
+        for (size_t ki = blk == 1 ? 0 : N_EDGE_K; ki < (blk == 1 ? N_EDGE_K : N_EDGE_K + 2); ki++) {
+            for (size_t s = 0; s < sizeof(mn) / sizeof(mn[0]); s++) {
+                // Quantized: the single-row and single-column corners and one odd block each.
+                if (blk > 1 && s == 3) continue;
+                const int64_t K = ks[ki];
+                struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(K, mn[s][0], 1, 1),
+                                    .b = SHAPE(K, mn[s][1], 1, 1) };
+                run_case(LABEL("MUL_MAT %s edge k=%lld m=%lld n=%lld", ggml_type_name(t), (long long) K,
+                               (long long) mn[s][0], (long long) mn[s][1]),
+                         b_mul_mat, &p, 5e-4, CMP_NMSE);
+            }
+        }
+    }
+    // Activations of the weight's own type (F16 x F16, BF16 x BF16) at odd k.
+    static const enum ggml_type same[] = { GGML_TYPE_F16, GGML_TYPE_BF16 };
+    for (size_t t = 0; t < 2; t++) {
+        for (size_t ki = 0; ki < N_EDGE_K; ki += 2) {
+            struct params p = { .t0 = same[t], .t1 = same[t], .a = SHAPE(edge_k[ki], 7, 1, 1),
+                                .b = SHAPE(edge_k[ki], 5, 1, 1) };
+            run_case(LABEL("MUL_MAT %s x %s edge k=%lld m=7 n=5", ggml_type_name(same[t]), ggml_type_name(same[t]),
+                           (long long) edge_k[ki]),
+                     b_mul_mat, &p, 5e-4, CMP_NMSE);
+        }
+    }
+}
+
 static void cases_mul_mat(void) {
     char label[160];
     for (size_t w = 0; w < N_WEIGHT; w++) {
@@ -799,6 +847,7 @@ static void cases_mul_mat(void) {
     // F16 activations with F16 weights (ggml-cpu computes them too).
     struct params p = { .t0 = GGML_TYPE_F16, .t1 = GGML_TYPE_F16, .a = SHAPE(64, 13, 1, 1), .b = SHAPE(64, 5, 1, 1) };
     run_case("MUL_MAT f16 x f16", b_mul_mat, &p, 5e-4, CMP_NMSE);
+    cases_mul_mat_edges();
     // The Hadamard hint (llama.cpp's rotations for quantized KV caches): the weight holds
     // random values, which ggml-cpu ignores, so a device must compute the transform too; its
     // butterflies are exact additions in a fixed order: the same bits.
@@ -827,6 +876,44 @@ static void cases_mul_mat_id(void) {
             run_case(LABEL("MUL_MAT_ID %s n_as=%d n_used=%d n_tok=%d b1=%d", ggml_type_name(t), cs[i][0], cs[i][1],
                            cs[i][2], cs[i][3]),
                      b_mul_mat_id, &p, 5e-4, CMP_NMSE);
+        }
+    }
+    // Edge shapes. First the ones of issue 20 (RFGPU gave inf or errors up to 1.25 with float
+    // experts): 16 experts all used, m=32, 1024 tokens, k=16; one expert, m=8, 16 tokens,
+    // k = 1, 63, 65; 4 experts, 2 used, m=64, 16 tokens, k=3. Each with activations
+    // broadcast over the used experts (b1 = 1) and one row per used expert.
+    const struct { int64_t k, m; int n_as, n_used, n_tok; } issue[] = {
+        { 16, 32, 16, 16, 1024 }, { 1, 8, 1, 1, 16 }, { 63, 8, 1, 1, 16 }, { 65, 8, 1, 1, 16 }, { 3, 64, 4, 2, 16 },
+    };
+    for (size_t w = 0; w < N_FLOAT; w++) {
+        const enum ggml_type t = float_types[w];
+        for (size_t i = 0; i < sizeof(issue) / sizeof(issue[0]); i++) {
+            for (int per_expert = 0; per_expert < 2; per_expert++) {
+                const int b1 = per_expert ? issue[i].n_used : 1;
+                if (per_expert && issue[i].n_used == 1) continue;
+                struct params p = { .t0 = t, .a = SHAPE(issue[i].k, issue[i].m, 1, 1),
+                                    .i = { issue[i].n_as, issue[i].n_used, issue[i].n_tok, b1 } };
+                run_case(LABEL("MUL_MAT_ID %s edge k=%lld m=%lld n_as=%d n_used=%d n_tok=%d b1=%d", ggml_type_name(t),
+                               (long long) issue[i].k, (long long) issue[i].m, issue[i].n_as, issue[i].n_used,
+                               issue[i].n_tok, b1),
+                         b_mul_mat_id, &p, 5e-4, CMP_NMSE);
+            }
+        }
+    }
+    // Then every edge k (float experts) or one and three blocks (quantized), with m and the
+    // token count 1 or odd.
+    const struct { int64_t m; int n_tok, b1; } mn[] = { { 1, 1, 1 }, { 7, 5, 2 }, { 33, 3, 1 } };
+    for (size_t w = 0; w < N_WEIGHT; w++) {
+        const enum ggml_type t = weight_types[w];
+        const int64_t blk = ggml_blck_size(t);
+        const int64_t ks[] = { 1, 3, 16, 63, 65, blk, 3 * blk };
+        for (size_t ki = blk == 1 ? 0 : N_EDGE_K; ki < (blk == 1 ? N_EDGE_K : N_EDGE_K + 2); ki++) {
+            for (size_t s = 0; s < sizeof(mn) / sizeof(mn[0]); s++) {
+                struct params p = { .t0 = t, .a = SHAPE(ks[ki], mn[s].m, 1, 1), .i = { 4, 2, mn[s].n_tok, mn[s].b1 } };
+                run_case(LABEL("MUL_MAT_ID %s edge k=%lld m=%lld n_as=4 n_used=2 n_tok=%d b1=%d", ggml_type_name(t),
+                               (long long) ks[ki], (long long) mn[s].m, mn[s].n_tok, mn[s].b1),
+                         b_mul_mat_id, &p, 5e-4, CMP_NMSE);
+            }
         }
     }
 }
@@ -1001,6 +1088,36 @@ static void cases_rows(void) {
             }
         }
     }
+    // Every destination type a device may claim (the KV-cache types llama.cpp offers), from F32
+    // and F16 sources, with both index types. Quantized destinations are compared after
+    // ggml's dequantization: a quantizer that is not ggml's (issue 20: RFCPU's K-quants and
+    // IQ4_NL differed by an NMSE of 2e-5..9e-5) fails.
+    static const enum ggml_type src_types[] = { GGML_TYPE_F32, GGML_TYPE_F16 };
+    for (size_t d = 0; d < N_WEIGHT; d++) {
+        const enum ggml_type t = weight_types[d];
+        const int64_t blk = ggml_blck_size(t);
+        for (size_t st = 0; st < 2; st++) {
+            for (size_t x = 0; x < 2; x++) {
+                // One block a row for the K-quants, two for the others; I32 ids broadcast.
+                struct params p = { .t0 = t, .t1 = idx_types[x], .t2 = src_types[st],
+                                    .a = SHAPE(blk == 256 ? 256 : 64, 12, 2, 1), .i = { 5, x ? 2 : 1 } };
+                run_case(LABEL("SET_ROWS %s->%s idx=%s%s", ggml_type_name(p.t2), ggml_type_name(t),
+                               ggml_type_name(p.t1), x ? " idx broadcast" : ""),
+                         b_set_rows, &p, is_quant(t) ? 1e-6 : 1e-7, CMP_NMSE);
+            }
+            // Edge rows: float destinations with 1, 3, 63, 65 values a row, quantized ones
+            // three blocks a row (an odd block count); odd row and index counts.
+            for (size_t ki = 0; ki < (blk == 1 ? N_EDGE_K : 1); ki++) {
+                if (blk == 1 && edge_k[ki] == 16) continue;
+                const int64_t ne0 = blk == 1 ? edge_k[ki] : 3 * blk;
+                struct params p = { .t0 = t, .t1 = GGML_TYPE_I64, .t2 = src_types[st], .a = SHAPE(ne0, 9, 3, 1),
+                                    .i = { 3, 1 } };
+                run_case(LABEL("SET_ROWS %s->%s edge ne0=%lld", ggml_type_name(p.t2), ggml_type_name(t),
+                               (long long) ne0),
+                         b_set_rows, &p, is_quant(t) ? 1e-6 : 1e-7, CMP_NMSE);
+            }
+        }
+    }
     // Rows shorter than a warp: llama's V cache transposed (one value a row, a prompt's worth
     // of rows; the GPU takes a thread per value), and 5-value rows with broadcast ids.
     for (int t = 0; t < 2; t++) {
@@ -1116,6 +1233,115 @@ static void cases_shape2(void) {
     run_case("ARANGE -3..500 step 0.5", b_arange, &r, 1e-7, CMP_NMSE);
 }
 
+// Edge row lengths for the row-wise ops (issue 20: our own catalog had none of them): ne0 of
+// 1, 3, 63, 65 (vector tails, a lone element, one past a 64-wide chunk) over 7 x 3 rows, and
+// ne0 1 and 65 as a single row.
+static void cases_edges(void) {
+    char label[160];
+    int64_t shapes[6][4];
+    int n_shapes = 0;
+    for (size_t ki = 0; ki < N_EDGE_K; ki++) {
+        if (edge_k[ki] == 16) continue;
+        const int64_t sh[4] = { edge_k[ki], 7, 3, 1 };
+        memcpy(shapes[n_shapes++], sh, sizeof(sh));
+    }
+    memcpy(shapes[n_shapes++], (int64_t[4]) { 1, 1, 1, 1 }, sizeof(shapes[0]));
+    memcpy(shapes[n_shapes++], (int64_t[4]) { 65, 1, 1, 1 }, sizeof(shapes[0]));
+#define EDGE_SHAPE(x) (long long) (x)[0], (long long) (x)[1], (long long) (x)[2]
+    static const char * bin_names[] = { "ADD", "SUB", "MUL", "DIV" };
+    for (int s = 0; s < n_shapes; s++) {
+        const int64_t * a = shapes[s];
+        const bool many = a[1] > 1;  // the multi-row shapes get the wider sweeps
+        // Binary: src1 one row broadcast over every row (a single-row shape: the same shape).
+        for (size_t t = 0; t < N_FLOAT; t++) {
+            for (int op = 0; op < 4; op++) {
+                if (t > 0 && (op == 1 || op == 3)) continue;  // F16/BF16: ADD and MUL
+                const enum ggml_type ty = float_types[t];
+                struct params p = { .t0 = ty, .t1 = ty, .t2 = ty, .a = SHAPE(a[0], a[1], a[2], a[3]),
+                                    .b = SHAPE(a[0], 1, 1, 1), .i = { op, 0 } };
+                run_case(LABEL("%s %s edge [%lld,%lld,%lld]", bin_names[op], ggml_type_name(ty), EDGE_SHAPE(a)),
+                         b_binary, &p, 1e-7, CMP_NMSE);
+            }
+        }
+        {
+            struct params p = { .i = { 1 }, .f = { 0.37f, -1.5f }, .a = SHAPE(a[0], a[1], a[2], a[3]) };
+            run_case(LABEL("SCALE+bias edge [%lld,%lld,%lld]", EDGE_SHAPE(a)), b_scale, &p, 1e-7, CMP_NMSE);
+        }
+        for (int masked = 0; masked < 2; masked++) {
+            struct params p = { .t1 = masked ? GGML_TYPE_F16 : GGML_TYPE_COUNT, .a = SHAPE(a[0], a[1], a[2], a[3]),
+                                .b = SHAPE(a[0], a[1], 1, 1), .f = { 0.5f, 0.0f } };
+            run_case(LABEL("SOFT_MAX edge [%lld,%lld,%lld] mask=%s", EDGE_SHAPE(a), masked ? "f16" : "none"),
+                     b_soft_max, &p, 1e-6, CMP_NMSE);
+        }
+        static const char * norm_names[] = { "RMS_NORM", "NORM", "L2_NORM" };
+        for (int op = 0; op < 3; op++) {
+            struct params p = { .i = { op, 0 }, .f = { 1e-6f }, .a = SHAPE(a[0], a[1], a[2], a[3]) };
+            run_case(LABEL("%s edge [%lld,%lld,%lld]", norm_names[op], EDGE_SHAPE(a)), b_norm, &p, 1e-6, CMP_NMSE);
+        }
+        if (!many) continue;
+        static const struct { enum ggml_unary_op op; float lo, hi; } un[] = {
+            { GGML_UNARY_OP_SILU, -4, 4 }, { GGML_UNARY_OP_GELU, -4, 4 }, { GGML_UNARY_OP_EXP, -3, 3 },
+            { GGML_UNARY_OP_TANH, -3, 3 },
+        };
+        static const enum ggml_type ut[] = { GGML_TYPE_F32, GGML_TYPE_F16 };
+        for (size_t o = 0; o < sizeof(un) / sizeof(un[0]); o++) {
+            for (size_t t = 0; t < 2; t++) {
+                struct params p = { .t0 = ut[t], .i = { (int) un[o].op }, .f = { un[o].lo, un[o].hi },
+                                    .a = SHAPE(a[0], a[1], a[2], a[3]) };
+                run_case(LABEL("UNARY %s %s edge [%lld,%lld,%lld]", ggml_unary_op_name(un[o].op),
+                               ggml_type_name(ut[t]), EDGE_SHAPE(a)),
+                         b_unary, &p, 1e-5, CMP_NMSE);
+            }
+        }
+        for (size_t t = 0; t < 2; t++) {
+            struct params p1 = { .t0 = ut[t], .a = SHAPE(a[0], a[1], a[2], a[3]), .i = { GGML_GLU_OP_SWIGLU, 0 } };
+            run_case(LABEL("GLU swiglu %s fused edge [%lld,%lld,%lld]", ggml_type_name(ut[t]), EDGE_SHAPE(a)), b_glu,
+                     &p1, 1e-5, CMP_NMSE);
+            struct params p2 = { .t0 = ut[t], .a = SHAPE(a[0], a[1], a[2], a[3]), .i = { GGML_GLU_OP_GEGLU, 2 } };
+            run_case(LABEL("GLU geglu %s split edge [%lld,%lld,%lld]", ggml_type_name(ut[t]), EDGE_SHAPE(a)), b_glu,
+                     &p2, 1e-5, CMP_NMSE);
+        }
+        for (size_t t = 0; t < N_FLOAT; t++) {
+            struct params p = { .t0 = float_types[t], .a = SHAPE(a[0], a[1], a[2], a[3]), .i = { 5 } };
+            run_case(LABEL("GET_ROWS %s edge [%lld,%lld,%lld]", ggml_type_name(float_types[t]), EDGE_SHAPE(a)),
+                     b_get_rows, &p, 1e-7, CMP_NMSE);
+        }
+        static const enum ggml_type cp[][2] = {
+            { GGML_TYPE_F32, GGML_TYPE_F16 },  { GGML_TYPE_F16, GGML_TYPE_F32 }, { GGML_TYPE_F32, GGML_TYPE_BF16 },
+            { GGML_TYPE_BF16, GGML_TYPE_F32 }, { GGML_TYPE_F16, GGML_TYPE_F16 },
+        };
+        for (size_t c = 0; c < sizeof(cp) / sizeof(cp[0]); c++) {
+            // Contiguous, and (F32 -> F16) permuted.
+            for (int layout = 0; layout < (c == 0 ? 2 : 1); layout++) {
+                struct params p = { .t0 = cp[c][0], .t1 = cp[c][1], .a = SHAPE(a[0], a[1], a[2], a[3]),
+                                    .i = { layout } };
+                run_case(LABEL("CPY %s->%s edge [%lld,%lld,%lld]%s", ggml_type_name(cp[c][0]), ggml_type_name(cp[c][1]),
+                               EDGE_SHAPE(a), layout ? " permuted" : ""),
+                         b_cpy, &p, 1e-7, CMP_NMSE);
+            }
+        }
+        static const struct { int which; const char * name; enum cmp_mode cmp; } simple[] = {
+            { S_SQR, "SQR", CMP_NMSE },   { S_SUM_ROWS, "SUM_ROWS", CMP_NMSE }, { S_MEAN, "MEAN", CMP_NMSE },
+            { S_CUMSUM, "CUMSUM", CMP_NMSE }, { S_ARGSORT_ASC, "ARGSORT asc", CMP_EXACT },
+        };
+        for (size_t o = 0; o < sizeof(simple) / sizeof(simple[0]); o++) {
+            struct params p = { .t0 = GGML_TYPE_F32, .i = { simple[o].which }, .a = SHAPE(a[0], a[1], a[2], a[3]) };
+            run_case(LABEL("%s f32 edge [%lld,%lld,%lld]", simple[o].name, EDGE_SHAPE(a)), b_simple, &p,
+                     simple[o].cmp == CMP_EXACT ? 0 : 1e-7, simple[o].cmp);
+        }
+    }
+#undef EDGE_SHAPE
+    // Attention over 1, 3 and 65 keys, one and 7 query rows.
+    static const int nkv[] = { 1, 3, 65 };
+    for (size_t k = 0; k < 3; k++) {
+        for (int nq = 1; nq <= 7; nq += 6) {
+            struct params p = { .t0 = GGML_TYPE_F16, .i = { 64, nq, 4, 2, nkv[k], 1, 0 }, .f = { 0.125f, 0.0f, 0.0f } };
+            run_case(LABEL("FLASH_ATTN_EXT kv=f16 edge D=64 nq=%d heads=4/2 nkv=%d", nq, nkv[k]), b_flash_attn, &p,
+                     5e-4, CMP_NMSE);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 // --gpus: the whole catalog once per rocmforge GPU device (RFGPU0..N), each in its own process;
@@ -1187,6 +1413,7 @@ int main(int argc, char ** argv) {
     cases_rows();
     cases_flash_attn();
     cases_shape2();
+    cases_edges();
     const double elapsed = rf_now_ms() - t0;
 
     // Per (op, types): claimed ones in full; the rest summed per op.

@@ -51,8 +51,11 @@ pub fn compute_get(node: &Tensor, ctx: &Ctx) {
 pub fn supports_set(node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
     let dt = node.dtype();
+    // A destination needs a quantizer and a dequantizer: Q8_1 / Q8_K (activation formats, with
+    // only a quantizer) are declined; ggml-cpu quantizes them with its SIMD code, which ours does
+    // not mirror, and no host can read such a cache back.
     matches!(a.dtype(), GgmlType::F32 | GgmlType::F16)
-        && traits(dt).and_then(|t| t.from_f32).is_some()
+        && traits(dt).is_some_and(|t| t.from_f32.is_some() && t.to_f32.is_some())
         && node.ne()[0] % dt.block_size() == 0
         && crate::op_shapes::set_rows_layout_ok(node)
 }
@@ -135,6 +138,22 @@ mod tests {
                 }
                 assert_eq!(d.get(), want, "{ty:?}");
             }
+        }
+    }
+
+    #[test]
+    fn set_rows_declines_activation_only_destinations() {
+        for (dty, claimed) in [
+            (GgmlType::Q8_0, true),
+            (GgmlType::Q6_K, true),
+            (GgmlType::Q8_1, false),
+            (GgmlType::Q8_K, false),
+        ] {
+            let a = TT::new(GgmlType::F32, [256, 2, 1, 1]);
+            let idx = TT::new(GgmlType::I64, [2, 1, 1, 1]);
+            let mut d = TT::new(dty, [256, 4, 1, 1]);
+            d.op(op::SET_ROWS).src(0, &a).src(1, &idx);
+            assert_eq!(super::super::supports(&d.tensor()), claimed, "{dty:?}");
         }
     }
 

@@ -1,8 +1,9 @@
 //! IQ4_NL: blocks of 32 values, f16 scale and 16 bytes of 4-bit indices into a fixed
 //! non-linear table; x = d * TABLE[q]. Nibble order as Q4_0. Multiplied with Q8_0.
 
+use super::kquant_search::{best_index_int8, fp32_to_fp16, GROUP_MAX_EPS};
 use super::q8_0::BlockQ8_0;
-use super::{f16_to_f32, f32_to_f16, use_avx2};
+use super::{f16_to_f32, use_avx2};
 use crate::cpu::types::VecDot;
 
 pub const QK: usize = 32;
@@ -32,60 +33,42 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     }
 }
 
-/// Index of the table level nearest to `v` (in table units).
-#[inline]
-fn nearest_level(v: f32) -> usize {
-    // The table is sorted: the first level whose midpoint with the next lies above v.
-    let mut k = 0;
-    while k < 15 && v > (TABLE[k] as f32 + TABLE[k + 1] as f32) * 0.5 {
-        k += 1;
-    }
-    k
-}
-
-/// Not ggml's weighted search, but sound: candidate scales around max/-127 (largest magnitude
-/// onto the widest level), each refitted by least squares; the lowest squared error wins.
+/// ggml's reference quantizer (`quantize_row_iq4_nl_ref`, what ggml-cpu's SET_ROWS runs), to
+/// the bit: the largest magnitude onto -127, each value to its nearest level, then the scale
+/// refitted by least squares weighted by x² (the reference path tries no other scales).
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of IQ4_NL (18 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockIq4Nl;
+    // ggml keeps its code buffer across blocks: an all-zero block (scale 0) writes the previous
+    // block's codes (which decode to 0 all the same).
+    let mut l = [0u8; QK];
     for (i, x) in src.chunks_exact(QK).enumerate() {
         let b = &mut *blocks.add(i);
         let (mut amax, mut max) = (0f32, 0f32);
         for &v in x {
-            if amax < v.abs() {
+            if v.abs() > amax {
                 amax = v.abs();
                 max = v;
             }
         }
-        if amax < 1e-30 {
-            b.d = 0;
-            b.qs = [0x88; QK / 2]; // level 1·0
-            continue;
-        }
-        let mut best = (f32::MAX, 0f32, [0usize; QK]);
-        for step in -7..=7 {
-            let id = (-127.0 + step as f32) / max;
-            let mut l = [0usize; QK];
-            let (mut sxl, mut sll) = (0f32, 0f32);
-            for (k, &v) in l.iter_mut().zip(x) {
-                *k = nearest_level(v * id);
-                let t = TABLE[*k] as f32;
-                sxl += v * t;
-                sll += t * t;
+        let mut d = 0f32;
+        if amax >= GROUP_MAX_EPS {
+            let id = 1.0 / (max / TABLE[0] as f32);
+            let (mut sumqx, mut sumq2) = (0f32, 0f32);
+            for (lj, &v) in l.iter_mut().zip(x) {
+                let k = best_index_int8(&TABLE, id * v);
+                *lj = k as u8;
+                let (q, w) = (TABLE[k] as f32, v * v);
+                sumqx += w * q * v;
+                sumq2 += w * q * q;
             }
-            let d = sxl / sll;
-            let err: f32 = l
-                .iter()
-                .zip(x)
-                .map(|(&k, &v)| (v - d * TABLE[k] as f32).powi(2))
-                .sum();
-            if err < best.0 {
-                best = (err, d, l);
-            }
+            d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
         }
-        let (_, d, l) = best;
-        b.d = f32_to_f16(d);
+        b.d = fp32_to_fp16(d);
         for j in 0..QK / 2 {
-            b.qs[j] = l[j] as u8 | ((l[j + QK / 2] as u8) << 4);
+            b.qs[j] = l[j] | (l[j + QK / 2] << 4);
         }
     }
 }

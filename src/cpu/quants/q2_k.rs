@@ -2,8 +2,9 @@
 //! 4-bit min in one byte, under f16 super-scales; x = d*sc*q - dmin*m, q in 0..3. Value
 //! 128n + 32j + l sits at bit 2j of qs[32n + l].
 
+use super::kquant_search::{fp32_to_fp16, make_qkx2_quants, nearest_int, Qkx2};
 use super::q8_k::BlockQ8K;
-use super::{f16_to_f32, f32_to_f16, nearest, scale_min, use_avx2, QK_K};
+use super::{f16_to_f32, use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
 #[repr(C)]
@@ -47,38 +48,67 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     }
 }
 
+/// ggml's reference quantizer (`quantize_row_q2_K_ref`, what ggml-cpu's SET_ROWS runs), to the
+/// bit: per sub-block of 16 a weighted (|x|) asymmetric search on 0..3, then the scales and
+/// mins quantized to 4 bits against the largest of each, then the codes refitted.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q2_K (84 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ2K;
+    let search = Qkx2 {
+        nmax: 3,
+        rmin: -0.5,
+        rdelta: 0.1,
+        nstep: 15,
+        use_mad: true,
+    };
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
         let b = &mut *blocks.add(i);
+        let mut q = [0u8; QK_K];
+        let mut laux = [0u8; 16];
         let mut scales = [0f32; 16];
         let mut mins = [0f32; 16];
+        let (mut max_scale, mut max_min) = (0f32, 0f32);
         for j in 0..16 {
-            (scales[j], mins[j]) = scale_min(&x[16 * j..16 * j + 16], 3);
+            let xs = &x[16 * j..16 * j + 16];
+            let weights: [f32; 16] = std::array::from_fn(|l| xs[l].abs());
+            let qs = &mut q[16 * j..16 * j + 16];
+            (scales[j], mins[j]) = make_qkx2_quants(xs, &weights, qs, &mut laux, &search);
+            if scales[j] > max_scale {
+                max_scale = scales[j];
+            }
+            if mins[j] > max_min {
+                max_min = mins[j];
+            }
         }
-        let max_scale = scales.iter().cloned().fold(0f32, f32::max);
-        let max_min = mins.iter().cloned().fold(0f32, f32::max);
-        b.d = f32_to_f16(max_scale / 15.0);
-        b.dmin = f32_to_f16(max_min / 15.0);
-        let (d, dmin) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
-        let mut q = [0u8; QK_K];
+        let mut sc = [0u8; 16];
+        b.d = 0;
+        if max_scale > 0.0 {
+            let iscale = 15.0 / max_scale;
+            for j in 0..16 {
+                sc[j] = nearest_int(iscale * scales[j]) as u8;
+            }
+            b.d = fp32_to_fp16(max_scale / 15.0);
+        }
+        b.dmin = 0;
+        if max_min > 0.0 {
+            let iscale = 15.0 / max_min;
+            for j in 0..16 {
+                sc[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+            }
+            b.dmin = fp32_to_fp16(max_min / 15.0);
+        }
+        b.scales = sc;
+        let (d_all, dmin_all) = (f16_to_f32(b.d), f16_to_f32(b.dmin));
         for j in 0..16 {
-            let sc = if d > 0.0 {
-                nearest(scales[j] / d).clamp(0, 15)
-            } else {
-                0
-            };
-            let m = if dmin > 0.0 {
-                nearest(mins[j] / dmin).clamp(0, 15)
-            } else {
-                0
-            };
-            b.scales[j] = (sc | (m << 4)) as u8;
-            let (s, mf) = (d * sc as f32, dmin * m as f32);
-            if s != 0.0 {
-                for l in 0..16 {
-                    q[16 * j + l] = nearest((x[16 * j + l] + mf) / s).clamp(0, 3) as u8;
-                }
+            let d = d_all * (sc[j] & 0x0f) as f32;
+            if d == 0.0 {
+                continue; // keeps the search's codes, as ggml does
+            }
+            let dm = dmin_all * (sc[j] >> 4) as f32;
+            for l in 0..16 {
+                q[16 * j + l] = nearest_int((x[16 * j + l] + dm) / d).clamp(0, 3) as u8;
             }
         }
         b.qs = [0; QK_K / 4];

@@ -3,8 +3,9 @@
 //! q in 0..7. Value 128n + 32j + l has its low 2 bits at bit 2j of qs[32n + l] and bit 2 at
 //! bit 4n + j of hmask[l].
 
+use super::kquant_search::{fp32_to_fp16, make_q3_quants, nearest_int};
 use super::q8_k::BlockQ8K;
-use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, use_avx2, QK_K};
+use super::{f16_to_f32, use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
 #[repr(C)]
@@ -75,34 +76,48 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     }
 }
 
+/// ggml's reference quantizer (`quantize_row_q3_K_ref`, what ggml-cpu's SET_ROWS runs), to the
+/// bit: per sub-block of 16 a refined symmetric search on -4..3, the 16 scales quantized to
+/// 6 bits against the one of largest magnitude, then the codes refitted.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q3_K (110 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ3K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
         let b = &mut *blocks.add(i);
+        let mut q = [0u8; QK_K];
         let mut scales = [0f32; 16];
+        let (mut max_scale, mut amax) = (0f32, 0f32);
         for j in 0..16 {
-            scales[j] = symmetric_scale(&x[16 * j..16 * j + 16], 4);
-        }
-        let amax = scales.iter().fold(0f32, |m, s| m.max(s.abs()));
-        b.d = f32_to_f16(amax / 31.0);
-        let d = f16_to_f32(b.d);
-        let mut q = [4u8; QK_K];
-        let mut biased = [32u8; 16];
-        for j in 0..16 {
-            let sc = if d > 0.0 {
-                nearest(scales[j] / d).clamp(-32, 31)
-            } else {
-                0
-            };
-            biased[j] = (sc + 32) as u8;
-            let s = d * sc as f32;
-            if s != 0.0 {
-                for l in 0..16 {
-                    q[16 * j + l] = (nearest(x[16 * j + l] / s).clamp(-4, 3) + 4) as u8;
-                }
+            scales[j] = make_q3_quants(&x[16 * j..16 * j + 16], 4, &mut q[16 * j..16 * j + 16]);
+            if scales[j].abs() > amax {
+                amax = scales[j].abs();
+                max_scale = scales[j];
             }
         }
+        let mut biased = [0u8; 16];
+        b.d = 0;
+        if max_scale != 0.0 {
+            let iscale = -32.0 / max_scale;
+            for j in 0..16 {
+                // ggml stores the rounded value in an int8 before clamping it.
+                let l = nearest_int(iscale * scales[j]) as i8 as i32;
+                biased[j] = (l.clamp(-32, 31) + 32) as u8;
+            }
+            b.d = fp32_to_fp16(1.0 / iscale);
+        }
         b.scales = pack_scales(&biased);
+        let d_all = f16_to_f32(b.d);
+        for j in 0..16 {
+            let d = d_all * (biased[j] as i32 - 32) as f32;
+            if d == 0.0 {
+                continue; // keeps the search's codes, as ggml does
+            }
+            for l in 0..16 {
+                q[16 * j + l] = (nearest_int(x[16 * j + l] / d).clamp(-4, 3) + 4) as u8;
+            }
+        }
         b.qs = [0; QK_K / 4];
         b.hmask = [0; QK_K / 8];
         for n in 0..2 {

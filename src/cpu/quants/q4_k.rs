@@ -2,8 +2,9 @@
 //! min (packed into 12 bytes), under f16 super-scales d and dmin; x = d*sc*q - dmin*m.
 //! Codes: 4 chunks of 32 bytes; chunk c holds sub-block 2c in its low nibbles, 2c+1 in its high.
 
+use super::kquant_search::{fp32_to_fp16, make_qkx2_quants, nearest_int, Qkx2};
 use super::q8_k::BlockQ8K;
-use super::{f16_to_f32, f32_to_f16, nearest, scale_min, use_avx2, use_neon, QK_K};
+use super::{f16_to_f32, use_avx2, use_neon, QK_K};
 use crate::cpu::types::VecDot;
 
 #[repr(C)]
@@ -75,50 +76,80 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     }
 }
 
-/// Quantizes one super-block to codes in `0..=nmax` with 6-bit sub-block scales and mins
-/// (shared by Q4_K and Q5_K). Returns (d, dmin, scales, codes).
-pub fn quantize_super_block(x: &[f32], nmax: i32) -> (u16, u16, [u8; 12], [u8; QK_K]) {
+/// ggml's reference K-quant super-block quantizer shared by Q4_K (nmax 15, rmin -1, 20 steps)
+/// and Q5_K (nmax 31, rmin -0.5, 15 steps), to the bit (`quantize_row_q4_K_ref` /
+/// `_q5_K_ref`, what ggml-cpu's SET_ROWS runs): per sub-block of 32 a weighted asymmetric
+/// search (weights rms + |x|), the scales and mins quantized to 6 bits against the largest of
+/// each, then the codes refitted. Returns (d, dmin, scales, codes).
+pub fn quantize_super_block(
+    x: &[f32],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+) -> (u16, u16, [u8; 12], [u8; QK_K]) {
+    let search = Qkx2 {
+        nmax,
+        rmin,
+        rdelta: 0.1,
+        nstep,
+        use_mad: false,
+    };
+    let mut codes = [0u8; QK_K];
+    let mut laux = [0u8; 32];
     let mut scales = [0f32; 8];
     let mut mins = [0f32; 8];
+    let (mut max_scale, mut max_min) = (0f32, 0f32);
     for j in 0..8 {
-        (scales[j], mins[j]) = scale_min(&x[32 * j..32 * j + 32], nmax);
-    }
-    let max_scale = scales.iter().cloned().fold(0f32, f32::max);
-    let max_min = mins.iter().cloned().fold(0f32, f32::max);
-    let d = f32_to_f16(max_scale / 63.0);
-    let dmin = f32_to_f16(max_min / 63.0);
-    let (df, dminf) = (f16_to_f32(d), f16_to_f32(dmin));
-    let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
-    for j in 0..8 {
-        sc[j] = if df > 0.0 {
-            nearest(scales[j] / df).clamp(0, 63) as u8
-        } else {
-            0
-        };
-        mn[j] = if dminf > 0.0 {
-            nearest(mins[j] / dminf).clamp(0, 63) as u8
-        } else {
-            0
-        };
-    }
-    let mut codes = [0u8; QK_K];
-    for j in 0..8 {
-        let (s, m) = (df * sc[j] as f32, dminf * mn[j] as f32);
-        if s == 0.0 {
-            continue;
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0f32;
+        for &v in xs {
+            sum_x2 += v * v;
         }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let weights: [f32; 32] = std::array::from_fn(|l| av_x + xs[l].abs());
+        let qs = &mut codes[32 * j..32 * j + 32];
+        (scales[j], mins[j]) = make_qkx2_quants(xs, &weights, qs, &mut laux, &search);
+        if scales[j] > max_scale {
+            max_scale = scales[j];
+        }
+        if mins[j] > max_min {
+            max_min = mins[j];
+        }
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    // ggml stores the rounded values in a uint8 before taking the min with 63.
+    let sc: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
+    let mn: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_min * mins[j]) as u8).min(63));
+    let d = fp32_to_fp16(max_scale / 63.0);
+    let dmin = fp32_to_fp16(max_min / 63.0);
+    let (df, dminf) = (f16_to_f32(d), f16_to_f32(dmin));
+    for j in 0..8 {
+        let s = df * sc[j] as f32;
+        if s == 0.0 {
+            continue; // keeps the search's codes, as ggml does
+        }
+        let m = dminf * mn[j] as f32;
         for l in 0..32 {
-            codes[32 * j + l] = nearest((x[32 * j + l] + m) / s).clamp(0, nmax) as u8;
+            codes[32 * j + l] = nearest_int((x[32 * j + l] + m) / s).clamp(0, nmax) as u8;
         }
     }
     (d, dmin, pack_scales(&sc, &mn), codes)
 }
 
+/// Quantizes `src` into Q4_K blocks as ggml-cpu does (see `q4_k::quantize_super_block`).
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q4_K (144 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ4K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
         let b = &mut *blocks.add(i);
-        let (d, dmin, scales, codes) = quantize_super_block(x, 15);
+        let (d, dmin, scales, codes) = quantize_super_block(x, 15, -1.0, 20);
         b.d = d;
         b.dmin = dmin;
         b.scales = scales;

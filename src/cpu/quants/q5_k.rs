@@ -48,11 +48,15 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     }
 }
 
+/// Quantizes `src` into Q5_K blocks as ggml-cpu does (see `q4_k::quantize_super_block`).
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q5_K (176 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ5K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
         let b = &mut *blocks.add(i);
-        let (d, dmin, scales, q) = quantize_super_block(x, 31);
+        let (d, dmin, scales, q) = quantize_super_block(x, 31, -0.5, 15);
         b.d = d;
         b.dmin = dmin;
         b.scales = scales;

@@ -3,8 +3,9 @@
 //! value 128n + 32k + l (k < 4, l < 32) has its low 4 bits in ql[64n + 32(k & 1) + l]
 //! (low nibble for k < 2, high for k >= 2) and its top 2 bits at bit 2k of qh[32n + l].
 
+use super::kquant_search::{fp32_to_fp16, make_qx_quants, nearest_int, GROUP_MAX_EPS};
 use super::q8_k::BlockQ8K;
-use super::{f16_to_f32, f32_to_f16, nearest, symmetric_scale, use_avx2, use_neon, QK_K};
+use super::{f16_to_f32, use_avx2, use_neon, QK_K};
 use crate::cpu::types::VecDot;
 
 #[repr(C)]
@@ -48,32 +49,48 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     }
 }
 
-/// Per sub-block a searched symmetric scale; the scales themselves are quantized to 8 bits
-/// against the largest one.
+/// ggml's reference quantizer (`quantize_row_q6_K_ref`, what ggml-cpu's SET_ROWS runs), to the
+/// bit: per sub-block of 16 a symmetric search weighted by x² on -32..31, the 16 scales
+/// quantized to 8 bits against the one of largest magnitude, then the codes refitted.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q6_K (210 bytes each).
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ6K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
         let b = &mut *blocks.add(i);
+        let mut q = [0u8; QK_K];
         let mut scales = [0f32; 16];
+        let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
         for j in 0..16 {
-            scales[j] = symmetric_scale(&x[16 * j..16 * j + 16], 32);
+            scales[j] = make_qx_quants(&x[16 * j..16 * j + 16], 32, &mut q[16 * j..16 * j + 16]);
+            if scales[j].abs() > max_abs_scale {
+                max_abs_scale = scales[j].abs();
+                max_scale = scales[j];
+            }
         }
-        let amax = scales.iter().fold(0f32, |m, s| m.max(s.abs()));
-        b.d = f32_to_f16(amax / 127.0);
-        let d = f16_to_f32(b.d);
-        let mut q = [32u8; QK_K];
-        for j in 0..16 {
-            let sc = if d > 0.0 {
-                nearest(scales[j] / d).clamp(-127, 127)
-            } else {
-                0
+        if max_abs_scale < GROUP_MAX_EPS {
+            *b = BlockQ6K {
+                ql: [0; QK_K / 2],
+                qh: [0; QK_K / 4],
+                scales: [0; QK_K / 16],
+                d: 0,
             };
-            b.scales[j] = sc as i8;
-            let s = d * sc as f32;
-            if s != 0.0 {
-                for l in 0..16 {
-                    q[16 * j + l] = (nearest(x[16 * j + l] / s).clamp(-32, 31) + 32) as u8;
-                }
+            continue;
+        }
+        let iscale = -128.0 / max_scale;
+        b.d = fp32_to_fp16(1.0 / iscale);
+        for (sc, &s) in b.scales.iter_mut().zip(&scales) {
+            *sc = nearest_int(iscale * s).min(127) as i8;
+        }
+        let d_all = f16_to_f32(b.d);
+        for j in 0..16 {
+            let d = d_all * b.scales[j] as f32;
+            if d == 0.0 {
+                continue; // keeps the search's codes, as ggml does
+            }
+            for l in 0..16 {
+                q[16 * j + l] = (nearest_int(x[16 * j + l] / d).clamp(-32, 31) + 32) as u8;
             }
         }
         b.ql = [0; QK_K / 2];
