@@ -1,4 +1,4 @@
-// Kernels for runs of graph nodes that the backend fuses (src/gpu/ops.rs, launch_at): each
+// Kernels for runs of graph nodes that the backend fuses (src/gpu/ops/fused.rs and fused_qkv.rs, from launch_at): each
 // computes what the nodes compute, in the same order of float operations (but for the RMS norm
 // that mul_mat_vec_q_add_norm leaves to the next launch: the same up to float rounding), with
 // fewer launches and fewer trips through device memory. Token generation is bound by the

@@ -359,7 +359,7 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
 // warps) and sharing each activation load between the rows; MV1_UNROLL parts per thread
 // and row are loaded before any is used (bytes in flight). The warps' sums meet in shared
 // memory. Grid: (rows / MV1_ROWS, 1, batches).
-// (The launcher picks the warps per block: MV1_WARPS of src/gpu/ops.rs, at most MV1_MAX_THREADS threads.)
+// (The launcher picks the warps per block: MV1_WARPS of src/gpu/ops/matmul.rs, at most MV1_MAX_THREADS threads.)
 // mul_mat_vec_q1s_*: the same with 8 rows per block and one warp, for short rows of tall
 // matrices (a vocabulary projection of 576-value rows: 18 blocks a row leave most threads of
 // a wider block idle, and the grid is many waves deep). On 576 x 576 it is slower (9.0 against

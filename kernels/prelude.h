@@ -154,7 +154,8 @@ RF_DEVICE float rf_block_max(float v, float* scratch) {
 // and its writes are visible, then lets the next kernel start launching (its blocks wait in
 // their own rf_grid_begin, so at most one kernel waits behind the running one). Nothing may
 // be read or written before it (a unit test checks that it is each kernel's first
-// statement). Elsewhere it is nothing. RF_PDL_TRIGGER (ROCMFORGE_GPU_PDL, for measuring):
+// statement). Elsewhere it is nothing. RF_PDL_TRIGGER (for measuring builds, through
+// ROCMFORGE_GPU_DEFINES="-DRF_PDL_TRIGGER=N"):
 // 1 = release after the wait (default), 0 = only when this kernel's blocks exit, 2 = before
 // the wait (every later kernel may launch and wait).
 #ifndef RF_PDL_TRIGGER

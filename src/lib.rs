@@ -14,6 +14,7 @@ pub mod ggml_types;
 pub mod gpu;
 pub mod op_shapes;
 pub mod tensor;
+pub mod tuning;
 
 #[cfg(test)]
 mod header_test {

@@ -28,12 +28,8 @@ impl CpuBackend {
 /// is of this kind (the embedding lookup of one token: one GET_ROWS of one row).
 /// ROCMFORGE_CPU_SMALL_GRAPH=N sets the bound (0: every graph uses every thread; test_ops sets
 /// that so its small cases still test the kernels' work split).
-static SMALL_GRAPH_ELEMENTS: once_cell::sync::Lazy<usize> = once_cell::sync::Lazy::new(|| {
-    std::env::var("ROCMFORGE_CPU_SMALL_GRAPH")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1 << 15)
-});
+static SMALL_GRAPH_ELEMENTS: once_cell::sync::Lazy<usize> =
+    once_cell::sync::Lazy::new(|| crate::tuning::get().cpu_small_graph.unwrap_or(1 << 15));
 
 /// How many threads a graph gets: all of them, unless it is small. Matrix products and
 /// attention count as large whatever their output (their work is not in their output size).

@@ -105,9 +105,8 @@ impl Device for CpuDevice {
 
 /// Threads used until the host sets a number: the machine's available parallelism.
 pub fn default_threads() -> usize {
-    std::env::var("ROCMFORGE_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    crate::tuning::get()
+        .threads
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
                 .map(|n| n.get())

@@ -18,7 +18,7 @@ static LEVEL: Lazy<Level> = Lazy::new(detect);
 /// `ROCMFORGE_SIMD`, which forces a lower level than the machine has: `scalar`, `avx2` (no
 /// VNNI either), `avx512-novnni` (the AVX-512 kernels without VNNI), for A/B runs and tests.
 fn forced() -> Option<String> {
-    std::env::var("ROCMFORGE_SIMD").ok()
+    crate::tuning::get().simd.clone()
 }
 
 fn detect() -> Level {
@@ -1230,8 +1230,7 @@ mod tests {
                 // The NEON kernels against the references, and the dispatched dots must be them
                 // (to the bit), or the checks above compared the references with themselves.
                 assert!(
-                    level() == Level::Neon
-                        || std::env::var("ROCMFORGE_SIMD").is_ok_and(|v| v == "scalar"),
+                    level() == Level::Neon || forced().is_some_and(|v| v == "scalar"),
                     "NEON not detected"
                 );
                 let same = |fast: f32, slow: f32, dispatched: f32, what: &str| {

@@ -12,7 +12,7 @@ type EntryTimes = std::sync::Mutex<std::collections::HashMap<String, (u64, f64)>
 fn entry_times() -> Option<&'static EntryTimes> {
     static T: once_cell::sync::OnceCell<Option<EntryTimes>> = once_cell::sync::OnceCell::new();
     T.get_or_init(|| {
-        if std::env::var("ROCMFORGE_FFI_TIMING").map_or(true, |v| v != "1") {
+        if !crate::tuning::get().ffi_timing {
             return None;
         }
         extern "C" fn report() {

@@ -8,7 +8,7 @@ use std::ffi::{c_void, CString};
 /// Debug lines reach the host only with ROCMFORGE_DEBUG set: ggml's default logger prints
 /// every level, and hosts should not see our chatter.
 static DEBUG: once_cell::sync::Lazy<bool> =
-    once_cell::sync::Lazy::new(|| std::env::var_os("ROCMFORGE_DEBUG").is_some());
+    once_cell::sync::Lazy::new(|| crate::tuning::get().debug);
 
 /// Whether debug lines are wanted (to skip building them otherwise).
 pub fn debug_enabled() -> bool {

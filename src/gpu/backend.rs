@@ -258,16 +258,12 @@ fn profile_label(node: &Tensor, taken: usize) -> String {
 impl GpuBackend {
     pub fn new(ctx: Arc<GpuCtx>, name: CString) -> Result<GpuBackend> {
         let stream = ctx.api.stream_create(ctx.ord).map_err(Error::Device)?;
-        let profile = std::env::var("ROCMFORGE_GPU_PROFILE")
-            .is_ok_and(|v| v == "1")
-            .then(Default::default);
-        let graphs_ok =
-            profile.is_none() && std::env::var("ROCMFORGE_GPU_GRAPHS").map_or(true, |v| v != "0");
-        let fuse = std::env::var("ROCMFORGE_GPU_FUSE").map_or(true, |v| v != "0");
-        let dump = std::env::var("ROCMFORGE_GPU_DUMP").is_ok_and(|v| v == "1");
-        let timing = std::env::var("ROCMFORGE_GPU_TIMING")
-            .is_ok_and(|v| v == "1")
-            .then(Timing::default);
+        let knobs = crate::tuning::get();
+        let profile = knobs.gpu_profile.then(Default::default);
+        let graphs_ok = profile.is_none() && knobs.gpu_graphs;
+        let fuse = knobs.gpu_fuse;
+        let dump = knobs.gpu_dump;
+        let timing = knobs.gpu_timing.then(Timing::default);
         Ok(GpuBackend {
             ctx,
             stream,

@@ -161,7 +161,7 @@ unsafe impl Send for Blas {}
 unsafe impl Sync for Blas {}
 
 fn enabled() -> bool {
-    std::env::var("ROCMFORGE_GPU_BLAS").map_or(true, |v| v != "0" && !v.eq_ignore_ascii_case("off"))
+    crate::tuning::get().gpu_blas
 }
 
 fn cuda_dirs() -> Vec<String> {

@@ -304,9 +304,7 @@ impl CudaApi {
                 Err(e) => crate::log_warn!("CUDA device {i} skipped: {e}"),
             }
         }
-        let pdl_env = std::env::var("ROCMFORGE_GPU_PDL")
-            .map(|v| v != "0")
-            .unwrap_or(true);
+        let pdl_env = crate::tuning::get().gpu_pdl;
         let pdl = devices
             .iter()
             .map(|&(d, _)| {

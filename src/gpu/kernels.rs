@@ -279,8 +279,8 @@ pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
 
 /// `$ROCMFORGE_CACHE_DIR`, else `$XDG_CACHE_HOME/rocmforge`, else `~/.cache/rocmforge`.
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("ROCMFORGE_CACHE_DIR").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(d));
+    if let Some(d) = &crate::tuning::get().cache_dir {
+        return Some(d.clone());
     }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(d).join("rocmforge"));
@@ -293,22 +293,8 @@ pub fn cache_dir() -> Option<PathBuf> {
 /// Options every compile gets besides the target.
 pub fn compile_options(info: &DeviceInfo) -> Vec<String> {
     let mut v = vec![format!("-DRF_WARP_SIZE={}", info.warp_size)];
-    // When a kernel lets the next one launch (prelude.h, rf_grid_begin): for measuring.
-    match std::env::var("ROCMFORGE_GPU_PDL").as_deref() {
-        Ok("exit") => v.push("-DRF_PDL_TRIGGER=0".into()),
-        Ok("early") => v.push("-DRF_PDL_TRIGGER=2".into()),
-        Ok("noprefetch") => v.push("-DRF_L2_PREFETCH=0".into()),
-        _ => {}
-    }
     // Extra -D options for measuring builds (ROCMFORGE_GPU_DEFINES="-DX=1 -DY"; part of the cache key).
-    if let Ok(extra) = std::env::var("ROCMFORGE_GPU_DEFINES") {
-        v.extend(
-            extra
-                .split_whitespace()
-                .filter(|o| o.starts_with("-D"))
-                .map(String::from),
-        );
-    }
+    v.extend(crate::tuning::get().gpu_defines.iter().cloned());
     v
 }
 

@@ -71,7 +71,7 @@ impl GpuCtx {
     pub fn write_device(&self, dst: DevPtr, data: &[u8]) -> api::ApiResult<()> {
         if !data.is_empty() && data.len() <= staging::STAGE_MAX {
             let mut s = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-            let wanted = || std::env::var("ROCMFORGE_GPU_STAGING").map_or(true, |v| v != "0");
+            let wanted = || crate::tuning::get().gpu_staging;
             let st = s.get_or_insert_with(|| {
                 if wanted() {
                     staging::Staging::new(self.api.as_ref(), self.ord)
@@ -332,9 +332,9 @@ fn offload_pays(node: &Tensor, min_batch: usize) -> bool {
 
 /// Which vendor runtimes to try: `ROCMFORGE_GPU=0` disables GPUs, `ROCMFORGE_GPU=hip|cuda` picks one.
 fn wanted(vendor: &str) -> bool {
-    match std::env::var("ROCMFORGE_GPU").map(|v| v.to_ascii_lowercase()) {
-        Ok(v) if v == "0" || v == "off" || v == "none" => false,
-        Ok(v) if v == "hip" || v == "cuda" => v == vendor,
+    match crate::tuning::get().gpu.as_deref() {
+        Some(v) if v == "0" || v == "off" || v == "none" => false,
+        Some(v) if v == "hip" || v == "cuda" => v == vendor,
         _ => true,
     }
 }

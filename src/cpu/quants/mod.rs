@@ -148,7 +148,7 @@ pub enum TileIsa {
 #[cfg(target_arch = "x86_64")]
 /// What the machine runs best, and what `ROCMFORGE_GEMM` / `ROCMFORGE_GEMV` (`avx2`,
 /// `vnni256`, `avx512`) ask for instead (prompts / generation; for A/B runs). Looked up once.
-fn pick_tile_isa(var: &str) -> Option<TileIsa> {
+fn pick_tile_isa(forced: Option<&str>) -> Option<TileIsa> {
     use super::simd::{has_avx512_vnni, has_avx_vnni};
     use TileIsa::*;
     if !use_avx2() {
@@ -167,20 +167,20 @@ fn pick_tile_isa(var: &str) -> Option<TileIsa> {
         Avx512
     });
     let best = avx512.or(vnni256).unwrap_or(Avx2);
-    Some(match std::env::var(var).as_deref() {
-        Ok("avx2") => Avx2,
-        Ok("vnni256") => vnni256.unwrap_or(Avx2),
-        Ok("avx512") => best,
+    Some(match forced {
+        Some("avx2") => Avx2,
+        Some("vnni256") => vnni256.unwrap_or(Avx2),
+        Some("avx512") => best,
         _ => best,
     })
 }
 
 #[cfg(target_arch = "x86_64")]
 static GEMM_ISA: once_cell::sync::Lazy<Option<TileIsa>> =
-    once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMM"));
+    once_cell::sync::Lazy::new(|| pick_tile_isa(crate::tuning::get().gemm.as_deref()));
 #[cfg(target_arch = "x86_64")]
 static GEMV_ISA: once_cell::sync::Lazy<Option<TileIsa>> =
-    once_cell::sync::Lazy::new(|| pick_tile_isa("ROCMFORGE_GEMV"));
+    once_cell::sync::Lazy::new(|| pick_tile_isa(crate::tuning::get().gemv.as_deref()));
 
 #[cfg(target_arch = "x86_64")]
 /// The tile instruction set for generation (one column) or prompts.

@@ -3,7 +3,7 @@
 
 use super::args::Args;
 use super::scratch::{q8_out_ptrs, Q8Src};
-use super::{env_count, LaunchCtx, MAX_GRID_YZ};
+use super::{LaunchCtx, MAX_GRID_YZ};
 use crate::ggml_types::GgmlType;
 use crate::gpu::api::ApiResult;
 use crate::tensor::Tensor;
@@ -20,24 +20,13 @@ pub(super) const FA_TILE_MAX_HEAD: usize = 128;
 
 pub(super) const FA_TILE_MIN_Q: usize = 32;
 
-/// Query rows per block of the prompt attention kernel: 32 (256 threads) or 16 (128 threads,
-/// twice the blocks); `ROCMFORGE_GPU_FA_TILE_ROWS=16` picks the latter (A/B runs). On an H100
-/// (SmolLM2 pp512, ncu) a 32-row launch took 86 us, a 16-row one 114 us.
-pub(super) fn fa_tile_rows() -> usize {
-    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| {
-        if std::env::var("ROCMFORGE_GPU_FA_TILE_ROWS").as_deref() == Ok("16") {
-            16
-        } else {
-            32
-        }
-    })
-}
+/// Query rows per block of the prompt attention kernel (256 threads). On an H100 (SmolLM2
+/// pp512, ncu) a 32-row launch took 86 us, a 16-row one (128 threads, twice the blocks) 114 us.
+pub(super) const FA_TILE_ROWS: usize = 32;
 
 /// `ROCMFORGE_GPU_FA_TILED=0` sends prompts through the row-per-block kernel too (A/B runs).
 pub(super) fn fa_tiled_enabled() -> bool {
-    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_TILED").map_or(true, |v| v != "0"))
+    crate::tuning::get().gpu_fa_tiled
 }
 
 pub(super) fn supports_flash_attn(node: &Tensor) -> bool {
@@ -94,22 +83,14 @@ pub(super) fn supports_flash_attn(node: &Tensor) -> bool {
 
 /// ROCMFORGE_GPU_FA_F16_ACC=1: flash attention accumulates F16 V in f16 where ggml-cpu does.
 pub(super) fn fa_f16_acc_enabled() -> bool {
-    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_F16_ACC").is_ok_and(|v| v == "1"))
+    crate::tuning::get().gpu_fa_f16_acc
 }
 
 /// Split-KV for few query rows: 1 (default) the row kernel (flash_attn.hip) with each row's
 /// keys split over blocks, 2 the key-per-lane kernel (flash_attn_split.hip), 0 no split
 /// (`ROCMFORGE_GPU_FA_SPLIT`, for A/B runs).
 pub(super) fn fa_split_mode() -> u8 {
-    static V: once_cell::sync::OnceCell<u8> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(
-        || match std::env::var("ROCMFORGE_GPU_FA_SPLIT").as_deref() {
-            Ok("0") => 0,
-            Ok("2") => 2,
-            _ => 1,
-        },
-    )
+    crate::tuning::get().gpu_fa_split
 }
 
 /// Whether this node takes ggml-cpu's f16 V accumulator (opt-in, see launch_flash_attn):
@@ -158,8 +139,7 @@ pub(super) fn fa_tiled(node: &Tensor) -> bool {
 /// `ROCMFORGE_GPU_FA_MMA=0` keeps prompts on flash_attn_tiled.hip where the tensor-core
 /// kernel could take them (A/B runs, and the scalar kernel's tests on NVIDIA).
 pub(super) fn fa_mma_enabled() -> bool {
-    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_MMA").map_or(true, |v| v != "0"))
+    crate::tuning::get().gpu_fa_mma
 }
 
 /// The K/V kind of the tile kernels (flash_attn_mma.hip, flash_attn_vec.hip) in their names:
@@ -215,8 +195,7 @@ pub(super) const FM_BK: usize = 64;
 
 /// `ROCMFORGE_GPU_FA_MMA_SPLIT=0`: prompts on tensor cores never split over the keys (A/B runs).
 pub(super) fn fm_split_enabled() -> bool {
-    static V: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| std::env::var("ROCMFORGE_GPU_FA_MMA_SPLIT").map_or(true, |v| v != "0"))
+    crate::tuning::get().gpu_fa_mma_split
 }
 
 /// Most splits of the prompt node's keys: by key count and scratch bytes (the plan's bound,
@@ -361,19 +340,7 @@ pub(super) const FA_VEC_CHUNK: usize = 32;
 /// t/s, 8 230/230: 36 splits of 64 keys instead of 24 of 96; FA_SPLIT_MAX_PARTS caps them);
 /// 0 sends generation back to the row kernel (A/B runs).
 pub(super) fn fa_vec_blocks_per_cu() -> usize {
-    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| {
-        std::env::var("ROCMFORGE_GPU_FA_VEC")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(8)
-    })
-}
-
-/// Fewest keys a split of the generation kernel takes (ROCMFORGE_GPU_FA_VEC_KEYS, for measuring).
-pub(super) fn fa_vec_split_min_keys() -> usize {
-    static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| env_count("ROCMFORGE_GPU_FA_VEC_KEYS", usize::MAX).unwrap_or(FA_VEC_CHUNK))
+    crate::tuning::get().gpu_fa_vec
 }
 
 /// A launch of the generation kernel: grid (groups = KV heads x sequences, splits), each
@@ -425,7 +392,7 @@ pub(super) fn fa_vec_plan(
     if groups == 0 || groups > FA_COUNTERS {
         return None;
     }
-    let max_splits = (max_parts / rows.max(1)).min(kne[1].div_ceil(fa_vec_split_min_keys()).max(1));
+    let max_splits = (max_parts / rows.max(1)).min(kne[1].div_ceil(FA_VEC_CHUNK).max(1));
     let (splits, split_keys) = fa_vec_splits(kne[1], groups, per_cu * compute_units, max_splits);
     if splits > 1 && lc.fa_counters == 0 {
         return None;
@@ -719,7 +686,7 @@ pub(super) fn launch_flash_attn(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> 
     if fa_tiled(node) {
         // Prompts: blocks of FA_TILE_Q query rows of one head share each K/V tile; tiles laid
         // out for head size 64 or 128.
-        let rows = fa_tile_rows();
+        let rows = FA_TILE_ROWS;
         let kv = if k.dtype() == GgmlType::F16 {
             "f16_f16"
         } else {

@@ -19,7 +19,7 @@ use super::norm::{norm_block, supports_rms_norm};
 use super::scratch::{
     ensure_q8, ensure_q8_norm, q8_ds_offset, q8_out_at, q8_region, q8_ss_offset, PendingNorm, Q8Src,
 };
-use super::{env_count, LaunchCtx};
+use super::LaunchCtx;
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::ApiResult;
 use crate::gpu::kernels::weight_suffix;
@@ -225,8 +225,7 @@ pub(super) fn try_fused_mv_add_norm(
     uses: &Uses,
     lc: &LaunchCtx,
 ) -> ApiResult<Option<usize>> {
-    static ON: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
-    if !*ON.get_or_init(|| std::env::var("ROCMFORGE_GPU_ADD_NORM").map_or(true, |v| v != "0")) {
+    if !crate::tuning::get().gpu_add_norm {
         return Ok(None);
     }
     let Some(&[mm, add, norm, mul]) = nodes
@@ -327,12 +326,7 @@ pub(super) fn try_fused_mv_add_norm(
         .i64(w.nb()[1])
         .i64(glu_prefetch_rows(m, w.nb()[1]));
     let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
-    static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    let warps = rows32_warps(
-        blocks,
-        lc,
-        *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_ADD_NORM_WARPS", 32)),
-    );
+    let warps = rows32_warps(blocks, lc, crate::tuning::get().gpu_add_norm_warps);
     lc.run(
         &format!("mul_mat_vec_q_add_norm_{suffix}"),
         [blocks, 1, 1],
@@ -376,14 +370,8 @@ pub(super) fn rows32_warps(blocks: usize, lc: &LaunchCtx, forced: Option<usize>)
 /// rows prefetched into its 50 MB L2) read 83 MB from memory, 66 MB with this budget (ncu: 38.7
 /// → 33 µs; tg64 within noise to +3%). ROCMFORGE_GPU_GLU_PF_MB=N overrides the budget, for measuring.
 pub(super) fn glu_prefetch_rows(m: usize, pair_bytes: usize) -> usize {
-    static V: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    let budget = V
-        .get_or_init(|| {
-            std::env::var("ROCMFORGE_GPU_GLU_PF_MB")
-                .ok()?
-                .parse::<usize>()
-                .ok()
-        })
+    let budget = crate::tuning::get()
+        .gpu_glu_pf_mb
         .map_or(GLU_PREFETCH_BYTES, |mb| mb << 20);
     glu_prefetch_rows_within(budget, m, pair_bytes)
 }
@@ -479,12 +467,7 @@ pub(super) fn try_fused_glu(
     let suffix = weight_suffix(wg.dtype()).unwrap_or("q4_0");
     if next_q8 {
         let blocks = m / 32;
-        static FORCED: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-        let warps = rows32_warps(
-            blocks,
-            lc,
-            *FORCED.get_or_init(|| env_count("ROCMFORGE_GPU_GLU_WARPS", 32)),
-        );
+        let warps = rows32_warps(blocks, lc, crate::tuning::get().gpu_glu_warps);
         lc.run(
             &format!("mul_mat_vec_q_glu_q8_{suffix}"),
             [blocks, 1, 1],

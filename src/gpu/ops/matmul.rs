@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use super::scratch::{ensure_q8, q8_out_ptrs};
-use super::{env_count, flat_blocks, row_block, LaunchCtx, MAX_FLAT_BLOCKS, MAX_GRID_YZ};
+use super::{flat_blocks, row_block, LaunchCtx, MAX_FLAT_BLOCKS, MAX_GRID_YZ};
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::ApiResult;
 use crate::gpu::kernels::weight_suffix;
@@ -39,26 +39,10 @@ pub(super) fn mv1_shape() -> Option<(usize, usize, usize)> {
     static V: once_cell::sync::OnceCell<Option<(usize, usize, usize)>> =
         once_cell::sync::OnceCell::new();
     *V.get_or_init(|| {
-        let v = std::env::var("ROCMFORGE_GPU_MV1").ok()?;
-        let p: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-        match p[..] {
-            [r, u, w]
-                if (1..=8).contains(&w)
-                    && ((r, u) == (MV1_ROWS, MV1_UNROLL)
-                        || crate::gpu::kernels::MV1X_SHAPES.contains(&(r, u))) =>
-            {
-                Some((r, u, w))
-            }
-            _ => None,
-        }
+        crate::tuning::get().gpu_mv1.filter(|&(r, u, _)| {
+            (r, u) == (MV1_ROWS, MV1_UNROLL) || crate::gpu::kernels::MV1X_SHAPES.contains(&(r, u))
+        })
     })
-}
-
-/// ROCMFORGE_GPU_MV1_WARPS=N (1..8): warps per block of the one-column kernel's default shape
-/// (the fused kernels unchanged), for measuring.
-pub(super) fn mv1_warps() -> Option<usize> {
-    static V: once_cell::sync::OnceCell<Option<usize>> = once_cell::sync::OnceCell::new();
-    *V.get_or_init(|| env_count("ROCMFORGE_GPU_MV1_WARPS", 8))
 }
 
 /// Whether a one-column product takes the 8-rows-per-warp kernel (mul_mat_vec_q1s_*): rows of
@@ -200,9 +184,8 @@ pub(super) fn uses_mmid_q(node: &Tensor) -> bool {
 pub(super) fn blas_min_cols() -> usize {
     static V: once_cell::sync::OnceCell<usize> = once_cell::sync::OnceCell::new();
     *V.get_or_init(|| {
-        std::env::var("ROCMFORGE_GPU_BLAS_MIN_COLS")
-            .ok()
-            .and_then(|v| v.parse().ok())
+        crate::tuning::get()
+            .gpu_blas_min_cols
             .unwrap_or(MUL_MAT_VEC_MAX_COLS)
             .max(1)
     })
@@ -403,8 +386,8 @@ pub(super) fn launch_mul_mat_vec_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<(
         let (rows, unroll, warps) = match mv1_shape() {
             // Measured best for Q4_0 on an H100 (8B shapes, ncu: 82.7 against 86.0 us of
             // mat-vec kernels per layer): 4 rows per block, 2 warps.
-            None if suffix == "q4_0" => (4, 4, mv1_warps().unwrap_or(2)),
-            None => (MV1_ROWS, MV1_UNROLL, mv1_warps().unwrap_or(MV1_WARPS)),
+            None if suffix == "q4_0" => (4, 4, 2),
+            None => (MV1_ROWS, MV1_UNROLL, MV1_WARPS),
             Some(s) => s,
         };
         let threads = (warps * lc.warp_size as usize).min(MV1_MAX_THREADS);

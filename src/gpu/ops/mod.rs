@@ -55,15 +55,6 @@ const MAX_GRID_YZ: usize = 65535;
 /// Blocks of the element-wise kernels (they loop over the rest).
 const MAX_FLAT_BLOCKS: usize = 1 << 16;
 
-/// A measuring override: the variable's value if it is a number in 1..=max.
-fn env_count(name: &str, max: usize) -> Option<usize> {
-    std::env::var(name)
-        .ok()?
-        .parse()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-}
-
 fn is_f32_or_f16(t: GgmlType) -> bool {
     matches!(t, GgmlType::F32 | GgmlType::F16)
 }
@@ -170,17 +161,8 @@ pub fn launch_spin(lc: &LaunchCtx, cycles: usize) -> ApiResult<()> {
 /// kernels whose names start so are left out, so that a token's time without them shows what
 /// they cost inside the replayed graph, where events around a launch would change the timing.
 fn skipped(kernel: &str) -> bool {
-    static SKIP: once_cell::sync::Lazy<Vec<String>> = once_cell::sync::Lazy::new(|| {
-        std::env::var("ROCMFORGE_GPU_SKIP")
-            .map(|v| {
-                v.split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    });
-    !SKIP.is_empty() && SKIP.iter().any(|p| kernel.starts_with(p.as_str()))
+    let skip = &crate::tuning::get().gpu_skip;
+    !skip.is_empty() && skip.iter().any(|p| kernel.starts_with(p.as_str()))
 }
 
 impl LaunchCtx<'_> {

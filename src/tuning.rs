@@ -1,0 +1,292 @@
+//! Every `ROCMFORGE_*` environment variable, read once (at the first use of any) into `Tuning`,
+//! each with its default, its range and what it is for. The rest of the crate reads the values
+//! from `tuning::get()`, never the environment. `KNOBS` lists them for docs/tuning.md (a test
+//! checks that the page names every one); "user" knobs are for people running the library,
+//! "measuring" knobs for A/B runs and profiling (docs/tuning.md says which bench step uses them).
+//!
+//! Test inputs that only ignored tests read (ROCMFORGE_QCHECK, ROCMFORGE_KERNEL_SOURCE_OUT)
+//! are not knobs and stay in those tests.
+
+use std::path::PathBuf;
+
+/// Whether a knob is for users or for measuring.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Audience {
+    User,
+    Measuring,
+}
+
+/// One knob as docs/tuning.md shows it.
+pub struct Knob {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub range: &'static str,
+    pub what: &'static str,
+    pub audience: Audience,
+}
+
+const fn knob(
+    name: &'static str,
+    default: &'static str,
+    range: &'static str,
+    what: &'static str,
+    audience: Audience,
+) -> Knob {
+    Knob {
+        name,
+        default,
+        range,
+        what,
+        audience,
+    }
+}
+
+use Audience::{Measuring, User};
+
+/// Every knob `Tuning::read` reads (one line each: a table).
+#[rustfmt::skip]
+pub const KNOBS: &[Knob] = &[
+    knob("ROCMFORGE_THREADS", "available cores", "1..", "RFCPU threads until the host sets a number", User),
+    knob("ROCMFORGE_SIMD", "the machine's best", "scalar | avx2 | avx512-novnni", "force a lower CPU SIMD level (tests, A/B)", User),
+    knob("ROCMFORGE_DEBUG", "unset", "set / unset", "debug log lines (through ggml's logger)", User),
+    knob("ROCMFORGE_GPU", "every runtime found", "0 | off | none | hip | cuda", "no GPU devices, or only those of one runtime", User),
+    knob("ROCMFORGE_CACHE_DIR", "$XDG_CACHE_HOME/rocmforge or ~/.cache/rocmforge", "a directory", "where compiled GPU kernels are cached", User),
+    knob("ROCMFORGE_GPU_BLAS", "on", "0 | off", "prompt matrix products on rocmforge's kernels instead of cuBLAS / hipBLAS (closer to ggml-cpu's rounding, slower)", User),
+    knob("ROCMFORGE_GPU_GRAPHS", "on", "0", "no GPU graph capture and replay", User),
+    knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512", "instruction set of RFCPU's quantized matmul tiles for prompts", Measuring),
+    knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512", "instruction set of RFCPU's quantized matmul tiles for generation", Measuring),
+    knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
+    knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
+    knob("ROCMFORGE_GPU_STAGING", "on", "0", "small synchronous writes copied synchronously instead of staged", Measuring),
+    knob("ROCMFORGE_GPU_PROFILE", "off", "1", "every GPU launch timed by events, totals per op logged when the backend is freed", Measuring),
+    knob("ROCMFORGE_GPU_TIMING", "off", "1", "per graph: GPU time, stream and host time by phase, logged when the backend is freed", Measuring),
+    knob("ROCMFORGE_GPU_FUSE", "on", "0", "no fused kernels (each node its own launch)", Measuring),
+    knob("ROCMFORGE_GPU_DUMP", "off", "1", "log the node sequence of big graphs", Measuring),
+    knob("ROCMFORGE_GPU_PDL", "on", "0", "no programmatic dependent launch (NVIDIA sm_90+)", Measuring),
+    knob("ROCMFORGE_GPU_DEFINES", "none", "\"-DX=1 -DY ...\"", "extra -D options for the kernel compiler (measuring builds; part of the cache key)", Measuring),
+    knob("ROCMFORGE_GPU_BLAS_MIN_COLS", "8", "1..", "fewest src1 columns a MUL_MAT takes the vendor BLAS from", Measuring),
+    knob("ROCMFORGE_GPU_MV1", "unset", "rows,unroll,warps (a compiled shape, warps 1..8)", "shape of the one-column Q4_0 matrix-vector kernel (bench/gpu_mv_sweep_call.sh)", Measuring),
+    knob("ROCMFORGE_GPU_FA_TILED", "on", "0", "prompt attention on the row-per-block kernel instead of the tiled one", Measuring),
+    knob("ROCMFORGE_GPU_FA_MMA", "on", "0", "prompt attention on the scalar tiles instead of tensor cores", Measuring),
+    knob("ROCMFORGE_GPU_FA_MMA_SPLIT", "on", "0", "the tensor-core prompt attention never splits the keys over blocks", Measuring),
+    knob("ROCMFORGE_GPU_FA_F16_ACC", "off", "1", "flash attention accumulates F16 V in f16 where ggml-cpu does", Measuring),
+    knob("ROCMFORGE_GPU_FA_SPLIT", "1", "0 | 1 | 2", "few-row attention: no key split / split row kernel / one key per lane", Measuring),
+    knob("ROCMFORGE_GPU_FA_VEC", "8", "0..", "blocks per compute unit of the generation attention kernel; 0 = the split row kernel", Measuring),
+    knob("ROCMFORGE_GPU_ADD_NORM", "on", "0", "output and down projections without their fused residual ADD and RMS norm", Measuring),
+    knob("ROCMFORGE_GPU_ADD_NORM_WARPS", "by occupancy", "1..32", "warps per block of the projection+add+norm kernel", Measuring),
+    knob("ROCMFORGE_GPU_GLU_WARPS", "by occupancy", "1..32", "warps per block of the gate/up+GLU kernel", Measuring),
+    knob("ROCMFORGE_GPU_GLU_PF_MB", "24", "0..", "L2 prefetch budget of the gate/up kernel, MB", Measuring),
+    knob("ROCMFORGE_GPU_SKIP", "none", "prefix,prefix...", "launches of kernels so named are left out (results wrong): their cost inside a replayed graph", Measuring),
+];
+
+/// The knobs' values (None / the default where a variable is unset or does not parse).
+pub struct Tuning {
+    /// ROCMFORGE_THREADS.
+    pub threads: Option<usize>,
+    /// ROCMFORGE_SIMD as given.
+    pub simd: Option<String>,
+    /// ROCMFORGE_DEBUG set (to anything).
+    pub debug: bool,
+    /// ROCMFORGE_GPU, lower case.
+    pub gpu: Option<String>,
+    /// ROCMFORGE_CACHE_DIR, if not empty.
+    pub cache_dir: Option<PathBuf>,
+    /// ROCMFORGE_GPU_BLAS not 0 / off.
+    pub gpu_blas: bool,
+    /// ROCMFORGE_GPU_GRAPHS not 0.
+    pub gpu_graphs: bool,
+    /// ROCMFORGE_GEMM / ROCMFORGE_GEMV as given.
+    pub gemm: Option<String>,
+    pub gemv: Option<String>,
+    /// ROCMFORGE_FFI_TIMING=1.
+    pub ffi_timing: bool,
+    /// ROCMFORGE_CPU_SMALL_GRAPH.
+    pub cpu_small_graph: Option<usize>,
+    /// ROCMFORGE_GPU_STAGING not 0.
+    pub gpu_staging: bool,
+    /// ROCMFORGE_GPU_PROFILE=1.
+    pub gpu_profile: bool,
+    /// ROCMFORGE_GPU_TIMING=1.
+    pub gpu_timing: bool,
+    /// ROCMFORGE_GPU_FUSE not 0.
+    pub gpu_fuse: bool,
+    /// ROCMFORGE_GPU_DUMP=1.
+    pub gpu_dump: bool,
+    /// ROCMFORGE_GPU_PDL not 0.
+    pub gpu_pdl: bool,
+    /// ROCMFORGE_GPU_DEFINES: the -D options in it.
+    pub gpu_defines: Vec<String>,
+    /// ROCMFORGE_GPU_BLAS_MIN_COLS.
+    pub gpu_blas_min_cols: Option<usize>,
+    /// ROCMFORGE_GPU_MV1=rows,unroll,warps with warps in 1..=8 (the caller checks the shape).
+    pub gpu_mv1: Option<(usize, usize, usize)>,
+    /// ROCMFORGE_GPU_FA_TILED not 0.
+    pub gpu_fa_tiled: bool,
+    /// ROCMFORGE_GPU_FA_MMA not 0.
+    pub gpu_fa_mma: bool,
+    /// ROCMFORGE_GPU_FA_MMA_SPLIT not 0.
+    pub gpu_fa_mma_split: bool,
+    /// ROCMFORGE_GPU_FA_F16_ACC=1.
+    pub gpu_fa_f16_acc: bool,
+    /// ROCMFORGE_GPU_FA_SPLIT: 0, 2, else 1.
+    pub gpu_fa_split: u8,
+    /// ROCMFORGE_GPU_FA_VEC (default 8).
+    pub gpu_fa_vec: usize,
+    /// ROCMFORGE_GPU_ADD_NORM not 0.
+    pub gpu_add_norm: bool,
+    /// ROCMFORGE_GPU_ADD_NORM_WARPS / ROCMFORGE_GPU_GLU_WARPS in 1..=32.
+    pub gpu_add_norm_warps: Option<usize>,
+    pub gpu_glu_warps: Option<usize>,
+    /// ROCMFORGE_GPU_GLU_PF_MB.
+    pub gpu_glu_pf_mb: Option<usize>,
+    /// ROCMFORGE_GPU_SKIP: the kernel name prefixes.
+    pub gpu_skip: Vec<String>,
+}
+
+fn var(name: &str) -> Option<String> {
+    debug_assert!(KNOBS.iter().any(|k| k.name == name), "{name} not in KNOBS");
+    std::env::var(name).ok()
+}
+
+/// On unless the variable is "0".
+fn on_unless_0(name: &str) -> bool {
+    var(name).map_or(true, |v| v != "0")
+}
+
+/// Off unless the variable is "1".
+fn on_if_1(name: &str) -> bool {
+    var(name).is_some_and(|v| v == "1")
+}
+
+fn number(name: &str) -> Option<usize> {
+    var(name)?.parse().ok()
+}
+
+/// A count in 1..=max.
+fn count(name: &str, max: usize) -> Option<usize> {
+    number(name).filter(|n| (1..=max).contains(n))
+}
+
+impl Tuning {
+    /// Reads every knob from the environment.
+    pub fn read() -> Tuning {
+        Tuning {
+            threads: number("ROCMFORGE_THREADS"),
+            simd: var("ROCMFORGE_SIMD"),
+            debug: std::env::var_os("ROCMFORGE_DEBUG").is_some(),
+            gpu: var("ROCMFORGE_GPU").map(|v| v.to_ascii_lowercase()),
+            cache_dir: std::env::var_os("ROCMFORGE_CACHE_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            gpu_blas: var("ROCMFORGE_GPU_BLAS")
+                .map_or(true, |v| v != "0" && !v.eq_ignore_ascii_case("off")),
+            gpu_graphs: on_unless_0("ROCMFORGE_GPU_GRAPHS"),
+            gemm: var("ROCMFORGE_GEMM"),
+            gemv: var("ROCMFORGE_GEMV"),
+            ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),
+            cpu_small_graph: number("ROCMFORGE_CPU_SMALL_GRAPH"),
+            gpu_staging: on_unless_0("ROCMFORGE_GPU_STAGING"),
+            gpu_profile: on_if_1("ROCMFORGE_GPU_PROFILE"),
+            gpu_timing: on_if_1("ROCMFORGE_GPU_TIMING"),
+            gpu_fuse: on_unless_0("ROCMFORGE_GPU_FUSE"),
+            gpu_dump: on_if_1("ROCMFORGE_GPU_DUMP"),
+            gpu_pdl: on_unless_0("ROCMFORGE_GPU_PDL"),
+            gpu_defines: var("ROCMFORGE_GPU_DEFINES").map_or(Vec::new(), |v| {
+                v.split_whitespace()
+                    .filter(|o| o.starts_with("-D"))
+                    .map(String::from)
+                    .collect()
+            }),
+            gpu_blas_min_cols: number("ROCMFORGE_GPU_BLAS_MIN_COLS"),
+            gpu_mv1: var("ROCMFORGE_GPU_MV1").and_then(|v| {
+                let p: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                match p[..] {
+                    [r, u, w] if (1..=8).contains(&w) => Some((r, u, w)),
+                    _ => None,
+                }
+            }),
+            gpu_fa_tiled: on_unless_0("ROCMFORGE_GPU_FA_TILED"),
+            gpu_fa_mma: on_unless_0("ROCMFORGE_GPU_FA_MMA"),
+            gpu_fa_mma_split: on_unless_0("ROCMFORGE_GPU_FA_MMA_SPLIT"),
+            gpu_fa_f16_acc: on_if_1("ROCMFORGE_GPU_FA_F16_ACC"),
+            gpu_fa_split: match var("ROCMFORGE_GPU_FA_SPLIT").as_deref() {
+                Some("0") => 0,
+                Some("2") => 2,
+                _ => 1,
+            },
+            gpu_fa_vec: number("ROCMFORGE_GPU_FA_VEC").unwrap_or(8),
+            gpu_add_norm: on_unless_0("ROCMFORGE_GPU_ADD_NORM"),
+            gpu_add_norm_warps: count("ROCMFORGE_GPU_ADD_NORM_WARPS", 32),
+            gpu_glu_warps: count("ROCMFORGE_GPU_GLU_WARPS", 32),
+            gpu_glu_pf_mb: number("ROCMFORGE_GPU_GLU_PF_MB"),
+            gpu_skip: var("ROCMFORGE_GPU_SKIP").map_or(Vec::new(), |v| {
+                v.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }),
+        }
+    }
+}
+
+static TUNING: once_cell::sync::Lazy<Tuning> = once_cell::sync::Lazy::new(Tuning::read);
+
+/// The knobs, read from the environment at the first call.
+pub fn get() -> &'static Tuning {
+    &TUNING
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                src_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// Every ROCMFORGE_ variable this file reads is in KNOBS, and no other file of src/ reads
+    /// one (test inputs of ignored tests excepted).
+    #[test]
+    fn knobs_are_read_here_only() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let here = std::fs::read_to_string(root.join("src/tuning.rs")).unwrap();
+        let code = &here[..here.find("#[cfg(test)]").unwrap()];
+        for name in code.split('"').filter(|s| s.starts_with("ROCMFORGE_")) {
+            assert!(KNOBS.iter().any(|k| k.name == name), "{name} not in KNOBS");
+        }
+        let mut files = Vec::new();
+        src_files(&root.join("src"), &mut files);
+        for f in files.iter().filter(|f| !f.ends_with("tuning.rs")) {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let reads = line.contains("env::var(\"ROCMFORGE_")
+                    || line.contains("env::var_os(\"ROCMFORGE_");
+                let test_input = line.contains("ROCMFORGE_QCHECK")
+                    || line.contains("ROCMFORGE_KERNEL_SOURCE_OUT");
+                assert!(!reads || test_input, "{}:{}: {line}", f.display(), i + 1);
+            }
+        }
+    }
+
+    /// docs/tuning.md names every knob, and at most 8 are for users.
+    #[test]
+    fn docs_name_every_knob() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(root.join("docs/tuning.md")).unwrap();
+        for k in KNOBS {
+            assert!(
+                doc.contains(&format!("`{}`", k.name)),
+                "{} missing in docs/tuning.md",
+                k.name
+            );
+        }
+        assert!(KNOBS.iter().filter(|k| k.audience == User).count() <= 8);
+    }
+}
