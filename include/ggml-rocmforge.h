@@ -41,6 +41,9 @@ ggml_backend_t ggml_backend_rocmforge_cpu_init(void);
 ggml_backend_buffer_type_t ggml_backend_rocmforge_cpu_buffer_type(void);
 
 // True when `backend` was created by rocmforge (any of its devices). NULL gives false.
+//
+// # Safety
+// `backend` is NULL or a live ggml backend handle.
 bool ggml_backend_is_rocmforge(ggml_backend_t backend);
 
 // Number of rocmforge devices (RFCPU included).
@@ -48,20 +51,32 @@ int ggml_backend_rocmforge_get_device_count(void);
 
 // Copies the description of device `device` (0-based, registry order) into `description`,
 // NUL-terminated and cut to `description_size` bytes. An unknown index gives "".
+//
+// # Safety
+// `description` is NULL or writable for `description_size` bytes.
 void ggml_backend_rocmforge_get_device_description(int device, char *description, size_t description_size);
 
 // Free and total memory of device `device` in bytes (0 and 0 for an unknown index).
 // Either pointer may be NULL.
+//
+// # Safety
+// `free` and `total` are each NULL or writable.
 void ggml_backend_rocmforge_get_device_memory(int device, size_t *free, size_t *total);
 
 // Sets the number of CPU threads a rocmforge backend uses (ignored for GPU backends and
 // for backends that are not rocmforge's). `n_threads` < 1 is treated as 1.
 // Also offered as "ggml_backend_set_n_threads" through the registry's get_proc_address.
+//
+// # Safety
+// `backend` is NULL or a live ggml backend handle.
 void ggml_backend_rocmforge_set_n_threads(ggml_backend_t backend, int n_threads);
 
 // Test hook for the ABI check (c_tests/test_abi.c): entry `index` of the table of sizes and
 // field offsets of rocmforge's mirrors of ggml's structs. Writes the struct name, the field
 // name ("" for the struct's size) and the value; returns false past the last entry.
+//
+// # Safety
+// `what`, `field` and `value` are each NULL or writable.
 bool ggml_backend_rocmforge_abi_layout(size_t index, const char **what, const char **field, size_t *value);
 
 #ifdef __cplusplus

@@ -150,7 +150,7 @@ fn var(name: &str) -> Option<String> {
 
 /// On unless the variable is "0".
 fn on_unless_0(name: &str) -> bool {
-    var(name).map_or(true, |v| v != "0")
+    var(name).is_none_or(|v| v != "0")
 }
 
 /// Off unless the variable is "1".
@@ -179,7 +179,7 @@ impl Tuning {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
             gpu_blas: var("ROCMFORGE_GPU_BLAS")
-                .map_or(true, |v| v != "0" && !v.eq_ignore_ascii_case("off")),
+                .is_none_or(|v| v != "0" && !v.eq_ignore_ascii_case("off")),
             gpu_graphs: on_unless_0("ROCMFORGE_GPU_GRAPHS"),
             gemm: var("ROCMFORGE_GEMM"),
             gemv: var("ROCMFORGE_GEMV"),

@@ -47,8 +47,11 @@ pub extern "C" fn ggml_backend_rocmforge_cpu_buffer_type() -> ggml_backend_buffe
 }
 
 /// True when `backend` was created by rocmforge (any of its devices). NULL gives false.
+///
+/// # Safety
+/// `backend` is NULL or a live ggml backend handle.
 #[no_mangle]
-pub extern "C" fn ggml_backend_is_rocmforge(backend: ggml_backend_t) -> bool {
+pub unsafe extern "C" fn ggml_backend_is_rocmforge(backend: ggml_backend_t) -> bool {
     guard("ggml_backend_is_rocmforge", false, || unsafe {
         backend_of(backend).is_some()
     })
@@ -64,8 +67,11 @@ pub extern "C" fn ggml_backend_rocmforge_get_device_count() -> c_int {
 
 /// Copies the description of device `device` (0-based, registry order) into `description`,
 /// NUL-terminated and cut to `description_size` bytes. An unknown index gives "".
+///
+/// # Safety
+/// `description` is NULL or writable for `description_size` bytes.
 #[no_mangle]
-pub extern "C" fn ggml_backend_rocmforge_get_device_description(
+pub unsafe extern "C" fn ggml_backend_rocmforge_get_device_description(
     device: c_int,
     description: *mut c_char,
     description_size: usize,
@@ -89,8 +95,11 @@ pub extern "C" fn ggml_backend_rocmforge_get_device_description(
 
 /// Free and total memory of device `device` in bytes (0 and 0 for an unknown index).
 /// Either pointer may be NULL.
+///
+/// # Safety
+/// `free` and `total` are each NULL or writable.
 #[no_mangle]
-pub extern "C" fn ggml_backend_rocmforge_get_device_memory(
+pub unsafe extern "C" fn ggml_backend_rocmforge_get_device_memory(
     device: c_int,
     free: *mut usize,
     total: *mut usize,
@@ -115,16 +124,25 @@ pub extern "C" fn ggml_backend_rocmforge_get_device_memory(
 /// Sets the number of CPU threads a rocmforge backend uses (ignored for GPU backends and
 /// for backends that are not rocmforge's). `n_threads` < 1 is treated as 1.
 /// Also offered as "ggml_backend_set_n_threads" through the registry's get_proc_address.
+///
+/// # Safety
+/// `backend` is NULL or a live ggml backend handle.
 #[no_mangle]
-pub extern "C" fn ggml_backend_rocmforge_set_n_threads(backend: ggml_backend_t, n_threads: c_int) {
+pub unsafe extern "C" fn ggml_backend_rocmforge_set_n_threads(
+    backend: ggml_backend_t,
+    n_threads: c_int,
+) {
     unsafe { backend_set_n_threads(backend, n_threads) }
 }
 
 /// Test hook for the ABI check (c_tests/test_abi.c): entry `index` of the table of sizes and
 /// field offsets of rocmforge's mirrors of ggml's structs. Writes the struct name, the field
 /// name ("" for the struct's size) and the value; returns false past the last entry.
+///
+/// # Safety
+/// `what`, `field` and `value` are each NULL or writable.
 #[no_mangle]
-pub extern "C" fn ggml_backend_rocmforge_abi_layout(
+pub unsafe extern "C" fn ggml_backend_rocmforge_abi_layout(
     index: usize,
     what: *mut *const c_char,
     field: *mut *const c_char,

@@ -88,7 +88,7 @@ static FEATURES: Lazy<Features> = Lazy::new(|| {
 });
 
 /// `ggml_backend_get_features`: name/value pairs, ending with a NULL name.
-pub unsafe extern "C" fn get_features(_reg: ggml_backend_reg_t) -> *mut ggml_backend_feature {
+pub extern "C" fn get_features(_reg: ggml_backend_reg_t) -> *mut ggml_backend_feature {
     guard("get_features", null_mut(), || {
         FEATURES.list.as_ptr() as *mut ggml_backend_feature
     })

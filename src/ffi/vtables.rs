@@ -87,14 +87,15 @@ pub static GUID_CPU: ggml_guid = *b"rocmforge-cpu\0\0\0";
 pub static GUID_GPU: ggml_guid = *b"rocmforge-gpu\0\0\0";
 pub static GUID_HYBRID: ggml_guid = *b"rocmforge-hyb\0\0\0";
 
-pub fn is_our_guid(g: ggml_guid_t) -> bool {
-    if g.is_null() {
-        return false;
+/// Whether `g` is the guid of one of our backends.
+///
+/// # Safety
+/// `g` is NULL or points to a readable ggml guid.
+pub unsafe fn is_our_guid(g: ggml_guid_t) -> bool {
+    match g.as_ref() {
+        Some(g) => [GUID_CPU, GUID_GPU, GUID_HYBRID].contains(g),
+        None => false,
     }
-    let g = unsafe { &*g };
-    [&GUID_CPU, &GUID_GPU, &GUID_HYBRID]
-        .iter()
-        .any(|ours| *ours == g)
 }
 
 /// Every device entry, in registry order; set once by the registry when it finds the devices
@@ -750,6 +751,10 @@ pub fn new_backend(e: &'static DeviceEntry) -> ggml_backend_t {
 }
 
 /// Our backend behind `backend`, or None for a foreign or NULL handle.
+///
+/// # Safety
+/// `backend` is NULL or a live ggml backend handle, and no other reference to our backend
+/// behind it is in use while the returned one is.
 pub unsafe fn backend_of<'a>(backend: ggml_backend_t) -> Option<&'a mut BackendBox> {
     if backend.is_null() || !is_our_guid((*backend).guid) {
         return None;

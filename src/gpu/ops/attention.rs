@@ -146,8 +146,9 @@ pub(super) fn fa_mma_enabled() -> bool {
 /// F16 K and V with 16-byte aligned rows (16-byte loads, cp.async) or Q8_0 K and V (2-byte
 /// aligned blocks); None for anything else.
 pub(super) fn fa_kv_kind(k: &Tensor, v: &Tensor) -> Option<&'static str> {
-    let aligned =
-        |t: &Tensor, a: usize| t.data() as usize % a == 0 && t.nb()[1..].iter().all(|n| n % a == 0);
+    let aligned = |t: &Tensor, a: usize| {
+        (t.data() as usize).is_multiple_of(a) && t.nb()[1..].iter().all(|n| n.is_multiple_of(a))
+    };
     match (k.dtype(), v.dtype()) {
         (GgmlType::F16, GgmlType::F16) if aligned(k, 16) && aligned(v, 16) => Some("f16"),
         (GgmlType::Q8_0, GgmlType::Q8_0) if aligned(k, 2) && aligned(v, 2) => Some("q8_0"),
@@ -215,8 +216,7 @@ pub(super) fn fm_split_max(node: &Tensor) -> usize {
     (k.ne()[1] / FM_SPLIT_MIN_KEYS)
         .min(by_bytes)
         .min(by_grid)
-        .min(FM_SPLIT_MAX)
-        .max(1)
+        .clamp(1, FM_SPLIT_MAX)
 }
 
 /// How flash_attn_mma splits a prompt's keys: (splits, keys per split, a multiple of FM_BK).
@@ -378,8 +378,8 @@ pub(super) fn fa_vec_plan(
     if vne[0] != d
         || !matches!(d, 64 | 128 | 256)
         || warp == 0
-        || d % warp != 0
-        || FA_VEC_THREADS % warp != 0
+        || !d.is_multiple_of(warp)
+        || !FA_VEC_THREADS.is_multiple_of(warp)
         || kne[2] != vne[2]
     {
         return None;

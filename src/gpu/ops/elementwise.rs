@@ -239,12 +239,11 @@ pub(super) fn supports_unary(node: &Tensor) -> bool {
     if act_code(node).is_none() || !is_f32_or_f16(t) || node.dtype() != t || !a.same_shape(node) {
         return false;
     }
-    let layout_ok = match node.op() {
+    match node.op() {
         // ggml-cpu walks these by flat row index.
         op::CLAMP | op::LEAKY_RELU => a.is_contiguous_from(1) && node.is_contiguous_from(1),
         _ => a.has_dense_rows() && node.has_dense_rows(),
-    };
-    layout_ok
+    }
 }
 
 pub(super) fn launch_unary(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {

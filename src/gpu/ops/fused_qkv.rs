@@ -108,7 +108,7 @@ pub(super) fn rotation_len(h: &Tensor, input: &Tensor) -> Option<usize> {
         && dense_f32(h)
         && dense_f32(&x)
         && h.nelements() == input.nelements()
-        && input.nelements() % n == 0;
+        && input.nelements().is_multiple_of(n);
     ok.then_some(n)
 }
 
@@ -433,7 +433,7 @@ pub(super) fn set_rows_quant(s: &Tensor, n: usize) -> bool {
         && supports_set_rows(s)
         && matches!(s.dtype(), GgmlType::Q8_0 | GgmlType::Q4_0)
         && s.ne()[0] == n
-        && n % 32 == 0
+        && n.is_multiple_of(32)
         && s.ne()[2] == 1
         && s.ne()[3] == 1
         && a.dtype() == GgmlType::F32

@@ -209,13 +209,16 @@ pub(super) fn blas_operands(node: &Tensor) -> Option<BlasOperands> {
     if n < blas_min_cols() || w.dtype() == GgmlType::F32 || weight_suffix(w.dtype()).is_none() {
         return None;
     }
-    if dnb[1..].iter().any(|&s| s % 4 != 0) || dnb[1] < m * 4 || node.data() as usize % 4 != 0 {
+    if dnb[1..].iter().any(|&s| !s.is_multiple_of(4))
+        || dnb[1] < m * 4
+        || !(node.data() as usize).is_multiple_of(4)
+    {
         return None;
     }
     let w_in_place = w.dtype() == GgmlType::F16
-        && w.data() as usize % 2 == 0
-        && wnb[1..].iter().all(|&s| s % 2 == 0);
-    if !w_in_place && k % 8 != 0 {
+        && (w.data() as usize).is_multiple_of(2)
+        && wnb[1..].iter().all(|&s| s.is_multiple_of(2));
+    if !w_in_place && !k.is_multiple_of(8) {
         return None; // the dequantizing kernel writes 8 values at a time
     }
     let x16_bytes = k * n * xne[2] * xne[3] * 2;

@@ -19,7 +19,7 @@ pub(super) fn supports_cpy(node: &Tensor) -> bool {
     matches!(node.dtype(), GgmlType::Q8_0 | GgmlType::Q4_0)
         && s.dtype() == GgmlType::F32
         && s.ne()[0] == node.ne()[0]
-        && node.ne()[0] % 32 == 0
+        && node.ne()[0].is_multiple_of(32)
         && s.has_dense_rows()
         && node.has_dense_rows()
 }
@@ -101,7 +101,7 @@ pub(super) fn supports_set_rows(node: &Tensor) -> bool {
     let Some(a) = node.src(0) else { return false };
     is_f32_or_f16(a.dtype())
         && (is_f32_or_f16(node.dtype()) || quant_dst(node.dtype()).is_some())
-        && node.ne()[0] % node.dtype().block_size() == 0
+        && node.ne()[0].is_multiple_of(node.dtype().block_size())
         && crate::op_shapes::set_rows_layout_ok(node)
         && a.nrows() <= i32::MAX as usize
 }
