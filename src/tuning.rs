@@ -64,8 +64,9 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_GPU_DUMP", "off", "1", "log the node sequence of big graphs", Measuring),
     knob("ROCMFORGE_GPU_PDL", "on", "0", "no programmatic dependent launch (NVIDIA sm_90+)", Measuring),
     knob("ROCMFORGE_GPU_DEFINES", "none", "\"-DX=1 -DY ...\"", "extra -D options for the kernel compiler (measuring builds; part of the cache key)", Measuring),
+    knob("ROCMFORGE_GPU_OFFLOAD_MIN_BATCH", "32", "0..", "fewest batch columns for which RFGPU takes an op whose weights live in host memory (the scheduler copies them over); 0 = never", Measuring),
     knob("ROCMFORGE_GPU_BLAS_MIN_COLS", "8", "1..", "fewest src1 columns a MUL_MAT takes the vendor BLAS from", Measuring),
-    knob("ROCMFORGE_GPU_MV1", "unset", "rows,unroll,warps (a compiled shape, warps 1..8)", "shape of the one-column Q4_0 matrix-vector kernel (bench/gpu_mv_sweep_call.sh)", Measuring),
+    knob("ROCMFORGE_GPU_MV1", "unset", "rows,unroll,warps (a compiled shape, warps 1..8)", "shape of the one-column Q4_0 matrix-vector kernel (sweeps: docs/gpu-matvec.md)", Measuring),
     knob("ROCMFORGE_GPU_FA_TILED", "on", "0", "prompt attention on the row-per-block kernel instead of the tiled one", Measuring),
     knob("ROCMFORGE_GPU_FA_MMA", "on", "0", "prompt attention on the scalar tiles instead of tensor cores", Measuring),
     knob("ROCMFORGE_GPU_FA_MMA_SPLIT", "on", "0", "the tensor-core prompt attention never splits the keys over blocks", Measuring),
@@ -116,6 +117,8 @@ pub struct Tuning {
     pub gpu_pdl: bool,
     /// ROCMFORGE_GPU_DEFINES: the -D options in it.
     pub gpu_defines: Vec<String>,
+    /// ROCMFORGE_GPU_OFFLOAD_MIN_BATCH (default 32).
+    pub gpu_offload_min_batch: usize,
     /// ROCMFORGE_GPU_BLAS_MIN_COLS.
     pub gpu_blas_min_cols: Option<usize>,
     /// ROCMFORGE_GPU_MV1=rows,unroll,warps with warps in 1..=8 (the caller checks the shape).
@@ -197,6 +200,7 @@ impl Tuning {
                     .map(String::from)
                     .collect()
             }),
+            gpu_offload_min_batch: number("ROCMFORGE_GPU_OFFLOAD_MIN_BATCH").unwrap_or(32),
             gpu_blas_min_cols: number("ROCMFORGE_GPU_BLAS_MIN_COLS"),
             gpu_mv1: var("ROCMFORGE_GPU_MV1").and_then(|v| {
                 let p: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();

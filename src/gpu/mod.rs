@@ -303,15 +303,8 @@ impl Device for GpuDevice {
 /// Fewest columns (tokens) of a batch for which the GPU takes an op whose weights live in host
 /// memory (ggml's scheduler then copies the weights over for every batch, as it does for
 /// ggml-cuda's `offload_op`): a prompt's products are worth the copy, a token's are not.
-/// `ROCMFORGE_GPU_OFFLOAD_MIN_BATCH`, default 32 (ggml-cuda's value); 0 turns offloading off.
 fn offload_min_batch() -> usize {
-    static MIN: OnceCell<usize> = OnceCell::new();
-    *MIN.get_or_init(|| {
-        std::env::var("ROCMFORGE_GPU_OFFLOAD_MIN_BATCH")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(32)
-    })
+    crate::tuning::get().gpu_offload_min_batch
 }
 
 /// Whether a node with host-resident weights runs faster on the GPU with its weights copied
