@@ -146,6 +146,10 @@ static void mut_no_buffer(struct ggml_tensor * t, ggml_backend_buffer_t buf) {
     (void) buf;
     t->buffer = NULL;
 }
+static void mut_overlap(struct ggml_tensor * t, ggml_backend_buffer_t buf) {
+    (void) buf;
+    if (t->src[0]) t->data = (char *) t->src[0]->data + 4;  // the output one float into its source
+}
 static void mut_huge_elements(struct ggml_tensor * t, ggml_backend_buffer_t buf) {
     (void) buf;
     t->ne[1] = (int64_t) 1 << 40;  // zero strides: a tiny span, but 2^46 elements
@@ -308,6 +312,10 @@ int main(void) {
         expect_rejected(rf, dev, what, which, mut_misaligned, false);
         snprintf(what, sizeof what, "%s without a buffer", w);
         expect_rejected(rf, dev, what, which, mut_no_buffer, false);
+        if (which == 0) {
+            snprintf(what, sizeof what, "%s partly overlapping its source", w);
+            expect_rejected(rf, dev, what, which, mut_overlap, false);
+        }
         snprintf(what, sizeof what, "%s with 2^52 elements", w);
         expect_rejected(rf, dev, what, which, mut_huge_elements, true);
     }
@@ -337,6 +345,24 @@ int main(void) {
             ok = buf->iface.cpy_tensor(buf, &fake, dst);
             CHECK(!ok, "cpy from a source outside its buffer must be refused");
             CHECK(log_has_rocmforge(), "cpy bad source: no log line");
+            // Overlapping source and destination in one buffer: refused (the copy would alias).
+            log_reset();
+            struct ggml_tensor over = *src;
+            over.data = (char *) src->data + 64;
+            ok = buf->iface.cpy_tensor(buf, src, &over);
+            CHECK(!ok, "cpy between overlapping tensors must be refused");
+            CHECK(log_has_rocmforge(), "overlapping cpy: no log line");
+            buf->iface.set_tensor(buf, &over, src->data, 0, 256);
+            CHECK(strstr(g_log, "overlaps") != NULL, "set_tensor from overlapping memory must be refused");
+            struct ggml_init_params ip2 = { ggml_tensor_overhead() * 4 + ggml_graph_overhead(), NULL, true };
+            struct ggml_context * c2 = ggml_init(ip2);
+            struct ggml_tensor * y = ggml_scale(c2, src, 1.0f);
+            struct ggml_cgraph * g2 = ggml_new_graph(c2);
+            ggml_build_forward_expand(g2, y);
+            y->data = pad->data;
+            y->buffer = buf;
+            CHECK(ggml_backend_graph_compute(rf, g2) != GGML_STATUS_SUCCESS, "compute after the refused set_tensor");
+            ggml_free(c2);
             // A matching copy still works.
             CHECK(buf->iface.cpy_tensor(buf, src, ggml_view_1d(ctx, pad, 64, 0)), "a matching copy");
             ggml_backend_buffer_free(buf);

@@ -566,6 +566,14 @@ unsafe fn tensor_range(
     Some(start)
 }
 
+/// Whether a copy of `n` bytes between host addresses `a` and `b` overlaps itself: our copies
+/// take the source as a shared slice, which must not alias the destination (ASan saw the
+/// copy turned into an overlapping memcpy), so such a request is refused.
+fn overlaps(c: &BufferCtx, at: usize, other: *const u8, n: usize) -> bool {
+    let (a, b) = (c.imp.base() as usize + at, other as usize);
+    c.imp.is_host() && a < b.saturating_add(n) && b < a.saturating_add(n)
+}
+
 /// Why `t`'s elements (`Tensor::data_range`) do not lie inside the buffer holding them (any
 /// backend's: its base and size as ggml reports them), or Ok.
 unsafe fn check_in_buffer(t: &Tensor) -> Result<(), String> {
@@ -654,6 +662,9 @@ unsafe extern "C" fn buffer_set_tensor(
             return;
         }
         match tensor_range(c.imp.as_ref(), t, offset, size) {
+            Some(at) if overlaps(c, at, data as *const u8, size) => {
+                c.fail("set_tensor", "the data overlaps the destination")
+            }
             Some(at) => {
                 let r = c
                     .imp
@@ -685,6 +696,9 @@ unsafe extern "C" fn buffer_get_tensor(
             return;
         }
         match tensor_range(c.imp.as_ref(), t, offset, size) {
+            Some(at) if overlaps(c, at, data as *const u8, size) => {
+                c.fail("get_tensor", "the destination overlaps the data")
+            }
             Some(at) => c.check(
                 c.imp
                     .read(at, std::slice::from_raw_parts_mut(data as *mut u8, size)),
@@ -757,6 +771,13 @@ unsafe extern "C" fn buffer_cpy_tensor(
         let src_is_host =
             !sbuft.is_null() && (*sbuft).iface.is_host.map(|f| f(sbuft)).unwrap_or(false);
         if !src_is_host {
+            return false;
+        }
+        if overlaps(c, at, s.data(), n) {
+            c.fail(
+                "cpy_tensor",
+                &format!("source '{}' overlaps the destination", s.name()),
+            );
             return false;
         }
         match c.imp.write(at, std::slice::from_raw_parts(s.data(), n)) {
@@ -1148,6 +1169,7 @@ fn check_node(dev: &dyn Device, t: &Tensor) -> Result<(), String> {
     }
     // SAFETY (check_in_buffer): the node's buffer pointers come from the host's graph.
     unsafe { check_in_buffer(t) }.map_err(|e| format!("output: {e}"))?;
+    let out = t.data_range()?;
     for i in 0..GGML_MAX_SRC {
         if let Some(s) = t.src(i) {
             if s.data().is_null() && !s.is_empty() {
@@ -1155,6 +1177,15 @@ fn check_node(dev: &dyn Device, t: &Tensor) -> Result<(), String> {
             }
             unsafe { check_in_buffer(&s) }
                 .map_err(|e| format!("source {i} '{}': {e}", s.name()))?;
+            // In place (the output at the source's address, ggml's *_inplace ops) is fine;
+            // a partial overlap has kernels copy between aliasing slices.
+            let r = s.data_range()?;
+            if r.0 != out.0 && r.0 < out.1 && out.0 < r.1 {
+                return Err(format!(
+                    "output overlaps source {i} '{}' at another address",
+                    s.name()
+                ));
+            }
         }
     }
     Ok(())
