@@ -320,6 +320,32 @@ int main(void) {
         expect_rejected(rf, dev, what, which, mut_huge_elements, true);
     }
 
+    // --- a contiguous tensor whose size-1 dimension has an odd stride (ggml allows any):
+    // row-wise kernels must not step rows by nb[1] (test_fuzz found SCALE and GLU doing so) ---
+    {
+        struct ggml_context * ctx = new_ctx_n(8);
+        struct ggml_tensor * a = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 1, 4);
+        struct ggml_tensor * c = ggml_scale(ctx, a, 2.0f);
+        struct ggml_tensor * m = ggml_diag_mask_inf(ctx, c, 0);
+        struct ggml_cgraph * gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, m);
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, rf);
+        CHECK(buf != NULL, "odd stride: alloc");
+        if (buf) {
+            rf_fill_tensor(a, 5, -1, 1);
+            float * in = rf_tensor_to_float(a);
+            a->nb[1] = c->nb[1] = m->nb[1] = (size_t) 1 << 40;
+            CHECK(ggml_backend_graph_compute(rf, gf) == GGML_STATUS_SUCCESS, "odd stride: compute");
+            float * out = rf_tensor_to_float(c);
+            for (int i = 0; i < 256; i++) in[i] *= 2.0f;
+            CHECK(rf_nmse(out, in, 256) == 0.0, "odd stride: SCALE result");
+            free(in);
+            free(out);
+            ggml_backend_buffer_free(buf);
+        }
+        ggml_free(ctx);
+    }
+
     // --- buffer_cpy_tensor: sizes must match and both tensors lie inside their buffers ---
     {
         log_reset();

@@ -238,6 +238,15 @@ impl<'a> Tensor<'a> {
         i0 * nb[0] + i1 * nb[1] + i2 * nb[2] + i3 * nb[3]
     }
 
+    /// Byte offset of row `r` of the rows counted flat over dims 1..3 (`nrows`). Not
+    /// `r * nb[1]`: a dimension of size 1 may have any stride, even in a contiguous tensor.
+    #[inline]
+    pub fn flat_row_offset(&self, r: usize) -> usize {
+        let ne = self.ne();
+        let (i1, i23) = (r % ne[1].max(1), r / ne[1].max(1));
+        self.row_offset(i1, i23 % ne[2].max(1), i23 / ne[2].max(1))
+    }
+
     /// Byte offset of row (i1, i2, i3).
     #[inline]
     pub fn row_offset(&self, i1: usize, i2: usize, i3: usize) -> usize {
