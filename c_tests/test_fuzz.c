@@ -8,7 +8,7 @@
 // geometry the harness knows to lie outside its buffer must never compute; nothing may write
 // outside our buffers (guard bytes around RFCPU's host-pointer buffer); the process never
 // crashes. Runs on stable C in CI (no cargo-fuzz):
-//   test_fuzz [--iters N] [--seed S] [--verbose]     (default 20000 iterations, seed 1)
+//   test_fuzz [--iters N] [--seed S] [--cpu-only] [--verbose]   (default 20000 iterations, seed 1)
 #include "common.h"
 // The buffer vtable: set/get/memset/cpy with arguments ggml's wrappers would assert on.
 #include "ggml-backend-impl.h"
@@ -407,12 +407,14 @@ static void fuzz_alloc(struct dev_under_test * d) {
 int main(int argc, char ** argv) {
     long iters = 20000;
     uint64_t seed = 1;
+    bool cpu_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atol(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--verbose")) g_verbose = 1;
+        else if (!strcmp(argv[i], "--cpu-only")) cpu_only = true;
         else {
-            fprintf(stderr, "usage: %s [--iters N] [--seed S] [--verbose]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--iters N] [--seed S] [--cpu-only] [--verbose]\n", argv[0]);
             return 2;
         }
     }
@@ -423,7 +425,7 @@ int main(int argc, char ** argv) {
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg) && g_ndevs < MAX_DEVS; i++) {
         ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, i);
         const char * name = ggml_backend_dev_name(dev);
-        if (strcmp(name, "RFCPU") != 0 && strncmp(name, "RFGPU", 5) != 0) continue;
+        if (strcmp(name, "RFCPU") != 0 && (cpu_only || strncmp(name, "RFGPU", 5) != 0)) continue;
         struct dev_under_test * d = &g_devs[g_ndevs];
         d->name = name;
         d->dev = dev;
