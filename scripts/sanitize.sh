@@ -25,6 +25,11 @@ OUT=$(cd "$BUILD_DIR/sanitize" && pwd)
 [ -f "$LIB" ] || { echo "sanitize: $LIB missing: build first"; exit 1; }
 
 CC=${CC:-cc}
+# Without the sanitizer runtimes (libasan, libubsan) there is nothing to run: skip (exit 2).
+if ! echo 'int main(void){return 0;}' | $CC -x c - -fsanitize=address,undefined -o "$OUT/probe" 2>/dev/null; then
+    echo "sanitize: skipped: $CC cannot link -fsanitize=address,undefined"
+    exit 2
+fi
 CFLAGS=(-std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
         -D_POSIX_C_SOURCE=200809L "-DROCMFORGE_LIB_PATH=\"$LIB\"" "-DROCMFORGE_BIN_DIR=\"$BIN\""
         -I"$GGML_SRC/ggml/include" -I"$GGML_SRC/ggml/src" -Iinclude)
@@ -32,6 +37,9 @@ LDFLAGS=(-fsanitize=address,undefined -L"$BIN" -lggml -lggml-base -lm -ldl -Wl,-
 
 # allocator_may_return_null: the tests ask for absurd buffers (2^62 bytes) and expect NULL,
 # which ASan would otherwise report as a fatal error instead of returning it.
+# RFCPU only: the GPU vendor drivers are closed, uninstrumented and keep allocations LSan
+# would report; the GPU paths are exercised by the GPU tests and compute-sanitizer instead.
+export ROCMFORGE_GPU=0
 export ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:halt_on_error=1:exitcode=23:${ASAN_OPTIONS:-}
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=23:${UBSAN_OPTIONS:-}
 export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}
@@ -56,7 +64,7 @@ for t in test_bad_input test_fuzz test_load test_sched test_ops test_load_cycles
 done
 
 run test_bad_input
-run test_fuzz --iters 20000 --seed 7
+run test_fuzz --iters 20000 --seed 7 --cpu-only
 run test_load
 run test_sched
 # A reduced catalog: the matrix products, attention and row ops (the cases with the most
