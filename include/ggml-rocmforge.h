@@ -30,7 +30,8 @@ extern "C" {
 #endif // __cplusplus
 
 // The rocmforge backend registry (name "rocmforge"). Its devices are RFCPU, then one
-// RFGPU<n> per GPU found, then RFHYBRID when a GPU exists. Never NULL.
+// RFGPU<n> per GPU found, then RFHYBRID when a GPU exists. NULL only when called from
+// inside the registry's own construction (a host log callback calling back into it).
 ggml_backend_reg_t ggml_backend_rocmforge_reg(void);
 
 // Creates a backend (stream) on the RFCPU device. Free it with ggml_backend_free().

@@ -14,12 +14,14 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend {
-            n_threads,
-            pool: ThreadPool::new(n_threads),
+    /// Err when the worker threads cannot be started.
+    pub fn new(n_threads: usize) -> Result<CpuBackend> {
+        let pool = ThreadPool::new(n_threads).map_err(Error::Device)?;
+        Ok(CpuBackend {
+            n_threads: pool.max_threads(),
+            pool,
             work: Vec::new(),
-        }
+        })
     }
 }
 
@@ -97,9 +99,21 @@ impl Backend for CpuBackend {
     }
 
     fn set_n_threads(&mut self, n: usize) {
-        if n > self.pool.max_threads() {
-            self.pool = ThreadPool::new(n);
+        let cap = super::pool::thread_cap();
+        if n > cap {
+            crate::log_warn!("RFCPU: set_n_threads({n}): using {cap} threads (the cap)");
         }
-        self.n_threads = n;
+        let n = n.clamp(1, cap);
+        if n > self.pool.max_threads() {
+            // If the new pool cannot start, the backend keeps the old one.
+            match ThreadPool::new(n) {
+                Ok(p) => self.pool = p,
+                Err(e) => crate::log_error!(
+                    "RFCPU: set_n_threads({n}): {e}; keeping {} threads",
+                    self.pool.max_threads()
+                ),
+            }
+        }
+        self.n_threads = n.min(self.pool.max_threads());
     }
 }

@@ -93,7 +93,7 @@ impl Device for CpuDevice {
         &self.buffer_type
     }
     fn new_backend(&self) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(backend::CpuBackend::new(default_threads())))
+        Ok(Box::new(backend::CpuBackend::new(default_threads())?))
     }
     fn supports_op(&self, node: &Tensor) -> bool {
         ops::supports(node)

@@ -87,7 +87,7 @@ impl Worker<'_> {
 
 type Job = dyn Fn(&Worker) + Sync;
 
-struct Shared {
+pub struct Shared {
     job: UnsafeCell<Option<*const Job>>,
     n_active: AtomicUsize,
     generation: AtomicUsize,
@@ -103,14 +103,41 @@ struct Shared {
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
+/// Not `Sync` (the marker) and `run` takes `&mut self`: one job at a time by type, since the
+/// workers, the job slot and the barrier serve one caller.
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    _one_caller: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
+/// Most threads a pool gets, whatever is asked (`set_n_threads`, ROCMFORGE_THREADS): 4 per
+/// hardware thread, at least 8, at most 512. Beyond that threads only cost memory and wake-ups.
+pub fn thread_cap() -> usize {
+    let hw = std::thread::available_parallelism().map_or(1, |n| n.get());
+    hw.saturating_mul(4).clamp(8, 512)
+}
+
+type Spawn<'a> = dyn FnMut(usize, Arc<Shared>) -> std::io::Result<JoinHandle<()>> + 'a;
+
 impl ThreadPool {
-    /// A pool able to run jobs on up to `n_threads` threads (the caller is thread 0).
-    pub fn new(n_threads: usize) -> ThreadPool {
+    /// A pool able to run jobs on up to `n_threads` threads (the caller is thread 0), capped
+    /// at `thread_cap` (logged). Err when a worker cannot be started; those already started
+    /// are stopped and joined first.
+    pub fn new(n_threads: usize) -> Result<ThreadPool, String> {
+        Self::new_with(n_threads, &mut |ith, s| {
+            std::thread::Builder::new()
+                .name(format!("rocmforge-cpu-{ith}"))
+                .spawn(move || worker_loop(s, ith))
+        })
+    }
+
+    fn new_with(n_threads: usize, spawn: &mut Spawn) -> Result<ThreadPool, String> {
+        let cap = thread_cap();
+        if n_threads > cap {
+            crate::log_warn!("RFCPU: {n_threads} threads asked for, using {cap} (the cap)");
+        }
+        let n_threads = n_threads.clamp(1, cap);
         let shared = Arc::new(Shared {
             job: UnsafeCell::new(None),
             n_active: AtomicUsize::new(1),
@@ -121,16 +148,23 @@ impl ThreadPool {
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
-        let mut workers = Vec::new();
-        for ith in 1..n_threads.max(1) {
-            let s = shared.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("rocmforge-cpu-{ith}"))
-                .spawn(move || worker_loop(s, ith))
-                .expect("spawn worker thread");
-            workers.push(h);
+        // Dropping the pool stops and joins whatever was started, also on failure below.
+        let mut pool = ThreadPool {
+            shared,
+            workers: Vec::new(),
+            _one_caller: std::marker::PhantomData,
+        };
+        for ith in 1..n_threads {
+            match spawn(ith, pool.shared.clone()) {
+                Ok(h) => pool.workers.push(h),
+                Err(e) => {
+                    return Err(format!(
+                        "cannot start worker thread {ith} of {n_threads}: {e}"
+                    ))
+                }
+            }
         }
-        ThreadPool { shared, workers }
+        Ok(pool)
     }
 
     pub fn max_threads(&self) -> usize {
@@ -139,7 +173,7 @@ impl ThreadPool {
 
     /// Runs `job` on `n` threads (capped at the pool's size) and returns when all are done.
     /// Err if any thread panicked.
-    pub fn run(&self, n: usize, job: &(dyn Fn(&Worker) + Sync)) -> Result<(), String> {
+    pub fn run(&mut self, n: usize, job: &(dyn Fn(&Worker) + Sync)) -> Result<(), String> {
         let n = n.clamp(1, self.max_threads());
         if n == 1 {
             // The workers stay asleep (or spinning) where they are: nothing to publish.
@@ -256,7 +290,7 @@ mod tests {
 
     #[test]
     fn runs_every_thread_and_syncs() {
-        let pool = ThreadPool::new(4);
+        let mut pool = ThreadPool::new(4).unwrap();
         for n in 1..=4 {
             let sum = AtomicU64::new(0);
             let after = AtomicU64::new(0);
@@ -274,7 +308,7 @@ mod tests {
 
     #[test]
     fn worker_panic_is_an_error_not_a_hang() {
-        let pool = ThreadPool::new(2);
+        let mut pool = ThreadPool::new(2).unwrap();
         let r = pool.run(2, &|w: &Worker| {
             if w.ith == 1 {
                 panic!("boom");
@@ -287,5 +321,38 @@ mod tests {
             w.sync();
         })
         .unwrap();
+    }
+
+    /// A failed spawn is an error, not a panic, and the workers started before it stop.
+    #[test]
+    fn spawn_failure_stops_started_workers() {
+        let alive = Arc::new(AtomicUsize::new(0));
+        let mut spawned = 0;
+        let r = ThreadPool::new_with(6, &mut |ith, s| {
+            if ith == 4 {
+                return Err(std::io::Error::other("no more threads"));
+            }
+            spawned += 1;
+            let alive = alive.clone();
+            alive.fetch_add(1, Ordering::SeqCst);
+            std::thread::Builder::new().spawn(move || {
+                worker_loop(s, ith);
+                alive.fetch_sub(1, Ordering::SeqCst);
+            })
+        });
+        assert!(r.is_err());
+        assert_eq!(spawned, 3);
+        assert_eq!(
+            alive.load(Ordering::SeqCst),
+            0,
+            "started workers were joined"
+        );
+    }
+
+    #[test]
+    fn thread_count_is_capped() {
+        let pool = ThreadPool::new(1 << 20).unwrap();
+        assert_eq!(pool.max_threads(), thread_cap());
+        assert!(thread_cap() <= 512);
     }
 }

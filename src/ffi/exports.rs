@@ -23,7 +23,8 @@ pub extern "C" fn ggml_backend_score() -> c_int {
 }
 
 /// The rocmforge backend registry (name "rocmforge"). Its devices are RFCPU, then one
-/// RFGPU<n> per GPU found, then RFHYBRID when a GPU exists. Never NULL.
+/// RFGPU<n> per GPU found, then RFHYBRID when a GPU exists. NULL only when called from
+/// inside the registry's own construction (a host log callback calling back into it).
 #[no_mangle]
 pub extern "C" fn ggml_backend_rocmforge_reg() -> ggml_backend_reg_t {
     guard("ggml_backend_rocmforge_reg", null_mut(), registry::reg_ptr)
@@ -34,7 +35,7 @@ pub extern "C" fn ggml_backend_rocmforge_reg() -> ggml_backend_reg_t {
 #[no_mangle]
 pub extern "C" fn ggml_backend_rocmforge_cpu_init() -> ggml_backend_t {
     guard("ggml_backend_rocmforge_cpu_init", null_mut(), || {
-        new_backend(registry::cpu_entry())
+        registry::cpu_entry().map_or(null_mut(), new_backend)
     })
 }
 
@@ -42,7 +43,7 @@ pub extern "C" fn ggml_backend_rocmforge_cpu_init() -> ggml_backend_t {
 #[no_mangle]
 pub extern "C" fn ggml_backend_rocmforge_cpu_buffer_type() -> ggml_backend_buffer_type_t {
     guard("ggml_backend_rocmforge_cpu_buffer_type", null_mut(), || {
-        registry::cpu_entry().buft_ptr()
+        registry::cpu_entry().map_or(null_mut(), |e| e.buft_ptr())
     })
 }
 

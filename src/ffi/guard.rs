@@ -15,7 +15,11 @@ fn entry_times() -> Option<&'static EntryTimes> {
         if !crate::tuning::get().ffi_timing {
             return None;
         }
+        // Runs inside libc's exit: a panic here would unwind into C.
         extern "C" fn report() {
+            let _ = catch_unwind(report_times);
+        }
+        fn report_times() {
             let Some(t) = entry_times() else { return };
             let map = t.lock().unwrap_or_else(|e| e.into_inner());
             let mut rows: Vec<_> = map.iter().collect();
@@ -51,13 +55,50 @@ fn guarded<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(e) => {
-            let msg = e
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| e.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            crate::log_error!("internal error in {what}: {msg}");
+            // Logging goes through the host's callback and allocates: it may panic too, and
+            // that must not unwind into C either (then a fixed line goes to stderr).
+            let logged = catch_unwind(AssertUnwindSafe(|| {
+                let msg = e
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| e.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                crate::log_error!("internal error in {what}: {msg}");
+            }));
+            if logged.is_err() {
+                let line = b"rocmforge: internal error (a panic while logging a panic)\n";
+                // SAFETY: writing a static buffer to fd 2.
+                unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
+            }
+            // The payload's own drop may panic as well.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(e)));
             on_panic
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A payload whose drop panics: the guard still returns its value.
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("bomb");
+            }
+        }
+    }
+
+    #[test]
+    fn panic_payload_that_panics_on_drop_is_contained() {
+        let r = guard("test", 7, || -> i32 { std::panic::panic_any(Bomb) });
+        assert_eq!(r, 7);
+    }
+
+    #[test]
+    fn plain_panic_returns_the_error_value() {
+        assert_eq!(guard("test", -1, || -> i32 { panic!("x") }), -1);
     }
 }

@@ -17,7 +17,33 @@ struct Registry {
 unsafe impl Sync for Registry {}
 unsafe impl Send for Registry {}
 
+thread_local! {
+    /// This thread is building the registry: a log line it writes may reach a host callback
+    /// that calls back into the library, which must not wait for the build it is inside.
+    static BUILDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Clears `BUILDING` when the build ends, also by a panic.
+struct Building;
+impl Drop for Building {
+    fn drop(&mut self) {
+        BUILDING.with(|b| b.set(false));
+    }
+}
+
+/// The registry, or None for a call made from inside its own construction (re-entrant
+/// initialisation would deadlock); such a call is told on stderr (logging could recurse).
+fn registry() -> Option<&'static Registry> {
+    if BUILDING.with(|b| b.get()) {
+        eprintln!("rocmforge: called back while the registry is being built (from a log callback?); returning nothing");
+        return None;
+    }
+    Some(*REGISTRY)
+}
+
 static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
+    BUILDING.with(|b| b.set(true));
+    let _building = Building;
     let reg: &'static mut Registry = Box::leak(Box::new(Registry {
         reg: ggml_backend_reg {
             api_version: GGML_BACKEND_API_VERSION,
@@ -45,17 +71,25 @@ static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
     reg
 });
 
+/// NULL when called from inside the registry's construction.
 pub fn reg_ptr() -> ggml_backend_reg_t {
-    &REGISTRY.reg as *const ggml_backend_reg as *mut ggml_backend_reg
+    match registry() {
+        Some(r) => &r.reg as *const ggml_backend_reg as *mut ggml_backend_reg,
+        None => null_mut(),
+    }
 }
 
+/// Empty when called from inside the registry's construction.
 pub fn devices() -> &'static [&'static DeviceEntry] {
-    Lazy::force(&REGISTRY);
-    entries()
+    match registry() {
+        Some(_) => entries(),
+        None => &[],
+    }
 }
 
-pub fn cpu_entry() -> &'static DeviceEntry {
-    devices()[0]
+/// RFCPU's entry; None only inside the registry's construction.
+pub fn cpu_entry() -> Option<&'static DeviceEntry> {
+    devices().first().copied()
 }
 
 struct Features {

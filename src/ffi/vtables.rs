@@ -301,10 +301,35 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
 unsafe extern "C" fn dev_supports_op(dev: ggml_backend_dev_t, node: *const ggml_tensor) -> bool {
     guard("dev_supports_op", false, || {
         match (entry_of_dev(dev), Tensor::from_ptr(node)) {
-            (Some(e), Some(t)) => e.imp.supports_op(&t),
+            (Some(e), Some(t)) => geometry_ok(&t) && e.imp.supports_op(&t),
             _ => false,
         }
     })
+}
+
+/// The node's and its sources' shapes and strides can be computed on
+/// (`Tensor::check_geometry`); a refusal is logged.
+fn geometry_ok(t: &Tensor) -> bool {
+    let bad = std::iter::once((usize::MAX, *t))
+        .chain((0..GGML_MAX_SRC).filter_map(|i| t.src(i).map(|s| (i, s))))
+        .find_map(|(i, x)| x.check_geometry().err().map(|e| (i, x, e)));
+    match bad {
+        None => true,
+        Some((i, x, e)) => {
+            let which = if i == usize::MAX {
+                "the node".to_string()
+            } else {
+                format!("source {i}")
+            };
+            log_warn!(
+                "op {} '{}' not supported: {which} '{}': {e}",
+                t.op(),
+                t.name(),
+                x.name()
+            );
+            false
+        }
+    }
 }
 
 unsafe extern "C" fn dev_supports_buft(
@@ -493,6 +518,44 @@ const BUFFER_IFACE: ggml_backend_buffer_i = ggml_backend_buffer_i {
     reset: None,
 };
 
+/// What a buffer of ours holds as its `context`: the device's buffer and the error of the
+/// last failed set/get/memset/cpy on it, kept until a `graph_compute` reading or writing
+/// the buffer reports it (a failed weight upload must not go on silently).
+pub struct BufferCtx {
+    imp: Box<dyn Buffer>,
+    failed: std::sync::Mutex<Option<String>>,
+}
+
+/// Buffers holding an error not yet reported: while 0, `graph_compute` looks at none.
+static BUFFER_ERRORS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl BufferCtx {
+    /// Logs a failed transfer and keeps it for the next `graph_compute` using this buffer.
+    fn fail(&self, what: &str, msg: &str) {
+        log_error!("{what}: {msg}; the next graph_compute using this buffer will fail");
+        let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            BUFFER_ERRORS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        *f = Some(format!("{what}: {msg}"));
+    }
+
+    fn take_error(&self) -> Option<String> {
+        let e = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if e.is_some() {
+            BUFFER_ERRORS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        e
+    }
+
+    /// Records `r`'s error, if any.
+    fn check(&self, r: crate::device::Result<()>, what: &str) {
+        if let Err(e) = r {
+            self.fail(what, &e.to_string());
+        }
+    }
+}
+
 /// Hands a buffer to ggml: ggml owns the `ggml_backend_buffer` (it `delete`s it), we own the
 /// context, which `buffer_free` drops.
 unsafe fn wrap_buffer(
@@ -504,7 +567,10 @@ unsafe fn wrap_buffer(
         return null_mut();
     };
     let size = b.size();
-    let ctx = Box::into_raw(Box::new(b));
+    let ctx = Box::into_raw(Box::new(BufferCtx {
+        imp: b,
+        failed: Default::default(),
+    }));
     let buf = init(buft, BUFFER_IFACE, ctx as *mut c_void, size);
     if buf.is_null() {
         drop(Box::from_raw(ctx));
@@ -512,10 +578,16 @@ unsafe fn wrap_buffer(
     buf
 }
 
+/// Our context behind `buffer`: only for buffers made by `wrap_buffer` (known by their
+/// buffer type, one of ours; other backends' buffers hold other contexts).
+unsafe fn buffer_ctx<'a>(buffer: ggml_backend_buffer_t) -> Option<&'a mut BufferCtx> {
+    let b = buffer.as_ref()?;
+    buft_of(b.buft)?;
+    (b.context as *mut BufferCtx).as_mut()
+}
+
 unsafe fn buffer_of<'a>(buffer: ggml_backend_buffer_t) -> Option<&'a mut Box<dyn Buffer>> {
-    buffer
-        .as_ref()
-        .and_then(|b| (b.context as *mut Box<dyn Buffer>).as_mut())
+    buffer_ctx(buffer).map(|c| &mut c.imp)
 }
 
 /// Byte offset of `t`'s data (plus `offset`) inside `buffer`, checked to lie in bounds.
@@ -538,12 +610,50 @@ unsafe fn tensor_range(
     Some(start)
 }
 
+/// Whether a copy of `n` bytes between host addresses `a` and `b` overlaps itself: our copies
+/// take the source as a shared slice, which must not alias the destination (ASan saw the
+/// copy turned into an overlapping memcpy), so such a request is refused.
+fn overlaps(c: &BufferCtx, at: usize, other: *const u8, n: usize) -> bool {
+    let (a, b) = (c.imp.base() as usize + at, other as usize);
+    c.imp.is_host() && a < b.saturating_add(n) && b < a.saturating_add(n)
+}
+
+/// Why `t`'s elements (`Tensor::data_range`) do not lie inside the buffer holding them (any
+/// backend's: its base and size as ggml reports them), or Ok.
+unsafe fn check_in_buffer(t: &Tensor) -> Result<(), String> {
+    let (start, end) = t.data_range()?;
+    if start == end {
+        return Ok(());
+    }
+    let buf = tensor_buffer(t.as_ptr());
+    let Some(b) = buf.as_ref() else {
+        return Err("data is not in a backend buffer".into());
+    };
+    let base = match b.iface.get_base {
+        Some(f) => f(buf) as usize,
+        None => return Err("its buffer has no base address".into()),
+    };
+    if start < base || end > base.saturating_add(b.size) {
+        return Err(format!(
+            "data [{:#x}, +{}) lies outside its buffer [{base:#x}, +{})",
+            start,
+            end - start,
+            b.size
+        ));
+    }
+    Ok(())
+}
+
 unsafe extern "C" fn buffer_free(buffer: ggml_backend_buffer_t) {
     guard("buffer_free", (), || {
         if let Some(b) = buffer.as_mut() {
             if !b.context.is_null() {
-                drop(Box::from_raw(b.context as *mut Box<dyn Buffer>));
+                let ctx = Box::from_raw(b.context as *mut BufferCtx);
+                ctx.take_error();
                 b.context = null_mut();
+                drop(ctx);
+                // Memory went away: graphs remembered over its addresses must be checked again.
+                crate::tensor::bump_free_epoch();
             }
         }
     })
@@ -565,10 +675,16 @@ unsafe extern "C" fn buffer_memset_tensor(
     size: usize,
 ) {
     guard("buffer_memset_tensor", (), || {
-        let Some(b) = buffer_of(buffer) else { return };
-        match tensor_range(b.as_ref(), t, offset, size) {
-            Some(at) => report(b.fill(at, size, value), "memset_tensor"),
-            None => log_error!("memset_tensor: range outside the buffer"),
+        let Some(c) = buffer_ctx(buffer) else { return };
+        match tensor_range(c.imp.as_ref(), t, offset, size) {
+            Some(at) => {
+                let r = c.imp.fill(at, size, value);
+                c.check(r, "memset_tensor")
+            }
+            None => c.fail(
+                "memset_tensor",
+                &format!("range +{offset}, {size} bytes outside the buffer"),
+            ),
         }
     })
 }
@@ -581,20 +697,28 @@ unsafe extern "C" fn buffer_set_tensor(
     size: usize,
 ) {
     guard("buffer_set_tensor", (), || {
-        let Some(b) = buffer_of(buffer) else { return };
+        let Some(c) = buffer_ctx(buffer) else { return };
         if size == 0 {
             return;
         }
         if data.is_null() {
-            log_error!("set_tensor: NULL data");
+            c.fail("set_tensor", "NULL data");
             return;
         }
-        match tensor_range(b.as_ref(), t, offset, size) {
-            Some(at) => report(
-                b.write(at, std::slice::from_raw_parts(data as *const u8, size)),
+        match tensor_range(c.imp.as_ref(), t, offset, size) {
+            Some(at) if overlaps(c, at, data as *const u8, size) => {
+                c.fail("set_tensor", "the data overlaps the destination")
+            }
+            Some(at) => {
+                let r = c
+                    .imp
+                    .write(at, std::slice::from_raw_parts(data as *const u8, size));
+                c.check(r, "set_tensor")
+            }
+            None => c.fail(
                 "set_tensor",
+                &format!("range +{offset}, {size} bytes outside the buffer"),
             ),
-            None => log_error!("set_tensor: range outside the buffer"),
         }
     })
 }
@@ -607,70 +731,127 @@ unsafe extern "C" fn buffer_get_tensor(
     size: usize,
 ) {
     guard("buffer_get_tensor", (), || {
-        let Some(b) = buffer_of(buffer) else { return };
+        let Some(c) = buffer_ctx(buffer) else { return };
         if size == 0 {
             return;
         }
         if data.is_null() {
-            log_error!("get_tensor: NULL data");
+            c.fail("get_tensor", "NULL data");
             return;
         }
-        match tensor_range(b.as_ref(), t, offset, size) {
-            Some(at) => report(
-                b.read(at, std::slice::from_raw_parts_mut(data as *mut u8, size)),
+        match tensor_range(c.imp.as_ref(), t, offset, size) {
+            Some(at) if overlaps(c, at, data as *const u8, size) => {
+                c.fail("get_tensor", "the destination overlaps the data")
+            }
+            Some(at) => c.check(
+                c.imp
+                    .read(at, std::slice::from_raw_parts_mut(data as *mut u8, size)),
                 "get_tensor",
             ),
-            None => log_error!("get_tensor: range outside the buffer"),
+            None => c.fail(
+                "get_tensor",
+                &format!("range +{offset}, {size} bytes outside the buffer"),
+            ),
         }
     })
 }
 
 /// Copies from any host-memory tensor, or from a buffer of the same device memory, into ours;
-/// other sources return false so ggml falls back to a copy through the host.
+/// other sources return false so ggml falls back to a copy through the host. Both tensors
+/// must span the same number of bytes and lie inside their buffers.
 unsafe extern "C" fn buffer_cpy_tensor(
     buffer: ggml_backend_buffer_t,
     src: *const ggml_tensor,
     dst: *mut ggml_tensor,
 ) -> bool {
     guard("buffer_cpy_tensor", false, || {
-        let (Some(b), Some(s)) = (buffer_of(buffer), Tensor::from_ptr(src)) else {
+        let Some(c) = buffer_ctx(buffer) else {
             return false;
         };
-        let sbuf = s.raw().buffer;
+        let (Some(s), Some(d)) = (Tensor::from_ptr(src), Tensor::from_ptr(dst)) else {
+            c.fail("cpy_tensor", "NULL tensor");
+            return false;
+        };
+        let sbuf = tensor_buffer(src);
         if sbuf.is_null() || s.data().is_null() {
+            c.fail("cpy_tensor", "source has no memory");
             return false;
         }
-        let sbuft = (*sbuf).buft;
         let n = s.nbytes();
+        if d.nbytes() != n {
+            c.fail(
+                "cpy_tensor",
+                &format!(
+                    "source '{}' spans {n} bytes, destination '{}' {}",
+                    s.name(),
+                    d.name(),
+                    d.nbytes()
+                ),
+            );
+            return false;
+        }
+        if let Err(e) = check_in_buffer(&s) {
+            c.fail("cpy_tensor", &format!("source '{}': {e}", s.name()));
+            return false;
+        }
+        let Some(at) = tensor_range(c.imp.as_ref(), dst, 0, n) else {
+            c.fail(
+                "cpy_tensor",
+                &format!("destination '{}' lies outside the buffer", d.name()),
+            );
+            return false;
+        };
+        let sbuft = (*sbuf).buft;
         // Same buffer type (one of our devices' memory): a copy on the device.
-        if !sbuft.is_null() && std::ptr::eq(sbuft, (*buffer).buft) && !b.is_host() {
-            return match tensor_range(b.as_ref(), dst, 0, n) {
-                Some(at) => b.copy_from_same_type(at, s.data(), n).unwrap_or_else(|e| {
-                    log_error!("cpy_tensor: {e}");
+        if !sbuft.is_null() && std::ptr::eq(sbuft, (*buffer).buft) && !c.imp.is_host() {
+            return c
+                .imp
+                .copy_from_same_type(at, s.data(), n)
+                .unwrap_or_else(|e| {
+                    c.fail("cpy_tensor", &e.to_string());
                     false
-                }),
-                None => false,
-            };
+                });
         }
         let src_is_host =
             !sbuft.is_null() && (*sbuft).iface.is_host.map(|f| f(sbuft)).unwrap_or(false);
         if !src_is_host {
             return false;
         }
-        match tensor_range(b.as_ref(), dst, 0, n) {
-            Some(at) => b.write(at, std::slice::from_raw_parts(s.data(), n)).is_ok(),
-            None => false,
+        if overlaps(c, at, s.data(), n) {
+            c.fail(
+                "cpy_tensor",
+                &format!("source '{}' overlaps the destination", s.name()),
+            );
+            return false;
+        }
+        match c.imp.write(at, std::slice::from_raw_parts(s.data(), n)) {
+            Ok(()) => true,
+            Err(e) => {
+                c.fail("cpy_tensor", &e.to_string());
+                false
+            }
         }
     })
 }
 
 unsafe extern "C" fn buffer_clear(buffer: ggml_backend_buffer_t, value: u8) {
     guard("buffer_clear", (), || {
-        if let Some(b) = buffer_of(buffer) {
-            let n = b.size();
-            report(b.fill(0, n, value), "clear");
+        if let Some(c) = buffer_ctx(buffer) {
+            let n = c.imp.size();
+            let r = c.imp.fill(0, n, value);
+            c.check(r, "clear");
         }
     })
+}
+
+/// The error recorded on the buffer of the node or of any source (`BufferCtx::fail`), taken.
+unsafe fn take_buffer_error(t: &Tensor) -> Option<String> {
+    if BUFFER_ERRORS.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        return None;
+    }
+    std::iter::once(*t)
+        .chain((0..GGML_MAX_SRC).filter_map(|i| t.src(i)))
+        .find_map(|x| buffer_ctx(tensor_buffer(x.as_ptr())).and_then(|c| c.take_error()))
 }
 
 fn report(r: crate::device::Result<()>, what: &str) {
@@ -971,6 +1152,16 @@ unsafe extern "C" fn backend_graph_compute(
             }
             nodes.push(t);
         }
+        for t in &nodes {
+            if let Some(e) = take_buffer_error(t) {
+                log_error!(
+                    "{}: graph_compute failed: node '{}' uses a buffer on which an earlier {e}",
+                    b.imp.name().to_string_lossy(),
+                    t.name()
+                );
+                return GGML_STATUS_FAILED;
+            }
+        }
         // A graph equal to the one computed last (every generated token) was checked when it
         // was first seen: the backend's walk of its key stands in for the per-node checks.
         if !b.imp.repeats_last(&nodes) {
@@ -1006,9 +1197,10 @@ unsafe extern "C" fn backend_graph_compute(
     })
 }
 
-/// A node runs only if the device claims it and it and its sources have memory.
+/// A node runs only if the device claims it and it and its sources have memory: every
+/// tensor's elements inside the buffer holding it.
 fn check_node(dev: &dyn Device, t: &Tensor) -> Result<(), String> {
-    if !dev.supports_op(t) {
+    if !geometry_ok(t) || !dev.supports_op(t) {
         return Err(format!(
             "op {} on type {} is not supported",
             t.op(),
@@ -1018,10 +1210,24 @@ fn check_node(dev: &dyn Device, t: &Tensor) -> Result<(), String> {
     if t.data().is_null() {
         return Err("output is not allocated".into());
     }
+    // SAFETY (check_in_buffer): the node's buffer pointers come from the host's graph.
+    unsafe { check_in_buffer(t) }.map_err(|e| format!("output: {e}"))?;
+    let out = t.data_range()?;
     for i in 0..GGML_MAX_SRC {
         if let Some(s) = t.src(i) {
             if s.data().is_null() && !s.is_empty() {
                 return Err(format!("source {i} '{}' is not allocated", s.name()));
+            }
+            unsafe { check_in_buffer(&s) }
+                .map_err(|e| format!("source {i} '{}': {e}", s.name()))?;
+            // In place (the output at the source's address, ggml's *_inplace ops) is fine;
+            // a partial overlap has kernels copy between aliasing slices.
+            let r = s.data_range()?;
+            if r.0 != out.0 && r.0 < out.1 && out.0 < r.1 {
+                return Err(format!(
+                    "output overlaps source {i} '{}' at another address",
+                    s.name()
+                ));
             }
         }
     }

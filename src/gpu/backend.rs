@@ -60,6 +60,9 @@ pub struct GpuBackend {
     queued: bool,
     /// An error that queued work reported at `synchronize`; the next compute returns it.
     failed: Option<String>,
+    /// Set between capture begin and end: still set afterwards means a panic (caught by the
+    /// C boundary's guard) left the stream capturing; `abort_capture` ends it.
+    capturing: bool,
     /// ROCMFORGE_GPU_TIMING=1: where a graph's time goes (see `Timing`).
     timing: Option<Timing>,
 }
@@ -203,6 +206,8 @@ fn node_words(n: &Tensor, w: &mut [u64; NODE_WORDS]) -> usize {
 fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
     key.clear();
     key.push(scratch);
+    // No buffer freed since (a freed address may come back as another, smaller buffer).
+    key.push(crate::tensor::free_epoch());
     let mut w = [0u64; NODE_WORDS];
     for n in nodes {
         let len = node_words(n, &mut w);
@@ -213,10 +218,10 @@ fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
 /// Whether the graph's key equals `last`, compared node by node as it is walked (nothing
 /// kept: this runs for every token, and the key is rebuilt only when it differs).
 fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr) -> bool {
-    if last.first() != Some(&scratch) {
+    if last.first() != Some(&scratch) || last.get(1) != Some(&crate::tensor::free_epoch()) {
         return false;
     }
-    let mut at = 1;
+    let mut at = 2;
     let mut w = [0u64; NODE_WORDS];
     for n in nodes {
         let len = node_words(n, &mut w);
@@ -282,6 +287,7 @@ impl GpuBackend {
             dump,
             copy_event: None,
             queued: false,
+            capturing: false,
             failed: None,
             timing,
         })
@@ -416,7 +422,8 @@ impl GpuBackend {
             if t.is_empty() {
                 continue;
             }
-            let (at, len) = (t.data() as usize as u64, t.nbytes());
+            let (at, end) = t.data_range().map_err(Error::Unsupported)?;
+            let (at, len) = (at as u64, end - at);
             // The output (first) is written: a read-only host mapping will not do for it.
             let ok = if i == 0 {
                 self.ctx.owns_writable(at, len)
@@ -434,8 +441,21 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// After a panic inside a capture: ends it, drops what was captured, stops using graphs
+    /// on this backend and leaves an error for the next compute.
+    fn abort_capture(&mut self) {
+        if std::mem::take(&mut self.capturing) {
+            if let Ok(g) = self.ctx.api.capture_end(self.ctx.ord, self.stream) {
+                self.ctx.api.graph_destroy(self.ctx.ord, g);
+            }
+            (self.graphs_ok, self.exec_current) = (false, false);
+            self.failed = Some("a panic interrupted a graph capture".into());
+        }
+    }
+
     /// Queues a graph's kernels (replayed as a captured graph where it repeats).
     fn compute_graph(&mut self, nodes: &[Tensor]) -> Result<()> {
+        self.abort_capture();
         if let Some(e) = self.failed.take() {
             return Err(Error::Device(format!(
                 "earlier work on this stream failed: {e}"
@@ -597,8 +617,10 @@ impl GpuBackend {
                     let captured = (|| -> Result<GraphExec> {
                         api.stream_sync(ord, self.stream).map_err(Error::Device)?;
                         api.capture_begin(ord, self.stream).map_err(Error::Device)?;
+                        self.capturing = true;
                         let launched = launch_all();
                         let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
+                        self.capturing = false;
                         launched?;
                         let graph = graph?;
                         let exec = match self.exec {
@@ -672,6 +694,7 @@ impl Drop for GpuBackend {
             }
             crate::log_info!("{out}");
         }
+        self.abort_capture();
         let _ = self.ctx.api.stream_sync(self.ctx.ord, self.stream);
         if let Some(mut t) = self.timing.take() {
             t.collect(&self.ctx);
@@ -748,6 +771,7 @@ impl Backend for GpuBackend {
     }
 
     fn synchronize(&mut self) -> Result<()> {
+        self.abort_capture();
         if !self.queued && self.timing.is_none() {
             return Ok(());
         }
@@ -853,6 +877,9 @@ mod tests {
         graph_key(&mut key, &nodes, 4096);
         assert!(key_matches(&key, &nodes, 4096));
         assert!(!key_matches(&key, &nodes, 8192), "scratch address");
+        crate::tensor::bump_free_epoch();
+        assert!(!key_matches(&key, &nodes, 4096), "a buffer freed since");
+        graph_key(&mut key, &nodes, 4096);
         assert!(
             !key_matches(&key[..key.len() - 1], &nodes, 4096),
             "a shorter key"

@@ -42,14 +42,11 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let g = node.param_i32(0);
     let f16 = a.dtype() == GgmlType::F16;
     let esz = a.dtype().type_size();
-    let (bd, bnb) = match b {
-        Some(b) => (b.data(), b.nb()[1]),
-        None => (a.data(), a.nb()[1]),
-    };
+    let gate = b.unwrap_or(a);
     for r in split_range(node.nrows(), ctx.ith, ctx.nth) {
         unsafe {
-            let mut xp = a.data().add(r * a.nb()[1]);
-            let mut gp = bd.add(r * bnb);
+            let mut xp = a.data().add(a.flat_row_offset(r));
+            let mut gp = gate.data().add(gate.flat_row_offset(r));
             if b.is_none() {
                 if swapped {
                     xp = xp.add(nc * esz);
@@ -57,7 +54,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                     gp = gp.add(nc * esz);
                 }
             }
-            let dp = node.data().add(r * node.nb()[1]);
+            let dp = node.data().add(node.flat_row_offset(r));
             if f16 {
                 let x = std::slice::from_raw_parts(xp as *const u16, nc);
                 let gv = std::slice::from_raw_parts(gp as *const u16, nc);

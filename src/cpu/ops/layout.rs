@@ -121,8 +121,8 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             for r in split_range(node.nrows(), ctx.ith, ctx.nth) {
                 let j = r % ne[1];
                 unsafe {
-                    let sp = a.data().add(r * a.nb()[1]);
-                    let dp = node.data().add(r * node.nb()[1]);
+                    let sp = a.data().add(a.flat_row_offset(r));
+                    let dp = node.data().add(node.flat_row_offset(r));
                     if sp != dp {
                         std::ptr::copy_nonoverlapping(sp, dp, ne[0] * 4);
                     }

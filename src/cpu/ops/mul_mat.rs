@@ -38,6 +38,8 @@ pub fn supports(node: &Tensor) -> bool {
         && dne[1] == xne[1]
         && dne[2] == xne[2]
         && dne[3] == xne[3]
+        && wne[2] > 0
+        && wne[3] > 0
         && xne[2] % wne[2] == 0
         && xne[3] % wne[3] == 0
         && w.has_dense_rows()

@@ -19,9 +19,12 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let ne0 = node.ne()[0];
     for r in split_range(node.nrows(), ctx.ith, ctx.nth) {
         unsafe {
-            let x = std::slice::from_raw_parts(a.data().add(r * a.nb()[1]) as *const f32, ne0);
-            let d =
-                std::slice::from_raw_parts_mut(node.data().add(r * node.nb()[1]) as *mut f32, ne0);
+            let x =
+                std::slice::from_raw_parts(a.data().add(a.flat_row_offset(r)) as *const f32, ne0);
+            let d = std::slice::from_raw_parts_mut(
+                node.data().add(node.flat_row_offset(r)) as *mut f32,
+                ne0,
+            );
             if b == 0.0 {
                 d.iter_mut().zip(x).for_each(|(d, &x)| *d = x * s);
             } else {

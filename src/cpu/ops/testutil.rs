@@ -146,7 +146,7 @@ pub fn rand_vec(n: usize, seed: u32, lo: f32, hi: f32) -> Vec<f32> {
 pub fn run(node: &TT, nth: usize) {
     let t = node.tensor();
     assert!(super::supports(&t), "node not supported");
-    let mut be = CpuBackend::new(nth);
+    let mut be = CpuBackend::new(nth).unwrap();
     be.compute(&[t]).unwrap();
 }
 
