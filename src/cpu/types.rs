@@ -133,6 +133,10 @@ unsafe fn vec_dot_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 /// Reads element `i` of a row of a plain float type as f32.
+///
+/// # Safety
+/// `t` must be F32, F16 or BF16 (others panic) and `p` readable for one element of `t`
+/// (4 or 2 bytes), aligned to its size.
 #[inline]
 pub unsafe fn load_f32(t: GgmlType, p: *const u8) -> f32 {
     match t {
@@ -144,6 +148,10 @@ pub unsafe fn load_f32(t: GgmlType, p: *const u8) -> f32 {
 }
 
 /// Writes one f32 as a plain float type.
+///
+/// # Safety
+/// `t` must be F32, F16 or BF16 (others panic) and `p` writable for one element of `t`
+/// (4 or 2 bytes), aligned to its size.
 #[inline]
 pub unsafe fn store_f32(t: GgmlType, p: *mut u8, v: f32) {
     match t {

@@ -16,6 +16,9 @@ pub struct BlockQ4_1 {
 }
 const _: () = assert!(size_of::<BlockQ4_1>() == 20);
 
+/// # Safety
+/// `src` must point to `dst.len() / QK` readable blocks of Q4_1 (20 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ4_1;
     for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
@@ -29,6 +32,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 }
 
 /// ggml's reference: d = (max - min) / 15, codes rounded half up and capped at 15.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q4_1 (20 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ4_1;
     for (i, x) in src.chunks_exact(QK).enumerate() {
@@ -49,6 +56,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK` readable blocks of Q4_1 (20 bytes each, aligned to 2)
+/// and `y` to `n / QK` blocks of Q8_1 (36 bytes each, aligned to 2).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ4_1, y as *const BlockQ8_1);
     let mut sum = 0f32;

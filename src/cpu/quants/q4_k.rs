@@ -58,6 +58,9 @@ pub fn pack_scales(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
     s
 }
 
+/// # Safety
+/// `src` must point to `dst.len() / QK_K` readable blocks of Q4_K (144 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ4K;
     for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
@@ -161,6 +164,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK_K` readable blocks of Q4_K (144 bytes each, aligned to 2)
+/// and `y` to `n / QK_K` blocks of Q8_K (292 bytes each, aligned to 4).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ4K, y as *const BlockQ8K);
     let mut sum = 0f32;

@@ -3,6 +3,9 @@ use std::arch::x86_64::*;
 /// Converts a 32-bit pair of f16 to 4 lanes [a, b, 0, 0]. Going through a general register
 /// matters: a 16-bit insert (what LLVM emits for one half) merges into whatever register it
 /// picks, often a loop accumulator, which chains every iteration onto the previous one.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_pair(bits: u32) -> __m128 {
@@ -10,6 +13,9 @@ pub unsafe fn f16_pair(bits: u32) -> __m128 {
 }
 
 /// `f16(a) * f16(b)`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
@@ -17,18 +23,24 @@ pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
     _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16(h: u16) -> f32 {
     _mm_cvtss_f32(f16_pair(h as u32))
 }
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn hsum_f32(v: __m256) -> f32 {
     crate::cpu::simd::x86::hsum(v)
 }
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn hsum_i32(v: __m256i) -> i32 {
@@ -38,6 +50,8 @@ pub unsafe fn hsum_i32(v: __m256i) -> i32 {
     ))
 }
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn hsum_i32_x4(s: __m128i) -> i32 {
@@ -48,6 +62,10 @@ pub unsafe fn hsum_i32_x4(s: __m128i) -> i32 {
 
 /// Quantizes 32 floats to i8 the way ggml-cpu's x86 `quantize_row_q8_0/1` do: multiplier
 /// 127/amax, round half to even. Returns the scale amax/127 and the sum of the codes.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
+/// `x` must be readable for 32 f32 and `qs` writable for 32 bytes (any alignment).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_block_i8(x: *const f32, qs: *mut i8) -> (f32, i32) {
@@ -89,6 +107,10 @@ pub unsafe fn quantize_block_i8(x: *const f32, qs: *mut i8) -> (f32, i32) {
 /// Loads one f16 as f32 through a general register. Written as asm because LLVM, seeing
 /// only 16 bits used, turns any plain load into a 16-bit insert that merges into (and so
 /// waits for) whatever register it picks, often another row's accumulator.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
+/// `p` must be readable for 2 bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_load(p: *const u16) -> f32 {
@@ -107,6 +129,9 @@ pub unsafe fn f16_load(p: *const u16) -> f32 {
 /// Converts the low f16 pair of up to 4 32-bit words (words c ≥ C read as 0) to 8 lanes
 /// [a0, b0, a1, b1, ..]. Built from whole words, so no 16-bit insert can tie the result
 /// to an unrelated register (see `f16_pair`).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_pairs<const C: usize>(word: impl Fn(usize) -> u32) -> __m256 {
@@ -115,6 +140,10 @@ pub unsafe fn f16_pairs<const C: usize>(word: impl Fn(usize) -> u32) -> __m256 {
 }
 
 /// 16 packed bytes → 32 bytes: the low nibbles, then the high nibbles.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
+/// `p` must be readable for 16 bytes (any alignment).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn nibbles(p: *const u8) -> __m256i {
@@ -124,6 +153,9 @@ pub unsafe fn nibbles(p: *const u8) -> __m256i {
 }
 
 /// 32 bits → 32 bytes: byte j is 0xff where bit j is set, else 0.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn bits_to_bytes(bits: u32) -> __m256i {
@@ -173,12 +205,16 @@ static SCALE_BROADCASTS: [[u8; 32]; 8] = {
     t
 };
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scale_pairs() -> [__m256i; 4] {
     SCALE_PAIRS.map(|p| _mm256_loadu_si256(p.as_ptr() as *const __m256i))
 }
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scale_broadcasts() -> [__m256i; 8] {
@@ -186,6 +222,9 @@ pub unsafe fn scale_broadcasts() -> [__m256i; 8] {
 }
 
 /// Pairwise sums of u8 × i8 products, widened to 8 i32 lanes.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256i {
@@ -193,6 +232,9 @@ pub unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256i {
 }
 
 /// Pairwise sums of i8 × i8 products (neither may be -128... x may; y only in [-127, 127]).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256i {

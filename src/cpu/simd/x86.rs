@@ -1,5 +1,8 @@
 use std::arch::x86_64::*;
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn hsum(v: __m256) -> f32 {
@@ -14,6 +17,10 @@ pub unsafe fn hsum(v: __m256) -> f32 {
 /// e^x for 8 lanes by Arm's vector expf algorithm (see [`super::exp_arm`], which is the
 /// same arithmetic one lane at a time): within 1.5 ulp + 0.5; below about -104 (-inf
 /// included) 0, above about 88.4 +inf.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn exp_ps(x: __m256) -> __m256 {
@@ -49,6 +56,10 @@ pub unsafe fn exp_ps(x: __m256) -> __m256 {
     _mm256_blendv_ps(v, _mm256_mul_ps(s1, s1), huge)
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `x.len()` must be a multiple of 8 and `y` at least as long as `x`.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn softmax_exp_groups(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
     let mut sum = 0f64;
@@ -61,6 +72,10 @@ pub unsafe fn softmax_exp_groups(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
     sum
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `x.len()` must be a multiple of 8; `y` and `g` at least as long as `x`.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn silu_groups(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
     let one = _mm256_set1_ps(1.0);
@@ -75,6 +90,11 @@ pub unsafe fn silu_groups(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
     }
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len();
@@ -110,6 +130,11 @@ pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
     let n = a.len();
@@ -142,6 +167,12 @@ pub unsafe fn dot_f16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
 /// One accumulator over chunks of 8, then a horizontal sum: the order of ggml-cpu's
 /// tinyBLAS F16 kernel (used for every F16 MUL_MAT whose length is a multiple of 8), so
 /// attention scores agree with ggml's to the bit.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f16_f16_avx2(a: &[u16], b: &[u16]) -> f32 {
     let n = a.len();
@@ -162,6 +193,11 @@ pub unsafe fn dot_f16_f16_avx2(a: &[u16], b: &[u16]) -> f32 {
     s
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f16_f16_4acc_avx2(a: &[u16], b: &[u16]) -> f32 {
     let n = a.len();
@@ -189,6 +225,11 @@ pub unsafe fn dot_f16_f16_4acc_avx2(a: &[u16], b: &[u16]) -> f32 {
     s as f32
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_bf16_bf16_avx2(a: &[u16], b: &[u16]) -> f32 {
     let n = a.len();
@@ -213,6 +254,11 @@ pub unsafe fn dot_bf16_bf16_avx2(a: &[u16], b: &[u16]) -> f32 {
     s
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA (F16C too for the f16 kernels); the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_bf16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
     let n = a.len();
@@ -240,6 +286,10 @@ pub unsafe fn dot_bf16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
 // them in the AVX2 kernel's order, so the results are the same to the bit.
 
 /// The two 256-bit halves of `v`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C; the dispatchers in
+/// `simd` check `level()` first.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn halves(v: __m512) -> (__m256, __m256) {
@@ -249,6 +299,11 @@ pub unsafe fn halves(v: __m512) -> (__m256, __m256) {
     )
 }
 
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C; the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len();
@@ -279,6 +334,11 @@ pub unsafe fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C; the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn dot_f16_f32_avx512(a: &[u16], b: &[f32]) -> f32 {
     let n = a.len();
@@ -306,6 +366,11 @@ pub unsafe fn dot_f16_f32_avx512(a: &[u16], b: &[f32]) -> f32 {
     s
 }
 
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C; the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn dot_f16_f16_4acc_avx512(a: &[u16], b: &[u16]) -> f32 {
     let n = a.len();
@@ -342,6 +407,11 @@ unsafe fn bf16x16(p: *const u16) -> __m512 {
     )))
 }
 
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C; the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn dot_bf16_bf16_avx512(a: &[u16], b: &[u16]) -> f32 {
     let n = a.len();
@@ -362,6 +432,11 @@ pub unsafe fn dot_bf16_bf16_avx512(a: &[u16], b: &[u16]) -> f32 {
     s
 }
 
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C; the dispatchers in
+/// `simd` check `level()` first.
+/// `b` must be at least as long as `a`: the vector loop reads `b` up to `a.len()`
+/// unchecked.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn dot_bf16_f32_avx512(a: &[u16], b: &[f32]) -> f32 {
     let n = a.len();
