@@ -172,7 +172,15 @@ mod tests {
 
     #[test]
     fn bf16_rounding_matches_half_crate() {
-        for &v in &[0.0f32, 1.0, -1.5, 3.14159, 1e-30, 65504.0, -7.77e20] {
+        for &v in &[
+            0.0f32,
+            1.0,
+            -1.5,
+            std::f32::consts::PI,
+            1e-30,
+            65504.0,
+            -7.77e20,
+        ] {
             assert_eq!(f32_to_bf16_bits(v), half::bf16::from_f32(v).to_bits());
         }
         assert!(f32::from_bits((f32_to_bf16_bits(f32::NAN) as u32) << 16).is_nan());

@@ -175,6 +175,9 @@ unsafe fn odd_tail<B: CodesBlock>(bx: &B, by: &BlockQ8_0, setup: __m256i, total:
 /// and 2q + 1; else acc[r][p] holds columns 2p and 2p + 1 of row r. A function, not a closure:
 /// `inline(always)` makes sure it lands in the caller compiled for the instruction set (a
 /// closure called twice may stay out of line, with every intrinsic a call).
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
@@ -268,6 +271,9 @@ unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
 /// `x` must point to R rows of `n / 32` blocks of `B`, `xs` bytes apart; `y` to C rows of
 /// `n / 32` Q8_0 blocks, `ys` bytes apart (both 2-byte aligned); `out` must be writable
 /// for an f32 at `out + r * 4 + c * os` for each r < R, c < C, 4-byte aligned.
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
@@ -279,7 +285,11 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
     out: *mut u8,
     os: usize,
 ) {
-    const { assert!((C % 2 == 0 && C <= 8 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
+    const {
+        assert!(
+            (C.is_multiple_of(2) && C <= 8 && R <= 8) || (C == 1 && R.is_multiple_of(2) && R <= 8)
+        )
+    };
     let nb = n / 32;
     let setup = B::setup();
     let mut acc = [[[_mm512_setzero_ps(); C]; R]; 2];
@@ -372,6 +382,9 @@ impl Dpbusd256 for Maddubs {
 }
 
 /// Block i of `tile_codes256` into `acc` (a function for the reason given at `step512`).
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(
@@ -419,6 +432,9 @@ unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(
 /// `x` must point to R rows of `n / 32` blocks of `B`, `xs` bytes apart; `y` to C rows of
 /// `n / 32` Q8_0 blocks, `ys` bytes apart (both 2-byte aligned); `out` must be writable
 /// for an f32 at `out + r * 4 + c * os` for each r < R, c < C, 4-byte aligned.
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn tile_codes256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(

@@ -83,8 +83,8 @@ fn bench_gemv_streaming() {
                         }
                     }
                     _ => {
-                        for r in 0..ROWS {
-                            out[r] = unsafe {
+                        for (r, o) in out.iter_mut().enumerate() {
+                            *o = unsafe {
                                 (tr.vec_dot.unwrap())(N, qx.as_ptr().add(r * row), qy.as_ptr())
                             };
                         }

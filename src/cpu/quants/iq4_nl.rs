@@ -168,6 +168,9 @@ pub(super) mod avx2 {
     }
 
     /// Adds block i of R rows by C columns to `acc`, one accumulator per pair.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn tile_block<const R: usize, const C: usize>(
@@ -210,6 +213,9 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     // The 2 × 4 tile's 16 accumulators (two per pair, as `vec_dot`) spill some, yet it
     // measured faster than 2 × 2 and 1 × 4.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,
         x: *const u8,

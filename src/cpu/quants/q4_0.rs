@@ -118,6 +118,9 @@ pub(super) mod avx2 {
     }
 
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,

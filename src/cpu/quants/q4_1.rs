@@ -150,6 +150,9 @@ pub(super) mod avx2 {
 
     /// `tile` with the integer dot of the codes (unsigned 0..15, so any variant takes them as
     /// they are) done by `D`: AVX2 here, 256-bit VNNI in `avx512::tile_vnni256`/`tile_avxvnni`.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     pub(in crate::cpu::quants) unsafe fn tile_with<
         D: crate::cpu::quants::avx512::Dpbusd256,
@@ -218,6 +221,9 @@ pub(super) mod avx512 {
     use crate::cpu::simd::x86::hsum;
     use std::arch::x86_64::*;
 
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     unsafe fn tile<D: Dpbusd, const R: usize, const C: usize>(
         n: usize,
@@ -228,7 +234,12 @@ pub(super) mod avx512 {
         out: *mut u8,
         os: usize,
     ) {
-        const { assert!((C % 2 == 0 && C <= 4 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
+        const {
+            assert!(
+                (C.is_multiple_of(2) && C <= 4 && R <= 8)
+                    || (C == 1 && R.is_multiple_of(2) && R <= 8)
+            )
+        };
         let zero = _mm512_setzero_si512();
         let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const BlockQ4_1).add(i);
         let by = |c: usize, i: usize| &*(y.add(c * ys) as *const BlockQ8_1).add(i);

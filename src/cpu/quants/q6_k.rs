@@ -224,6 +224,9 @@ pub(super) mod avx2 {
     /// per super-block the same i32 lanes (integer sums, so their order is free), the same f32
     /// product, FMA and final sum. Per 32 codes, each row's codes and scale vector are made
     /// once for all columns and each column's 32 activations are loaded once for all rows.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,

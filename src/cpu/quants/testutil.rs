@@ -18,7 +18,7 @@ pub fn data(n: usize, seed: u32) -> Vec<f32> {
         .map(|i| {
             let scale = 0.05 + ((i / 32) % 7) as f32 * 0.4;
             let v = (next() % 20001) as f32 / 10000.0 - 1.0;
-            if next() % 97 == 0 {
+            if next().is_multiple_of(97) {
                 v * scale * 4.0
             } else {
                 v * scale

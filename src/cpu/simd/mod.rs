@@ -338,7 +338,8 @@ pub fn exp_arm(x: f32) -> f32 {
     let q = p.mul_add(r2, q);
     let poly = q.mul_add(r2, c::C[4] * r);
     let absn = n.abs();
-    if !(absn > 126.0) {
+    // NaN takes the plain path, as in the vector kernel (its `big` mask is false for NaN).
+    if absn.is_nan() || absn <= 126.0 {
         return poly.mul_add(scale, scale);
     }
     let b = if n <= 0.0 { 0x8200_0000u32 } else { 0 };

@@ -88,7 +88,7 @@ fn exp_ps_equals_exp_arm() {
         0.5,
     ]);
     xs.extend(data(4096, 11).iter().map(|v| v * 30.0));
-    while xs.len() % 8 != 0 {
+    while !xs.len().is_multiple_of(8) {
         xs.push(1.0);
     }
     for c in xs.chunks_exact(8) {

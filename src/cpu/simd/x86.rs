@@ -102,11 +102,11 @@ pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut i = 0;
     while i + 32 <= n {
-        for k in 0..4 {
-            acc[k] = _mm256_fmadd_ps(
+        for (k, acc_k) in acc.iter_mut().enumerate() {
+            *acc_k = _mm256_fmadd_ps(
                 _mm256_loadu_ps(pa.add(i + 8 * k)),
                 _mm256_loadu_ps(pb.add(i + 8 * k)),
-                acc[k],
+                *acc_k,
             );
         }
         i += 32;
@@ -142,9 +142,9 @@ pub unsafe fn dot_f16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut i = 0;
     while i + 32 <= n {
-        for k in 0..4 {
+        for (k, acc_k) in acc.iter_mut().enumerate() {
             let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i));
-            acc[k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i + 8 * k)), acc[k]);
+            *acc_k = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i + 8 * k)), *acc_k);
         }
         i += 32;
     }
@@ -205,10 +205,10 @@ pub unsafe fn dot_f16_f16_4acc_avx2(a: &[u16], b: &[u16]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut i = 0;
     while i + 32 <= n {
-        for k in 0..4 {
+        for (k, acc_k) in acc.iter_mut().enumerate() {
             let x = _mm256_cvtph_ps(_mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i));
             let y = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(i + 8 * k) as *const __m128i));
-            acc[k] = _mm256_fmadd_ps(x, y, acc[k]);
+            *acc_k = _mm256_fmadd_ps(x, y, *acc_k);
         }
         i += 32;
     }
@@ -237,12 +237,12 @@ pub unsafe fn dot_bf16_bf16_avx2(a: &[u16], b: &[u16]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 2];
     let mut i = 0;
     while i + 16 <= n {
-        for k in 0..2 {
+        for (k, acc_k) in acc.iter_mut().enumerate() {
             let h = _mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i);
             let x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
             let g = _mm_loadu_si128(pb.add(i + 8 * k) as *const __m128i);
             let y = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(g), 16));
-            acc[k] = _mm256_fmadd_ps(x, y, acc[k]);
+            *acc_k = _mm256_fmadd_ps(x, y, *acc_k);
         }
         i += 16;
     }
@@ -266,10 +266,10 @@ pub unsafe fn dot_bf16_f32_avx2(a: &[u16], b: &[f32]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 2];
     let mut i = 0;
     while i + 16 <= n {
-        for k in 0..2 {
+        for (k, acc_k) in acc.iter_mut().enumerate() {
             let h = _mm_loadu_si128(pa.add(i + 8 * k) as *const __m128i);
             let x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-            acc[k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i + 8 * k)), acc[k]);
+            *acc_k = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(i + 8 * k)), *acc_k);
         }
         i += 16;
     }
@@ -312,11 +312,11 @@ pub unsafe fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
     let mut z = [_mm512_setzero_ps(); 2];
     let mut i = 0;
     while i + 32 <= n {
-        for k in 0..2 {
-            z[k] = _mm512_fmadd_ps(
+        for (k, z_k) in z.iter_mut().enumerate() {
+            *z_k = _mm512_fmadd_ps(
                 _mm512_loadu_ps(pa.add(i + 16 * k)),
                 _mm512_loadu_ps(pb.add(i + 16 * k)),
-                z[k],
+                *z_k,
             );
         }
         i += 32;
@@ -346,9 +346,9 @@ pub unsafe fn dot_f16_f32_avx512(a: &[u16], b: &[f32]) -> f32 {
     let mut z = [_mm512_setzero_ps(); 2];
     let mut i = 0;
     while i + 32 <= n {
-        for k in 0..2 {
+        for (k, z_k) in z.iter_mut().enumerate() {
             let x = _mm512_cvtph_ps(_mm256_loadu_si256(pa.add(i + 16 * k) as *const __m256i));
-            z[k] = _mm512_fmadd_ps(x, _mm512_loadu_ps(pb.add(i + 16 * k)), z[k]);
+            *z_k = _mm512_fmadd_ps(x, _mm512_loadu_ps(pb.add(i + 16 * k)), *z_k);
         }
         i += 32;
     }
@@ -378,10 +378,10 @@ pub unsafe fn dot_f16_f16_4acc_avx512(a: &[u16], b: &[u16]) -> f32 {
     let mut z = [_mm512_setzero_ps(); 2];
     let mut i = 0;
     while i + 32 <= n {
-        for k in 0..2 {
+        for (k, z_k) in z.iter_mut().enumerate() {
             let x = _mm512_cvtph_ps(_mm256_loadu_si256(pa.add(i + 16 * k) as *const __m256i));
             let y = _mm512_cvtph_ps(_mm256_loadu_si256(pb.add(i + 16 * k) as *const __m256i));
-            z[k] = _mm512_fmadd_ps(x, y, z[k]);
+            *z_k = _mm512_fmadd_ps(x, y, *z_k);
         }
         i += 32;
     }
