@@ -1,7 +1,9 @@
 use super::*;
 use crate::cpu::types::traits as all_traits;
 
-/// Rows × columns of `tl` over a rows × cols block, reps times; returns G MAC/s.
+/// Rows × columns of `tl` over a rows × cols block, reps times; returns G MAC/s. (Only the
+/// x86 tile benches use it.)
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 fn time(
     tl: crate::cpu::types::Tile,

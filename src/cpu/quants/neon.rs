@@ -4,6 +4,9 @@ use std::arch::aarch64::*;
 /// Adds the 16 products of `a` and `b` into the 4 lanes of `acc`. Which lane gets which
 /// products differs between the implementations: callers use only sums over all 4.
 pub trait I8Dot {
+    /// # Safety
+    /// The CPU must have what the implementation uses: NEON for `Widen`; for `Sdot` also
+    /// FEAT_DotProd (callers check `has_dotprod()` and call it from `dotprod` code).
     unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
 }
 
@@ -37,6 +40,10 @@ unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 }
 
 /// 16 bits → 16 bytes: 0x10 where bit j is set (the fifth bit of Q5 codes), else 0.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
 #[inline(always)]
 pub unsafe fn bit4_bytes(h: u16) -> uint8x16_t {
     let b = vcombine_u8(vdup_n_u8(h as u8), vdup_n_u8((h >> 8) as u8));
@@ -45,6 +52,10 @@ pub unsafe fn bit4_bytes(h: u16) -> uint8x16_t {
 }
 
 /// `f16(a) * f16(b)`.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
 #[inline(always)]
 pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
     let v = f16x4(a as u64 | (b as u64) << 16);
@@ -53,6 +64,11 @@ pub unsafe fn f16_mul(a: u16, b: u16) -> f32 {
 
 /// The lane sums of the vectors in `p` (one per sub-block), multiplied by the i32 scales
 /// in `sc` (4 per vector, sub-block order) and added up.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
+/// Slices are read through `chunks_exact`/`zip` (bounds kept).
 #[inline(always)]
 pub unsafe fn scaled_sum(p: &[int32x4_t], sc: &[int32x4_t]) -> i32 {
     let mut acc = vdupq_n_s32(0);
@@ -65,6 +81,10 @@ pub unsafe fn scaled_sum(p: &[int32x4_t], sc: &[int32x4_t]) -> i32 {
 
 /// `block(i, acc)` over blocks 0..nb, even blocks into one accumulator and odd ones into
 /// another, so that consecutive FMAs do not wait on each other; returns their sum.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
 #[inline(always)]
 pub unsafe fn sum_blocks(
     nb: usize,
@@ -85,6 +105,10 @@ pub unsafe fn sum_blocks(
 
 /// Quantizes 32 floats to i8 as `q8_0::from_f32_ref` does: multiplier 127/amax, round half
 /// to even (FCVTNS). Returns the scale amax/127 and the sum of the codes.
+///
+/// # Safety
+/// `x` must be readable for 32 f32 and `qs` writable for 32 bytes (any alignment); NEON
+/// is part of every AArch64 CPU.
 #[inline(always)]
 pub unsafe fn quantize_block_i8(x: *const f32, qs: *mut i8) -> (f32, i32) {
     let v: [float32x4_t; 8] = std::array::from_fn(|k| vld1q_f32(x.add(4 * k)));

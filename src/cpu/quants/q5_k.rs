@@ -189,6 +189,9 @@ mod neon {
     use crate::cpu::quants::q4_k::unpack_scales_u64;
     use std::arch::aarch64::*;
 
+    // h picks both the code half and its fifth-bit vector qh[h], and the activation
+    // offset: an iterator over qh would hide the pairing.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ5K, y as *const BlockQ8K);

@@ -1,18 +1,30 @@
 use std::arch::aarch64::*;
 
 /// Four f16 (the 64-bit word's halves, low first) as f32.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
 #[inline(always)]
 pub unsafe fn f16x4(bits: u64) -> float32x4_t {
     vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(bits)))
 }
 
 /// One f16 as f32 (`half` would detect FEAT_FP16 and call out, spilling the caller's vectors).
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
 #[inline(always)]
 pub unsafe fn f16(h: u16) -> f32 {
     vgetq_lane_f32::<0>(f16x4(h as u64))
 }
 
 /// f32 → f16 bits, rounded to nearest even like `half`.
+///
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
 #[inline(always)]
 pub unsafe fn f32_to_f16(v: f32) -> u16 {
     vget_lane_u16::<0>(vreinterpret_u16_f16(vcvt_f16_f32(vdupq_n_f32(v))))
@@ -102,26 +114,46 @@ unsafe fn dot<A: Kind, B: Kind>(a: &[A::T], b: &[B::T]) -> f32 {
     s
 }
 
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
+/// Slices of different lengths are dotted over the shorter one.
 #[target_feature(enable = "neon")]
 pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     dot::<F32, F32>(a, b)
 }
 
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
+/// Slices of different lengths are dotted over the shorter one.
 #[target_feature(enable = "neon")]
 pub unsafe fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
     dot::<F16, F32>(a, b)
 }
 
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
+/// Slices of different lengths are dotted over the shorter one.
 #[target_feature(enable = "neon")]
 pub unsafe fn dot_f16_f16(a: &[u16], b: &[u16]) -> f32 {
     dot::<F16, F16>(a, b)
 }
 
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
+/// Slices of different lengths are dotted over the shorter one.
 #[target_feature(enable = "neon")]
 pub unsafe fn dot_bf16_f32(a: &[u16], b: &[f32]) -> f32 {
     dot::<Bf16, F32>(a, b)
 }
 
+/// # Safety
+/// NEON is part of every AArch64 CPU; the function is `unsafe` only because its body
+/// uses NEON intrinsics, so callers need guarantee nothing more.
+/// Slices of different lengths are dotted over the shorter one.
 #[target_feature(enable = "neon")]
 pub unsafe fn dot_bf16_bf16(a: &[u16], b: &[u16]) -> f32 {
     dot::<Bf16, Bf16>(a, b)
