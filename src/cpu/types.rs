@@ -133,6 +133,10 @@ unsafe fn vec_dot_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 /// Reads element `i` of a row of a plain float type as f32.
+///
+/// # Safety
+/// `t` must be F32, F16 or BF16 (others panic) and `p` readable for one element of `t`
+/// (4 or 2 bytes), aligned to its size.
 #[inline]
 pub unsafe fn load_f32(t: GgmlType, p: *const u8) -> f32 {
     match t {
@@ -144,6 +148,10 @@ pub unsafe fn load_f32(t: GgmlType, p: *const u8) -> f32 {
 }
 
 /// Writes one f32 as a plain float type.
+///
+/// # Safety
+/// `t` must be F32, F16 or BF16 (others panic) and `p` writable for one element of `t`
+/// (4 or 2 bytes), aligned to its size.
 #[inline]
 pub unsafe fn store_f32(t: GgmlType, p: *mut u8, v: f32) {
     match t {
@@ -164,7 +172,15 @@ mod tests {
 
     #[test]
     fn bf16_rounding_matches_half_crate() {
-        for &v in &[0.0f32, 1.0, -1.5, 3.14159, 1e-30, 65504.0, -7.77e20] {
+        for &v in &[
+            0.0f32,
+            1.0,
+            -1.5,
+            std::f32::consts::PI,
+            1e-30,
+            65504.0,
+            -7.77e20,
+        ] {
             assert_eq!(f32_to_bf16_bits(v), half::bf16::from_f32(v).to_bits());
         }
         assert!(f32::from_bits((f32_to_bf16_bits(f32::NAN) as u32) << 16).is_nan());

@@ -117,14 +117,14 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 for (i, v) in tmp_b[..bne[0]].iter_mut().enumerate() {
                     *v = load_f32(tb, bp.add(i * nb0));
                 }
-                for i0 in 0..ne[0] {
-                    tmp_d[i0] = apply(o, tmp_a[i0], tmp_b[i0 % bne[0]]);
+                for (i0, d) in tmp_d[..ne[0]].iter_mut().enumerate() {
+                    *d = apply(o, tmp_a[i0], tmp_b[i0 % bne[0]]);
                 }
                 if td == GgmlType::F32 {
                     std::ptr::copy_nonoverlapping(tmp_d.as_ptr(), dp as *mut f32, ne[0]);
                 } else {
-                    for i0 in 0..ne[0] {
-                        store_f32(td, dp.add(i0 * td.type_size()), tmp_d[i0]);
+                    for (i0, &v) in tmp_d[..ne[0]].iter().enumerate() {
+                        store_f32(td, dp.add(i0 * td.type_size()), v);
                     }
                 }
             }

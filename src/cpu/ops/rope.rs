@@ -80,7 +80,11 @@ pub fn supports(node: &Tensor) -> bool {
     if !matches!(n2, NORMAL | NEOX | MROPE | VISION | IMROPE) {
         return false;
     }
-    if p.n_dims > ne[0] || p.n_dims % 2 != 0 || p.n_offs % 2 != 0 || p.n_offs + p.n_dims > ne[0] {
+    if p.n_dims > ne[0]
+        || !p.n_dims.is_multiple_of(2)
+        || !p.n_offs.is_multiple_of(2)
+        || p.n_offs + p.n_dims > ne[0]
+    {
         return false;
     }
     if pos.nelements() < if multi { 4 * ne[2] } else { ne[2] } {
@@ -139,6 +143,8 @@ fn yarn(theta_extrap: f32, i0: usize, p: &Params, corr: [f32; 2]) -> (f32, f32) 
     let mut mscale = p.attn_factor;
     if p.ext_factor != 0.0 {
         let y = ((i0 / 2) as f32 - corr[0]) / (corr[1] - corr[0]).max(0.001);
+        // max then min, not clamp: a NaN y gives 0 here, where clamp would keep the NaN.
+        #[allow(clippy::manual_clamp)]
         let ramp_mix = (1.0 - y.max(0.0).min(1.0)) * p.ext_factor;
         theta = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
         mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale).ln();
@@ -184,7 +190,7 @@ fn fill_cache(
                     th[1]
                 } else if sector % 3 == 2 && sector < 3 * s[2] as usize {
                     th[2]
-                } else if sector % 3 == 0 && sector < 3 * s[0] as usize {
+                } else if sector.is_multiple_of(3) && sector < 3 * s[0] as usize {
                     th[0]
                 } else {
                     th[3]
@@ -308,6 +314,7 @@ mod tests {
     use crate::ggml_types::{op, GgmlType};
 
     /// Plain rotary embedding written from the formulas (no YaRN: ext_factor 0).
+    #[allow(clippy::too_many_arguments)] // every rope parameter, passed plainly
     fn reference(
         x: &[f32],
         ne: [usize; 4],

@@ -56,7 +56,7 @@ pub fn supports_set(node: &Tensor) -> bool {
     // not mirror, and no host can read such a cache back.
     matches!(a.dtype(), GgmlType::F32 | GgmlType::F16)
         && traits(dt).is_some_and(|t| t.from_f32.is_some() && t.to_f32.is_some())
-        && node.ne()[0] % dt.block_size() == 0
+        && node.ne()[0].is_multiple_of(dt.block_size())
         && crate::op_shapes::set_rows_layout_ok(node)
 }
 

@@ -79,20 +79,20 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                         node.data().add(node.row_offset(i1, i2, i3)) as *mut f32,
                         n,
                     );
-                    for i in 0..n {
-                        wp[i] = *sp.add(i) * scale;
+                    for (i, w) in wp.iter_mut().enumerate() {
+                        *w = *sp.add(i) * scale;
                     }
                     if let Some(m) = mask {
                         let mne = m.ne();
                         let mp = m.data().add(m.row_offset(i1, i2 % mne[2], i3 % mne[3]));
                         if m.dtype() == GgmlType::F16 {
-                            for i in 0..n {
-                                wp[i] += slope
+                            for (i, w) in wp.iter_mut().enumerate() {
+                                *w += slope
                                     * half::f16::from_bits(*(mp as *const u16).add(i)).to_f32();
                             }
                         } else {
-                            for i in 0..n {
-                                wp[i] += slope * *(mp as *const f32).add(i);
+                            for (i, w) in wp.iter_mut().enumerate() {
+                                *w += slope * *(mp as *const f32).add(i);
                             }
                         }
                     }
@@ -174,6 +174,8 @@ mod tests {
                         let sv = s.get();
                         let mut want = vec![0f32; x.len()];
                         for i3 in 0..ne[3] {
+                            // i2 picks the sink, the slope and the row offsets together.
+                            #[allow(clippy::needless_range_loop)]
                             for i2 in 0..ne[2] {
                                 let slope = slope_ref(max_bias, ne[2], i2);
                                 for i1 in 0..ne[1] {

@@ -16,8 +16,9 @@ extern "C" {
     fn erff(x: f32) -> f32;
 }
 
-const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_4;
-const SQRT_2_INV: f32 = 0.707_106_781_186_547_5;
+// The f32 values of sqrt(2/pi) and 1/sqrt(2) (the same bits as the longer literals).
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const SQRT_2_INV: f32 = std::f32::consts::FRAC_1_SQRT_2;
 const GELU_COEF_A: f32 = 0.044715;
 const GELU_QUICK_COEF: f32 = -1.702;
 

@@ -18,6 +18,9 @@ use std::arch::x86_64::*;
 /// `acc` plus, per i32 lane, the 4 products of its bytes in `u` (unsigned) and `s` (signed).
 pub trait Dpbusd {
     const VNNI: bool;
+    /// # Safety
+    /// The CPU must have the instructions the implementation is compiled for: AVX-512 F, BW
+    /// and VL, and AVX512-VNNI for `Vnni`.
     unsafe fn dpbusd(acc: __m512i, u: __m512i, s: __m512i) -> __m512i;
 }
 
@@ -50,6 +53,10 @@ impl Dpbusd for Bw {
 }
 
 /// `[lo | hi]`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C (callers check
+/// `use_avx512()` first).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
@@ -57,6 +64,10 @@ pub unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
 }
 
 /// The AVX2 horizontal sums of the two halves of `v`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C (callers check
+/// `use_avx512()` first).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn hsum_halves(v: __m512) -> (f32, f32) {
@@ -68,6 +79,10 @@ pub unsafe fn hsum_halves(v: __m512) -> (f32, f32) {
 }
 
 /// Lane `a` of `v` in the low 8 lanes and lane `b` in the high 8.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C (callers check
+/// `use_avx512()` first).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn lane_pair(v: __m512, a: usize, b: usize) -> __m512 {
@@ -77,6 +92,10 @@ pub unsafe fn lane_pair(v: __m512, a: usize, b: usize) -> __m512 {
 
 /// N ≤ 8 f16 values `h(0..N)` as f32 lanes (upper lanes 0). Packed in general registers first:
 /// 16-bit inserts would merge into (and wait for) unrelated registers (see `x86::f16_pair`).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C (callers check
+/// `use_avx512()` first).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn f16s<const N: usize>(h: impl Fn(usize) -> u16) -> __m512 {
@@ -88,6 +107,10 @@ pub unsafe fn f16s<const N: usize>(h: impl Fn(usize) -> u16) -> __m512 {
 }
 
 /// N ≤ 8 32-bit words `w(0..N)`, each a pair of f16, as 2N f32 lanes (upper lanes 0).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C (callers check
+/// `use_avx512()` first).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn f16_pairs<const N: usize>(w: impl Fn(usize) -> u32) -> __m512 {
@@ -100,6 +123,11 @@ pub unsafe fn f16_pairs<const N: usize>(w: impl Fn(usize) -> u32) -> __m512 {
 }
 
 /// 16 packed bytes → 32 bytes: the low nibbles, then the high nibbles.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C (callers check
+/// `use_avx512()` first).
+/// `p` must be readable for 16 bytes (any alignment).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn nibbles(p: *const u8) -> __m256i {
@@ -114,9 +142,17 @@ pub trait CodesBlock {
     /// horizontal sum) and an odd last block after it, by a scalar FMA of its integer sum.
     const EVEN_ODD: bool;
     /// What `codes` needs in a register (a lookup table), loaded once per tile.
+    ///
+    /// # Safety
+    /// Implementations are compiled for AVX2, FMA and F16C: the CPU must have them.
     unsafe fn setup() -> __m256i;
+    /// # Safety
+    /// Implementations are compiled for AVX2, FMA and F16C: the CPU must have them.
     unsafe fn d(&self) -> u16;
     /// The 32 codes in element order.
+    ///
+    /// # Safety
+    /// Implementations are compiled for AVX2, FMA and F16C: the CPU must have them.
     unsafe fn codes(&self, setup: __m256i) -> __m256i;
 }
 
@@ -139,6 +175,9 @@ unsafe fn odd_tail<B: CodesBlock>(bx: &B, by: &BlockQ8_0, setup: __m256i, total:
 /// and 2q + 1; else acc[r][p] holds columns 2p and 2p + 1 of row r. A function, not a closure:
 /// `inline(always)` makes sure it lands in the caller compiled for the instruction set (a
 /// closure called twice may stay out of line, with every intrinsic a call).
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
@@ -225,6 +264,16 @@ unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
 
 /// The R × C tile of a `CodesBlock` format with Q8_0 columns: C even pairs columns (prompts),
 /// C = 1 pairs rows (generation). Result (r, c) goes to `out + r * 4 + c * os`.
+///
+/// # Safety
+/// The CPU must have what `D` is compiled for and AVX-512 F, BW and VL (callers check
+/// `use_avx512()` and VNNI first).
+/// `x` must point to R rows of `n / 32` blocks of `B`, `xs` bytes apart; `y` to C rows of
+/// `n / 32` Q8_0 blocks, `ys` bytes apart (both 2-byte aligned); `out` must be writable
+/// for an f32 at `out + r * 4 + c * os` for each r < R, c < C, 4-byte aligned.
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
@@ -236,7 +285,11 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
     out: *mut u8,
     os: usize,
 ) {
-    const { assert!((C % 2 == 0 && C <= 8 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
+    const {
+        assert!(
+            (C.is_multiple_of(2) && C <= 8 && R <= 8) || (C == 1 && R.is_multiple_of(2) && R <= 8)
+        )
+    };
     let nb = n / 32;
     let setup = B::setup();
     let mut acc = [[[_mm512_setzero_ps(); C]; R]; 2];
@@ -289,6 +342,9 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
 /// `acc` plus, per i32 lane, the 4 products of its bytes in `u` (unsigned) and `s` (signed):
 /// 256-bit VNNI, for generation (no 512-bit instructions) and CPUs with AVX-VNNI only.
 pub trait Dpbusd256 {
+    /// # Safety
+    /// The CPU must have the instructions the implementation is compiled for: AVX2, plus
+    /// AVX-VNNI or AVX512-VNNI with VL for the VNNI implementations.
     unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
 }
 
@@ -326,6 +382,9 @@ impl Dpbusd256 for Maddubs {
 }
 
 /// Block i of `tile_codes256` into `acc` (a function for the reason given at `step512`).
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(
@@ -366,6 +425,16 @@ unsafe fn step256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(
 
 /// The AVX2 tile of a `CodesBlock` format (one 256-bit accumulator per row and column, pairs
 /// of them for `EVEN_ODD` formats) with the integer dot as VNNI `vpdpbusd(−OFFSET·Σy, u, y)`.
+///
+/// # Safety
+/// The CPU must have what `D` is compiled for (AVX2, FMA and F16C at least; callers check
+/// the VNNI level first).
+/// `x` must point to R rows of `n / 32` blocks of `B`, `xs` bytes apart; `y` to C rows of
+/// `n / 32` Q8_0 blocks, `ys` bytes apart (both 2-byte aligned); `out` must be writable
+/// for an f32 at `out + r * 4 + c * os` for each r < R, c < C, 4-byte aligned.
+// The loop indices address the register tile, the row and column pointers and the
+// output together (as ggml's tiled kernels do): iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn tile_codes256<B: CodesBlock, D: Dpbusd256, const R: usize, const C: usize>(

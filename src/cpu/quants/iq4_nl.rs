@@ -21,6 +21,9 @@ pub struct BlockIq4Nl {
 }
 const _: () = assert!(size_of::<BlockIq4Nl>() == 18);
 
+/// # Safety
+/// `src` must point to `dst.len() / QK` readable blocks of IQ4_NL (18 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockIq4Nl;
     for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
@@ -73,6 +76,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK` readable blocks of IQ4_NL (18 bytes each, aligned to 2)
+/// and `y` to `n / QK` blocks of Q8_0 (34 bytes each, aligned to 2).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockIq4Nl, y as *const BlockQ8_0);
     let mut sum = 0f32;
@@ -162,6 +168,9 @@ pub(super) mod avx2 {
     }
 
     /// Adds block i of R rows by C columns to `acc`, one accumulator per pair.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn tile_block<const R: usize, const C: usize>(
@@ -204,6 +213,9 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     // The 2 × 4 tile's 16 accumulators (two per pair, as `vec_dot`) spill some, yet it
     // measured faster than 2 × 2 and 1 × 4.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,
         x: *const u8,

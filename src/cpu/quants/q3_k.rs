@@ -60,6 +60,9 @@ fn codes(b: &BlockQ3K) -> [u8; QK_K] {
     q
 }
 
+/// # Safety
+/// `src` must point to `dst.len() / QK_K` readable blocks of Q3_K (110 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ3K;
     for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
@@ -132,6 +135,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK_K` readable blocks of Q3_K (110 bytes each, aligned to 2)
+/// and `y` to `n / QK_K` blocks of Q8_K (292 bytes each, aligned to 4).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ3K, y as *const BlockQ8K);
     let mut sum = 0f32;

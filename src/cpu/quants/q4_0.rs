@@ -15,6 +15,9 @@ pub struct BlockQ4_0 {
 }
 const _: () = assert!(size_of::<BlockQ4_0>() == 18);
 
+/// # Safety
+/// `src` must point to `dst.len() / QK` readable blocks of Q4_0 (18 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ4_0;
     for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
@@ -29,6 +32,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 
 /// ggml's reference: the value of largest magnitude maps onto -8, codes are truncated after
 /// adding 8.5 (round half up), capped at 15.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q4_0 (18 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ4_0;
     for (i, x) in src.chunks_exact(QK).enumerate() {
@@ -50,6 +57,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK` readable blocks of Q4_0 (18 bytes each, aligned to 2)
+/// and `y` to `n / QK` blocks of Q8_0 (34 bytes each, aligned to 2).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ4_0, y as *const BlockQ8_0);
     let mut sum = 0f32;
@@ -108,6 +118,9 @@ pub(super) mod avx2 {
     }
 
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,

@@ -16,6 +16,9 @@ pub struct BlockQ4_1 {
 }
 const _: () = assert!(size_of::<BlockQ4_1>() == 20);
 
+/// # Safety
+/// `src` must point to `dst.len() / QK` readable blocks of Q4_1 (20 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ4_1;
     for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
@@ -29,6 +32,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 }
 
 /// ggml's reference: d = (max - min) / 15, codes rounded half up and capped at 15.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q4_1 (20 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ4_1;
     for (i, x) in src.chunks_exact(QK).enumerate() {
@@ -49,6 +56,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK` readable blocks of Q4_1 (20 bytes each, aligned to 2)
+/// and `y` to `n / QK` blocks of Q8_1 (36 bytes each, aligned to 2).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ4_1, y as *const BlockQ8_1);
     let mut sum = 0f32;
@@ -140,6 +150,9 @@ pub(super) mod avx2 {
 
     /// `tile` with the integer dot of the codes (unsigned 0..15, so any variant takes them as
     /// they are) done by `D`: AVX2 here, 256-bit VNNI in `avx512::tile_vnni256`/`tile_avxvnni`.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     pub(in crate::cpu::quants) unsafe fn tile_with<
         D: crate::cpu::quants::avx512::Dpbusd256,
@@ -208,6 +221,9 @@ pub(super) mod avx512 {
     use crate::cpu::simd::x86::hsum;
     use std::arch::x86_64::*;
 
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     unsafe fn tile<D: Dpbusd, const R: usize, const C: usize>(
         n: usize,
@@ -218,7 +234,12 @@ pub(super) mod avx512 {
         out: *mut u8,
         os: usize,
     ) {
-        const { assert!((C % 2 == 0 && C <= 4 && R <= 8) || (C == 1 && R % 2 == 0 && R <= 8)) };
+        const {
+            assert!(
+                (C.is_multiple_of(2) && C <= 4 && R <= 8)
+                    || (C == 1 && R.is_multiple_of(2) && R <= 8)
+            )
+        };
         let zero = _mm512_setzero_si512();
         let bx = |r: usize, i: usize| &*(x.add(r * xs) as *const BlockQ4_1).add(i);
         let by = |c: usize, i: usize| &*(y.add(c * ys) as *const BlockQ8_1).add(i);

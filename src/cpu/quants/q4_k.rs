@@ -58,6 +58,9 @@ pub fn pack_scales(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
     s
 }
 
+/// # Safety
+/// `src` must point to `dst.len() / QK_K` readable blocks of Q4_K (144 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ4K;
     for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
@@ -161,6 +164,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK_K` readable blocks of Q4_K (144 bytes each, aligned to 2)
+/// and `y` to `n / QK_K` blocks of Q8_K (292 bytes each, aligned to 4).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ4K, y as *const BlockQ8K);
     let mut sum = 0f32;
@@ -178,8 +184,8 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
             }
             sumi += sc[2 * c] as i32 * lo + sc[2 * c + 1] as i32 * hi;
         }
-        for j in 0..8 {
-            summ += mn[j] as i32 * (by.bsums[2 * j] as i32 + by.bsums[2 * j + 1] as i32);
+        for (&m, bs) in mn.iter().zip(by.bsums.chunks_exact(2)) {
+            summ += m as i32 * (bs[0] as i32 + bs[1] as i32);
         }
         sum += by.d * (f16_to_f32(bx.d) * sumi as f32 - f16_to_f32(bx.dmin) * summ as f32);
     }
@@ -262,6 +268,9 @@ pub(super) mod avx2 {
     /// f32 products, FMAs and final reductions. Sub-block by sub-block, each row's nibbles
     /// and scale vector are made once for all columns and each column's 32 activations are
     /// loaded once for all rows.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,
@@ -376,6 +385,9 @@ pub(super) mod avx512 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ4K, y as *const BlockQ8K);

@@ -29,6 +29,9 @@ fn codes(qh: [u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
     q
 }
 
+/// # Safety
+/// `src` must point to `dst.len() / QK` readable blocks of Q5_0 (22 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ5_0;
     for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
@@ -41,6 +44,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 }
 
 /// ggml's reference: largest magnitude maps onto -16, codes = x/d + 16.5 truncated, capped at 31.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q5_0 (22 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ5_0;
     for (i, x) in src.chunks_exact(QK).enumerate() {
@@ -66,6 +73,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK` readable blocks of Q5_0 (22 bytes each, aligned to 2)
+/// and `y` to `n / QK` blocks of Q8_0 (34 bytes each, aligned to 2).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ5_0, y as *const BlockQ8_0);
     let mut sum = 0f32;

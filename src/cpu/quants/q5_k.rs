@@ -32,6 +32,9 @@ fn codes(b: &BlockQ5K) -> [u8; QK_K] {
     q
 }
 
+/// # Safety
+/// `src` must point to `dst.len() / QK_K` readable blocks of Q5_K (176 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ5K;
     for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
@@ -71,6 +74,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK_K` readable blocks of Q5_K (176 bytes each, aligned to 2)
+/// and `y` to `n / QK_K` blocks of Q8_K (292 bytes each, aligned to 4).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ5K, y as *const BlockQ8K);
     let mut sum = 0f32;
@@ -183,6 +189,9 @@ mod neon {
     use crate::cpu::quants::q4_k::unpack_scales_u64;
     use std::arch::aarch64::*;
 
+    // h picks both the code half and its fifth-bit vector qh[h], and the activation
+    // offset: an iterator over qh would hide the pairing.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ5K, y as *const BlockQ8K);

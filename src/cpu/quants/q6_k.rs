@@ -34,6 +34,9 @@ fn codes(b: &BlockQ6K) -> [u8; QK_K] {
     q
 }
 
+/// # Safety
+/// `src` must point to `dst.len() / QK_K` readable blocks of Q6_K (210 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ6K;
     for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
@@ -107,6 +110,9 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK_K` readable blocks of Q6_K (210 bytes each, aligned to 2)
+/// and `y` to `n / QK_K` blocks of Q8_K (292 bytes each, aligned to 4).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ6K, y as *const BlockQ8K);
     let mut sum = 0f32;
@@ -218,6 +224,9 @@ pub(super) mod avx2 {
     /// per super-block the same i32 lanes (integer sums, so their order is free), the same f32
     /// product, FMA and final sum. Per 32 codes, each row's codes and scale vector are made
     /// once for all columns and each column's 32 activations are loaded once for all rows.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,

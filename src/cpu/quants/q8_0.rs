@@ -14,6 +14,9 @@ pub struct BlockQ8_0 {
 }
 const _: () = assert!(size_of::<BlockQ8_0>() == 34);
 
+/// # Safety
+/// `src` must point to `dst.len() / QK` readable blocks of Q8_0 (34 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ8_0;
     for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
@@ -28,6 +31,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 /// Quantizes like ggml-cpu's x86 `quantize_row_q8_0`: scale amax/127, multiplier 127/amax,
 /// round half to even. (ggml's portable reference rounds half away from zero instead; the two
 /// differ only on exact ties, and the x86 path is what the CPU backend actually runs.)
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q8_0 (34 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     #[cfg(target_arch = "x86_64")]
     if super::use_avx2() {
@@ -41,6 +48,10 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
 }
 
 /// Plain version of `from_f32`.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q8_0 (34 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32_ref(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ8_0;
     for (i, x) in src.chunks_exact(QK).enumerate() {
@@ -55,6 +66,9 @@ pub unsafe fn from_f32_ref(src: &[f32], dst: *mut u8) {
     }
 }
 
+/// # Safety
+/// `x` must point to `n / QK` readable blocks of Q8_0 (34 bytes each, aligned to 2)
+/// and `y` to `n / QK` blocks of Q8_0 (34 bytes each, aligned to 2).
 pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x as *const BlockQ8_0, y as *const BlockQ8_0);
     let mut sum = 0f32;
@@ -126,6 +140,9 @@ pub(super) mod avx2 {
     }
 
     /// `vec_dot` of R rows by C ≤ 4 columns, each pair summed exactly as `vec_dot` sums it.
+    // The loop indices address the register tile, the row and column pointers and the
+    // output together (as ggml's tiled kernels do): iterators would hide that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tile<const R: usize, const C: usize>(
         n: usize,

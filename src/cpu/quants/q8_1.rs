@@ -15,6 +15,10 @@ pub struct BlockQ8_1 {
 const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 
 /// Dequantizes (for tests; not exposed through the traits, as ggml has no such conversion).
+///
+/// # Safety
+/// `src` must point to `dst.len() / QK` readable blocks of Q8_1 (36 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ8_1;
     for (i, out) in dst.chunks_exact_mut(QK).enumerate() {
@@ -28,6 +32,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 
 /// Same rounding as ggml-cpu's x86 `quantize_row_q8_1` (see q8_0::from_f32); `s` is computed
 /// from the rounded integers with the unrounded f32 scale.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q8_1 (36 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     #[cfg(target_arch = "x86_64")]
     if super::use_avx2() {
@@ -41,6 +49,10 @@ pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
 }
 
 /// Plain version of `from_f32`.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK` blocks of Q8_1 (36 bytes each),
+/// aligned to 2 bytes.
 pub unsafe fn from_f32_ref(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ8_1;
     for (i, x) in src.chunks_exact(QK).enumerate() {

@@ -13,6 +13,10 @@ pub struct BlockQ8K {
 const _: () = assert!(size_of::<BlockQ8K>() == 292);
 
 /// Dequantizes (for tests; ggml-cpu exposes no conversion from Q8_K).
+///
+/// # Safety
+/// `src` must point to `dst.len() / QK_K` readable blocks of Q8_K (292 bytes each),
+/// aligned to 4 bytes.
 pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
     let blocks = src as *const BlockQ8K;
     for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
@@ -25,6 +29,10 @@ pub unsafe fn to_f32(src: *const u8, dst: &mut [f32]) {
 
 /// Matches ggml's `quantize_row_q8_K_ref` (which ggml-cpu uses on every architecture): the
 /// value of largest magnitude maps onto -127, rounding is to nearest even, d = 1/multiplier.
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len() / QK_K` blocks of Q8_K (292 bytes each),
+/// aligned to 4 bytes.
 pub unsafe fn from_f32(src: &[f32], dst: *mut u8) {
     let blocks = dst as *mut BlockQ8K;
     for (i, x) in src.chunks_exact(QK_K).enumerate() {
