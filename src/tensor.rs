@@ -132,7 +132,7 @@ impl<'a> Tensor<'a> {
         let end = start
             .checked_add(len)
             .ok_or_else(|| format!("data at {start:#x} + {len} bytes wraps the address space"))?;
-        if len > 0 && start % element_alignment(self.dtype()) != 0 {
+        if len > 0 && !start.is_multiple_of(element_alignment(self.dtype())) {
             return Err(format!(
                 "data at {start:#x} is not aligned for {}",
                 self.dtype().name()
