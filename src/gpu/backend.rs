@@ -42,6 +42,8 @@ pub struct GpuBackend {
     /// stale one is re-pointed at the next capture, which is cheaper than a new one).
     exec: Option<GraphExec>,
     exec_current: bool,
+    /// Nodes of the graph `exec` was made from (an update is tried only with as many).
+    exec_nodes: Option<usize>,
     /// False once capture failed on this runtime: then every graph is launched directly.
     graphs_ok: bool,
     /// ROCMFORGE_GPU_PROFILE=1: every launch timed in the stream by events around it, totals
@@ -60,6 +62,8 @@ pub struct GpuBackend {
     queued: bool,
     /// An error that queued work reported at `synchronize`; the next compute returns it.
     failed: Option<String>,
+    /// The device's staged writes this stream already waits for (`GpuCtx::order_after_staged`).
+    staged_seen: u64,
     /// ROCMFORGE_GPU_TIMING=1: where a graph's time goes (see `Timing`).
     timing: Option<Timing>,
 }
@@ -279,6 +283,7 @@ impl GpuBackend {
             known_repeat: None,
             exec: None,
             exec_current: false,
+            exec_nodes: None,
             graphs_ok,
             profile,
             profile_events: Vec::new(),
@@ -287,8 +292,16 @@ impl GpuBackend {
             copy_event: None,
             queued: false,
             failed: None,
+            staged_seen: 0,
             timing,
         })
+    }
+
+    /// Makes work queued from now on wait for the host's staged writes to this device.
+    fn after_staged_writes(&mut self) -> Result<()> {
+        self.ctx
+            .order_after_staged(self.stream, &mut self.staged_seen)
+            .map_err(Error::Device)
     }
 
     fn copy_event(&mut self) -> Result<Event> {
@@ -310,6 +323,7 @@ impl GpuBackend {
         if !self.ctx.owns_device(dst, len) || !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
+        self.after_staged_writes()?;
         self.queued = true;
         self.ctx
             .api
@@ -335,6 +349,8 @@ impl GpuBackend {
         {
             return Ok(false);
         }
+        self.after_staged_writes()?;
+        from.after_staged_writes()?;
         let api = self.ctx.api.clone();
         let (dord, sord) = (self.ctx.ord, from.ctx.ord);
         (self.queued, from.queued) = (true, true);
@@ -445,6 +461,7 @@ impl GpuBackend {
                 "earlier work on this stream failed: {e}"
             )));
         }
+        self.after_staged_writes()?;
         self.queued = true;
         let t0 = std::time::Instant::now();
         // The same key as the graph before (token generation): everything below that the key
@@ -467,7 +484,7 @@ impl GpuBackend {
                 // Failure only costs the one-launch merge (the combine kernel runs instead).
                 let (api, ord) = (&self.ctx.api, self.ctx.ord);
                 if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
-                    if api.memset(ord, p, 0, ops::FA_COUNTERS * 4).is_ok() {
+                    if self.ctx.fill_device(p, 0, ops::FA_COUNTERS * 4).is_ok() {
                         self.fa_counters = p;
                     } else {
                         api.free(ord, p);
@@ -598,26 +615,46 @@ impl GpuBackend {
                     // new graph where the runtime allows, else replaced; on failure it is kept
                     // (and freed with the backend). The stream is drained first, so the old
                     // executable is not running while it is updated or destroyed.
-                    let captured = (|| -> Result<GraphExec> {
+                    let captured = (|| -> Result<(GraphExec, Option<usize>)> {
                         api.stream_sync(ord, self.stream).map_err(Error::Device)?;
                         api.capture_begin(ord, self.stream).map_err(Error::Device)?;
                         let launched = launch_all();
+                        // Always ended, so the stream is not left capturing; a graph whose
+                        // launches failed is destroyed (it was leaked before).
                         let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
-                        launched?;
-                        let graph = graph?;
+                        let graph = match (launched, graph) {
+                            (Ok(()), Ok(g)) => g,
+                            (Err(e), g) => {
+                                if let Ok(g) = g {
+                                    api.graph_destroy(ord, g);
+                                }
+                                return Err(e);
+                            }
+                            (Ok(()), Err(e)) => return Err(e),
+                        };
+                        // An update needs the same topology: with another node count it would
+                        // only fail (an error the driver reports, and sanitizers list).
+                        let count = api.graph_node_count(ord, graph);
                         let exec = match self.exec {
-                            Some(e) if api.graph_exec_update(ord, e, graph) => Ok(e),
+                            Some(e)
+                                if count.is_some()
+                                    && count == self.exec_nodes
+                                    && api.graph_exec_update(ord, e, graph) =>
+                            {
+                                Ok(e)
+                            }
                             _ => api.graph_instantiate(ord, graph).map_err(Error::Device),
                         };
                         api.graph_destroy(ord, graph);
-                        exec
+                        exec.map(|e| (e, count))
                     })();
                     match captured {
-                        Ok(e) => {
+                        Ok((e, count)) => {
                             if let Some(old) = self.exec.filter(|&old| old != e) {
                                 api.graph_exec_destroy(ord, old);
                             }
                             (self.exec, self.exec_current) = (Some(e), true);
+                            self.exec_nodes = count;
                         }
                         Err(e) => {
                             crate::log_warn!("{}: graph capture failed, launching kernels one by one from now on: {e}", self.name.to_string_lossy());
@@ -779,6 +816,7 @@ impl Backend for GpuBackend {
         if !self.ctx.owns_device(dst, len) {
             return Ok(false);
         }
+        self.after_staged_writes()?;
         self.queued = true;
         self.ctx
             .api
@@ -792,6 +830,7 @@ impl Backend for GpuBackend {
         if !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
+        self.after_staged_writes()?;
         self.queued = true;
         self.ctx
             .api
