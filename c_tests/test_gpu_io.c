@@ -722,6 +722,99 @@ static void test_small_writes(ggml_backend_t be) {
     ggml_free(ctx);
 }
 
+// More than the device has: NULL and a log line, never an abort; then the device still works.
+static void test_out_of_memory(ggml_backend_t be) {
+    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(be);
+    size_t free_b = 0, total_b = 0;
+    ggml_backend_dev_memory(g_gpu, &free_b, &total_b);
+    printf("out of memory: device reports %zu MiB free of %zu MiB\n", free_b >> 20, total_b >> 20);
+    ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(buft, total_b + ((size_t) 1 << 30));
+    CHECK(b == NULL, "more than the card's total memory: NULL");
+    if (b) ggml_backend_buffer_free(b);
+    // Below the total (so past the max_size check) but above what is free: the driver refuses.
+    if (free_b + ((size_t) 256 << 20) < total_b) {
+        b = ggml_backend_buft_alloc_buffer(buft, free_b + ((size_t) 256 << 20));
+        CHECK(b == NULL, "more than the free memory: NULL");
+        if (b) ggml_backend_buffer_free(b);
+    }
+    // The device is still usable.
+    const float want[4] = { 1, 2, 3, 4 };
+    float got[4] = { 0 };
+    struct ggml_context * ctx = new_ctx(4);
+    struct ggml_tensor * x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4);
+    struct ggml_tensor * y = ggml_scale(ctx, x, 2.0f);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    ggml_backend_buffer_t ok = ggml_backend_alloc_ctx_tensors(ctx, be);
+    CHECK(ok != NULL, "an allocation after the failed ones");
+    if (ok) {
+        ggml_backend_tensor_set(x, want, 0, sizeof want);
+        CHECK(ggml_backend_graph_compute(be, gf) == GGML_STATUS_SUCCESS, "compute after out of memory");
+        ggml_backend_tensor_get(y, got, 0, sizeof got);
+        CHECK(got[0] == 2 && got[3] == 8, "result after out of memory");
+        ggml_backend_buffer_free(ok);
+    }
+    ggml_free(ctx);
+}
+
+// MUL_MAT_ID with float experts at inner sizes that are not whole blocks of 32 (k of 1, 3, 16,
+// 63, 65): the kernel once dropped each row's tail. n_as experts [k, m], n_used per token.
+static void test_mul_mat_id_edges(ggml_backend_t gpu, ggml_backend_t cpu) {
+    static const struct { int n_as, n_used, m, n_tok, k; } cs[] = {
+        { 16, 16, 32, 1024, 16 }, { 1, 1, 8, 16, 1 }, { 1, 1, 8, 16, 63 }, { 1, 1, 8, 16, 65 },
+        { 4, 2, 64, 16, 3 },      { 4, 2, 7, 5, 33 },  { 2, 1, 1, 1, 31 },
+    };
+    static const enum ggml_type ts[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+    int bad = 0, run = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        for (size_t ti = 0; ti < 3; ti++) {
+            float * r[2] = { NULL, NULL };
+            ggml_backend_t bes[2] = { gpu, cpu };
+            bool claimed = true;
+            for (int i = 0; i < 2; i++) {
+                struct ggml_context * ctx = new_ctx(8);
+                struct ggml_tensor * as = ggml_new_tensor_3d(ctx, ts[ti], cs[c].k, cs[c].m, cs[c].n_as);
+                struct ggml_tensor * x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, cs[c].k, 1, cs[c].n_tok);
+                struct ggml_tensor * ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, cs[c].n_used, cs[c].n_tok);
+                struct ggml_tensor * y = ggml_mul_mat_id(ctx, as, x, ids);
+                struct ggml_cgraph * gf = ggml_new_graph(ctx);
+                ggml_build_forward_expand(gf, y);
+                if (i == 0 && !ggml_backend_supports_op(gpu, y)) {
+                    claimed = false;
+                    ggml_free(ctx);
+                    break;
+                }
+                ggml_backend_buffer_t b = ggml_backend_alloc_ctx_tensors(ctx, bes[i]);
+                rf_fill_tensor(as, 41, -1, 1);
+                rf_fill_tensor(x, 42, -1, 1);
+                // Distinct experts per token: slot u of token t takes (u + t) % n_as.
+                int32_t * idv = malloc(sizeof(int32_t) * (size_t) cs[c].n_used * (size_t) cs[c].n_tok);
+                for (int t = 0; t < cs[c].n_tok; t++)
+                    for (int u = 0; u < cs[c].n_used; u++) idv[t * cs[c].n_used + u] = (u + t) % cs[c].n_as;
+                ggml_backend_tensor_set(ids, idv, 0, ggml_nbytes(ids));
+                free(idv);
+                CHECK(ggml_backend_graph_compute(bes[i], gf) == GGML_STATUS_SUCCESS, "mul_mat_id compute");
+                r[i] = rf_tensor_to_float(y);
+                ggml_backend_buffer_free(b);
+                ggml_free(ctx);
+            }
+            if (!claimed) continue;
+            run++;
+            const size_t n = (size_t) cs[c].m * (size_t) cs[c].n_used * (size_t) cs[c].n_tok;
+            const double e = rf_nmse(r[0], r[1], n);
+            if (!(e <= 5e-4)) {
+                bad++;
+                printf("MUL_MAT_ID %s n_as=%d n_used=%d m=%d n=%d k=%d: nmse %g\n", ggml_type_name(ts[ti]), cs[c].n_as,
+                       cs[c].n_used, cs[c].m, cs[c].n_tok, cs[c].k, e);
+            }
+            free(r[0]);
+            free(r[1]);
+        }
+    }
+    printf("MUL_MAT_ID float experts, k not a multiple of 32: %d cases, %d over 5e-4\n", run, bad);
+    CHECK(bad == 0, "MUL_MAT_ID edge shapes");
+}
+
 // The first RFGPU device of the registry other than `skip` (NULL: none).
 static ggml_backend_dev_t find_gpu(ggml_backend_reg_t reg, ggml_backend_dev_t skip) {
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
@@ -755,6 +848,8 @@ int main(void) {
     test_sched(be1, cpu);
     test_repeated_graph(be1);
     test_small_writes(be1);
+    test_mul_mat_id_edges(be1, cpu);
+    test_out_of_memory(be1);
 
     // A second GPU device: copies between the two, both ways.
     ggml_backend_dev_t g_gpu2 = find_gpu(reg, g_gpu);

@@ -105,7 +105,10 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
     __shared__ __attribute__((aligned(16))) float red_s[KS * RM * D];
     __shared__ float wmax_s[2][NWARP][RM];
     __shared__ float lsum_s[KS][RM];
-    __shared__ float slope_s[RM], m_s[RM], live_s[FAV_CHUNK];
+    __shared__ float slope_s[RM], m_s[RM];
+    // Per chunk parity, as wmax_s: a warp that runs ahead writes the next chunk's flags while
+    // others still read this chunk's (with one buffer that was a race, racecheck found it).
+    __shared__ float live_s[2][FAV_CHUNK];
     __shared__ i64 qoff_s[RM], moff_s[RM], row_s[RM];
     __shared__ int last_s;
     const int t = threadIdx.x, lane = t % WS, warp = t / WS;
@@ -208,7 +211,7 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
                 if (lane == 0) wmax_s[par][warp][r] = wm;
             }
         }
-        if (pq == 0) live_s[kk] = live ? 1.0f : 0.0f;
+        if (pq == 0) live_s[par][kk] = live ? 1.0f : 0.0f;
         __syncthreads();
         // The chunk's maximum per row; this key's weights; old sums rescaled.
 #pragma unroll
@@ -230,7 +233,7 @@ RF_DEVICE void flash_attn_vec(const char* q, const char* k, const char* v, const
 #pragma unroll
         for (int u = 0; u < KPS; u++) {
             const int c = ks * KPS + u;
-            const bool use = live_s[c] != 0.0f;
+            const bool use = live_s[par][c] != 0.0f;
             float v0, v1;
             fav_v_values<Q8>(vr[u], &v0, &v1);
             if (!use) v0 = v1 = 0.0f;

@@ -5,7 +5,8 @@
 // corr (may be NULL) per block of row (i1 + ne11 * t), as mul_mat's; ids: I32 [n_used, n_tok];
 // dst F32 [M, n_used, n_tok]. One warp per output row, MMID_ROWS rows per block, grid
 // (rows / MMID_ROWS, n_used, n_tok): every (slot, token) is a matrix-vector product with its
-// expert, each lane taking whole blocks of 32 weights as mul_mat_vec does.
+// expert, each lane taking whole blocks of 32 weights as mul_mat_vec does, then single
+// weights for the tail of a float row whose length is not a multiple of 32.
 #include "prelude.h"
 #include "quants.h"
 
@@ -38,6 +39,9 @@ RF_DEVICE void mul_mat_id(const char* w, const char* x, const char* ids, char* d
         if (corr) s += load_w_min<W>(wr, blk) * corr[xrow * (K / 32) + blk];
         acc += s;
     }
+    // The last K % 32 weights (float experts only: a quantized row is whole blocks). Without
+    // this, K below 32 or not a multiple of it dropped the tail of every dot product.
+    for (i64 k = K / 32 * 32 + lane; k < K; k += RF_WARP_SIZE) acc += load_w<W>(wr, k) * xv[k];
     acc = rf_warp_sum(acc);
     if (lane == 0) *out = acc;
 }

@@ -58,6 +58,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
     knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
     knob("ROCMFORGE_GPU_STAGING", "on", "0", "small synchronous writes copied synchronously instead of staged", Measuring),
+    knob("ROCMFORGE_GPU_GRAPH_UPDATE", "on", "0", "a new executable graph for every capture instead of re-pointing the last one at a graph of the same kernels and shapes", Measuring),
     knob("ROCMFORGE_GPU_PROFILE", "off", "1", "every GPU launch timed by events, totals per op logged when the backend is freed", Measuring),
     knob("ROCMFORGE_GPU_TIMING", "off", "1", "per graph: GPU time, stream and host time by phase, logged when the backend is freed", Measuring),
     knob("ROCMFORGE_GPU_FUSE", "on", "0", "no fused kernels (each node its own launch)", Measuring),
@@ -105,6 +106,8 @@ pub struct Tuning {
     pub cpu_small_graph: Option<usize>,
     /// ROCMFORGE_GPU_STAGING not 0.
     pub gpu_staging: bool,
+    /// ROCMFORGE_GPU_GRAPH_UPDATE not 0.
+    pub gpu_graph_update: bool,
     /// ROCMFORGE_GPU_PROFILE=1.
     pub gpu_profile: bool,
     /// ROCMFORGE_GPU_TIMING=1.
@@ -189,6 +192,7 @@ impl Tuning {
             ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),
             cpu_small_graph: number("ROCMFORGE_CPU_SMALL_GRAPH"),
             gpu_staging: on_unless_0("ROCMFORGE_GPU_STAGING"),
+            gpu_graph_update: on_unless_0("ROCMFORGE_GPU_GRAPH_UPDATE"),
             gpu_profile: on_if_1("ROCMFORGE_GPU_PROFILE"),
             gpu_timing: on_if_1("ROCMFORGE_GPU_TIMING"),
             gpu_fuse: on_unless_0("ROCMFORGE_GPU_FUSE"),

@@ -49,12 +49,18 @@ pub trait GpuApi: Send + Sync {
 
     fn alloc(&self, ord: usize, size: usize) -> ApiResult<DevPtr>;
     fn free(&self, ord: usize, ptr: DevPtr);
-    /// Synchronous copies and fill (ordered after work already queued on our streams).
-    fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()>;
-    fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()>;
-    fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()>;
-    fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()>;
+    /// Fills `size` bytes at `dst` with `value`, queued on `s`.
+    fn memset_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        value: u8,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()>;
 
+    /// A non-blocking stream: it never synchronizes with the legacy (null) stream, which
+    /// nothing here uses (work there would wait for, and so break, another thread's capture).
     fn stream_create(&self, ord: usize) -> ApiResult<Stream>;
     fn stream_sync(&self, ord: usize, s: Stream) -> ApiResult<()>;
     fn stream_destroy(&self, ord: usize, s: Stream);
@@ -71,6 +77,7 @@ pub trait GpuApi: Send + Sync {
     ) -> ApiResult<Vec<u8>>;
     fn module_load(&self, ord: usize, image: &[u8]) -> ApiResult<Module>;
     fn module_function(&self, ord: usize, m: Module, name: &str) -> ApiResult<Function>;
+    fn module_unload(&self, ord: usize, m: Module);
     /// Queues `f` on `s`; `args` holds one pointer per kernel parameter.
     // The driver's launch call takes these eight, one to one.
     #[allow(clippy::too_many_arguments)]
@@ -86,11 +93,13 @@ pub trait GpuApi: Send + Sync {
     ) -> ApiResult<()>;
 
     /// Starts recording `s`: launches are captured into a graph instead of running
-    /// (relaxed mode: other threads may keep using the runtime meanwhile).
+    /// (thread-local mode: other threads, with backends of their own, keep using the runtime).
     fn capture_begin(&self, ord: usize, s: Stream) -> ApiResult<()>;
     /// Stops recording `s` and returns what was captured.
     fn capture_end(&self, ord: usize, s: Stream) -> ApiResult<Graph>;
     fn graph_instantiate(&self, ord: usize, g: Graph) -> ApiResult<GraphExec>;
+    /// How many nodes `g` has (None where the runtime cannot say).
+    fn graph_node_count(&self, ord: usize, g: Graph) -> Option<usize>;
     /// Points `e` at `g`'s parameters where the two have the same shape; false where the
     /// runtime refuses (then `e` must be replaced by a new instantiation).
     fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool;

@@ -42,6 +42,10 @@ pub struct GpuBackend {
     /// stale one is re-pointed at the next capture, which is cheaper than a new one).
     exec: Option<GraphExec>,
     exec_current: bool,
+    /// Node count and `shape_key` of the graph `exec` was made from: an update is tried only
+    /// from a graph with the same (see the capture in `compute_graph`).
+    exec_nodes: Option<usize>,
+    exec_shape: u64,
     /// False once capture failed on this runtime: then every graph is launched directly.
     graphs_ok: bool,
     /// ROCMFORGE_GPU_PROFILE=1: every launch timed in the stream by events around it, totals
@@ -63,6 +67,8 @@ pub struct GpuBackend {
     /// Set between capture begin and end: still set afterwards means a panic (caught by the
     /// C boundary's guard) left the stream capturing; `abort_capture` ends it.
     capturing: bool,
+    /// The device's staged writes this stream already waits for (`GpuCtx::order_after_staged`).
+    staged_seen: u64,
     /// ROCMFORGE_GPU_TIMING=1: where a graph's time goes (see `Timing`).
     timing: Option<Timing>,
 }
@@ -150,6 +156,11 @@ impl Timing {
     }
 }
 
+/// ROCMFORGE_GPU_GRAPH_UPDATE=0: a new executable graph for every capture (for measuring).
+fn graph_updates() -> bool {
+    crate::tuning::get().gpu_graph_update
+}
+
 /// Whether two contexts come from the same vendor runtime (copies and events between them work).
 fn same_runtime(a: &GpuCtx, b: &GpuCtx) -> bool {
     std::ptr::eq(
@@ -213,6 +224,24 @@ fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
         let len = node_words(n, &mut w);
         key.extend_from_slice(&w[..len]);
     }
+}
+
+/// A hash of the graph's key without its addresses: equal for graphs that launch the same
+/// kernels with the same shapes on other memory.
+fn shape_key(nodes: &[Tensor]) -> u64 {
+    let mut w = [0u64; NODE_WORDS];
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for n in nodes {
+        let len = node_words(n, &mut w);
+        for at in (10..len).step_by(TENSOR_WORDS) {
+            w[at] = 0;
+        }
+        for &x in &w[..len] {
+            h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h = (h ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// Whether the graph's key equals `last`, compared node by node as it is walked (nothing
@@ -280,6 +309,8 @@ impl GpuBackend {
             known_repeat: None,
             exec: None,
             exec_current: false,
+            exec_nodes: None,
+            exec_shape: 0,
             graphs_ok,
             profile,
             profile_events: Vec::new(),
@@ -289,8 +320,16 @@ impl GpuBackend {
             queued: false,
             capturing: false,
             failed: None,
+            staged_seen: 0,
             timing,
         })
+    }
+
+    /// Makes work queued from now on wait for the host's staged writes to this device.
+    fn after_staged_writes(&mut self) -> Result<()> {
+        self.ctx
+            .order_after_staged(self.stream, &mut self.staged_seen)
+            .map_err(Error::Device)
     }
 
     fn copy_event(&mut self) -> Result<Event> {
@@ -312,6 +351,7 @@ impl GpuBackend {
         if !self.ctx.owns_device(dst, len) || !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
+        self.after_staged_writes()?;
         self.queued = true;
         self.ctx
             .api
@@ -337,6 +377,8 @@ impl GpuBackend {
         {
             return Ok(false);
         }
+        self.after_staged_writes()?;
+        from.after_staged_writes()?;
         let api = self.ctx.api.clone();
         let (dord, sord) = (self.ctx.ord, from.ctx.ord);
         (self.queued, from.queued) = (true, true);
@@ -461,6 +503,7 @@ impl GpuBackend {
                 "earlier work on this stream failed: {e}"
             )));
         }
+        self.after_staged_writes()?;
         self.queued = true;
         let t0 = std::time::Instant::now();
         // The same key as the graph before (token generation): everything below that the key
@@ -483,7 +526,7 @@ impl GpuBackend {
                 // Failure only costs the one-launch merge (the combine kernel runs instead).
                 let (api, ord) = (&self.ctx.api, self.ctx.ord);
                 if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
-                    if api.memset(ord, p, 0, ops::FA_COUNTERS * 4).is_ok() {
+                    if self.ctx.fill_device(p, 0, ops::FA_COUNTERS * 4).is_ok() {
                         self.fa_counters = p;
                     } else {
                         api.free(ord, p);
@@ -614,28 +657,55 @@ impl GpuBackend {
                     // new graph where the runtime allows, else replaced; on failure it is kept
                     // (and freed with the backend). The stream is drained first, so the old
                     // executable is not running while it is updated or destroyed.
-                    let captured = (|| -> Result<GraphExec> {
+                    let captured = (|| -> Result<(GraphExec, Option<usize>, u64)> {
                         api.stream_sync(ord, self.stream).map_err(Error::Device)?;
                         api.capture_begin(ord, self.stream).map_err(Error::Device)?;
                         self.capturing = true;
                         let launched = launch_all();
+                        // Always ended, so the stream is not left capturing; a graph whose
+                        // launches failed is destroyed (it was leaked before).
                         let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
                         self.capturing = false;
-                        launched?;
-                        let graph = graph?;
+                        let graph = match (launched, graph) {
+                            (Ok(()), Ok(g)) => g,
+                            (Err(e), g) => {
+                                if let Ok(g) = g {
+                                    api.graph_destroy(ord, g);
+                                }
+                                return Err(e);
+                            }
+                            (Ok(()), Err(e)) => return Err(e),
+                        };
+                        // The old executable is re-pointed only at a graph of the same kernels
+                        // and shapes on other memory. With another node count the update can
+                        // only fail (an error the driver reports, and sanitizers list); with
+                        // the same count but other kernels (cuBLAS's among them) the driver
+                        // accepted some updates that then computed wrong results (H100, the
+                        // stress test: about 5 in 100,000 captured graphs).
+                        let count = api.graph_node_count(ord, graph);
+                        let shape = shape_key(nodes);
                         let exec = match self.exec {
-                            Some(e) if api.graph_exec_update(ord, e, graph) => Ok(e),
+                            Some(e)
+                                if count.is_some()
+                                    && count == self.exec_nodes
+                                    && shape == self.exec_shape
+                                    && graph_updates()
+                                    && api.graph_exec_update(ord, e, graph) =>
+                            {
+                                Ok(e)
+                            }
                             _ => api.graph_instantiate(ord, graph).map_err(Error::Device),
                         };
                         api.graph_destroy(ord, graph);
-                        exec
+                        exec.map(|e| (e, count, shape))
                     })();
                     match captured {
-                        Ok(e) => {
+                        Ok((e, count, shape)) => {
                             if let Some(old) = self.exec.filter(|&old| old != e) {
                                 api.graph_exec_destroy(ord, old);
                             }
                             (self.exec, self.exec_current) = (Some(e), true);
+                            (self.exec_nodes, self.exec_shape) = (count, shape);
                         }
                         Err(e) => {
                             crate::log_warn!("{}: graph capture failed, launching kernels one by one from now on: {e}", self.name.to_string_lossy());
@@ -799,6 +869,7 @@ impl Backend for GpuBackend {
         if !self.ctx.owns_device(dst, len) {
             return Ok(false);
         }
+        self.after_staged_writes()?;
         self.queued = true;
         self.ctx
             .api
@@ -812,6 +883,7 @@ impl Backend for GpuBackend {
         if !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
+        self.after_staged_writes()?;
         self.queued = true;
         self.ctx
             .api
@@ -916,6 +988,31 @@ mod tests {
             !key_matches(&key3, &nodes, 4096),
             "a source in another slot"
         );
+    }
+
+    /// The shape key sees types, shapes and ops, not addresses.
+    #[test]
+    fn shape_key_ignores_addresses_only() {
+        let x = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        let y = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        let mut a = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a.op(op::ADD).src(0, &x).src(1, &y);
+        let x2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        let mut a2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a2.op(op::ADD).src(0, &x2).src(1, &y);
+        assert_ne!(x.t.data, x2.t.data);
+        assert_eq!(shape_key(&[a.tensor()]), shape_key(&[a2.tensor()]));
+        let mut m = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        m.op(op::MUL).src(0, &x).src(1, &y);
+        assert_ne!(shape_key(&[a.tensor()]), shape_key(&[m.tensor()]), "op");
+        let x3 = TT::new(GgmlType::F32, [8, 3, 1, 1]);
+        let mut a3 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a3.op(op::ADD).src(0, &x3).src(1, &y);
+        assert_ne!(shape_key(&[a.tensor()]), shape_key(&[a3.tensor()]), "shape");
+        let x4 = TT::new(GgmlType::F16, [8, 2, 1, 1]);
+        let mut a4 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a4.op(op::ADD).src(0, &x4).src(1, &y);
+        assert_ne!(shape_key(&[a.tensor()]), shape_key(&[a4.tensor()]), "type");
     }
 
     /// A source's type or strides are in the key even where its address is the same

@@ -92,20 +92,11 @@ impl Buffer for GpuBuffer {
     }
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let src = self.check(offset, out.len())?;
-        self.ctx
-            .api
-            .copy_dtoh(self.ctx.ord, out, src)
-            .map_err(Error::Device)
+        self.ctx.read_device(out, src).map_err(Error::Device)
     }
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
         let dst = self.check(offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.ctx
-            .api
-            .memset(self.ctx.ord, dst, value, len)
-            .map_err(Error::Device)
+        self.ctx.fill_device(dst, value, len).map_err(Error::Device)
     }
     fn is_host(&self) -> bool {
         false
@@ -116,10 +107,7 @@ impl Buffer for GpuBuffer {
         if !self.ctx.owns_device(src, len) {
             return Ok(false);
         }
-        self.ctx
-            .api
-            .copy_dtod(self.ctx.ord, dst, src, len)
-            .map_err(Error::Device)?;
+        self.ctx.copy_device(dst, src, len).map_err(Error::Device)?;
         Ok(true)
     }
 }

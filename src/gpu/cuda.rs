@@ -14,7 +14,11 @@ type CuGraph = *mut c_void;
 type CuGraphExec = *mut c_void;
 type CuEvent = *mut c_void;
 
-const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
+/// Thread-local capture: only the capturing thread is barred from calls that would break the
+/// capture; other threads (other backends of the device) keep using the driver meanwhile.
+const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: c_int = 1;
+/// Streams that never synchronize with the legacy (null) stream (see `stream_create`).
+const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 
 const CU_DEVICE_ATTRIBUTE_WARP_SIZE: c_int = 10;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
@@ -64,14 +68,12 @@ struct Driver {
     mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
     mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
     mem_free: unsafe extern "C" fn(u64) -> CuResult,
-    memcpy_htod: unsafe extern "C" fn(u64, *const c_void, usize) -> CuResult,
-    memcpy_dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult,
-    memcpy_dtod: unsafe extern "C" fn(u64, u64, usize) -> CuResult,
-    memset_d8: unsafe extern "C" fn(u64, u8, usize) -> CuResult,
+    memset_d8_async: unsafe extern "C" fn(u64, u8, usize, CuStream) -> CuResult,
     stream_create: unsafe extern "C" fn(*mut CuStream, c_uint) -> CuResult,
     stream_synchronize: unsafe extern "C" fn(CuStream) -> CuResult,
     stream_destroy: unsafe extern "C" fn(CuStream) -> CuResult,
     module_load_data: unsafe extern "C" fn(*mut CuModule, *const c_void) -> CuResult,
+    module_unload: unsafe extern "C" fn(CuModule) -> CuResult,
     module_get_function: unsafe extern "C" fn(*mut CuFunction, CuModule, *const c_char) -> CuResult,
     #[allow(clippy::type_complexity)]
     launch_kernel: unsafe extern "C" fn(
@@ -99,6 +101,9 @@ struct Driver {
     >,
     /// None with drivers older than CUDA 12 (then graphs are simply not used).
     graphs: Option<Graphs>,
+    /// Counts a graph's nodes (None: an old runtime; then executables are always replaced).
+    graph_get_nodes:
+        Option<unsafe extern "C" fn(CuGraph, *mut *mut c_void, *mut usize) -> CuResult>,
     io: Io,
 }
 
@@ -215,17 +220,16 @@ impl CudaApi {
                 mem_get_info: sym(&lib, "cuMemGetInfo_v2")?,
                 mem_alloc: sym(&lib, "cuMemAlloc_v2")?,
                 mem_free: sym(&lib, "cuMemFree_v2")?,
-                memcpy_htod: sym(&lib, "cuMemcpyHtoD_v2")?,
-                memcpy_dtoh: sym(&lib, "cuMemcpyDtoH_v2")?,
-                memcpy_dtod: sym(&lib, "cuMemcpyDtoD_v2")?,
-                memset_d8: sym(&lib, "cuMemsetD8_v2")?,
+                memset_d8_async: sym(&lib, "cuMemsetD8Async")?,
                 stream_create: sym(&lib, "cuStreamCreate")?,
                 stream_synchronize: sym(&lib, "cuStreamSynchronize")?,
                 stream_destroy: sym(&lib, "cuStreamDestroy_v2")?,
                 module_load_data: sym(&lib, "cuModuleLoadData")?,
+                module_unload: sym(&lib, "cuModuleUnload")?,
                 module_get_function: sym(&lib, "cuModuleGetFunction")?,
                 launch_kernel: sym(&lib, "cuLaunchKernel")?,
                 launch_kernel_ex: sym(&lib, "cuLaunchKernelEx").ok(),
+                graph_get_nodes: sym(&lib, "cuGraphGetNodes").ok(),
                 graphs: (|| {
                     Ok::<_, String>(Graphs {
                         stream_begin_capture: sym(&lib, "cuStreamBeginCapture_v2")?,
@@ -478,53 +482,29 @@ impl GpuApi for CudaApi {
         }
     }
 
-    fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()> {
+    fn memset_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        value: u8,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
         self.check(
-            unsafe { (self.drv.memcpy_htod)(dst, src.as_ptr() as *const c_void, src.len()) },
-            "cuMemcpyHtoD",
-        )
-    }
-
-    fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()> {
-        self.current(ord)?;
-        self.check(
-            unsafe { (self.drv.memcpy_dtoh)(dst.as_mut_ptr() as *mut c_void, src, dst.len()) },
-            "cuMemcpyDtoH",
-        )
-    }
-
-    fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()> {
-        self.current(ord)?;
-        self.check(
-            unsafe { (self.drv.memcpy_dtod)(dst, src, size) },
-            "cuMemcpyDtoD",
-        )?;
-        // cuMemcpyDtoD may return before the copy is done; callers expect it finished.
-        self.check(
-            unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) },
-            "cuStreamSynchronize",
-        )
-    }
-
-    fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()> {
-        self.current(ord)?;
-        self.check(
-            unsafe { (self.drv.memset_d8)(dst, value, size) },
-            "cuMemsetD8",
-        )?;
-        self.check(
-            unsafe { (self.drv.stream_synchronize)(std::ptr::null_mut()) },
-            "cuStreamSynchronize",
+            unsafe { (self.drv.memset_d8_async)(dst, value, size, s.0 as CuStream) },
+            "cuMemsetD8Async",
         )
     }
 
     fn stream_create(&self, ord: usize) -> ApiResult<Stream> {
         self.current(ord)?;
         let mut s: CuStream = std::ptr::null_mut();
-        // Flags 0: a blocking stream, ordered with the synchronous copies on the null stream.
+        // Non-blocking: work on the legacy stream never waits for it, so nothing another
+        // thread does can tie the legacy stream to this stream while it is being captured
+        // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, 906). We queue nothing on the legacy stream.
         self.check(
-            unsafe { (self.drv.stream_create)(&mut s, 0) },
+            unsafe { (self.drv.stream_create)(&mut s, CU_STREAM_NON_BLOCKING) },
             "cuStreamCreate",
         )?;
         Ok(Stream(s as usize))
@@ -632,6 +612,12 @@ impl GpuApi for CudaApi {
         Ok(Function(f as usize))
     }
 
+    fn module_unload(&self, ord: usize, m: Module) {
+        if self.current(ord).is_ok() {
+            unsafe { (self.drv.module_unload)(m.0 as CuModule) };
+        }
+    }
+
     fn launch(
         &self,
         ord: usize,
@@ -689,7 +675,7 @@ impl GpuApi for CudaApi {
             unsafe {
                 (self.graphs()?.stream_begin_capture)(
                     s.0 as CuStream,
-                    CU_STREAM_CAPTURE_MODE_RELAXED,
+                    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 )
             },
             "cuStreamBeginCapture",
@@ -714,6 +700,13 @@ impl GpuApi for CudaApi {
             "cuGraphInstantiate",
         )?;
         Ok(GraphExec(e as usize))
+    }
+
+    fn graph_node_count(&self, ord: usize, g: Graph) -> Option<usize> {
+        let f = self.drv.graph_get_nodes?;
+        let mut n = 0usize;
+        self.current(ord).ok()?;
+        (unsafe { f(g.0 as CuGraph, std::ptr::null_mut(), &mut n) } == 0).then_some(n)
     }
 
     fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool {

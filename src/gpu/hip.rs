@@ -12,7 +12,11 @@ type HipGraph = *mut c_void;
 type HipGraphExec = *mut c_void;
 type HipEvent = *mut c_void;
 
-const HIP_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
+/// Thread-local capture: only the capturing thread is barred from calls that would break the
+/// capture; other threads (other backends of the device) keep using the runtime meanwhile.
+const HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL: c_int = 1;
+/// hipStreamNonBlocking: streams that never synchronize with the null stream.
+const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
 
 const HIP_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
@@ -40,12 +44,12 @@ struct Runtime {
     mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> HipError,
     malloc: unsafe extern "C" fn(*mut u64, usize) -> HipError,
     free: unsafe extern "C" fn(u64) -> HipError,
-    memcpy: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> HipError,
-    memset: unsafe extern "C" fn(u64, c_int, usize) -> HipError,
-    stream_create: unsafe extern "C" fn(*mut HipStream) -> HipError,
+    memset_async: unsafe extern "C" fn(u64, c_int, usize, HipStream) -> HipError,
+    stream_create_with_flags: unsafe extern "C" fn(*mut HipStream, c_uint) -> HipError,
     stream_synchronize: unsafe extern "C" fn(HipStream) -> HipError,
     stream_destroy: unsafe extern "C" fn(HipStream) -> HipError,
     module_load_data: unsafe extern "C" fn(*mut HipModule, *const c_void) -> HipError,
+    module_unload: unsafe extern "C" fn(HipModule) -> HipError,
     module_get_function:
         unsafe extern "C" fn(*mut HipFunction, HipModule, *const c_char) -> HipError,
     #[allow(clippy::type_complexity)]
@@ -64,6 +68,9 @@ struct Runtime {
     ) -> HipError,
     /// None where this ROCm has no graph API (then graphs are simply not used).
     graphs: Option<Graphs>,
+    /// Counts a graph's nodes (None: an old runtime; then executables are always replaced).
+    graph_get_nodes:
+        Option<unsafe extern "C" fn(HipGraph, *mut *mut c_void, *mut usize) -> HipError>,
     io: Io,
 }
 
@@ -243,14 +250,15 @@ impl HipApi {
                 mem_get_info: sym(&lib, "hipMemGetInfo")?,
                 malloc: sym(&lib, "hipMalloc")?,
                 free: sym(&lib, "hipFree")?,
-                memcpy: sym(&lib, "hipMemcpy")?,
-                memset: sym(&lib, "hipMemset")?,
-                stream_create: sym(&lib, "hipStreamCreate")?,
+                memset_async: sym(&lib, "hipMemsetAsync")?,
+                stream_create_with_flags: sym(&lib, "hipStreamCreateWithFlags")?,
                 stream_synchronize: sym(&lib, "hipStreamSynchronize")?,
                 stream_destroy: sym(&lib, "hipStreamDestroy")?,
                 module_load_data: sym(&lib, "hipModuleLoadData")?,
+                module_unload: sym(&lib, "hipModuleUnload")?,
                 module_get_function: sym(&lib, "hipModuleGetFunction")?,
                 module_launch_kernel: sym(&lib, "hipModuleLaunchKernel")?,
+                graph_get_nodes: sym(&lib, "hipGraphGetNodes").ok(),
                 graphs: (|| {
                     Ok::<_, String>(Graphs {
                         stream_begin_capture: sym(&lib, "hipStreamBeginCapture")?,
@@ -320,13 +328,6 @@ impl HipApi {
         self.check(
             unsafe { (self.rt.set_device)(ord as c_int) },
             "hipSetDevice",
-        )
-    }
-
-    fn sync_null(&self) -> ApiResult<()> {
-        self.check(
-            unsafe { (self.rt.stream_synchronize)(std::ptr::null_mut()) },
-            "hipStreamSynchronize",
         )
     }
 }
@@ -480,61 +481,28 @@ impl GpuApi for HipApi {
         }
     }
 
-    fn copy_htod(&self, ord: usize, dst: DevPtr, src: &[u8]) -> ApiResult<()> {
-        self.current(ord)?;
-        let r = unsafe {
-            (self.rt.memcpy)(
-                dst as *mut c_void,
-                src.as_ptr() as *const c_void,
-                src.len(),
-                HIP_MEMCPY_HOST_TO_DEVICE,
-            )
-        };
-        self.check(r, "hipMemcpy(HtoD)")
-    }
-
-    fn copy_dtoh(&self, ord: usize, dst: &mut [u8], src: DevPtr) -> ApiResult<()> {
-        self.current(ord)?;
-        let r = unsafe {
-            (self.rt.memcpy)(
-                dst.as_mut_ptr() as *mut c_void,
-                src as *const c_void,
-                dst.len(),
-                HIP_MEMCPY_DEVICE_TO_HOST,
-            )
-        };
-        self.check(r, "hipMemcpy(DtoH)")
-    }
-
-    fn copy_dtod(&self, ord: usize, dst: DevPtr, src: DevPtr, size: usize) -> ApiResult<()> {
-        self.current(ord)?;
-        let r = unsafe {
-            (self.rt.memcpy)(
-                dst as *mut c_void,
-                src as *const c_void,
-                size,
-                HIP_MEMCPY_DEVICE_TO_DEVICE,
-            )
-        };
-        self.check(r, "hipMemcpy(DtoD)")?;
-        self.sync_null()
-    }
-
-    fn memset(&self, ord: usize, dst: DevPtr, value: u8, size: usize) -> ApiResult<()> {
+    fn memset_async(
+        &self,
+        ord: usize,
+        dst: DevPtr,
+        value: u8,
+        size: usize,
+        s: Stream,
+    ) -> ApiResult<()> {
         self.current(ord)?;
         self.check(
-            unsafe { (self.rt.memset)(dst, value as c_int, size) },
-            "hipMemset",
-        )?;
-        self.sync_null()
+            unsafe { (self.rt.memset_async)(dst, value as c_int, size, s.0 as HipStream) },
+            "hipMemsetAsync",
+        )
     }
 
     fn stream_create(&self, ord: usize) -> ApiResult<Stream> {
         self.current(ord)?;
         let mut s: HipStream = std::ptr::null_mut();
         self.check(
-            unsafe { (self.rt.stream_create)(&mut s) },
-            "hipStreamCreate",
+            // Non-blocking: nothing on the null stream waits for it (see cuda.rs `stream_create`).
+            unsafe { (self.rt.stream_create_with_flags)(&mut s, HIP_STREAM_NON_BLOCKING) },
+            "hipStreamCreateWithFlags",
         )?;
         Ok(Stream(s as usize))
     }
@@ -590,6 +558,12 @@ impl GpuApi for HipApi {
         Ok(Function(f as usize))
     }
 
+    fn module_unload(&self, ord: usize, m: Module) {
+        if self.current(ord).is_ok() {
+            unsafe { (self.rt.module_unload)(m.0 as HipModule) };
+        }
+    }
+
     fn launch(
         &self,
         ord: usize,
@@ -627,7 +601,7 @@ impl GpuApi for HipApi {
             unsafe {
                 (self.graphs()?.stream_begin_capture)(
                     s.0 as HipStream,
-                    HIP_STREAM_CAPTURE_MODE_RELAXED,
+                    HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 )
             },
             "hipStreamBeginCapture",
@@ -658,6 +632,13 @@ impl GpuApi for HipApi {
         };
         self.check(r, "hipGraphInstantiate")?;
         Ok(GraphExec(e as usize))
+    }
+
+    fn graph_node_count(&self, ord: usize, g: Graph) -> Option<usize> {
+        let f = self.rt.graph_get_nodes?;
+        let mut n = 0usize;
+        self.current(ord).ok()?;
+        (unsafe { f(g.0 as HipGraph, std::ptr::null_mut(), &mut n) } == 0).then_some(n)
     }
 
     fn graph_exec_update(&self, ord: usize, e: GraphExec, g: Graph) -> bool {

@@ -1,8 +1,9 @@
 //! The GPU kernels: HIP C++ sources embedded in the library, compiled on first use for the
 //! device's architecture by the vendor's run-time compiler, and cached on disk keyed by a
-//! hash of (vendor, arch, compiler version, options, source).
+//! hash of (vendor, arch, compiler version, options, source) (checked files: kernel_cache.rs).
 
 use super::api::{DeviceInfo, Function, GpuApi, Module};
+use super::kernel_cache::Cache;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -342,67 +343,86 @@ impl Kernels {
             .ok_or_else(|| format!("kernel {name} is not in the kernel list"))
     }
 
-    /// Compiles (or finds in the cache) and loads the kernels on device `ord`.
-    pub fn load(api: &dyn GpuApi, ord: usize, info: &DeviceInfo) -> Result<Kernels, String> {
+    /// Compiles (or finds in the cache in `dir`, usually `cache_dir()`) and loads the kernels
+    /// on device `ord`.
+    pub fn load(
+        api: &dyn GpuApi,
+        ord: usize,
+        info: &DeviceInfo,
+        dir: Option<&std::path::Path>,
+    ) -> Result<Kernels, String> {
         let source = program_source();
         let options = compile_options(info);
         let compiler = api.compiler_version();
-        let file = cache_dir().map(|d| {
-            d.join(cache_file_name(
-                api.vendor(),
-                &info.arch,
-                &compiler,
-                &options,
-                &source,
-            ))
+        let (name, key) = cache_entry(api, info);
+        let cache = dir.and_then(|d| match Cache::open(d) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                crate::log_warn!("kernel cache not used ({e}); compiling in memory");
+                None
+            }
         });
-
-        let mut module = None;
-        if let Some(path) = &file {
-            if let Ok(image) = std::fs::read(path) {
-                match api.module_load(ord, &image) {
-                    Ok(m) => {
-                        crate::log_debug!(
-                            "GPU kernels for {} from cache {}",
-                            info.arch,
-                            path.display()
-                        );
-                        module = Some(m);
-                    }
-                    Err(e) => crate::log_warn!(
-                        "cached kernels {} unusable ({e}); recompiling",
-                        path.display()
-                    ),
+        if let Some(c) = &cache {
+            let cached = c.load(&name, &key).and_then(|image| match image {
+                Some(image) => Self::from_image(api, ord, &image).map(Some),
+                None => Ok(None),
+            });
+            match cached {
+                Ok(Some(k)) => {
+                    crate::log_debug!(
+                        "GPU kernels for {} from cache {}",
+                        info.arch,
+                        c.path(&name).display()
+                    );
+                    return Ok(k);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    crate::log_warn!("cached GPU kernels unusable ({e}); removed, recompiling");
+                    c.evict(&name);
                 }
             }
         }
-        let module = match module {
-            Some(m) => m,
-            None => {
-                crate::log_info!(
-                    "compiling GPU kernels for {} ({}) with {} ...",
-                    info.name,
-                    info.arch,
-                    compiler
-                );
-                let t0 = std::time::Instant::now();
-                let image = api.compile(&source, "rocmforge.hip", &info.arch, &options)?;
-                crate::log_info!(
-                    "compiled GPU kernels for {} in {:.2} s ({} bytes)",
-                    info.arch,
-                    t0.elapsed().as_secs_f64(),
-                    image.len()
-                );
-                if let Some(path) = &file {
-                    store(path, &image);
-                }
-                api.module_load(ord, &image)?
+        crate::log_info!(
+            "compiling GPU kernels for {} ({}) with {} ...",
+            info.name,
+            info.arch,
+            compiler
+        );
+        let t0 = std::time::Instant::now();
+        let image = api.compile(&source, "rocmforge.hip", &info.arch, &options)?;
+        crate::log_info!(
+            "compiled GPU kernels for {} in {:.2} s ({} bytes)",
+            info.arch,
+            t0.elapsed().as_secs_f64(),
+            image.len()
+        );
+        if let Some(c) = &cache {
+            if let Err(e) = c.store(&name, &key, &image) {
+                crate::log_warn!("{e} (kernels are compiled again next time)");
             }
-        };
+        }
+        Self::from_image(api, ord, &image)
+    }
+
+    /// Loads `image` and resolves every kernel; a module missing one is unloaded again (a
+    /// cached one is then evicted and the program compiled again).
+    fn from_image(api: &dyn GpuApi, ord: usize, image: &[u8]) -> Result<Kernels, String> {
+        if image.is_empty() {
+            return Err("empty kernel image".into());
+        }
+        let module = api.module_load(ord, image)?;
         let mut funcs = HashMap::new();
         for name in kernel_names() {
-            let f = api.module_function(ord, module, &name)?;
-            funcs.insert(name, f);
+            match api.module_function(ord, module, &name) {
+                Ok(f) => {
+                    funcs.insert(name, f);
+                }
+                Err(e) => {
+                    api.module_unload(ord, module);
+                    return Err(e);
+                }
+            }
         }
         Ok(Kernels {
             _module: module,
@@ -411,17 +431,31 @@ impl Kernels {
     }
 }
 
-/// Writes the binary atomically (temp file + rename); failure only costs a recompile later.
-fn store(path: &std::path::Path, image: &[u8]) {
-    let Some(dir) = path.parent() else { return };
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let r = std::fs::create_dir_all(dir)
-        .and_then(|_| std::fs::write(&tmp, image))
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
-        crate::log_warn!("cannot cache GPU kernels in {}: {e}", dir.display());
-    }
+/// The cache file name and key of the program for this device.
+pub fn cache_entry(api: &dyn GpuApi, info: &DeviceInfo) -> (String, Vec<u8>) {
+    let (source, options, compiler) = (
+        program_source(),
+        compile_options(info),
+        api.compiler_version(),
+    );
+    (
+        cache_file_name(api.vendor(), &info.arch, &compiler, &options, &source),
+        cache_key(api.vendor(), &info.arch, &compiler, &options, &source),
+    )
+}
+
+/// What a cached image was compiled from (its SHA-256 is in the file's header): equal keys,
+/// equal programs. The file name holds a short hash of the same.
+pub fn cache_key(
+    vendor: &str,
+    arch: &str,
+    compiler: &str,
+    options: &[String],
+    source: &str,
+) -> Vec<u8> {
+    [vendor, arch, compiler, &options.join(" "), source]
+        .join("\0")
+        .into_bytes()
 }
 
 #[cfg(test)]

@@ -9,8 +9,12 @@ pub mod blas;
 pub mod buffer;
 pub mod cuda;
 pub mod hip;
+pub mod kernel_cache;
 pub mod kernels;
+#[cfg(test)]
+mod mock;
 pub mod ops;
+pub mod sha256;
 pub mod staging;
 
 use crate::device::{
@@ -22,7 +26,8 @@ use kernels::Kernels;
 use once_cell::sync::OnceCell;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What kind of memory a tracked range is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,19 +45,57 @@ pub struct GpuCtx {
     pub ord: usize,
     pub info: DeviceInfo,
     kernels: OnceCell<std::result::Result<Kernels, String>>,
+    /// Where compiled kernels are cached (None: compiled in memory every time).
+    cache_dir: Option<std::path::PathBuf>,
     /// Live allocations (base -> size, kind): kernels only ever get addresses inside these.
     allocs: Mutex<BTreeMap<DevPtr, (usize, Memory)>>,
-    /// Staging of small writes (staging.rs): made on the first one; Some(None) where the
-    /// runtime gave no pinned memory or ROCMFORGE_GPU_STAGING=0.
-    staging: Mutex<Option<Option<staging::Staging>>>,
+    /// The host's reads and writes of device memory (made on first use; see `Io`).
+    io: Mutex<Option<Io>>,
+    /// Staged writes queued so far (a backend compares it with what it last waited for).
+    staged: AtomicU64,
+}
+
+/// Reads, writes, fills and copies of device memory that the host asks for (buffer
+/// get/set/memset/cpy) run on one non-blocking stream per device, under the lock, and are
+/// waited for before the call returns, except small staged writes (staging.rs). Never the
+/// legacy stream: with several backends of one device used from several threads, work on
+/// the legacy stream would wait for (and so break) a graph capture on another thread's stream.
+struct Io {
+    stream: api::Stream,
+    /// Recorded after the staged writes when a backend asks to wait for them.
+    staged_event: api::Event,
+    /// Staged writes were queued since `staged_event` was last recorded.
+    unrecorded: bool,
+    /// None where the runtime gave no pinned memory or ROCMFORGE_GPU_STAGING=0.
+    staging: Option<staging::Staging>,
 }
 
 impl GpuCtx {
+    /// A context over any runtime (the fault-injecting mock of the tests).
+    #[cfg(test)]
+    pub fn for_test(
+        api: Arc<dyn GpuApi>,
+        info: DeviceInfo,
+        cache_dir: Option<std::path::PathBuf>,
+    ) -> Arc<GpuCtx> {
+        Arc::new(GpuCtx {
+            api,
+            ord: 0,
+            info,
+            kernels: OnceCell::new(),
+            cache_dir,
+            allocs: Mutex::new(BTreeMap::new()),
+            io: Mutex::new(None),
+            staged: AtomicU64::new(0),
+        })
+    }
+
     /// The compiled kernels, compiling them on first use; a failure is remembered.
     pub fn kernels(&self) -> std::result::Result<&Kernels, String> {
         self.kernels
             .get_or_init(|| {
-                Kernels::load(self.api.as_ref(), self.ord, &self.info).map_err(|e| {
+                let dir = self.cache_dir.as_deref();
+                Kernels::load(self.api.as_ref(), self.ord, &self.info, dir).map_err(|e| {
                     crate::log_error!("GPU kernels for {} could not be built: {e}", self.info.arch);
                     e
                 })
@@ -66,32 +109,113 @@ impl GpuCtx {
         matches!(self.kernels.get(), Some(Err(_)))
     }
 
+    /// The I/O stream and staging, made on first use (a failure is not remembered).
+    fn io(&self) -> api::ApiResult<MutexGuard<'_, Option<Io>>> {
+        let mut g = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            let (api, ord) = (self.api.as_ref(), self.ord);
+            let stream = api.stream_create(ord)?;
+            let staged_event = match api.event_create(ord) {
+                Ok(e) => e,
+                Err(e) => {
+                    api.stream_destroy(ord, stream);
+                    return Err(e);
+                }
+            };
+            let wanted = crate::tuning::get().gpu_staging;
+            *g = Some(Io {
+                stream,
+                staged_event,
+                unrecorded: false,
+                staging: wanted.then(|| staging::Staging::new(api, ord)).flatten(),
+            });
+        }
+        Ok(g)
+    }
+
+    /// Queues `op` on the I/O stream and waits for it (and for the staged writes before it).
+    fn io_sync(
+        &self,
+        op: impl FnOnce(&dyn GpuApi, usize, api::Stream) -> api::ApiResult<()>,
+    ) -> api::ApiResult<()> {
+        let g = self.io()?;
+        let io = g.as_ref().ok_or("no I/O stream")?;
+        let (api, ord) = (self.api.as_ref(), self.ord);
+        op(api, ord, io.stream)?;
+        api.stream_sync(ord, io.stream)
+    }
+
     /// Writes `data` to device memory at `dst`; every later reader sees it as after a
     /// synchronous copy. Small writes return without waiting for the copy (staging.rs).
     pub fn write_device(&self, dst: DevPtr, data: &[u8]) -> api::ApiResult<()> {
-        if !data.is_empty() && data.len() <= staging::STAGE_MAX {
-            let mut s = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-            let wanted = || crate::tuning::get().gpu_staging;
-            let st = s.get_or_insert_with(|| {
-                if wanted() {
-                    staging::Staging::new(self.api.as_ref(), self.ord)
-                } else {
-                    None
-                }
-            });
-            if let Some(st) = st.as_mut() {
-                return st.write(self.api.as_ref(), self.ord, dst, data);
+        if data.is_empty() {
+            return Ok(());
+        }
+        if data.len() <= staging::STAGE_MAX {
+            let mut g = self.io()?;
+            let io = g.as_mut().ok_or("no I/O stream")?;
+            if let Some(st) = io.staging.as_mut() {
+                st.write(self.api.as_ref(), self.ord, io.stream, dst, data)?;
+                io.unrecorded = true;
+                self.staged.fetch_add(1, Ordering::Release);
+                return Ok(());
             }
         }
-        self.api.copy_htod(self.ord, dst, data)
+        self.io_sync(|api, ord, s| api.copy_htod_async(ord, dst, data.as_ptr(), data.len(), s))
+    }
+
+    /// Reads device memory at `src` into `out` (after every write the host made before).
+    pub fn read_device(&self, out: &mut [u8], src: DevPtr) -> api::ApiResult<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let (ptr, len) = (out.as_mut_ptr(), out.len());
+        self.io_sync(|api, ord, s| api.copy_dtoh_async(ord, ptr, src, len, s))
+    }
+
+    /// Fills `len` bytes of device memory at `dst` with `value`.
+    pub fn fill_device(&self, dst: DevPtr, value: u8, len: usize) -> api::ApiResult<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.io_sync(|api, ord, s| api.memset_async(ord, dst, value, len, s))
+    }
+
+    /// Copies `len` bytes inside this device's memory.
+    pub fn copy_device(&self, dst: DevPtr, src: DevPtr, len: usize) -> api::ApiResult<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.io_sync(|api, ord, s| api.copy_dtod_async(ord, dst, src, len, s))
+    }
+
+    /// Makes work queued on `s` (a backend's stream) after this call wait for the staged
+    /// writes made so far. `seen`: the count of staged writes `s` already waits for.
+    pub fn order_after_staged(&self, s: api::Stream, seen: &mut u64) -> api::ApiResult<()> {
+        if self.staged.load(Ordering::Acquire) == *seen {
+            return Ok(());
+        }
+        let mut g = self.io()?;
+        let io = g.as_mut().ok_or("no I/O stream")?;
+        let now = self.staged.load(Ordering::Acquire);
+        let (api, ord) = (self.api.as_ref(), self.ord);
+        if io.unrecorded {
+            api.event_record(ord, io.staged_event, io.stream)?;
+            io.unrecorded = false;
+        }
+        api.stream_wait_event(ord, s, io.staged_event)?;
+        *seen = now;
+        Ok(())
     }
 
     /// Waits for the staged writes still queued (before device memory is freed).
     pub fn quiesce_staging(&self) {
-        let mut s = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(Some(st)) = s.as_mut() {
-            if let Err(e) = st.quiesce(self.api.as_ref(), self.ord) {
-                crate::log_warn!("waiting for staged writes: {e}");
+        let mut g = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(io) = g.as_mut() {
+            if let Some(st) = io.staging.as_mut() {
+                if let Err(e) = st.quiesce(self.api.as_ref(), self.ord, io.stream) {
+                    crate::log_warn!("waiting for staged writes: {e}");
+                }
             }
         }
     }
@@ -139,13 +263,14 @@ impl GpuCtx {
 
 impl Drop for GpuCtx {
     fn drop(&mut self) {
-        if let Some(Some(st)) = self
-            .staging
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            st.free(self.api.as_ref(), self.ord);
+        let (api, ord) = (self.api.as_ref(), self.ord);
+        if let Some(mut io) = self.io.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(st) = io.staging.as_mut() {
+                st.free(api, ord, io.stream);
+            }
+            let _ = api.stream_sync(ord, io.stream);
+            api.event_destroy(ord, io.staged_event);
+            api.stream_destroy(ord, io.stream);
         }
     }
 }
@@ -191,8 +316,10 @@ impl GpuDevice {
             ord,
             info,
             kernels: OnceCell::new(),
+            cache_dir: kernels::cache_dir(),
             allocs: Mutex::new(BTreeMap::new()),
-            staging: Mutex::new(None),
+            io: Mutex::new(None),
+            staged: AtomicU64::new(0),
         });
         let buffer_type = buffer::GpuBufferType::new(ctx.clone(), name.clone());
         let host_name = CString::new(format!("RFGPU{index}_Host")).unwrap();

@@ -2,14 +2,15 @@
 //! inputs). ggml's scheduler writes each input of a graph with a synchronous set_tensor,
 //! about ten of them per token; a synchronous copy from pageable memory costs the host ~6 µs
 //! (the driver stages it and waits for the DMA). Here the bytes are copied into pinned
-//! staging memory and the copy to the device is queued on the null stream, so the call
-//! returns at once, and the caller may reuse its memory at once.
+//! staging memory and the copy to the device is queued on the device's I/O stream (`GpuCtx`),
+//! so the call returns at once, and the caller may reuse its memory at once.
 //!
-//! Why that is still a synchronous write for every reader: our streams are blocking streams
-//! (api `stream_create`), so work queued on any of them after this call (kernels, graph
-//! replays, asynchronous copies) starts after the null stream's copy, and every synchronous
-//! read, fill or copy of device memory runs on the null stream itself, after it. A buffer
-//! being freed waits for the copies first (`quiesce`).
+//! Why that is still a synchronous write for every reader: every read, fill or copy of
+//! device memory by the host runs on the same I/O stream, after it, and each backend makes
+//! its stream wait for the staged copies before it queues its next work
+//! (`GpuCtx::order_after_staged`). A buffer being freed waits for the copies first (`quiesce`).
+//! Nothing is queued on the legacy (null) stream: that would tie it to whatever stream
+//! another thread is capturing into a graph, and break that capture.
 //!
 //! Staging is two halves of pinned memory used in turn: the half being filled is reused only
 //! after an event recorded when it was left says that its copies are done.
@@ -62,11 +63,12 @@ impl Staging {
         }
     }
 
-    /// Queues the copy of `data` to `dst` (len <= STAGE_MAX) on the null stream.
+    /// Queues the copy of `data` to `dst` (len <= STAGE_MAX) on `stream` (always the same one).
     pub fn write(
         &mut self,
         api: &dyn GpuApi,
         ord: usize,
+        stream: Stream,
         dst: DevPtr,
         data: &[u8],
     ) -> Result<(), String> {
@@ -74,7 +76,7 @@ impl Staging {
         let need = data.len().div_ceil(PIECE_ALIGN) * PIECE_ALIGN;
         if self.used + need > HALF {
             // Leave this half with an event after its copies; wait for the other half's.
-            api.event_record(ord, self.events[self.cur], Stream(0))?;
+            api.event_record(ord, self.events[self.cur], stream)?;
             self.recorded[self.cur] = true;
             self.cur ^= 1;
             self.used = 0;
@@ -88,27 +90,27 @@ impl Staging {
         // was waited for before it was filled again).
         let piece = unsafe { self.host.add(self.cur * HALF + self.used) };
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), piece, data.len()) };
-        api.copy_htod_async(ord, dst, piece, data.len(), Stream(0))?;
+        api.copy_htod_async(ord, dst, piece, data.len(), stream)?;
         self.used += need;
         self.dirty = true;
         Ok(())
     }
 
     /// Waits until every queued copy is done (before device memory is freed).
-    pub fn quiesce(&mut self, api: &dyn GpuApi, ord: usize) -> Result<(), String> {
+    pub fn quiesce(&mut self, api: &dyn GpuApi, ord: usize, stream: Stream) -> Result<(), String> {
         if !self.dirty {
             return Ok(());
         }
-        // The null stream runs in order: the last record covers both halves' copies.
-        api.event_record(ord, self.events[self.cur], Stream(0))?;
+        // The stream runs in order: the last record covers both halves' copies.
+        api.event_record(ord, self.events[self.cur], stream)?;
         api.event_sync(ord, self.events[self.cur])?;
         self.recorded = [false; 2];
         self.dirty = false;
         Ok(())
     }
 
-    pub fn free(&mut self, api: &dyn GpuApi, ord: usize) {
-        let _ = self.quiesce(api, ord);
+    pub fn free(&mut self, api: &dyn GpuApi, ord: usize, stream: Stream) {
+        let _ = self.quiesce(api, ord, stream);
         self.events.iter().for_each(|&e| api.event_destroy(ord, e));
         api.host_free(ord, self.host);
         self.host = std::ptr::null_mut();
