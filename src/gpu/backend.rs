@@ -73,6 +73,10 @@ pub struct GpuBackend {
     timing: Option<Timing>,
 }
 
+/// A timed graph not yet read: ((nodes, rows), start, end, host seconds inside compute, seconds
+/// since the previous compute, seconds waited in synchronize since the previous compute).
+type PendingGraph = ((usize, usize), Event, Event, f64, f64, f64);
+
 /// ROCMFORGE_GPU_TIMING=1: every graph_compute is bracketed by timed events. At `synchronize`
 /// the GPU time of each graph and the stream time before it since the previous graph ended
 /// (input/output copies and the GPU idle while the host builds the next graph) are added up
@@ -82,9 +86,7 @@ pub struct GpuBackend {
 #[derive(Default)]
 struct Timing {
     free: Vec<Event>,
-    /// ((nodes, rows), start, end, host seconds inside compute, seconds since the previous
-    /// compute, seconds waited in synchronize since the previous compute)
-    pending: Vec<((usize, usize), Event, Event, f64, f64, f64)>,
+    pending: Vec<PendingGraph>,
     last_end: Option<Event>,
     last_compute: Option<std::time::Instant>,
     /// Seconds waited in synchronize since the last compute.
@@ -638,13 +640,14 @@ impl GpuBackend {
                     return Err(e);
                 }
             };
-            let p = self.profile.as_mut().unwrap();
-            for (k, label) in labels.into_iter().enumerate() {
-                let ms = api
-                    .event_elapsed_ms(ord, events[k], events[k + 1])
-                    .unwrap_or(0.0) as f64;
-                let e = p.entry(label).or_insert((0, 0.0));
-                *e = (e.0 + 1, e.1 + ms * 1e-3);
+            if let Some(p) = self.profile.as_mut() {
+                for (k, label) in labels.into_iter().enumerate() {
+                    let ms = api
+                        .event_elapsed_ms(ord, events[k], events[k + 1])
+                        .unwrap_or(0.0) as f64;
+                    let e = p.entry(label).or_insert((0, 0.0));
+                    *e = (e.0 + 1, e.1 + ms * 1e-3);
+                }
             }
             self.profile_events = events;
             return Ok(());

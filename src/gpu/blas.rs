@@ -248,10 +248,13 @@ fn open_rocblas() -> ApiResult<Blas> {
 static CUBLAS: OnceCell<Option<Blas>> = OnceCell::new();
 static ROCBLAS: OnceCell<Option<Blas>> = OnceCell::new();
 
+/// Opens one vendor's BLAS library.
+type OpenBlas = fn() -> ApiResult<Blas>;
+
 /// The BLAS of a runtime ("CUDA" or "HIP"), opened on first use; None where it is missing
 /// or turned off (then our own kernels compute every product).
 pub fn for_vendor(vendor: &str) -> Option<&'static Blas> {
-    let (cell, open): (&OnceCell<Option<Blas>>, fn() -> ApiResult<Blas>) = match vendor {
+    let (cell, open): (&OnceCell<Option<Blas>>, OpenBlas) = match vendor {
         "CUDA" => (&CUBLAS, open_cublas),
         "HIP" => (&ROCBLAS, open_rocblas),
         _ => return None,
