@@ -53,6 +53,8 @@ THREADS=${THREADS:-8}
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 mkdir -p /tmp/gc "$OUT" && cp -a "$CARRY"/bin/* "$CARRY"/smol-tokenizer.gguf /tmp/gc/ && cd /tmp/gc || exit 1
 [ -f "$CARRY/libggml-rocmforge-base.so" ] && cp -a "$CARRY/libggml-rocmforge-base.so" .
+# ggml-cpu variants built by step cuda of an earlier call (step split picks the best that runs).
+for v in "$CARRY"/libggml-cpu-*.so; do [ -f "$v" ] && cp -a "$v" .; done
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -106,7 +108,7 @@ if has membw; then
     nvcc -O3 -arch=sm_"${CUDA_ARCH:-90}" -o gpu_membw "$R/bench/gpu_membw.cu" && ./gpu_membw | tee "$OUT/membw.log"
 fi
 if has ops; then
-    (time timeout 300 ./test_ops --gpus) >"$OUT/test_ops.log" 2>&1
+    (time timeout 420 ./test_ops --gpus) >"$OUT/test_ops.log" 2>&1
     echo "test_ops --gpus rc=$?"
     grep -E "FAIL|cases:|passed|failed|real" "$OUT/test_ops.log" | tail -6
 fi
