@@ -26,6 +26,10 @@
 #          ggml-cpu (test_llama_e2e)
 #   smol   SmolLM2-shaped Q4_1 (make_model --preset smollm2, same speed as the real model): pp512 and
 #          tg128, fa on and off, best of 3
+#   defaults  SmolLM2-shaped pp512 / tg128 with libllama's default context parameters (llama_run
+#          --ctx defaults: n_ctx 512, n_batch 2048, n_ubatch 512, flash attention auto) beside
+#          llama_run's own (n_ctx pp+tg+16, n_batch = n_ubatch = 512, fa on), 3 rounds of 3 repetitions;
+#          every repetition printed (reps_pp=), the first one included
 #   8b     8B-class Q4_0 (make_model --preset 8b, 4.04 GB read a token): pp512 and tg64, fa on and
 #          off, best of 2
 #   depth  pp512 and tg after 2048 tokens of context (llama-bench -d), fa on, SmolLM2 and 8B
@@ -272,6 +276,14 @@ if has skip; then
         "mul_mat_vec_q1_qkv,mul_mat_vec_q_add_norm,mul_mat_vec_q_glu,flash_attn_vec"; do
         echo "skip $sk: $(ROCMFORGE_GPU_SKIP=$sk $B 2>/dev/null | grep -o 'tg64=.*')"
     done
+fi
+if has defaults && cuda_ok; then
+    quiet
+    {
+        ROUNDS=3 pair SmolLM2-Q4_1-ctx-defaults auto smol.gguf 512 128 3 --ctx defaults
+        ROUNDS=3 pair SmolLM2-Q4_1 on smol.gguf 512 128 3
+    } | tee "$OUT/defaults.txt" | ratio_table
+    grep -o "^[^ ]* [^ ]* backend=[a-z-]*\|reps_pp=[0-9/]*" "$OUT/defaults.txt" | paste - - | sed 's/^/defaults: /'
 fi
 if has split && cuda_ok; then
     quiet

@@ -7,7 +7,9 @@
 //   llama_run logits   -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N] [--gen N]
 //       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
 //   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R] [--depth N]
-//       pp<N> and tg<N> tokens/s (best of R repetitions); --depth N: both after N tokens of context
+//       pp<N> and tg<N> tokens/s (best of R repetitions, then every repetition); --depth N: both after
+//       N tokens of context; --ctx defaults: libllama's default context parameters (n_ctx 512, n_batch
+//       2048, n_ubatch 512, flash attention auto) instead of n_ctx = pp + tg, n_batch = n_ubatch = pp
 //
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
@@ -54,6 +56,9 @@ struct opts {
     // --ngl N with --device: only the last N layers on the device, the rest on the CPU device
     // (llama.cpp's -ngl); -1 (default): every layer.
     int ngl;
+    // --ctx defaults: libllama's default context parameters (n_ctx, n_batch, n_ubatch, flash
+    // attention auto, F16 caches) with only the threads set, as a plain host gets them.
+    int ctx_defaults;
 };
 
 static void usage(void) {
@@ -92,6 +97,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
         else if (!strcmp(a, "--depth")) o.depth = atoi(v);
         else if (!strcmp(a, "--ngl")) o.ngl = atoi(v);
+        else if (!strcmp(a, "--ctx")) o.ctx_defaults = !strcmp(v, "defaults");
         else usage();
         i++;
     }
@@ -126,15 +132,16 @@ static bool dump_cb(struct ggml_tensor * t, bool ask, void * ud) {
 
 static struct llama_context * make_ctx(struct llama_model * model, const struct opts * o, int n_ctx, int n_batch) {
     struct llama_context_params cp = llama_context_default_params();
+    cp.n_threads = o->threads;
+    cp.n_threads_batch = o->threads;
+    cp.no_perf = true;
+    if (o->ctx_defaults) return llama_init_from_model(model, cp);
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
     cp.n_ubatch = n_batch;
-    cp.n_threads = o->threads;
-    cp.n_threads_batch = o->threads;
     cp.flash_attn_type = o->fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = o->kv;
     cp.type_v = o->fa ? o->kv : GGML_TYPE_F16;
-    cp.no_perf = true;
     cp.offload_kqv = o->device != NULL;
     if (getenv("LLAMA_RUN_DUMP")) {
         cp.cb_eval = dump_cb;
@@ -265,6 +272,7 @@ int main(int argc, char ** argv) {
         llama_token * toks = malloc(sizeof(llama_token) * o.pp);
         for (int i = 0; i < o.pp; i++) toks[i] = (llama_token) ((i * 7919 + 13) % n_vocab);
         double best_pp = 0, best_tg = 0;
+        char reps_pp[256] = "", reps_tg[256] = "";  // every repetition, "a/b/c"
         struct llama_context * ctx = make_ctx(model, &o, o.depth + (o.pp > o.tg ? o.pp : o.tg) + 16, o.pp);
         for (int r = 0; r < o.reps; r++) {
             // pp and tg after --depth N tokens of context (llama-bench -d), decoded in batches
@@ -276,6 +284,7 @@ int main(int argc, char ** argv) {
             llama_synchronize(ctx);  // as llama-bench: asynchronous backends return before the GPU is done
             double t1 = now_s();
             if (o.pp / (t1 - t0) > best_pp) best_pp = o.pp / (t1 - t0);
+            snprintf(reps_pp + strlen(reps_pp), sizeof reps_pp - strlen(reps_pp), "%s%.0f", r ? "/" : "", o.pp / (t1 - t0));
             // tg: generation after a 1-token prompt (as llama-bench measures it) or the depth.
             llama_memory_clear(llama_get_memory(ctx), true);
             if (fill_depth(ctx, toks, o.depth, o.pp)) return 1;
@@ -287,11 +296,12 @@ int main(int argc, char ** argv) {
             }
             double t3 = now_s();
             if (o.tg / (t3 - t2) > best_tg) best_tg = o.tg / (t3 - t2);
+            snprintf(reps_tg + strlen(reps_tg), sizeof reps_tg - strlen(reps_tg), "%s%.1f", r ? "/" : "", o.tg / (t3 - t2));
         }
         char at[24] = "";  // "@d2048" after a context
         if (o.depth) snprintf(at, sizeof at, "@d%d", o.depth);
-        printf("backend=%s device=%s threads=%d pp%d%s=%.2f tg%d%s=%.2f\n", o.backend, o.device ? o.device : "cpu",
-               o.threads, o.pp, at, best_pp, o.tg, at, best_tg);
+        printf("backend=%s device=%s threads=%d pp%d%s=%.2f tg%d%s=%.2f reps_pp=%s reps_tg=%s\n", o.backend,
+               o.device ? o.device : "cpu", o.threads, o.pp, at, best_pp, o.tg, at, best_tg, reps_pp, reps_tg);
         free(toks);
         llama_free(ctx);
     } else {
