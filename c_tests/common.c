@@ -1,6 +1,7 @@
 // Helpers shared by the C tests (see common.h).
 #include "common.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,4 +210,25 @@ double rf_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+int rf_thread_count(void) {
+    DIR * d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent * e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] != '.') n++;
+    }
+    closedir(d);
+    return n;
+}
+
+ggml_backend_dev_t rf_first_gpu_device(void) {
+    ggml_backend_reg_t reg = rf_rocmforge_reg();
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {
+        ggml_backend_dev_t d = ggml_backend_reg_dev_get(reg, i);
+        if (strncmp(ggml_backend_dev_name(d), "RFGPU", 5) == 0) return d;
+    }
+    return NULL;
 }

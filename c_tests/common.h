@@ -68,4 +68,10 @@ enum ggml_status rf_compute(ggml_backend_t backend, struct ggml_cgraph * graph);
 // Monotonic clock in milliseconds.
 double rf_now_ms(void);
 
+// Threads of this process now (entries of /proc/self/task); -1 where that cannot be read.
+int rf_thread_count(void);
+
+// The first RFGPU device of rocmforge's registry, or NULL without a GPU.
+ggml_backend_dev_t rf_first_gpu_device(void);
+
 #endif

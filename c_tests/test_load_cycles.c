@@ -6,21 +6,9 @@
 //   test_load_cycles [cycles]      (default 100)
 #include "common.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int thread_count(void) {
-    DIR * d = opendir("/proc/self/task");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent * e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] != '.') n++;
-    }
-    closedir(d);
-    return n;
-}
 
 // Resident set in KiB (VmRSS of /proc/self/status).
 static long rss_kib(void) {
@@ -78,20 +66,20 @@ static bool cycle(void) {
 
 int main(int argc, char ** argv) {
     int cycles = argc > 1 ? atoi(argv[1]) : 100;
-    int threads0 = thread_count();
+    int threads0 = rf_thread_count();
     CHECK(cycle(), "first cycle");
     // The first cycles settle what stays for the process (the dynamic loader's and libc's
     // caches, ggml's registry); from then on nothing may grow.
     for (int i = 0; i < 4; i++) CHECK(cycle(), "warm-up cycle %d", i);
     long rss0 = rss_kib();
-    int threads1 = thread_count();
+    int threads1 = rf_thread_count();
     double t0 = rf_now_ms();
     for (int i = 0; i < cycles; i++) {
         if (!cycle()) {
             CHECK(false, "cycle %d failed", i);
             break;
         }
-        CHECK(thread_count() == threads1, "cycle %d: %d threads, %d before", i, thread_count(), threads1);
+        CHECK(rf_thread_count() == threads1, "cycle %d: %d threads, %d before", i, rf_thread_count(), threads1);
     }
     long rss1 = rss_kib();
     // Whether the dynamic loader really unmapped the library (informational: glibc keeps a
@@ -105,8 +93,8 @@ int main(int argc, char ** argv) {
     if (maps) fclose(maps);
     printf("test_load_cycles: the library is %s after the last unload\n", mapped ? "still mapped" : "unmapped");
     printf("test_load_cycles: %d cycles in %.1f s; threads %d at start, %d after; RSS %ld -> %ld KiB\n",
-           cycles, (rf_now_ms() - t0) / 1e3, threads0, thread_count(), rss0, rss1);
-    CHECK(thread_count() == threads0, "threads left running: %d, %d at start", thread_count(), threads0);
+           cycles, (rf_now_ms() - t0) / 1e3, threads0, rf_thread_count(), rss0, rss1);
+    CHECK(rf_thread_count() == threads0, "threads left running: %d, %d at start", rf_thread_count(), threads0);
     CHECK(rss1 - rss0 <= 1024, "RSS grew by %ld KiB over %d cycles", rss1 - rss0, cycles);
     return rf_finish("test_load_cycles");
 }

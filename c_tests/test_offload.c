@@ -6,7 +6,6 @@
 #include "common.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 struct net {
     struct ggml_context * ctx;
@@ -96,12 +95,7 @@ static void run_case(ggml_backend_t gpu, ggml_backend_t rf, ggml_backend_t cpu, 
 
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
-    ggml_backend_reg_t reg = rf_rocmforge_reg();
-    ggml_backend_dev_t gpu_dev = NULL;
-    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg) && !gpu_dev; i++) {
-        ggml_backend_dev_t d = ggml_backend_reg_dev_get(reg, i);
-        if (strncmp(ggml_backend_dev_name(d), "RFGPU", 5) == 0) gpu_dev = d;
-    }
+    ggml_backend_dev_t gpu_dev = rf_first_gpu_device();
     if (!gpu_dev) {
         printf("skipped: no GPU (no RFGPU device in the rocmforge registry)\n");
         return 0;
