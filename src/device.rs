@@ -183,4 +183,10 @@ pub trait Device: Send + Sync {
     fn new_event(&self) -> Option<Result<Box<dyn Event>>> {
         None
     }
+    /// Page-locks host memory of another device ([ptr, ptr+len), valid until the guard is
+    /// dropped) so that copies from it to this device run at full speed. The guard undoes it
+    /// when dropped. None: not done (copies then work as before, only slower).
+    fn pin_host(&self, _ptr: *mut u8, _len: usize) -> Option<Box<dyn Any + Send>> {
+        None
+    }
 }

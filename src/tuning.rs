@@ -53,6 +53,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_CACHE_DIR", "$XDG_CACHE_HOME/rocmforge or ~/.cache/rocmforge", "a directory", "where compiled GPU kernels are cached", User),
     knob("ROCMFORGE_GPU_BLAS", "on", "0 | off", "prompt matrix products on rocmforge's kernels instead of cuBLAS / hipBLAS (closer to ggml-cpu's rounding, slower)", User),
     knob("ROCMFORGE_GPU_GRAPHS", "on", "0", "no GPU graph capture and replay", User),
+    knob("ROCMFORGE_GPU_PIN_HOST", "on", "0", "RFCPU's weight memory (host-pointer buffers, allocations of 64 MiB and more) is not page-locked for the first GPU (the scheduler's copies of offloaded ops' weights then go through pageable memory)", User),
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512", "instruction set of RFCPU's quantized matmul tiles for prompts", Measuring),
     knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512", "instruction set of RFCPU's quantized matmul tiles for generation", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
@@ -97,6 +98,8 @@ pub struct Tuning {
     pub gpu_blas: bool,
     /// ROCMFORGE_GPU_GRAPHS not 0.
     pub gpu_graphs: bool,
+    /// ROCMFORGE_GPU_PIN_HOST not 0.
+    pub gpu_pin_host: bool,
     /// ROCMFORGE_GEMM / ROCMFORGE_GEMV as given.
     pub gemm: Option<String>,
     pub gemv: Option<String>,
@@ -187,6 +190,7 @@ impl Tuning {
             gpu_blas: var("ROCMFORGE_GPU_BLAS")
                 .is_none_or(|v| v != "0" && !v.eq_ignore_ascii_case("off")),
             gpu_graphs: on_unless_0("ROCMFORGE_GPU_GRAPHS"),
+            gpu_pin_host: on_unless_0("ROCMFORGE_GPU_PIN_HOST"),
             gemm: var("ROCMFORGE_GEMM"),
             gemv: var("ROCMFORGE_GEMV"),
             ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),

@@ -1,6 +1,6 @@
 //! The C boundary: ggml's ABI mirrored in Rust (`abi`), ggml functions found at run time
 //! (`ggml_rt`), logging through ggml (`log`), panic containment (`guard`), the vtables over
-//! our devices (`vtables`), the registry (`registry`) and the exported functions (`exports`).
+//! our devices (`vtables`), pinning RFCPU memory for a GPU (`pin`), the registry (`registry`) and the exported functions (`exports`).
 //! Calls go one way only: exports -> registry -> vtables -> the devices (`crate::device`).
 
 pub mod abi;
@@ -9,5 +9,6 @@ pub mod ggml_rt;
 pub mod guard;
 #[macro_use]
 pub mod log;
+pub mod pin;
 pub mod registry;
 pub mod vtables;

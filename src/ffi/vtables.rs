@@ -284,7 +284,10 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
             return null_mut();
         }
         match e.imp.buffer_from_host_ptr(ptr as *mut u8, size) {
-            Some(b) => wrap_buffer(e.buft_ptr(), b),
+            Some(b) => {
+                let pin = super::pin::pin_for_gpu(e, b.as_ref(), 0);
+                wrap_buffer(e.buft_ptr(), b, pin)
+            }
             None => {
                 log_warn!(
                     "{}: cannot wrap host memory ({} bytes at {:p})",
@@ -445,7 +448,7 @@ unsafe extern "C" fn buft_alloc_buffer(
     size: usize,
 ) -> ggml_backend_buffer_t {
     guard("buft_alloc_buffer", null_mut(), || {
-        let Some((_, bt)) = buft_of(buft) else {
+        let Some((e, bt)) = buft_of(buft) else {
             return null_mut();
         };
         if size > bt.max_size() {
@@ -458,7 +461,10 @@ unsafe extern "C" fn buft_alloc_buffer(
             return null_mut();
         }
         match bt.alloc(size) {
-            Ok(b) => wrap_buffer(buft, b),
+            Ok(b) => {
+                let pin = super::pin::pin_for_gpu(e, b.as_ref(), super::pin::PIN_MIN_ALLOC);
+                wrap_buffer(buft, b, pin)
+            }
             Err(err) => {
                 log_error!("{}: {} ({} bytes)", bt.name().to_string_lossy(), err, size);
                 null_mut()
@@ -522,6 +528,9 @@ const BUFFER_IFACE: ggml_backend_buffer_i = ggml_backend_buffer_i {
 /// last failed set/get/memset/cpy on it, kept until a `graph_compute` reading or writing
 /// the buffer reports it (a failed weight upload must not go on silently).
 pub struct BufferCtx {
+    /// The GPU's page lock on `imp`'s memory (`pin_for_gpu`). Declared before `imp`: fields
+    /// drop in order, so the memory is unregistered before it is freed.
+    _pin: Option<Box<dyn std::any::Any + Send>>,
     imp: Box<dyn Buffer>,
     failed: std::sync::Mutex<Option<String>>,
 }
@@ -530,6 +539,14 @@ pub struct BufferCtx {
 static BUFFER_ERRORS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl BufferCtx {
+    pub(super) fn new(imp: Box<dyn Buffer>, pin: Option<Box<dyn std::any::Any + Send>>) -> Self {
+        BufferCtx {
+            _pin: pin,
+            imp,
+            failed: Default::default(),
+        }
+    }
+
     /// Logs a failed transfer and keeps it for the next `graph_compute` using this buffer.
     fn fail(&self, what: &str, msg: &str) {
         log_error!("{what}: {msg}; the next graph_compute using this buffer will fail");
@@ -561,16 +578,14 @@ impl BufferCtx {
 unsafe fn wrap_buffer(
     buft: ggml_backend_buffer_type_t,
     b: Box<dyn Buffer>,
+    pin: Option<Box<dyn std::any::Any + Send>>,
 ) -> ggml_backend_buffer_t {
     let Some(init) = GGML.buffer_init else {
         log_error!("ggml_backend_buffer_init not found in this process: is libggml-base loaded?");
         return null_mut();
     };
     let size = b.size();
-    let ctx = Box::into_raw(Box::new(BufferCtx {
-        imp: b,
-        failed: Default::default(),
-    }));
+    let ctx = Box::into_raw(Box::new(BufferCtx::new(b, pin)));
     let buf = init(buft, BUFFER_IFACE, ctx as *mut c_void, size);
     if buf.is_null() {
         drop(Box::from_raw(ctx));

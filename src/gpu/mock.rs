@@ -8,7 +8,7 @@
 use super::api::*;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 #[derive(Default)]
@@ -20,6 +20,8 @@ pub struct Live {
     pub graphs: AtomicIsize,
     pub execs: AtomicIsize,
     pub modules: AtomicIsize,
+    /// Host ranges registered and not yet unregistered.
+    pub registered: AtomicIsize,
 }
 
 pub struct MockApi {
@@ -42,6 +44,8 @@ pub struct MockApi {
     pub image: Vec<u8>,
     pub compiles: AtomicUsize,
     handles: AtomicUsize,
+    /// Every host_register fails (a driver that cannot pin this memory).
+    pub refuse_register: AtomicBool,
 }
 
 impl MockApi {
@@ -60,6 +64,7 @@ impl MockApi {
             image: b"mock kernel image".to_vec(),
             compiles: AtomicUsize::new(0),
             handles: AtomicUsize::new(1),
+            refuse_register: AtomicBool::new(false),
         }
     }
 
@@ -237,10 +242,15 @@ impl GpuApi for MockApi {
     }
     fn host_register(&self, _: usize, ptr: *mut u8, _: usize, _: bool) -> ApiResult<DevPtr> {
         self.tick("host_register")?;
+        if self.refuse_register.load(Ordering::SeqCst) {
+            return Err("mock: host memory cannot be registered".into());
+        }
+        self.live.registered.fetch_add(1, Ordering::SeqCst);
         Ok(ptr as usize as DevPtr)
     }
     fn host_unregister(&self, _ord: usize, _ptr: *mut u8) {
         let _ = self.tick("host_unregister");
+        self.gone(&self.live.registered);
     }
     fn device_sync(&self, _ord: usize) -> ApiResult<()> {
         self.tick("device_sync")

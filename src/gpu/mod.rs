@@ -14,6 +14,7 @@ pub mod kernels;
 #[cfg(test)]
 mod mock;
 pub mod ops;
+pub mod pinned;
 pub mod sha256;
 pub mod staging;
 
@@ -406,6 +407,25 @@ impl Device for GpuDevice {
             Err(e) => {
                 crate::log_info!(
                     "{}: host memory not usable by the device: {e}",
+                    self.name.to_string_lossy()
+                );
+                None
+            }
+        }
+    }
+    fn pin_host(&self, ptr: *mut u8, len: usize) -> Option<Box<dyn std::any::Any + Send>> {
+        match pinned::PinnedHost::new(self.ctx.clone(), ptr, len) {
+            Ok(p) => {
+                crate::log_debug!(
+                    "{}: pinned {} KiB of host memory at {ptr:p} for copies to the device",
+                    self.name.to_string_lossy(),
+                    p.bytes() >> 10
+                );
+                Some(Box::new(p))
+            }
+            Err(e) => {
+                crate::log_debug!(
+                    "{}: host memory at {ptr:p} ({len} bytes) not pinned, copies from it stay pageable: {e}",
                     self.name.to_string_lossy()
                 );
                 None
