@@ -44,6 +44,9 @@
 #   split  8B-class Q4_0 split with --ngl 16 (half the layers on the GPU, as llama.cpp's -ngl 16):
 #          ggml-cuda + ggml-cpu's best variant that runs on the host against RFGPU0 + RFCPU, pp512
 #          and tg32 (the prompt's products of the CPU layers offloaded to the GPU by offload_op)
+#   pin    8B-class Q4_0 with --ngl 16 on RFGPU0 + RFCPU only, pp512 and tg32: RFCPU's weights pinned
+#          for the GPU (default), not pinned (ROCMFORGE_GPU_PIN_HOST=0), and libggml-rocmforge-base.so
+#          (carried), interleaved; no ggml-cuda needed
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -65,7 +68,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 echo "commit $(git -C "$R" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%F)"
 
 # Models: made in the background while the tests run.
-need8b() { has 8b || has split || has depth || has q8 || has ab || has prof || has skip || has floor; }
+need8b() { has 8b || has split || has pin || has depth || has q8 || has ab || has prof || has skip || has floor; }
 P8=
 if need8b && [ ! -f 8b.gguf ]; then
     (./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf >"$OUT/make8b.log" 2>&1) &
@@ -299,6 +302,18 @@ if has split && cuda_ok; then
     export CPU_SO
     pair 8B-class-Q4_0-ngl16 on 8b.gguf 512 32 2 --ngl 16 | ratio_table
     unset CPU_SO
+fi
+if has pin; then
+    quiet
+    B="./llama_run bench -b rocmforge -m 8b.gguf --device RFGPU0 --ngl 16 --fa on -t $THREADS --pp 512 --tg 32 --reps 2"
+    $B -l ./libggml-rocmforge.so --tg 4 --reps 1 >/dev/null 2>&1 # kernels compiled and cached first
+    for r in $(seq "$ROUNDS"); do
+        echo "pin r$r pinned $($B -l ./libggml-rocmforge.so 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        echo "pin r$r pageable $(ROCMFORGE_GPU_PIN_HOST=0 $B -l ./libggml-rocmforge.so 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        [ -f libggml-rocmforge-base.so ] &&
+            echo "pin r$r base $($B -l ./libggml-rocmforge-base.so 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+    done | tee "$OUT/pin.txt"
+    ROCMFORGE_DEBUG=1 $B -l ./libggml-rocmforge.so --tg 4 --reps 1 2>&1 | grep -m4 "pinned\|not pinned" | cut -c1-300 | sed 's/^/pin log: /'
 fi
 if has floor && cuda_ok; then
     quiet
