@@ -65,7 +65,9 @@ for v in "$CARRY"/libggml-cpu-*.so; do [ -f "$v" ] && cp -a "$v" .; done
 mkdir -p lib && cp -a libggml-base.so* libggml.so* libllama.so* libggml-cpu.so lib/
 export LD_LIBRARY_PATH=/tmp/gc ROCMFORGE_CACHE_DIR=/tmp/rfc RF_TEST_BIN_DIR=/tmp/gc RF_TEST_LIB=/tmp/gc/libggml-rocmforge.so
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-echo "commit $(git -C "$R" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%F)"
+# The device machine gets a copy of the working tree whose git metadata need not match it: the
+# caller records which commit built the carried binaries.
+echo "date $(date -u +%F); binaries as carried in $CARRY (their commit: see the caller)"
 
 # Models: made in the background while the tests run.
 need8b() { has 8b || has split || has pin || has depth || has q8 || has ab || has prof || has skip || has floor; }

@@ -109,7 +109,6 @@ static bool weights_from_host(struct weights * w, enum ggml_type t, enum source 
     return weights_over(w, (char *) map + skip, size, norm_at);
 }
 
-
 static void net_build(struct net * m, const struct weights * w, int n) {
     struct ggml_init_params ip = { ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true };
     m->ctx = ggml_init(ip);
