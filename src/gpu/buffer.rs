@@ -225,36 +225,26 @@ unsafe impl Send for RegisteredHostBuffer {}
 
 impl RegisteredHostBuffer {
     pub fn new(ctx: Arc<GpuCtx>, ptr: *mut u8, size: usize) -> Result<RegisteredHostBuffer> {
-        let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
-        let start = (ptr as usize) & !(page - 1);
-        let end = (ptr as usize)
-            .checked_add(size.max(1))
-            .and_then(|e| e.checked_add(page - 1))
-            .map(|e| e & !(page - 1));
-        let Some(end) = end else {
-            return Err(Error::Unsupported("address range overflows".into()));
-        };
         let (api, ord) = (&ctx.api, ctx.ord);
-        // Read-write first; a read-only mapping (mmap'd weights) refuses that, so then read-only.
-        let (dev, writable) = match api.host_register(ord, start as *mut u8, end - start, false) {
-            Ok(d) => (d, true),
-            Err(rw) => match api.host_register(ord, start as *mut u8, end - start, true) {
-                Ok(d) => (d, false),
-                Err(ro) => return Err(Error::Unsupported(format!("{rw}; read-only: {ro}"))),
-            },
-        };
+        let super::pinned::RegisteredPages {
+            start,
+            len,
+            dev,
+            writable,
+        } = super::pinned::register_pages(api.as_ref(), ord, ptr, size)
+            .map_err(Error::Unsupported)?;
         if dev != start as u64 {
-            api.host_unregister(ord, start as *mut u8);
+            api.host_unregister(ord, start);
             return Err(Error::Unsupported(format!(
-                "the device maps host {start:#x} at {dev:#x}, not at the same address"
+                "the device maps host {start:p} at {dev:#x}, not at the same address"
             )));
         }
-        ctx.track(start as u64, end - start, Memory::Host { writable });
+        ctx.track(start as u64, len, Memory::Host { writable });
         Ok(RegisteredHostBuffer {
             ctx,
             ptr,
             size,
-            start: start as *mut u8,
+            start,
             writable,
         })
     }

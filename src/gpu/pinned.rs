@@ -4,8 +4,50 @@
 //! `RegisteredHostBuffer` nothing here reads the memory from kernels: it only makes the copies
 //! faster, so the device's own address for it does not matter and it is not tracked.
 
+use super::api::{DevPtr, GpuApi};
 use super::GpuCtx;
 use std::sync::Arc;
+
+/// Host pages registered with the driver by `register_pages`.
+pub struct RegisteredPages {
+    pub start: *mut u8,
+    pub len: usize,
+    /// The device's address for `start`.
+    pub dev: DevPtr,
+    /// Registered read-write (false: the memory refused that, read-only).
+    pub writable: bool,
+}
+
+/// Registers [ptr, ptr+size) widened to whole pages with device `ord`: read-write first; a
+/// read-only mapping (mmap'd weights) refuses that, so then read-only. Err: why neither.
+pub fn register_pages(
+    api: &dyn GpuApi,
+    ord: usize,
+    ptr: *mut u8,
+    size: usize,
+) -> Result<RegisteredPages, String> {
+    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+    let start = (ptr as usize) & !(page - 1);
+    let end = (ptr as usize)
+        .checked_add(size.max(1))
+        .and_then(|e| e.checked_add(page - 1))
+        .map(|e| e & !(page - 1))
+        .ok_or("address range overflows")?;
+    let (start, len) = (start as *mut u8, end - start);
+    let (dev, writable) = match api.host_register(ord, start, len, false) {
+        Ok(d) => (d, true),
+        Err(rw) => match api.host_register(ord, start, len, true) {
+            Ok(d) => (d, false),
+            Err(ro) => return Err(format!("{rw}; read-only: {ro}")),
+        },
+    };
+    Ok(RegisteredPages {
+        start,
+        len,
+        dev,
+        writable,
+    })
+}
 
 /// A registered range; dropping it unregisters the range (after queued work is done).
 pub struct PinnedHost {
@@ -22,24 +64,11 @@ impl PinnedHost {
     /// Registers [ptr, ptr+size) widened to whole pages: read-write, else read-only (a
     /// read-only file mapping refuses read-write). Err: why not (the caller copies as before).
     pub fn new(ctx: Arc<GpuCtx>, ptr: *mut u8, size: usize) -> Result<PinnedHost, String> {
-        let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
-        let start = (ptr as usize) & !(page - 1);
-        let end = (ptr as usize)
-            .checked_add(size.max(1))
-            .and_then(|e| e.checked_add(page - 1))
-            .map(|e| e & !(page - 1))
-            .ok_or("address range overflows")?;
-        let (api, ord) = (&ctx.api, ctx.ord);
-        let len = end - start;
-        if let Err(rw) = api.host_register(ord, start as *mut u8, len, false) {
-            if let Err(ro) = api.host_register(ord, start as *mut u8, len, true) {
-                return Err(format!("{rw}; read-only: {ro}"));
-            }
-        }
+        let r = register_pages(ctx.api.as_ref(), ctx.ord, ptr, size)?;
         Ok(PinnedHost {
             ctx,
-            start: start as *mut u8,
-            len,
+            start: r.start,
+            len: r.len,
         })
     }
 
