@@ -224,6 +224,17 @@ int rf_thread_count(void) {
     return n;
 }
 
+int rf_wait_thread_count(int target, int timeout_ms) {
+    double end = rf_now_ms() + timeout_ms;
+    int n = rf_thread_count();
+    while (n > target && rf_now_ms() < end) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+        n = rf_thread_count();
+    }
+    return n;
+}
+
 ggml_backend_dev_t rf_first_gpu_device(void) {
     ggml_backend_reg_t reg = rf_rocmforge_reg();
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); i++) {

@@ -71,6 +71,10 @@ double rf_now_ms(void);
 // Threads of this process now (entries of /proc/self/task); -1 where that cannot be read.
 int rf_thread_count(void);
 
+// The thread count once it is at most `target`, polled for up to `timeout_ms`: a joined
+// thread leaves /proc/self/task a moment after pthread_join returns.
+int rf_wait_thread_count(int target, int timeout_ms);
+
 // The first RFGPU device of rocmforge's registry, or NULL without a GPU.
 ggml_backend_dev_t rf_first_gpu_device(void);
 

@@ -72,14 +72,15 @@ int main(int argc, char ** argv) {
     // caches, ggml's registry); from then on nothing may grow.
     for (int i = 0; i < 4; i++) CHECK(cycle(), "warm-up cycle %d", i);
     long rss0 = rss_kib();
-    int threads1 = rf_thread_count();
+    int threads1 = rf_wait_thread_count(threads0, 2000);
     double t0 = rf_now_ms();
     for (int i = 0; i < cycles; i++) {
         if (!cycle()) {
             CHECK(false, "cycle %d failed", i);
             break;
         }
-        CHECK(rf_thread_count() == threads1, "cycle %d: %d threads, %d before", i, rf_thread_count(), threads1);
+        int now = rf_wait_thread_count(threads1, 2000);
+        CHECK(now == threads1, "cycle %d: %d threads, %d before", i, now, threads1);
     }
     long rss1 = rss_kib();
     // Whether the dynamic loader really unmapped the library (informational: glibc keeps a
@@ -94,7 +95,8 @@ int main(int argc, char ** argv) {
     printf("test_load_cycles: the library is %s after the last unload\n", mapped ? "still mapped" : "unmapped");
     printf("test_load_cycles: %d cycles in %.1f s; threads %d at start, %d after; RSS %ld -> %ld KiB\n",
            cycles, (rf_now_ms() - t0) / 1e3, threads0, rf_thread_count(), rss0, rss1);
-    CHECK(rf_thread_count() == threads0, "threads left running: %d, %d at start", rf_thread_count(), threads0);
+    int left = rf_wait_thread_count(threads0, 2000);
+    CHECK(left == threads0, "threads left running: %d, %d at start", left, threads0);
     CHECK(rss1 - rss0 <= 1024, "RSS grew by %ld KiB over %d cycles", rss1 - rss0, cycles);
     return rf_finish("test_load_cycles");
 }
