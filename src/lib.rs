@@ -12,6 +12,7 @@ pub mod device;
 pub mod ffi;
 pub mod ggml_types;
 pub mod gpu;
+pub mod hybrid;
 pub mod op_shapes;
 pub mod tensor;
 pub mod tuning;

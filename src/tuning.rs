@@ -47,13 +47,19 @@ use Audience::{Measuring, User};
 #[rustfmt::skip]
 pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_THREADS", "available cores", "1..", "RFCPU threads until the host sets a number", User),
-    knob("ROCMFORGE_SIMD", "the machine's best", "scalar | avx2 | avx512-novnni", "force a lower CPU SIMD level (tests, A/B)", User),
+    knob("ROCMFORGE_SIMD", "the machine's best", "scalar | avx2 | avx512-novnni", "force a lower CPU SIMD level (tests, A/B)", Measuring),
     knob("ROCMFORGE_DEBUG", "unset", "set / unset", "debug log lines (through ggml's logger)", User),
     knob("ROCMFORGE_GPU", "every runtime found", "0 | off | none | hip | cuda", "no GPU devices, or only those of one runtime", User),
     knob("ROCMFORGE_CACHE_DIR", "$XDG_CACHE_HOME/rocmforge or ~/.cache/rocmforge", "a directory", "where compiled GPU kernels are cached", User),
-    knob("ROCMFORGE_GPU_BLAS", "on", "0 | off", "prompt matrix products on rocmforge's kernels instead of cuBLAS / hipBLAS (closer to ggml-cpu's rounding, slower)", User),
-    knob("ROCMFORGE_GPU_GRAPHS", "on", "0", "no GPU graph capture and replay", User),
-    knob("ROCMFORGE_GPU_PIN_HOST", "on", "0", "RFCPU's weight memory (host-pointer buffers, allocations of 64 MiB and more) is not page-locked for the first GPU (the scheduler's copies of offloaded ops' weights then go through pageable memory)", User),
+    knob("ROCMFORGE_GPU_BLAS", "on", "0 | off", "prompt matrix products on rocmforge's kernels instead of cuBLAS / hipBLAS (closer to ggml-cpu's rounding, slower)", Measuring),
+    knob("ROCMFORGE_GPU_GRAPHS", "on", "0", "no GPU graph capture and replay", Measuring),
+    knob("ROCMFORGE_GPU_PIN_HOST", "on", "0", "RFCPU's weight memory (host-pointer buffers, allocations of 64 MiB and more) is not page-locked for the first GPU (the scheduler's copies of offloaded ops' weights then go through pageable memory)", Measuring),
+    knob("ROCMFORGE_HYBRID_STRATEGY", "auto", "auto | gpu | cpu | gpu-only | cpu-only", "how RFHYBRID places nodes: by the cost model, GPU first, CPU first, or one device only", User),
+    knob("ROCMFORGE_HYBRID_VRAM", "the GPU's free memory less 512 MiB", "bytes, or with KiB / MiB / GiB (e.g. 8GiB)", "GPU memory RFHYBRID may use (resident weights, KV cache, activations, staging)", User),
+    knob("ROCMFORGE_TELEMETRY", "off", "summary | <file>.json", "RFHYBRID: a table of what ran where printed when the backend is freed, or every event and the statistics written as JSON", User),
+    knob("ROCMFORGE_TRACE", "off", "<file>.json", "RFHYBRID: a Chrome trace-event timeline (one track per device and one for transfers; opens in Perfetto) written when the backend is freed", User),
+    knob("ROCMFORGE_HYBRID_CALIBRATE", "cached", "cached | force | 0", "RFHYBRID's cost model: the cached calibration (measured at first use), measured again now, or the built-in guesses (no measuring)", Measuring),
+    knob("ROCMFORGE_HYBRID_FAKE_GPU", "off", "1", "RFHYBRID's GPU side is a second RFCPU device with its own memory (tests of placement and residency without a GPU)", Measuring),
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512", "instruction set of RFCPU's quantized matmul tiles for prompts", Measuring),
     knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512", "instruction set of RFCPU's quantized matmul tiles for generation", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
@@ -150,6 +156,37 @@ pub struct Tuning {
     pub gpu_glu_pf_mb: Option<usize>,
     /// ROCMFORGE_GPU_SKIP: the kernel name prefixes.
     pub gpu_skip: Vec<String>,
+    /// ROCMFORGE_HYBRID_STRATEGY as given.
+    pub hybrid_strategy: Option<String>,
+    /// ROCMFORGE_HYBRID_VRAM in bytes (None: unset or not a size).
+    pub hybrid_vram: Option<usize>,
+    /// ROCMFORGE_TELEMETRY as given ("summary" or a file name).
+    pub telemetry: Option<String>,
+    /// ROCMFORGE_TRACE: the file name.
+    pub trace: Option<PathBuf>,
+    /// ROCMFORGE_HYBRID_CALIBRATE: "cached" (default), "force" or "0".
+    pub hybrid_calibrate: String,
+    /// ROCMFORGE_HYBRID_FAKE_GPU=1.
+    pub hybrid_fake_gpu: bool,
+}
+
+/// "8GiB", "512 MiB", "1.5G", "123456" -> bytes.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" | "tib" => 1024.0_f64.powi(4),
+        _ => return None,
+    };
+    (v.is_finite() && v >= 0.0).then(|| (v * mult) as usize)
 }
 
 fn var(name: &str) -> Option<String> {
@@ -237,6 +274,14 @@ impl Tuning {
                     .map(str::to_string)
                     .collect()
             }),
+            hybrid_strategy: var("ROCMFORGE_HYBRID_STRATEGY"),
+            hybrid_vram: var("ROCMFORGE_HYBRID_VRAM").and_then(|v| parse_size(&v)),
+            telemetry: var("ROCMFORGE_TELEMETRY").filter(|v| !v.is_empty() && v != "0"),
+            trace: var("ROCMFORGE_TRACE")
+                .filter(|v| !v.is_empty() && v != "0")
+                .map(PathBuf::from),
+            hybrid_calibrate: var("ROCMFORGE_HYBRID_CALIBRATE").unwrap_or_else(|| "cached".into()),
+            hybrid_fake_gpu: on_if_1("ROCMFORGE_HYBRID_FAKE_GPU"),
         }
     }
 }
@@ -285,6 +330,17 @@ mod tests {
                 assert!(!reads || test_input, "{}:{}: {line}", f.display(), i + 1);
             }
         }
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("8GiB"), Some(8 << 30));
+        assert_eq!(parse_size("512 MiB"), Some(512 << 20));
+        assert_eq!(parse_size("1.5g"), Some(3 << 29));
+        assert_eq!(parse_size("1000"), Some(1000));
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_size("8 parsecs"), None);
     }
 
     /// docs/tuning.md names every knob, and at most 8 are for users.
