@@ -183,6 +183,11 @@ pub trait Device: Send + Sync {
     fn new_event(&self) -> Option<Result<Box<dyn Event>>> {
         None
     }
+    /// `ggml_backend_dev_props.device_id`: devices of one physical device share it (libllama
+    /// then uses only the first of them unless told otherwise).
+    fn device_id(&self) -> Option<&CStr> {
+        None
+    }
     /// Page-locks host memory of another device ([ptr, ptr+len), valid until the guard is
     /// dropped) so that copies from it to this device run at full speed. The guard undoes it
     /// when dropped. None: not done (copies then work as before, only slower).

@@ -1,10 +1,10 @@
 //! The `rocmforge` registry: the devices found at first use, in a fixed order
-//! (RFCPU, then RFGPU0..N, then RFHYBRID when a GPU exists).
+//! (RFCPU, then RFGPU0..N, then RFHYBRID).
 
 use super::abi::*;
 use super::guard::guard;
 use super::vtables::{
-    backend_set_n_threads, entries, set_entries, DeviceEntry, GUID_CPU, GUID_GPU,
+    backend_set_n_threads, entries, set_entries, DeviceEntry, GUID_CPU, GUID_GPU, GUID_HYBRID,
 };
 use once_cell::sync::Lazy;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -52,11 +52,8 @@ static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
         },
     }));
     let reg_ptr: ggml_backend_reg_t = &mut reg.reg;
-    let mut devices = vec![DeviceEntry::leak(
-        Box::new(crate::cpu::CpuDevice::new()),
-        reg_ptr,
-        &GUID_CPU,
-    )];
+    let cpu = DeviceEntry::leak(Box::new(crate::cpu::CpuDevice::new()), reg_ptr, &GUID_CPU);
+    let mut devices = vec![cpu];
     // GPU discovery loads vendor libraries; whatever goes wrong there must cost only the GPUs.
     match std::panic::catch_unwind(crate::gpu::discover) {
         Ok(gpus) => {
@@ -66,6 +63,14 @@ static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
         }
         Err(_) => crate::log_error!("GPU discovery failed; continuing without GPU devices"),
     }
+    // RFHYBRID over RFCPU and the first GPU (or a stand-in for tests, or none).
+    let gpu: Option<&'static dyn crate::device::Device> = if crate::tuning::get().hybrid_fake_gpu {
+        Some(Box::leak(Box::new(crate::hybrid::fake::FakeGpu::new())))
+    } else {
+        devices.get(1).map(|e| &*e.imp)
+    };
+    let hybrid = crate::hybrid::device::HybridDevice::new(&*cpu.imp, gpu);
+    devices.push(DeviceEntry::leak(Box::new(hybrid), reg_ptr, &GUID_HYBRID));
     let devices = set_entries(devices);
     crate::log_debug!("registry ready with {} device(s)", devices.len());
     reg

@@ -229,7 +229,7 @@ unsafe extern "C" fn dev_get_props(dev: ggml_backend_dev_t, props: *mut ggml_bac
             memory_free: free,
             memory_total: total,
             type_: dev_type_of(e.imp.kind()),
-            device_id: std::ptr::null(),
+            device_id: e.imp.device_id().map_or(std::ptr::null(), |d| d.as_ptr()),
             caps: ggml_backend_dev_caps {
                 async_: caps.async_,
                 host_buffer: caps.host_buffer,

@@ -303,6 +303,8 @@ impl Event for GpuEvent {
 pub struct GpuDevice {
     ctx: Arc<GpuCtx>,
     name: CString,
+    /// "rocmforge-gpu<ordinal>": RFHYBRID over this GPU reports the same id.
+    device_id: CString,
     description: CString,
     buffer_type: buffer::GpuBufferType,
     host_buffer_type: buffer::GpuHostBufferType,
@@ -328,6 +330,7 @@ impl GpuDevice {
         GpuDevice {
             ctx,
             name,
+            device_id: CString::new(format!("rocmforge-gpu{index}")).unwrap(),
             description,
             buffer_type,
             host_buffer_type,
@@ -400,6 +403,9 @@ impl Device for GpuDevice {
     }
     fn host_buffer_type(&self) -> Option<&dyn BufferType> {
         Some(&self.host_buffer_type)
+    }
+    fn device_id(&self) -> Option<&CStr> {
+        Some(&self.device_id)
     }
     fn buffer_from_host_ptr(&self, ptr: *mut u8, size: usize) -> Option<Box<dyn Buffer>> {
         match buffer::RegisteredHostBuffer::new(self.ctx.clone(), ptr, size) {

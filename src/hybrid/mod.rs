@@ -10,8 +10,13 @@
 //! - `telemetry`: events, per-device statistics, summary, JSON and Chrome trace;
 //! - `capability`: what each device can run, for the scheduler and for C (JSON).
 
+pub mod backend;
 pub mod capability;
 pub mod cost;
+pub mod device;
+pub mod fake;
+pub mod residency;
+pub mod scheduler;
 pub mod synth;
 pub mod telemetry;
 

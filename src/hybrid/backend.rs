@@ -1,0 +1,714 @@
+//! RFHYBRID's backend: plans a graph (`HybridScheduler`), then runs it as segments of
+//! consecutive nodes on one device each. GPU segments run on copies of the nodes' structs
+//! ("shadows") whose data pointers are the GPU copies of the same bytes; the residency map says
+//! which bytes must be copied before each segment and records what each segment wrote.
+
+use super::device::Shared;
+use super::residency::{Copy, RegionKind, Residency};
+use super::scheduler::{range, DataView, HybridScheduler, NodeFacts};
+use super::telemetry::{EventKind, ExecutionEvent};
+use super::{BackendSelection, ExecutionStrategy, Place, SelectionReason};
+use crate::device::{Backend, Error, Result};
+use crate::ffi::abi::{ggml_tensor, GGML_MAX_SRC};
+use crate::ggml_types::op;
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// ggml's tensor flag: the host reads the tensor after the graph.
+const FLAG_OUTPUT: i32 = 2;
+/// `ggml_backend_buffer_usage` values.
+const USAGE_WEIGHTS: i32 = 1;
+const USAGE_COMPUTE: i32 = 2;
+/// GPU backends kept per RFHYBRID backend, one per GPU segment of a graph (each keeps its own
+/// captured graph, so a split model's token replays every segment).
+const MAX_GPU_STREAMS: usize = 8;
+const PROBE: usize = MAX_GPU_STREAMS;
+/// With telemetry on, every this many graphs runs node by node, timing each node (the
+/// measurements refine the cost model); other graphs are timed per segment.
+const SAMPLE_EVERY: u64 = 16;
+/// Without telemetry, a graph this often runs node by node for the cost model.
+const REFINE_EVERY: u64 = 256;
+/// Smallest staging arena for streamed weights.
+const ARENA_MIN: usize = 64 << 20;
+
+/// ggml's op name (placeholder until the op table lands).
+fn op_name(_op: i32) -> &'static str {
+    "?"
+}
+
+/// Shadow tensor structs (their raw pointers are into this backend's own boxes and the host's
+/// graph, used only inside `compute` on the calling thread).
+struct Shadows(Vec<Box<ggml_tensor>>);
+unsafe impl Send for Shadows {}
+
+pub struct HybridBackend {
+    shared: Arc<Shared>,
+    cpu: Box<dyn Backend>,
+    /// One GPU backend per GPU segment of a graph (created as needed), and the last one
+    /// (`PROBE`) for timing nodes one by one.
+    gpus: Vec<Box<dyn Backend>>,
+    /// Which of `gpus` have work queued.
+    pending: Vec<bool>,
+    sched: HybridScheduler,
+    graphs: u64,
+    /// The last graph's key and plan (a token's graph repeats).
+    last_key: u64,
+    last_plan: Vec<BackendSelection>,
+    shadows: Shadows,
+    shadow_of: HashMap<usize, usize>,
+    n_threads: usize,
+}
+
+/// What a graph's nodes need from the residency map, computed once per graph.
+struct Uses {
+    /// Per node: index of its last consumer in the graph (None: no consumer).
+    last_use: Vec<Option<usize>>,
+}
+
+impl Uses {
+    fn of(nodes: &[Tensor]) -> Uses {
+        let index: HashMap<usize, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_ptr() as usize, i))
+            .collect();
+        let mut last_use = vec![None; nodes.len()];
+        for (j, n) in nodes.iter().enumerate() {
+            for i in 0..GGML_MAX_SRC {
+                let mut t = n.raw().src[i] as *const ggml_tensor;
+                // A view's consumer uses the tensor it views.
+                while !t.is_null() {
+                    if let Some(&k) = index.get(&(t as usize)) {
+                        if k < j {
+                            last_use[k] = Some(j);
+                        }
+                    }
+                    t = unsafe { (*t).view_src };
+                }
+            }
+        }
+        Uses { last_use }
+    }
+}
+
+/// The usage ggml's host set on the buffer holding `t` (None: no buffer).
+fn usage(t: &Tensor) -> Option<i32> {
+    unsafe { t.raw().buffer.as_ref().map(|b| b.usage) }
+}
+
+/// Whether the node may leave bytes of its output range unwritten (a view, rows of a cache,
+/// gaps between strided rows): the writer's copy must be current before it writes.
+fn writes_part(n: &Tensor) -> bool {
+    !n.raw().view_src.is_null() || n.op() == op::SET_ROWS || !n.is_contiguous()
+}
+
+/// A key over what the plan depends on: nodes, their addresses and shapes, the sources'
+/// addresses, freed buffers.
+fn graph_key(nodes: &[Tensor], epoch: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ epoch;
+    let mut add = |x: u64| h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3);
+    add(crate::tensor::free_epoch());
+    add(nodes.len() as u64);
+    for n in nodes {
+        add(n.as_ptr() as u64);
+        add(n.data() as u64);
+        add(n.op() as u64);
+        for v in n.ne() {
+            add(v as u64);
+        }
+        for i in 0..GGML_MAX_SRC {
+            add(n.raw().src[i] as u64);
+            if let Some(s) = n.src(i) {
+                add(s.data() as u64);
+            }
+        }
+    }
+    h
+}
+
+struct ResView<'a>(&'a Residency, usize);
+
+impl DataView for ResView<'_> {
+    fn missing(&self, p: usize, len: usize, to: Place) -> usize {
+        // Streamed weights that would not fit the arena cannot go to the GPU at all.
+        if to == Place::Gpu && self.0.region_of(p, len).is_none() && len > self.1 {
+            return usize::MAX / 4;
+        }
+        self.0.bytes_missing(p, len, to)
+    }
+    fn pinned(&self, p: usize, len: usize) -> bool {
+        self.0.buffer_of(p, len).is_some_and(|(_, b)| b.pinned)
+    }
+}
+
+impl HybridBackend {
+    pub fn new(shared: Arc<Shared>) -> Result<HybridBackend> {
+        let cpu = shared.cpu.new_backend()?;
+        let cfg = shared.config();
+        let sched = HybridScheduler::new(cfg.strategy, shared.cost_model());
+        Ok(HybridBackend {
+            shared,
+            cpu,
+            gpus: Vec::new(),
+            pending: Vec::new(),
+            sched,
+            graphs: 0,
+            last_key: 0,
+            last_plan: Vec::new(),
+            shadows: Shadows(Vec::new()),
+            shadow_of: HashMap::new(),
+            n_threads: 0,
+        })
+    }
+
+    /// GPU stream `k` (`PROBE`: the one for timing single nodes), created at first use.
+    fn gpu_backend(&mut self, k: usize) -> Result<usize> {
+        let k = k.min(PROBE);
+        while self.gpus.len() <= k {
+            let g = self
+                .shared
+                .gpu
+                .ok_or_else(|| Error::Unsupported("RFHYBRID has no GPU".into()))?;
+            let mut b = g.new_backend()?;
+            if self.n_threads > 0 {
+                b.set_n_threads(self.n_threads);
+            }
+            self.gpus.push(b);
+            self.pending.push(false);
+        }
+        Ok(k)
+    }
+
+    /// Waits for every GPU stream with queued work.
+    fn sync_gpus(&mut self) -> Result<()> {
+        for (b, p) in self.gpus.iter_mut().zip(self.pending.iter_mut()) {
+            if *p {
+                b.synchronize()?;
+                *p = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Host-to-device copies, queued on GPU stream `k` (in order with its compute).
+    fn upload(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
+        for c in copies {
+            let queued = self.gpus[k].set_async(c.dev as *mut u8, c.host as *const u8, c.len)?;
+            if queued {
+                self.pending[k] = true;
+            } else {
+                // No asynchronous copy: the stream must not be reading the bytes now.
+                self.sync_gpus()?;
+                Shared::copy_sync(res, std::slice::from_ref(c))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Device-to-host copies; done when this returns.
+    fn download(&mut self, res: &mut Residency, copies: &[Copy]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        self.sync_gpus()?;
+        let mut queued = false;
+        if let Some(g) = self.gpus.first_mut() {
+            for c in copies {
+                if g.get_async(c.host as *mut u8, c.dev as *const u8, c.len)? {
+                    queued = true;
+                } else {
+                    Shared::copy_sync(res, std::slice::from_ref(c))?;
+                }
+            }
+            if queued {
+                g.synchronize()?;
+            }
+        } else {
+            Shared::copy_sync(res, copies)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the weights the graph reads in VRAM as far as the budget allows, in graph order
+    /// (a split model's first layers, contiguous), after mirrors of its compute and KV
+    /// buffers and the staging arena. Runs when the configuration changes.
+    fn place(&mut self, nodes: &[Tensor], res: &mut Residency) -> Result<()> {
+        let Some(gpu) = self.shared.gpu else {
+            return Ok(());
+        };
+        let cfg = self.shared.config();
+        // Bring back what only the GPU holds, then start over.
+        let all: Vec<(usize, usize)> = res.regions.values().map(|r| (r.host, r.len)).collect();
+        for (h, l) in all {
+            let c = res.make_current(h, l, Place::Cpu);
+            self.download(res, &c)?;
+        }
+        res.reset_arena();
+        res.drop_kind(RegionKind::Resident);
+        res.drop_kind(RegionKind::Mirror);
+        let _ = res.set_arena(gpu.buffer_type(), 0);
+        res.budget = cfg.budget;
+        res.placed_epoch = Some(cfg.epoch);
+        if matches!(
+            cfg.strategy,
+            ExecutionStrategy::CpuPreferred | ExecutionStrategy::BackendOnly(Place::Cpu)
+        ) {
+            return Ok(());
+        }
+        let bt = gpu.buffer_type();
+        let mut largest = 0usize;
+        for n in nodes {
+            if gpu.supports_op(n) {
+                self.mirror_for(n, res)?;
+                for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
+                    if usage(&s) == Some(USAGE_WEIGHTS) {
+                        largest = largest.max(s.nbytes());
+                    }
+                }
+            }
+        }
+        let free = res.budget.saturating_sub(res.used);
+        let arena = (2 * largest).max(ARENA_MIN).min(free / 2);
+        if arena >= largest && largest > 0 {
+            res.set_arena(bt, arena)?;
+        }
+        let mut copies = Vec::new();
+        'nodes: for n in nodes {
+            if !gpu.supports_op(n) {
+                continue;
+            }
+            for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
+                let Some((p, len)) = range(&s) else { continue };
+                if usage(&s) != Some(USAGE_WEIGHTS) || res.region_of(p, len).is_some() {
+                    continue;
+                }
+                if !res.add_region(bt, p, len, RegionKind::Resident)? {
+                    break 'nodes;
+                }
+                copies.extend(res.make_current(p, len, Place::Gpu));
+            }
+        }
+        let k = self.gpu_backend(0)?;
+        self.upload(res, k, &copies)?;
+        self.sync_gpus()?;
+        crate::log_info!(
+            "RFHYBRID: {} MiB of {} MiB GPU budget in use ({} resident weights, arena {} MiB)",
+            res.used >> 20,
+            res.budget >> 20,
+            res.regions
+                .values()
+                .filter(|r| r.kind == RegionKind::Resident)
+                .count(),
+            res.arena_size() >> 20
+        );
+        Ok(())
+    }
+
+    /// Mirrors the compute or KV buffer holding the node's output or a non-weight input on
+    /// the GPU, if the budget allows.
+    fn mirror_for(&self, n: &Tensor, res: &mut Residency) -> Result<()> {
+        let Some(gpu) = self.shared.gpu else {
+            return Ok(());
+        };
+        let srcs = (0..GGML_MAX_SRC).filter_map(|i| n.src(i));
+        for t in std::iter::once(*n).chain(srcs) {
+            let Some((p, len)) = range(&t) else { continue };
+            if usage(&t) == Some(USAGE_WEIGHTS) || res.region_of(p, len).is_some() {
+                continue;
+            }
+            if let Some((base, b)) = res.buffer_of(p, len) {
+                if res.region_of(base, b.len).is_none() {
+                    res.add_region(gpu.buffer_type(), base, b.len, RegionKind::Mirror)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn facts(&self, n: &Tensor, res: &mut Residency) -> Result<NodeFacts> {
+        let cpu_ok = self.shared.cpu.supports_op(n);
+        let Some(gpu) = self.shared.gpu else {
+            return Ok(NodeFacts {
+                cpu_ok,
+                gpu_ok: false,
+                gpu_mem_ok: false,
+            });
+        };
+        let gpu_ok = gpu.supports_op(n);
+        if !gpu_ok {
+            return Ok(NodeFacts {
+                cpu_ok,
+                gpu_ok,
+                gpu_mem_ok: false,
+            });
+        }
+        self.mirror_for(n, res)?;
+        let arena = res.arena_size();
+        let out_ok = range(n).is_none_or(|(p, len)| res.region_of(p, len).is_some());
+        let in_ok = (0..GGML_MAX_SRC)
+            .filter_map(|i| n.src(i))
+            .filter_map(|s| range(&s))
+            .all(|(p, len)| res.region_of(p, len).is_some() || len <= arena);
+        Ok(NodeFacts {
+            cpu_ok,
+            gpu_ok,
+            gpu_mem_ok: out_ok && in_ok,
+        })
+    }
+
+    /// The shadow of `t` for GPU segment work: its struct with GPU addresses. `deep`: its
+    /// sources are shadowed too (segment nodes); others' sources are cleared.
+    fn shadow(&mut self, t: *mut ggml_tensor, res: &Residency, deep: bool) -> Result<*mut ggml_tensor> {
+        if t.is_null() {
+            return Ok(t);
+        }
+        if let Some(&i) = self.shadow_of.get(&(t as usize)) {
+            return Ok(&mut *self.shadows.0[i] as *mut ggml_tensor);
+        }
+        // SAFETY: `t` is a node or source of the host's graph, alive for this compute.
+        let host = unsafe { Tensor::from_ptr(t) }.unwrap();
+        let mut s: Box<ggml_tensor> = Box::new(unsafe { std::ptr::read(t) });
+        if let Some((p, len)) = range(&host) {
+            s.data = match res.dev_addr(p, len) {
+                Some(d) => d as *mut std::ffi::c_void,
+                None if deep => {
+                    return Err(Error::Device(format!(
+                        "RFHYBRID: '{}' has no GPU copy",
+                        host.name()
+                    )))
+                }
+                None => std::ptr::null_mut(),
+            };
+        }
+        s.extra = std::ptr::null_mut();
+        let idx = self.shadows.0.len();
+        self.shadows.0.push(s);
+        self.shadow_of.insert(t as usize, idx);
+        let view = unsafe { (*t).view_src };
+        let view_shadow = if view.is_null() {
+            view
+        } else {
+            self.shadow(view, res, false)?
+        };
+        let mut srcs = [std::ptr::null_mut(); GGML_MAX_SRC];
+        if deep {
+            for (i, slot) in srcs.iter_mut().enumerate() {
+                *slot = self.shadow(unsafe { (*t).src[i] }, res, true)?;
+            }
+        }
+        let s = &mut self.shadows.0[idx];
+        s.view_src = view_shadow;
+        s.src = srcs;
+        Ok(&mut **s as *mut ggml_tensor)
+    }
+
+    /// Runs `nodes` (already made current on the GPU) on GPU stream `k`.
+    fn launch(
+        &mut self,
+        nodes: &[Tensor],
+        res: &Residency,
+        k: usize,
+        outputs: &dyn Fn(&Tensor) -> bool,
+    ) -> Result<()> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        self.shadows.0.clear();
+        self.shadow_of.clear();
+        let mut ptrs = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let s = self.shadow(n.as_ptr(), res, true)?;
+            if outputs(n) {
+                unsafe { (*s).flags |= FLAG_OUTPUT };
+            }
+            ptrs.push(s);
+        }
+        let shadows: Vec<Tensor> = ptrs
+            .iter()
+            .map(|&p| unsafe { Tensor::from_ptr(p) }.unwrap())
+            .collect();
+        self.pending[k] = true;
+        self.gpus[k].compute(&shadows)
+    }
+
+    /// A GPU segment: copies in what the GPU lacks, streams weights through the arena
+    /// (running what is queued whenever it fills), runs.
+    fn run_gpu(
+        &mut self,
+        nodes: &[Tensor],
+        res: &mut Residency,
+        k: usize,
+        outputs: &dyn Fn(&Tensor) -> bool,
+    ) -> Result<()> {
+        let (mut start, mut i) = (0, 0);
+        while i < nodes.len() {
+            let n = &nodes[i];
+            let srcs: Vec<(usize, usize)> = (0..GGML_MAX_SRC)
+                .filter_map(|j| n.src(j))
+                .filter_map(|s| range(&s))
+                .collect();
+            let streamed = srcs
+                .iter()
+                .all(|&(p, len)| res.region_of(p, len).is_some() || res.add_stream_region(p, len));
+            if !streamed {
+                if start == i {
+                    return Err(Error::Alloc(format!(
+                        "RFHYBRID: node '{}' needs more streamed bytes than the arena holds",
+                        n.name()
+                    )));
+                }
+                // Arena full: run what is queued (this node's copies come after it on the
+                // stream), then reuse the arena for this node.
+                self.launch(&nodes[start..i], res, k, outputs)?;
+                res.reset_arena();
+                start = i;
+                continue;
+            }
+            let mut copies = Vec::new();
+            for &(p, len) in &srcs {
+                copies.extend(res.make_current(p, len, Place::Gpu));
+            }
+            if let Some((p, len)) = range(n) {
+                if writes_part(n) {
+                    copies.extend(res.make_current(p, len, Place::Gpu));
+                }
+                res.written(p, len, Place::Gpu);
+            }
+            self.upload(res, k, &copies)?;
+            i += 1;
+        }
+        self.launch(&nodes[start..], res, k, outputs)
+    }
+
+    /// A CPU segment: waits for the GPU, copies back what only the GPU holds, runs.
+    fn run_cpu(&mut self, nodes: &[Tensor], res: &mut Residency) -> Result<()> {
+        self.sync_gpus()?;
+        let mut copies = Vec::new();
+        for n in nodes {
+            for s in (0..GGML_MAX_SRC).filter_map(|j| n.src(j)) {
+                if let Some((p, len)) = range(&s) {
+                    copies.extend(res.make_current(p, len, Place::Cpu));
+                }
+            }
+            if let Some((p, len)) = range(n) {
+                if writes_part(n) {
+                    copies.extend(res.make_current(p, len, Place::Cpu));
+                }
+                res.written(p, len, Place::Cpu);
+            }
+        }
+        self.download(res, &copies)?;
+        self.cpu.compute(nodes)
+    }
+
+    fn plan(&mut self, nodes: &[Tensor], res: &mut Residency) -> Result<Vec<BackendSelection>> {
+        let cfg = self.shared.config();
+        let key = graph_key(nodes, cfg.epoch);
+        if key == self.last_key && self.last_plan.len() == nodes.len() {
+            return Ok(self.last_plan.clone());
+        }
+        self.sched.strategy = cfg.strategy;
+        let mut facts = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            facts.push(self.facts(n, res)?);
+        }
+        let plan = self
+            .sched
+            .plan(nodes, &facts, &ResView(res, res.arena_size()));
+        self.last_key = key;
+        self.last_plan = plan.clone();
+        Ok(plan)
+    }
+
+    fn compute_hybrid(&mut self, nodes: &[Tensor]) -> Result<()> {
+        let shared = self.shared.clone();
+        let mut res = shared.residency();
+        let cfg = shared.config();
+        if res.placed_epoch != Some(cfg.epoch) {
+            self.place(nodes, &mut res)?;
+            self.last_key = 0;
+        }
+        let plan = self.plan(nodes, &mut res)?;
+        let uses = Uses::of(nodes);
+        let telemetry = shared.telemetry().enabled();
+        let sample = if telemetry {
+            self.graphs % SAMPLE_EVERY == 1
+        } else {
+            self.graphs % REFINE_EVERY == 1
+        };
+        let mut i = 0;
+        let mut gpu_segment = 0;
+        while i < nodes.len() {
+            let place = plan[i].place;
+            let mut j = i + 1;
+            while j < nodes.len() && plan[j].place == place {
+                j += 1;
+            }
+            let t0 = Instant::now();
+            let seg = &nodes[i..j];
+            let (a, b) = (i, j);
+            // A node's result must be written (not fused away) when something outside the
+            // segment reads it, or the host does.
+            let idx: HashMap<usize, usize> = if place == Place::Gpu {
+                seg.iter()
+                    .enumerate()
+                    .map(|(o, n)| (n.as_ptr() as usize, a + o))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+            let outputs = |n: &Tensor| {
+                let k = idx[&(n.as_ptr() as usize)];
+                n.raw().flags & FLAG_OUTPUT != 0 || uses.last_use[k].is_none_or(|u| u >= b)
+            };
+            if sample {
+                for (o, n) in seg.iter().enumerate() {
+                    let t = Instant::now();
+                    match place {
+                        Place::Cpu => self.run_cpu(std::slice::from_ref(n), &mut res)?,
+                        Place::Gpu => {
+                            let k = self.gpu_backend(PROBE)?;
+                            self.run_gpu(std::slice::from_ref(n), &mut res, k, &|_: &Tensor| true)?;
+                            self.sync_gpus()?;
+                        }
+                    }
+                    let us = t.elapsed().as_secs_f64() * 1e6;
+                    self.sched.cost.observe(n, place, us);
+                    if telemetry {
+                        self.record(n, &plan[a + o], us);
+                    }
+                }
+            } else {
+                match place {
+                    Place::Cpu => self.run_cpu(seg, &mut res)?,
+                    Place::Gpu => {
+                        let k = self.gpu_backend(gpu_segment.min(MAX_GPU_STREAMS - 1))?;
+                        self.run_gpu(seg, &mut res, k, &outputs)?;
+                        if telemetry {
+                            self.sync_gpus()?;
+                        }
+                    }
+                }
+                if telemetry {
+                    self.record_segment(seg, &plan[a..b], t0.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            if place == Place::Gpu {
+                gpu_segment += 1;
+            }
+            res.reset_arena();
+            i = j;
+        }
+        // What the host or another backend may read next: current on the host.
+        let mut copies = Vec::new();
+        for (k, n) in nodes.iter().enumerate() {
+            let sink = uses.last_use[k].is_none() || n.raw().flags & FLAG_OUTPUT != 0;
+            if sink && usage(n) == Some(USAGE_COMPUTE) {
+                if let Some((p, len)) = range(n) {
+                    copies.extend(res.make_current(p, len, Place::Cpu));
+                }
+            }
+        }
+        self.download(&mut res, &copies)?;
+        self.sync_gpus()
+    }
+
+    fn record(&self, n: &Tensor, sel: &BackendSelection, us: f64) {
+        let mut t = self.shared.telemetry();
+        let start_us = t.now_us() - us;
+        t.record(ExecutionEvent {
+            graph: self.graphs,
+            node: n.name(),
+            op: op_name(n.op()),
+            kind: EventKind::Compute,
+            place: sel.place,
+            reason: sel.reason.to_string(),
+            predicted_us: sel.predicted_us,
+            measured_us: us,
+            bytes_moved: 0,
+            start_us,
+        });
+    }
+
+    /// A segment timed as a whole: each node gets the share of the time its prediction has.
+    fn record_segment(&self, seg: &[Tensor], sels: &[BackendSelection], us: f64) {
+        let total: f64 = sels.iter().map(|s| s.predicted_us).sum();
+        let mut t = self.shared.telemetry();
+        let mut at = t.now_us() - us;
+        for (n, s) in seg.iter().zip(sels) {
+            let share = if total > 0.0 {
+                us * s.predicted_us / total
+            } else {
+                us / seg.len() as f64
+            };
+            t.record(ExecutionEvent {
+                graph: self.graphs,
+                node: n.name(),
+                op: op_name(n.op()),
+                kind: EventKind::Compute,
+                place: s.place,
+                reason: s.reason.to_string(),
+                predicted_us: s.predicted_us,
+                measured_us: share,
+                bytes_moved: 0,
+                start_us: at,
+            });
+            at += share;
+        }
+    }
+}
+
+impl Drop for HybridBackend {
+    fn drop(&mut self) {
+        let _ = self.sync_gpus();
+        self.shared.telemetry().finish();
+    }
+}
+
+impl Backend for HybridBackend {
+    fn name(&self) -> &CStr {
+        c"RFHYBRID"
+    }
+
+    fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
+        self.graphs += 1;
+        if self.shared.gpu.is_none() {
+            if !self.shared.telemetry().enabled() {
+                return self.cpu.compute(nodes);
+            }
+            let t0 = Instant::now();
+            self.cpu.compute(nodes)?;
+            let sel: Vec<BackendSelection> = nodes
+                .iter()
+                .map(|n| BackendSelection {
+                    place: Place::Cpu,
+                    reason: SelectionReason::GpuUnavailable,
+                    predicted_us: self.sched.cost.compute_us(n, Place::Cpu),
+                })
+                .collect();
+            self.record_segment(nodes, &sel, t0.elapsed().as_secs_f64() * 1e6);
+            return Ok(());
+        }
+        let r = self.compute_hybrid(nodes);
+        if r.is_err() {
+            // Leave nothing queued behind a failed graph.
+            let _ = self.sync_gpus();
+        }
+        r
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        self.sync_gpus()
+    }
+
+    fn set_n_threads(&mut self, n: usize) {
+        self.n_threads = n;
+        self.cpu.set_n_threads(n);
+        for g in &mut self.gpus {
+            g.set_n_threads(n);
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! Where each byte's current data lives. Host memory is home: every RFHYBRID buffer is host
+//! memory, and the GPU holds copies in *regions* (device allocations, each mirroring one host
+//! range: a whole compute or KV buffer, one resident weight tensor, or a weight streamed in
+//! for one segment). Each region keeps, per byte range, whether the host, the device or both
+//! hold the current data; writes mark the writer's side only, so no stale copy is read and no
+//! copy is made twice.
+
+use super::Place;
+use crate::device::{Buffer, BufferType, Result};
+use std::collections::BTreeMap;
+
+/// Who holds the current data of a byte range of a region.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum State {
+    Host,
+    Device,
+    Both,
+}
+
+impl State {
+    pub fn has(self, p: Place) -> bool {
+        matches!(
+            (self, p),
+            (State::Both, _) | (State::Host, Place::Cpu) | (State::Device, Place::Gpu)
+        )
+    }
+}
+
+/// Byte ranges [start, end) of one region (offsets from its start) and their states; the
+/// ranges cover the region without gaps, neighbours of equal state are merged.
+#[derive(Debug)]
+pub struct Validity {
+    map: BTreeMap<usize, (usize, State)>,
+}
+
+impl Validity {
+    pub fn new(len: usize, s: State) -> Validity {
+        let mut map = BTreeMap::new();
+        if len > 0 {
+            map.insert(0, (len, s));
+        }
+        Validity { map }
+    }
+
+    fn split_at(&mut self, at: usize) {
+        if let Some((&s, &(e, st))) = self.map.range(..=at).next_back() {
+            if s < at && at < e {
+                self.map.insert(s, (at, st));
+                self.map.insert(at, (e, st));
+            }
+        }
+    }
+
+    /// Marks [a, b) as `st`.
+    pub fn set(&mut self, a: usize, b: usize, st: State) {
+        if a >= b {
+            return;
+        }
+        self.split_at(a);
+        self.split_at(b);
+        let keys: Vec<usize> = self.map.range(a..b).map(|(&k, _)| k).collect();
+        for k in keys {
+            self.map.remove(&k);
+        }
+        let (mut a, mut b) = (a, b);
+        if let Some((&ps, &(pe, pst))) = self.map.range(..a).next_back() {
+            if pe == a && pst == st {
+                self.map.remove(&ps);
+                a = ps;
+            }
+        }
+        if let Some(&(ne, nst)) = self.map.get(&b) {
+            if nst == st {
+                self.map.remove(&b);
+                b = ne;
+            }
+        }
+        self.map.insert(a, (b, st));
+    }
+
+    /// The parts of [a, b) whose current data `p` does not hold.
+    pub fn missing(&self, a: usize, b: usize, p: Place) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        let first = self.map.range(..=a).next_back().map_or(a, |(&s, _)| s);
+        for (&s, &(e, st)) in self.map.range(first..b) {
+            if e <= a || st.has(p) {
+                continue;
+            }
+            let (x, y) = (s.max(a), e.min(b));
+            match out.last_mut() {
+                Some(last) if last.1 == x => last.1 = y,
+                _ => out.push((x, y)),
+            }
+        }
+        out
+    }
+
+    /// How many ranges (for tests and telemetry).
+    pub fn ranges(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// What a region holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RegionKind {
+    /// A whole compute or KV-cache buffer.
+    Mirror,
+    /// A weight tensor kept in VRAM.
+    Resident,
+    /// A weight copied in for the current graph only.
+    Stream,
+}
+
+pub struct Region {
+    pub host: usize,
+    pub len: usize,
+    pub kind: RegionKind,
+    /// Device address of the region's first byte.
+    pub dev_base: usize,
+    /// The device allocation (None: a slice of the staging arena).
+    owner: Option<Box<dyn Buffer>>,
+    pub valid: Validity,
+}
+
+impl Region {
+    pub fn dev_addr(&self, host: usize) -> usize {
+        self.dev_base + (host - self.host)
+    }
+}
+
+/// One RFHYBRID host buffer as the residency map knows it.
+#[derive(Clone, Copy, Debug)]
+pub struct HostBuf {
+    pub len: usize,
+    /// Page-locked for the GPU (copies from it run as DMA).
+    pub pinned: bool,
+}
+
+/// A copy the caller must make: `len` bytes between host address `host` and device address
+/// `dev`, towards `to`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Copy {
+    pub host: usize,
+    pub dev: usize,
+    pub len: usize,
+    pub to: Place,
+    pub pinned: bool,
+}
+
+/// The host buffers, the GPU regions and the budget they share.
+pub struct Residency {
+    pub bufs: BTreeMap<usize, HostBuf>,
+    pub regions: BTreeMap<usize, Region>,
+    /// Bytes of device memory RFHYBRID may hold.
+    pub budget: usize,
+    pub used: usize,
+    /// Device memory weights are streamed into for one segment (`Stream` regions), and how
+    /// much of it the current segment uses.
+    arena: Option<Box<dyn Buffer>>,
+    arena_used: usize,
+    /// The configuration epoch the weights were placed for (None: not yet).
+    pub placed_epoch: Option<u64>,
+}
+
+/// Alignment of streamed tensors inside the arena.
+const ARENA_ALIGN: usize = 256;
+
+impl Residency {
+    pub fn new(budget: usize) -> Residency {
+        Residency {
+            bufs: BTreeMap::new(),
+            regions: BTreeMap::new(),
+            budget,
+            used: 0,
+            arena: None,
+            arena_used: 0,
+            placed_epoch: None,
+        }
+    }
+
+    /// Bytes of the staging arena (0: none).
+    pub fn arena_size(&self) -> usize {
+        self.arena.as_ref().map_or(0, |a| a.size())
+    }
+
+    /// Allocates the staging arena (replacing any), if the budget allows.
+    pub fn set_arena(&mut self, bt: &dyn BufferType, size: usize) -> Result<bool> {
+        self.reset_arena();
+        if let Some(a) = self.arena.take() {
+            self.used -= a.size();
+        }
+        if size == 0 || self.used + size > self.budget {
+            return Ok(false);
+        }
+        self.arena = Some(bt.alloc(size)?);
+        self.used += size;
+        Ok(true)
+    }
+
+    /// A `Stream` region for [host, host + len) in the arena; false when the arena is full
+    /// (the caller runs what it queued, then `reset_arena`).
+    pub fn add_stream_region(&mut self, host: usize, len: usize) -> bool {
+        let Some(a) = &self.arena else {
+            return false;
+        };
+        let at = self.arena_used.next_multiple_of(ARENA_ALIGN);
+        if at + len > a.size() {
+            return false;
+        }
+        self.arena_used = at + len;
+        self.regions.insert(
+            host,
+            Region {
+                host,
+                len,
+                kind: RegionKind::Stream,
+                dev_base: a.base() as usize + at,
+                owner: None,
+                valid: Validity::new(len, State::Host),
+            },
+        );
+        true
+    }
+
+    /// Forgets the streamed regions; the arena is free again.
+    pub fn reset_arena(&mut self) {
+        self.drop_kind(RegionKind::Stream);
+        self.arena_used = 0;
+    }
+
+    /// The device buffer holding device address `dev` and the offset in it (for copies made
+    /// through `Buffer::write` / `read` where the backend has no asynchronous copy).
+    pub fn dev_buffer(&mut self, dev: usize) -> Option<(&mut dyn Buffer, usize)> {
+        if let Some(a) = self.arena.as_mut() {
+            let b = a.base() as usize;
+            if dev >= b && dev < b + a.size() {
+                return Some((a.as_mut(), dev - b));
+            }
+        }
+        for r in self.regions.values_mut() {
+            if let Some(o) = r.owner.as_mut() {
+                let b = o.base() as usize;
+                if dev >= b && dev < b + o.size() {
+                    return Some((o.as_mut(), dev - b));
+                }
+            }
+        }
+        None
+    }
+
+    pub fn add_buffer(&mut self, base: usize, len: usize, pinned: bool) {
+        self.bufs.insert(base, HostBuf { len, pinned });
+    }
+
+    /// Forgets a host buffer and frees every region inside it.
+    pub fn remove_buffer(&mut self, base: usize) {
+        if let Some(b) = self.bufs.remove(&base) {
+            self.drop_regions_in(base, base + b.len, |_| true);
+        }
+    }
+
+    /// The host buffer holding [p, p + len), if it is one of ours: (base, info).
+    pub fn buffer_of(&self, p: usize, len: usize) -> Option<(usize, HostBuf)> {
+        let (&b, &h) = self.bufs.range(..=p).next_back()?;
+        (p + len <= b + h.len).then_some((b, h))
+    }
+
+    /// The region holding [p, p + len).
+    pub fn region_of(&self, p: usize, len: usize) -> Option<&Region> {
+        let (_, r) = self.regions.range(..=p).next_back()?;
+        (p + len <= r.host + r.len).then_some(r)
+    }
+
+    fn region_of_mut(&mut self, p: usize, len: usize) -> Option<&mut Region> {
+        let (_, r) = self.regions.range_mut(..=p).next_back()?;
+        (p + len <= r.host + r.len).then_some(r)
+    }
+
+    /// Whether `p` holds the current data of all of [p0, p0 + len): the host does unless a
+    /// region says otherwise; the GPU only inside a region.
+    pub fn holds(&self, p0: usize, len: usize, p: Place) -> bool {
+        match self.region_of(p0, len) {
+            Some(r) => r
+                .valid
+                .missing(p0 - r.host, p0 - r.host + len, p)
+                .is_empty(),
+            None => p == Place::Cpu,
+        }
+    }
+
+    /// Bytes of [p0, p0 + len) that would have to move to `p`.
+    pub fn bytes_missing(&self, p0: usize, len: usize, p: Place) -> usize {
+        match self.region_of(p0, len) {
+            Some(r) => r
+                .valid
+                .missing(p0 - r.host, p0 - r.host + len, p)
+                .iter()
+                .map(|(a, b)| b - a)
+                .sum(),
+            None if p == Place::Cpu => 0,
+            None => len,
+        }
+    }
+
+    /// Allocates a region for [host, host + len) if the budget allows; false if not.
+    pub fn add_region(
+        &mut self,
+        bt: &dyn BufferType,
+        host: usize,
+        len: usize,
+        kind: RegionKind,
+    ) -> Result<bool> {
+        let size = len.next_multiple_of(bt.alignment().max(1));
+        if self.used + size > self.budget {
+            return Ok(false);
+        }
+        let dev = bt.alloc(size.max(1))?;
+        self.used += size;
+        self.regions.insert(
+            host,
+            Region {
+                host,
+                len,
+                kind,
+                dev_base: dev.base() as usize,
+                owner: Some(dev),
+                valid: Validity::new(len, State::Host),
+            },
+        );
+        Ok(true)
+    }
+
+    /// Frees the regions inside [a, b) that `which` selects.
+    pub fn drop_regions_in(&mut self, a: usize, b: usize, which: impl Fn(&Region) -> bool) {
+        let keys: Vec<usize> = self
+            .regions
+            .range(a..b)
+            .filter(|(_, r)| which(r))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in keys {
+            if let Some(r) = self.regions.remove(&k) {
+                self.used -= r.owner.map_or(0, |o| o.size());
+            }
+        }
+    }
+
+    /// Frees every region of `kind`.
+    pub fn drop_kind(&mut self, kind: RegionKind) {
+        self.drop_regions_in(0, usize::MAX, |r| r.kind == kind);
+    }
+
+    /// The copies that make `p` hold the current data of [p0, p0 + len), marking them done
+    /// (the caller makes them before anything reads the range).
+    pub fn make_current(&mut self, p0: usize, len: usize, p: Place) -> Vec<Copy> {
+        let pinned = self.buffer_of(p0, len).is_some_and(|(_, b)| b.pinned);
+        let Some(r) = self.region_of_mut(p0, len) else {
+            return Vec::new();
+        };
+        let (a, b) = (p0 - r.host, p0 - r.host + len);
+        let missing = r.valid.missing(a, b, p);
+        let mut out = Vec::with_capacity(missing.len());
+        for (x, y) in missing {
+            r.valid.set(x, y, State::Both);
+            out.push(Copy {
+                host: r.host + x,
+                dev: r.dev_base + x,
+                len: y - x,
+                to: p,
+                pinned,
+            });
+        }
+        out
+    }
+
+    /// `p` wrote [p0, p0 + len): the other side's copy is stale.
+    pub fn written(&mut self, p0: usize, len: usize, p: Place) {
+        let st = match p {
+            Place::Cpu => State::Host,
+            Place::Gpu => State::Device,
+        };
+        // A host write may cover several regions (a whole-buffer set_tensor).
+        let keys: Vec<usize> = self
+            .regions
+            .range(..p0 + len)
+            .rev()
+            .take_while(|(_, r)| r.host + r.len > p0 || r.host >= p0)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in keys {
+            let r = self.regions.get_mut(&k).unwrap();
+            let a = p0.max(r.host);
+            let b = (p0 + len).min(r.host + r.len);
+            if a < b {
+                r.valid.set(a - r.host, b - r.host, st);
+            }
+        }
+    }
+
+    /// The device address of host address `p` (inside a region).
+    pub fn dev_addr(&self, p: usize, len: usize) -> Option<usize> {
+        self.region_of(p, len).map(|r| r.dev_addr(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::CpuDevice;
+    use crate::device::Device;
+
+    #[test]
+    fn validity_tracks_ranges() {
+        let mut v = Validity::new(100, State::Host);
+        assert_eq!(v.missing(0, 100, Place::Gpu), vec![(0, 100)]);
+        v.set(10, 20, State::Both);
+        v.set(20, 30, State::Both);
+        assert_eq!(v.ranges(), 3, "equal neighbours merge");
+        assert_eq!(v.missing(0, 100, Place::Gpu), vec![(0, 10), (30, 100)]);
+        assert!(v.missing(12, 28, Place::Gpu).is_empty());
+        v.set(15, 25, State::Device);
+        assert_eq!(v.missing(0, 40, Place::Cpu), vec![(15, 25)]);
+        assert_eq!(v.missing(16, 18, Place::Cpu), vec![(16, 18)]);
+        v.set(0, 100, State::Both);
+        assert_eq!(v.ranges(), 1);
+        assert!(v.missing(0, 100, Place::Cpu).is_empty());
+    }
+
+    #[test]
+    fn writes_invalidate_the_other_side_only() {
+        let cpu = CpuDevice::new();
+        let bt = cpu.buffer_type();
+        let mut r = Residency::new(1 << 20);
+        r.add_buffer(4096, 1000, false);
+        assert!(r.add_region(bt, 4096, 1000, RegionKind::Mirror).unwrap());
+        assert!(r.holds(4096, 1000, Place::Cpu));
+        assert!(!r.holds(4096, 1000, Place::Gpu));
+        let c = r.make_current(4096 + 100, 50, Place::Gpu);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].host, c[0].len, c[0].to), (4196, 50, Place::Gpu));
+        assert!(r.make_current(4196, 50, Place::Gpu).is_empty(), "no copy twice");
+        r.written(4196, 10, Place::Gpu);
+        assert!(!r.holds(4196, 10, Place::Cpu));
+        assert_eq!(r.bytes_missing(4096, 1000, Place::Cpu), 10);
+        let c = r.make_current(4096, 1000, Place::Cpu);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].host, c[0].len), (4196, 10));
+        r.written(4000, 5000, Place::Cpu);
+        assert_eq!(r.bytes_missing(4096, 1000, Place::Gpu), 1000);
+        // Outside every region only the host holds data.
+        assert!(r.holds(1, 10, Place::Cpu));
+        assert!(!r.holds(1, 10, Place::Gpu));
+    }
+
+    #[test]
+    fn the_budget_limits_regions() {
+        let cpu = CpuDevice::new();
+        let bt = cpu.buffer_type();
+        let mut r = Residency::new(0);
+        assert!(!r.add_region(bt, 64, 64, RegionKind::Resident).unwrap());
+        r.budget = 4096;
+        assert!(r.add_region(bt, 64, 64, RegionKind::Resident).unwrap());
+        assert!(r.used >= 64);
+        assert!(!r.add_region(bt, 1 << 20, 8192, RegionKind::Resident).unwrap());
+        r.add_buffer(0, 4096, false);
+        r.remove_buffer(0);
+        assert_eq!(r.used, 0, "regions inside a freed buffer go with it");
+        assert!(r.regions.is_empty());
+    }
+}
