@@ -615,6 +615,8 @@ int main(int argc, char** argv) {
         printf("device %zu: %s (%s), %zu/%zu MiB free\n", d, ggml_backend_dev_name(dev), ggml_backend_dev_description(dev),
                free_mem >> 20, total_mem >> 20);
         if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_GPU) continue;
+        // RFHYBRID has its own tests (test_hybrid, test_ops --device RFHYBRID).
+        if (strncmp(ggml_backend_dev_name(dev), "RFGPU", 5) != 0) continue;
         n_gpu++;
         ggml_backend_t gpu = ggml_backend_dev_init(dev, NULL);
         if (!gpu) {

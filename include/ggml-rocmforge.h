@@ -80,6 +80,50 @@ void ggml_backend_rocmforge_set_n_threads(ggml_backend_t backend, int n_threads)
 // `what`, `field` and `value` are each NULL or writable.
 bool ggml_backend_rocmforge_abi_layout(size_t index, const char **what, const char **field, size_t *value);
 
+// Sets how RFHYBRID places nodes: "auto" (by the cost model, the default), "gpu" (every node
+// the GPU supports), "cpu", "gpu-only" or "cpu-only" (one device; nodes it does not support
+// run on the other). Takes effect at each backend's next graph. Returns false (and logs why)
+// when `dev` is not RFHYBRID or the strategy is unknown. Same as ROCMFORGE_HYBRID_STRATEGY.
+//
+// # Safety
+// `dev` is NULL or a ggml device handle; `strategy` is NULL or a NUL-terminated string.
+bool ggml_backend_rocmforge_hybrid_set_strategy(ggml_backend_dev_t dev, const char *strategy);
+
+// Sets the GPU memory RFHYBRID may use, in bytes (resident weights, mirrored compute and KV
+// buffers, the staging arena); 0 keeps everything on the host. Takes effect at each backend's
+// next graph (data only the GPU holds is copied back first). Same as ROCMFORGE_HYBRID_VRAM.
+// Returns false when `dev` is not RFHYBRID.
+//
+// # Safety
+// `dev` is NULL or a ggml device handle.
+bool ggml_backend_rocmforge_hybrid_set_vram_budget(ggml_backend_dev_t dev, size_t bytes);
+
+// Turns RFHYBRID's telemetry on or off (on by ROCMFORGE_TELEMETRY / ROCMFORGE_TRACE too).
+// Returns false when `dev` is not RFHYBRID.
+//
+// # Safety
+// `dev` is NULL or a ggml device handle.
+bool ggml_backend_rocmforge_hybrid_set_telemetry(ggml_backend_dev_t dev, bool on);
+
+// RFHYBRID's telemetry as JSON: `{"events":[{"graph","node","op","kind","device","reason",
+// "predicted_us","measured_us","bytes","start_us"}...],"stats":{...}}` (every event since
+// telemetry was turned on). Writes at most `size` bytes to `buf` (NUL-terminated; `buf` may be
+// NULL to ask for the length) and returns the JSON's full length in bytes; 0 when `dev` is not
+// RFHYBRID.
+//
+// # Safety
+// `dev` is NULL or a ggml device handle; `buf` is NULL or writable for `size` bytes.
+size_t ggml_backend_rocmforge_hybrid_telemetry_json(ggml_backend_dev_t dev, char *buf, size_t size);
+
+// What each rocmforge device can run, as JSON: `{"devices":[{"name","ops":[{"op",
+// "weight_types","activation_types","kv_types","max_buffer_bytes","features"}...]}...]}`
+// (RFHYBRID supports the union of RFCPU and its GPU). Writes at most `size` bytes to `buf`
+// (NUL-terminated; NULL asks for the length); returns the full length in bytes.
+//
+// # Safety
+// `buf` is NULL or writable for `size` bytes.
+size_t ggml_backend_rocmforge_capabilities_json(char *buf, size_t size);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -186,7 +186,7 @@ pub fn parse_size(s: &str) -> Option<usize> {
         "t" | "tb" | "tib" => 1024.0_f64.powi(4),
         _ => return None,
     };
-    (v.is_finite() && v >= 0.0).then(|| (v * mult) as usize)
+    (v.is_finite() && v >= 0.0).then_some((v * mult) as usize)
 }
 
 fn var(name: &str) -> Option<String> {

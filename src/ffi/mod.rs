@@ -7,6 +7,7 @@ pub mod abi;
 pub mod exports;
 pub mod ggml_rt;
 pub mod guard;
+pub mod hybrid_exports;
 #[macro_use]
 pub mod log;
 pub mod pin;

@@ -172,6 +172,21 @@ unsafe extern "C" fn reg_get_proc_address(
         match CStr::from_ptr(name).to_bytes() {
             b"ggml_backend_set_n_threads" => backend_set_n_threads as *mut c_void,
             b"ggml_backend_get_features" => get_features as *mut c_void,
+            b"ggml_backend_rocmforge_hybrid_set_strategy" => {
+                super::hybrid_exports::ggml_backend_rocmforge_hybrid_set_strategy as *mut c_void
+            }
+            b"ggml_backend_rocmforge_hybrid_set_vram_budget" => {
+                super::hybrid_exports::ggml_backend_rocmforge_hybrid_set_vram_budget as *mut c_void
+            }
+            b"ggml_backend_rocmforge_hybrid_set_telemetry" => {
+                super::hybrid_exports::ggml_backend_rocmforge_hybrid_set_telemetry as *mut c_void
+            }
+            b"ggml_backend_rocmforge_hybrid_telemetry_json" => {
+                super::hybrid_exports::ggml_backend_rocmforge_hybrid_telemetry_json as *mut c_void
+            }
+            b"ggml_backend_rocmforge_capabilities_json" => {
+                super::hybrid_exports::ggml_backend_rocmforge_capabilities_json as *mut c_void
+            }
             _ => null_mut(),
         }
     })

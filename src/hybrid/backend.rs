@@ -34,11 +34,6 @@ const REFINE_EVERY: u64 = 256;
 /// Smallest staging arena for streamed weights.
 const ARENA_MIN: usize = 64 << 20;
 
-/// ggml's op name (placeholder until the op table lands).
-fn op_name(_op: i32) -> &'static str {
-    "?"
-}
-
 /// Shadow tensor structs (their raw pointers are into this backend's own boxes and the host's
 /// graph, used only inside `compute` on the calling thread).
 struct Shadows(Vec<Box<ggml_tensor>>);
@@ -60,6 +55,8 @@ pub struct HybridBackend {
     shadows: Shadows,
     shadow_of: HashMap<usize, usize>,
     n_threads: usize,
+    /// Telemetry is on for the graph being computed (copies are then timed).
+    telemetry: bool,
 }
 
 /// What a graph's nodes need from the residency map, computed once per graph.
@@ -161,6 +158,7 @@ impl HybridBackend {
             shadows: Shadows(Vec::new()),
             shadow_of: HashMap::new(),
             n_threads: 0,
+            telemetry: false,
         })
     }
 
@@ -195,6 +193,13 @@ impl HybridBackend {
 
     /// Host-to-device copies, queued on GPU stream `k` (in order with its compute).
     fn upload(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let t0 = self.telemetry.then(|| {
+            let _ = self.sync_gpus();
+            Instant::now()
+        });
         for c in copies {
             let queued = self.gpus[k].set_async(c.dev as *mut u8, c.host as *const u8, c.len)?;
             if queued {
@@ -205,7 +210,38 @@ impl HybridBackend {
                 Shared::copy_sync(res, std::slice::from_ref(c))?;
             }
         }
+        if let Some(t0) = t0 {
+            self.sync_gpus()?;
+            self.record_copies(copies, t0.elapsed().as_secs_f64() * 1e6);
+        }
         Ok(())
+    }
+
+    /// One transfer event for a batch of copies in one direction.
+    fn record_copies(&self, copies: &[Copy], us: f64) {
+        let Some(first) = copies.first() else { return };
+        let bytes: usize = copies.iter().map(|c| c.len).sum();
+        let predicted: f64 = copies
+            .iter()
+            .map(|c| self.sched.cost.transfer_us(c.len, c.to, c.pinned))
+            .sum();
+        let mut t = self.shared.telemetry();
+        let start_us = t.now_us() - us;
+        t.record(ExecutionEvent {
+            graph: self.graphs,
+            node: format!("{} copies", copies.len()),
+            op: match first.to {
+                Place::Gpu => "to-GPU",
+                Place::Cpu => "to-CPU",
+            },
+            kind: EventKind::Transfer { to: first.to },
+            place: first.to,
+            reason: String::new(),
+            predicted_us: predicted,
+            measured_us: us,
+            bytes_moved: bytes as u64,
+            start_us,
+        });
     }
 
     /// Device-to-host copies; done when this returns.
@@ -214,6 +250,7 @@ impl HybridBackend {
             return Ok(());
         }
         self.sync_gpus()?;
+        let t0 = Instant::now();
         let mut queued = false;
         if let Some(g) = self.gpus.first_mut() {
             for c in copies {
@@ -228,6 +265,9 @@ impl HybridBackend {
             }
         } else {
             Shared::copy_sync(res, copies)?;
+        }
+        if self.telemetry {
+            self.record_copies(copies, t0.elapsed().as_secs_f64() * 1e6);
         }
         Ok(())
     }
@@ -359,9 +399,16 @@ impl HybridBackend {
         })
     }
 
-    /// The shadow of `t` for GPU segment work: its struct with GPU addresses. `deep`: its
-    /// sources are shadowed too (segment nodes); others' sources are cleared.
-    fn shadow(&mut self, t: *mut ggml_tensor, res: &Residency, deep: bool) -> Result<*mut ggml_tensor> {
+    /// The shadow of `t` for GPU segment work: its struct with GPU addresses. `node`: a
+    /// segment node (its sources are shadowed too); else a source, whose own sources are
+    /// cleared. `need`: its data must have a GPU copy (views' bases need not).
+    fn shadow(
+        &mut self,
+        t: *mut ggml_tensor,
+        res: &Residency,
+        node: bool,
+        need: bool,
+    ) -> Result<*mut ggml_tensor> {
         if t.is_null() {
             return Ok(t);
         }
@@ -374,7 +421,7 @@ impl HybridBackend {
         if let Some((p, len)) = range(&host) {
             s.data = match res.dev_addr(p, len) {
                 Some(d) => d as *mut std::ffi::c_void,
-                None if deep => {
+                None if need => {
                     return Err(Error::Device(format!(
                         "RFHYBRID: '{}' has no GPU copy",
                         host.name()
@@ -388,15 +435,11 @@ impl HybridBackend {
         self.shadows.0.push(s);
         self.shadow_of.insert(t as usize, idx);
         let view = unsafe { (*t).view_src };
-        let view_shadow = if view.is_null() {
-            view
-        } else {
-            self.shadow(view, res, false)?
-        };
+        let view_shadow = self.shadow(view, res, false, false)?;
         let mut srcs = [std::ptr::null_mut(); GGML_MAX_SRC];
-        if deep {
+        if node {
             for (i, slot) in srcs.iter_mut().enumerate() {
-                *slot = self.shadow(unsafe { (*t).src[i] }, res, true)?;
+                *slot = self.shadow(unsafe { (*t).src[i] }, res, false, true)?;
             }
         }
         let s = &mut self.shadows.0[idx];
@@ -420,7 +463,7 @@ impl HybridBackend {
         self.shadow_of.clear();
         let mut ptrs = Vec::with_capacity(nodes.len());
         for n in nodes {
-            let s = self.shadow(n.as_ptr(), res, true)?;
+            let s = self.shadow(n.as_ptr(), res, true, true)?;
             if outputs(n) {
                 unsafe { (*s).flags |= FLAG_OUTPUT };
             }
@@ -534,6 +577,7 @@ impl HybridBackend {
         let plan = self.plan(nodes, &mut res)?;
         let uses = Uses::of(nodes);
         let telemetry = shared.telemetry().enabled();
+        self.telemetry = telemetry;
         let sample = if telemetry {
             self.graphs % SAMPLE_EVERY == 1
         } else {
@@ -622,7 +666,7 @@ impl HybridBackend {
         t.record(ExecutionEvent {
             graph: self.graphs,
             node: n.name(),
-            op: op_name(n.op()),
+            op: op::name(n.op()),
             kind: EventKind::Compute,
             place: sel.place,
             reason: sel.reason.to_string(),
@@ -647,7 +691,7 @@ impl HybridBackend {
             t.record(ExecutionEvent {
                 graph: self.graphs,
                 node: n.name(),
-                op: op_name(n.op()),
+                op: op::name(n.op()),
                 kind: EventKind::Compute,
                 place: s.place,
                 reason: s.reason.to_string(),

@@ -5,9 +5,7 @@ use super::cost::{self, CostModel, Profile};
 use super::residency::{Copy, Residency};
 use super::telemetry::Telemetry;
 use super::{ExecutionStrategy, Place};
-use crate::device::{
-    Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Error, Result,
-};
+use crate::device::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Error, Result};
 use crate::tensor::Tensor;
 use once_cell::sync::OnceCell;
 use std::any::Any;
@@ -64,6 +62,20 @@ impl Shared {
             .clone()
     }
 
+    /// Backends plan again at their next graph (weights placed anew).
+    pub fn set_strategy(&self, s: ExecutionStrategy) {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        c.strategy = s;
+        c.epoch += 1;
+    }
+
+    /// GPU bytes RFHYBRID may hold from the next graph on (0 without a GPU).
+    pub fn set_budget(&self, bytes: usize) {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        c.budget = if self.gpu.is_some() { bytes } else { 0 };
+        c.epoch += 1;
+    }
+
     pub fn cost_model(&self) -> CostModel {
         CostModel::new(self.profile())
     }
@@ -81,8 +93,13 @@ impl Shared {
             // residency map only holds ranges of registered buffers and their tensors).
             unsafe {
                 match c.to {
-                    Place::Gpu => buf.write(off, std::slice::from_raw_parts(c.host as *const u8, c.len))?,
-                    Place::Cpu => buf.read(off, std::slice::from_raw_parts_mut(c.host as *mut u8, c.len))?,
+                    Place::Gpu => {
+                        buf.write(off, std::slice::from_raw_parts(c.host as *const u8, c.len))?
+                    }
+                    Place::Cpu => buf.read(
+                        off,
+                        std::slice::from_raw_parts_mut(c.host as *mut u8, c.len),
+                    )?,
                 }
             }
         }
@@ -139,6 +156,7 @@ impl HybridDevice {
             telemetry: Mutex::new(Telemetry::from_tuning()),
             profile: OnceCell::new(),
         });
+        let _ = THE.set(shared.clone());
         HybridDevice {
             buffer_type: HybridBufferType {
                 shared: shared.clone(),
@@ -151,19 +169,10 @@ impl HybridDevice {
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
-
-    pub fn set_strategy(&self, s: ExecutionStrategy) {
-        let mut c = self.shared.config.lock().unwrap_or_else(|e| e.into_inner());
-        c.strategy = s;
-        c.epoch += 1;
-    }
-
-    pub fn set_budget(&self, bytes: usize) {
-        let mut c = self.shared.config.lock().unwrap_or_else(|e| e.into_inner());
-        c.budget = if self.shared.gpu.is_some() { bytes } else { 0 };
-        c.epoch += 1;
-    }
 }
+
+/// The process's RFHYBRID (set when the registry creates it), for the exported C calls.
+pub static THE: OnceCell<Arc<Shared>> = OnceCell::new();
 
 impl Device for HybridDevice {
     fn name(&self) -> &CStr {

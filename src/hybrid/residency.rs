@@ -439,7 +439,10 @@ mod tests {
         let c = r.make_current(4096 + 100, 50, Place::Gpu);
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].host, c[0].len, c[0].to), (4196, 50, Place::Gpu));
-        assert!(r.make_current(4196, 50, Place::Gpu).is_empty(), "no copy twice");
+        assert!(
+            r.make_current(4196, 50, Place::Gpu).is_empty(),
+            "no copy twice"
+        );
         r.written(4196, 10, Place::Gpu);
         assert!(!r.holds(4196, 10, Place::Cpu));
         assert_eq!(r.bytes_missing(4096, 1000, Place::Cpu), 10);
@@ -462,7 +465,9 @@ mod tests {
         r.budget = 4096;
         assert!(r.add_region(bt, 64, 64, RegionKind::Resident).unwrap());
         assert!(r.used >= 64);
-        assert!(!r.add_region(bt, 1 << 20, 8192, RegionKind::Resident).unwrap());
+        assert!(!r
+            .add_region(bt, 1 << 20, 8192, RegionKind::Resident)
+            .unwrap());
         r.add_buffer(0, 4096, false);
         r.remove_buffer(0);
         assert_eq!(r.used, 0, "regions inside a freed buffer go with it");

@@ -192,7 +192,10 @@ mod tests {
     }
     impl DataView for View {
         fn missing(&self, p: usize, len: usize, to: Place) -> usize {
-            let res = self.resident.iter().any(|&(a, l)| a <= p && p + len <= a + l);
+            let res = self
+                .resident
+                .iter()
+                .any(|&(a, l)| a <= p && p + len <= a + l);
             match to {
                 Place::Cpu => 0,
                 Place::Gpu if res => 0,
@@ -249,7 +252,10 @@ mod tests {
             gpu_mem_ok: false,
             ..ALL
         };
-        assert_eq!(pick(BackendOnly(Place::Gpu), no_mem).reason, MemoryConstraint);
+        assert_eq!(
+            pick(BackendOnly(Place::Gpu), no_mem).reason,
+            MemoryConstraint
+        );
         let gpu_only = NodeFacts {
             cpu_ok: false,
             ..ALL
@@ -257,7 +263,7 @@ mod tests {
         assert_eq!(pick(CpuPreferred, gpu_only).place, Place::Gpu);
         let none = HybridScheduler::new(
             Automatic,
-            CostModel::new(Profile::synthetic(100.0, 0.0, 0.0)),
+            super::CostModel::new(Profile::synthetic(100.0, 0.0, 0.0)),
         );
         let s = none.plan(&nodes, &[no_gpu], &view)[0];
         assert_eq!((s.place, s.reason), (Place::Cpu, GpuUnavailable));
@@ -323,7 +329,11 @@ mod tests {
         let v: Vec<_> = w.iter().map(|(&a, &(b, p))| (a, b, p)).collect();
         assert_eq!(
             v,
-            vec![(0, 40, Place::Gpu), (40, 60, Place::Cpu), (60, 100, Place::Gpu)]
+            vec![
+                (0, 40, Place::Gpu),
+                (40, 60, Place::Cpu),
+                (60, 100, Place::Gpu)
+            ]
         );
     }
 }
