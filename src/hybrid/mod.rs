@@ -10,6 +10,7 @@
 //! - `telemetry`: events, per-device statistics, summary, JSON and Chrome trace;
 //! - `capability`: what each device can run, for the scheduler and for C (JSON).
 
+pub mod calibrate;
 pub mod capability;
 pub mod cost;
 pub mod synth;

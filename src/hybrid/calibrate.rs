@@ -1,0 +1,498 @@
+//! Calibration of the cost model: short measurements on the real devices, through the crate's
+//! own device traits (a buffer of the device's type, a backend computing synthetic nodes), sized
+//! to take about a second per device. What is measured and how the model uses it: `cost`.
+
+use super::cost::{MatCurve, Profile, TypeClass};
+use super::synth::Synth;
+use crate::device::{Backend, Device, DeviceKind};
+use crate::ggml_types::{op, GgmlType};
+use crate::tensor::Tensor;
+use std::time::{Duration, Instant};
+
+/// Shapes and limits of one device's measurements.
+struct Plan {
+    /// The weight matrix [K, M] of the products.
+    k: usize,
+    m: usize,
+    /// Columns measured, ascending from 1.
+    batches: &'static [usize],
+    /// Bytes the weights of one matrix-vector graph span (copies of the matrix): more than the
+    /// caches hold, so that they come from memory as a model's weights do.
+    weight_bytes: usize,
+    /// Flops of one timed graph at batches above 1 (copies of the matrix up to it).
+    flop_budget: f64,
+    /// Elements of each operand of the streaming ADD.
+    stream_elems: usize,
+    /// FLASH_ATTN_EXT: head size, queries, keys, heads.
+    fa: [usize; 4],
+    /// No new weight class is measured after this long (the rest use the bounds).
+    budget: Duration,
+}
+
+/// Small enough for about a second on 2 cores.
+const CPU_PLAN: Plan = Plan {
+    k: 2048,
+    m: 1024,
+    batches: &[1, 16, 64, 256],
+    weight_bytes: 128 << 20,
+    flop_budget: 0.5e9,
+    stream_elems: 4 << 20,
+    fa: [128, 64, 512, 8],
+    budget: Duration::from_millis(2000),
+};
+
+/// A model-like shape (an 8B model's attention projection).
+const GPU_PLAN: Plan = Plan {
+    k: 4096,
+    m: 4096,
+    batches: &[1, 16, 64, 512],
+    weight_bytes: 512 << 20,
+    flop_budget: 40e9,
+    stream_elems: 32 << 20,
+    fa: [128, 512, 4096, 32],
+    budget: Duration::from_millis(1500),
+};
+
+/// Tiny nodes timed together for the fixed cost of one.
+const TINY_NODES: usize = 32;
+const TINY_ELEMS: usize = 2048;
+/// Bytes moved per transfer measurement.
+const TRANSFER_BYTES: usize = 64 << 20;
+
+/// What one device measured.
+#[derive(Debug)]
+struct DeviceNumbers {
+    node_us: f64,
+    bw_gbs: f64,
+    gflops: f64,
+    fa_gflops: f64,
+    mm: Vec<MatCurve>,
+}
+
+/// Measures the CPU and, if given, the GPU and the transfers between them. Parts that cannot
+/// be measured (allocation or compute failure, an unsupported type) keep `default_guess`'s
+/// numbers or, for a weight class, the bounds.
+pub fn measure(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile {
+    let t0 = Instant::now();
+    let mut p = Profile::default_guess(gpu.is_some());
+    let threads = crate::cpu::default_threads();
+    p.cpu_threads = threads;
+    match measure_device(cpu, &CPU_PLAN, &format!("CPU, {threads} threads")) {
+        Some(d) => {
+            p.cpu_node_us = d.node_us;
+            p.cpu_bw_gbs = d.bw_gbs;
+            p.cpu_gflops = d.gflops;
+            p.cpu_fa_gflops = d.fa_gflops;
+            p.cpu_mm = d.mm;
+        }
+        None => crate::log_warn!("RFHYBRID: CPU not measured; its numbers are built-in guesses"),
+    }
+    if let Some(g) = gpu {
+        // A CPU standing in for the GPU (ROCMFORGE_HYBRID_FAKE_GPU) gets the CPU's shapes.
+        let plan = match g.kind() {
+            DeviceKind::Cpu => &CPU_PLAN,
+            DeviceKind::Gpu => &GPU_PLAN,
+        };
+        match measure_device(g, plan, "GPU") {
+            Some(d) => {
+                p.gpu_node_us = d.node_us;
+                p.gpu_bw_gbs = d.bw_gbs;
+                p.gpu_gflops = d.gflops;
+                p.gpu_fa_gflops = d.fa_gflops;
+                p.gpu_mm = d.mm;
+            }
+            None => {
+                crate::log_warn!("RFHYBRID: GPU not measured; its numbers are built-in guesses")
+            }
+        }
+        measure_transfers(g, &mut p);
+    }
+    p.calib_ms = t0.elapsed().as_secs_f64() * 1e3;
+    crate::log_info!(
+        "RFHYBRID: calibrated in {:.0} ms: CPU {:.1} us/node {:.1} GB/s {:.0} GFLOP/s{}",
+        p.calib_ms,
+        p.cpu_node_us,
+        p.cpu_bw_gbs,
+        p.cpu_gflops,
+        if gpu.is_some() {
+            format!(
+                "; GPU {:.1} us/node {:.0} GB/s {:.0} GFLOP/s; to GPU {:.1} GB/s pinned, {:.1} pageable; back {:.1}",
+                p.gpu_node_us,
+                p.gpu_bw_gbs,
+                p.gpu_gflops,
+                p.h2d_pinned_gbs,
+                p.h2d_pageable_gbs,
+                p.d2h_gbs
+            )
+        } else {
+            String::new()
+        }
+    );
+    p
+}
+
+fn align(n: usize) -> usize {
+    n.next_multiple_of(4096)
+}
+
+/// The address `off` bytes into a buffer (a device address: never dereferenced here).
+fn at(base: *mut u8, off: usize) -> *mut u8 {
+    base.wrapping_add(off)
+}
+
+fn tensor(ty: GgmlType, ne: [usize; 4], data: *mut u8) -> Synth {
+    let mut s = Synth::new(ty, ne);
+    s.set_data(data);
+    s
+}
+
+/// The least of `reps` timings of `f` (µs); None when `f` fails.
+fn best_us(reps: usize, mut f: impl FnMut() -> bool) -> Option<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let t = Instant::now();
+        if !f() {
+            return None;
+        }
+        best = best.min(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Some(best)
+}
+
+/// µs to compute `nodes` once: warmed up once, then the best of a few runs (fewer when long).
+fn time_graph(be: &mut dyn Backend, nodes: &[Tensor]) -> Option<f64> {
+    let mut run = || be.compute(nodes).is_ok() && be.synchronize().is_ok();
+    let warm = best_us(1, &mut run)?;
+    let reps = if warm > 20_000.0 {
+        1
+    } else if warm > 2_000.0 {
+        3
+    } else {
+        8
+    };
+    best_us(reps, run)
+}
+
+/// µs of work in a node that took `t` in all, its fixed cost `fixed` taken off (at most 70%
+/// of it: a noisy fixed cost must not make the work look free).
+fn work_us(t: f64, fixed: f64) -> f64 {
+    (t - fixed).max(0.3 * t).max(1e-3)
+}
+
+/// Measures one device: the fixed cost of a node, streaming bandwidth, product curves per
+/// weight class, attention throughput. None when it cannot allocate or compute at all.
+fn measure_device(dev: &dyn Device, plan: &Plan, what: &str) -> Option<DeviceNumbers> {
+    let mut be = match dev.new_backend() {
+        Ok(b) => b,
+        Err(e) => {
+            crate::log_warn!("RFHYBRID: calibration ({what}): no backend: {e}");
+            return None;
+        }
+    };
+    let nmax = *plan.batches.last()?;
+    let x_bytes = align((plan.k * nmax * 4).max(2 * TINY_ELEMS * 4));
+    let o_bytes = align((plan.m * nmax * 4).max(TINY_ELEMS * 4));
+    // Weights: what the plan says, less where the device has little memory free.
+    let (free, _) = dev.memory();
+    let mut w_bytes = plan.weight_bytes;
+    if free > 0 {
+        w_bytes = w_bytes.min(align(free / 8)).max(16 << 20);
+    }
+    let mut buf = loop {
+        match dev.buffer_type().alloc(w_bytes + x_bytes + o_bytes) {
+            Ok(b) => break b,
+            Err(e) if w_bytes <= 16 << 20 => {
+                crate::log_warn!("RFHYBRID: calibration ({what}): {e}");
+                return None;
+            }
+            Err(_) => w_bytes /= 2,
+        }
+    };
+    if let Err(e) = buf.fill(0, buf.size(), 0) {
+        crate::log_warn!("RFHYBRID: calibration ({what}): {e}");
+        return None;
+    }
+    let base = buf.base();
+    let (wb, xb, ob) = (base, at(base, w_bytes), at(base, w_bytes + x_bytes));
+
+    // The fixed cost of a node: tiny ADDs (also the warm-up: a GPU compiles its kernels at the
+    // first graph, which is not counted against the budget).
+    let a = tensor(GgmlType::F32, [TINY_ELEMS, 1, 1, 1], xb);
+    let b = tensor(GgmlType::F32, [TINY_ELEMS, 1, 1, 1], at(xb, TINY_ELEMS * 4));
+    let adds: Vec<Synth> = (0..TINY_NODES)
+        .map(|_| {
+            let mut s = tensor(GgmlType::F32, [TINY_ELEMS, 1, 1, 1], ob);
+            s.op(op::ADD).src(0, &a).src(1, &b);
+            s
+        })
+        .collect();
+    let tiny: Vec<Tensor> = adds.iter().map(|s| s.tensor()).collect();
+    if !tiny.iter().all(|n| dev.supports_op(n)) {
+        crate::log_warn!("RFHYBRID: calibration ({what}): ADD not supported");
+        return None;
+    }
+    let mut node_us = time_graph(be.as_mut(), &tiny)? / TINY_NODES as f64;
+    let started = Instant::now();
+
+    // Streaming bandwidth: one large ADD, its three operands in the weight region.
+    let s_elems = plan.stream_elems.min(w_bytes / 12);
+    let sa = tensor(GgmlType::F32, [s_elems, 1, 1, 1], wb);
+    let sb = tensor(GgmlType::F32, [s_elems, 1, 1, 1], at(wb, s_elems * 4));
+    let mut sd = tensor(GgmlType::F32, [s_elems, 1, 1, 1], at(wb, 2 * s_elems * 4));
+    sd.op(op::ADD).src(0, &sa).src(1, &sb);
+    let t_stream = time_graph(be.as_mut(), &[sd.tensor()])?;
+
+    // Products per weight class and batch.
+    let (k, m) = (plan.k, plan.m);
+    // (class, [(columns, flops, µs per node)]): turned into curves once the node cost is final.
+    let mut raw = Vec::new();
+    for class in TypeClass::ALL {
+        if started.elapsed() > plan.budget {
+            crate::log_info!(
+                "RFHYBRID: calibration ({what}): time budget spent; {} and later classes use the bounds",
+                class.name()
+            );
+            break;
+        }
+        let ty = class.rep();
+        let mat = align(ty.row_size(k) * m);
+        let copies_max = (w_bytes / mat).clamp(1, 128);
+        let mut points = Vec::new();
+        for &n in plan.batches {
+            let flops = 2.0 * (k * m * n) as f64;
+            let copies = if n == 1 {
+                copies_max
+            } else {
+                ((plan.flop_budget / flops) as usize).clamp(1, copies_max)
+            };
+            let x = tensor(GgmlType::F32, [k, n, 1, 1], xb);
+            let ws: Vec<Synth> = (0..copies)
+                .map(|i| tensor(ty, [k, m, 1, 1], at(wb, i * mat)))
+                .collect();
+            let prods: Vec<Synth> = ws
+                .iter()
+                .map(|w| {
+                    let mut d = tensor(GgmlType::F32, [m, n, 1, 1], ob);
+                    d.op(op::MUL_MAT).src(0, w).src(1, &x);
+                    d
+                })
+                .collect();
+            let nodes: Vec<Tensor> = prods.iter().map(|s| s.tensor()).collect();
+            if !nodes.iter().all(|t| dev.supports_op(t)) {
+                break;
+            }
+            let Some(t) = time_graph(be.as_mut(), &nodes) else {
+                break;
+            };
+            points.push((n as f64, flops, t / copies as f64));
+        }
+        if points.len() == plan.batches.len() {
+            raw.push((class, points));
+        }
+    }
+    let fa = measure_attention(be.as_mut(), dev, plan, wb, w_bytes);
+    // Once more at the end, the least kept: a busy machine's scheduler delays can make one
+    // measurement of a few microseconds look like milliseconds.
+    if let Some(t) = time_graph(be.as_mut(), &tiny) {
+        node_us = node_us.min(t / TINY_NODES as f64);
+    }
+    let bw_gbs = (12 * s_elems) as f64 / work_us(t_stream, node_us) / 1e3;
+    let mm: Vec<MatCurve> = raw
+        .into_iter()
+        .map(|(class, pts)| {
+            let points: Vec<(f64, f64)> = pts
+                .iter()
+                .map(|&(n, flops, t)| (n, flops / work_us(t, node_us) / 1e3))
+                .collect();
+            crate::log_debug!(
+                "RFHYBRID: calibration ({what}): {} GFLOP/s at N {points:?}",
+                class.name()
+            );
+            MatCurve { class, points }
+        })
+        .collect();
+    let gflops = mm
+        .iter()
+        .find(|c| c.class == TypeClass::Q4_0)
+        .or(mm.first())
+        .and_then(|c| c.points.last())
+        .map_or(0.0, |p| p.1);
+    let gflops = if gflops > 0.0 {
+        gflops
+    } else {
+        // Nothing measured: the weights streamed at the measured bandwidth, 64 columns.
+        bw_gbs * 64.0 * 2.0 / 0.5625
+    };
+
+    // Attention at a prompt-sized batch; else half the F16 products' rate.
+    let fa_gflops = fa
+        .map(|(flops, t)| flops / work_us(t, node_us) / 1e3)
+        .unwrap_or_else(|| {
+            let f16 = mm
+                .iter()
+                .find(|c| c.class == TypeClass::F16)
+                .and_then(|c| c.points.last())
+                .map_or(gflops, |p| p.1);
+            0.5 * f16
+        });
+    crate::log_info!(
+        "RFHYBRID: calibrated {what}: {node_us:.1} us/node, {bw_gbs:.1} GB/s, {gflops:.0} GFLOP/s \
+         (q4_0 products), attention {fa_gflops:.0} GFLOP/s, {} of {} weight classes, {:.0} ms",
+        mm.len(),
+        TypeClass::ALL.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Some(DeviceNumbers {
+        node_us,
+        bw_gbs,
+        gflops,
+        fa_gflops,
+        mm,
+    })
+}
+
+/// FLASH_ATTN_EXT of F16 K and V, no mask, in the weight region: (flops, µs).
+fn measure_attention(
+    be: &mut dyn Backend,
+    dev: &dyn Device,
+    plan: &Plan,
+    wb: *mut u8,
+    w_bytes: usize,
+) -> Option<(f64, f64)> {
+    let [d, nq, nkv, h] = plan.fa;
+    let (qb, kb) = (align(d * nq * h * 4), align(d * nkv * h * 2));
+    if qb * 2 + kb * 2 > w_bytes {
+        return None;
+    }
+    let q = tensor(GgmlType::F32, [d, nq, h, 1], wb);
+    let k = tensor(GgmlType::F16, [d, nkv, h, 1], at(wb, qb));
+    let v = tensor(GgmlType::F16, [d, nkv, h, 1], at(wb, qb + kb));
+    let mut o = tensor(GgmlType::F32, [d, h, nq, 1], at(wb, qb + 2 * kb));
+    o.op(op::FLASH_ATTN_EXT)
+        .src(0, &q)
+        .src(1, &k)
+        .src(2, &v)
+        .param_f32(0, 1.0 / (d as f32).sqrt());
+    let node = o.tensor();
+    if !dev.supports_op(&node) {
+        return None;
+    }
+    let t = time_graph(be, &[node])?;
+    Some((4.0 * (d * nq * nkv * h) as f64, t))
+}
+
+/// Host to device from pinned and pageable memory, device to host, and the latency of a
+/// small copy, through the device's buffer (and its pinned host buffer type, if it has one).
+fn measure_transfers(dev: &dyn Device, p: &mut Profile) {
+    let size = TRANSFER_BYTES;
+    let mut dbuf = match dev.buffer_type().alloc(size) {
+        Ok(b) => b,
+        Err(e) => {
+            crate::log_warn!("RFHYBRID: calibration: transfers not measured: {e}");
+            return;
+        }
+    };
+    let mut page = vec![1u8; size];
+    let Some(lat) = best_us(20, || dbuf.write(0, &page[..4096]).is_ok()) else {
+        return;
+    };
+    let rate = |t: f64| size as f64 / work_us(t, lat) / 1e3;
+    let h2d = best_us(3, || dbuf.write(0, &page).is_ok());
+    let d2h = best_us(3, || dbuf.read(0, &mut page).is_ok());
+    let (Some(h2d), Some(d2h)) = (h2d, d2h) else {
+        return;
+    };
+    p.transfer_us = lat;
+    p.h2d_pageable_gbs = rate(h2d);
+    p.d2h_gbs = rate(d2h);
+    p.h2d_pinned_gbs = p.h2d_pageable_gbs;
+    p.d2h_pinned_gbs = p.d2h_gbs;
+    let Some(hbt) = dev.host_buffer_type() else {
+        return;
+    };
+    let Ok(mut hb) = hbt.alloc(size) else {
+        return;
+    };
+    if !hb.is_host() || hb.size() < size || hb.fill(0, size, 1).is_err() {
+        return;
+    }
+    // SAFETY: host memory of `hb` (is_host), `size` bytes, alive until the end of this function;
+    // nothing else refers to it while the slice lives.
+    let pinned = unsafe { std::slice::from_raw_parts_mut(hb.base(), size) };
+    if let Some(t) = best_us(3, || dbuf.write(0, pinned).is_ok()) {
+        p.h2d_pinned_gbs = rate(t);
+    }
+    if let Some(t) = best_us(3, || dbuf.read(0, pinned).is_ok()) {
+        p.d2h_pinned_gbs = rate(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hybrid::cost::CostModel;
+    use crate::hybrid::Place;
+
+    fn positive(x: f64) -> bool {
+        x.is_finite() && x > 0.0
+    }
+
+    #[test]
+    fn calibrates_the_cpu_in_seconds() {
+        let cpu = crate::cpu::CpuDevice::new();
+        let t = Instant::now();
+        let p = measure(&cpu, None);
+        let s = t.elapsed().as_secs_f64();
+        eprintln!("calibration took {s:.2} s: {p:#?}");
+        // About 2.5 s on 2 cores; more when other tests run beside it.
+        assert!(s < 10.0, "{s} s");
+        for x in [
+            p.cpu_node_us,
+            p.cpu_bw_gbs,
+            p.cpu_gflops,
+            p.cpu_fa_gflops,
+            p.calib_ms,
+        ] {
+            assert!(positive(x), "{p:#?}");
+        }
+        assert_eq!(p.cpu_threads, crate::cpu::default_threads());
+        // Without a GPU its compute numbers are zero.
+        assert_eq!((p.gpu_bw_gbs, p.gpu_gflops), (0.0, 0.0));
+        // Q4_0 at least was measured, at every batch (how the throughput grows with the batch
+        // depends on how busy the machine is: not checked).
+        let q4 = p
+            .cpu_mm
+            .iter()
+            .find(|c| c.class == TypeClass::Q4_0)
+            .expect("q4_0 curve");
+        assert_eq!(q4.points.len(), CPU_PLAN.batches.len());
+        assert!(q4.points.iter().all(|&(n, g)| n >= 1.0 && positive(g)));
+        // The profile survives the cache format and predicts a product.
+        let back = super::super::cost::Profile::from_text(&p.to_text("k"), "k").unwrap();
+        assert_eq!(back, p);
+        let w = Synth::new(GgmlType::Q4_0, [4096, 4096, 1, 1]);
+        let x = Synth::new(GgmlType::F32, [4096, 1, 1, 1]);
+        let mut d = Synth::new(GgmlType::F32, [4096, 1, 1, 1]);
+        d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+        let m = CostModel::new(p);
+        assert!(positive(m.compute_us(&d.tensor(), Place::Cpu)));
+    }
+
+    #[test]
+    fn transfers_through_a_host_device() {
+        // The CPU device standing in for a GPU: host memory, no pinned type (pinned = pageable).
+        let cpu = crate::cpu::CpuDevice::new();
+        let mut p = Profile::synthetic(1.0, 1.0, 1.0);
+        measure_transfers(&cpu, &mut p);
+        for x in [
+            p.h2d_pinned_gbs,
+            p.h2d_pageable_gbs,
+            p.d2h_gbs,
+            p.d2h_pinned_gbs,
+            p.transfer_us,
+        ] {
+            assert!(positive(x) && x != 1.0, "{p:#?}");
+        }
+        assert_eq!(p.h2d_pinned_gbs, p.h2d_pageable_gbs);
+    }
+}
