@@ -1,12 +1,14 @@
 //! Calibration of the cost model: short measurements on the real devices, through the crate's
 //! own device traits (a buffer of the device's type, a backend computing synthetic nodes), sized
-//! to take about a second per device. What is measured and how the model uses it: `cost`.
+//! to take about a second per device, and the profile's file beside the kernel cache. What is
+//! measured and how the model uses it: `cost`.
 
 use super::cost::{MatCurve, Profile, TypeClass};
 use super::synth::Synth;
 use crate::device::{Backend, Device, DeviceKind};
 use crate::ggml_types::{op, GgmlType};
 use crate::tensor::Tensor;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Shapes and limits of one device's measurements.
@@ -427,6 +429,284 @@ fn measure_transfers(dev: &dyn Device, p: &mut Profile) {
     }
 }
 
+// ---- The profile on disk ----
+
+const HEADER: &str = "rocmforge-hybrid-profile 1";
+
+impl Profile {
+    fn scalars(&self) -> [(&'static str, f64); 15] {
+        [
+            ("cpu_node_us", self.cpu_node_us),
+            ("gpu_node_us", self.gpu_node_us),
+            ("cpu_bw_gbs", self.cpu_bw_gbs),
+            ("gpu_bw_gbs", self.gpu_bw_gbs),
+            ("cpu_gflops", self.cpu_gflops),
+            ("gpu_gflops", self.gpu_gflops),
+            ("h2d_pinned_gbs", self.h2d_pinned_gbs),
+            ("h2d_pageable_gbs", self.h2d_pageable_gbs),
+            ("d2h_gbs", self.d2h_gbs),
+            ("transfer_us", self.transfer_us),
+            ("d2h_pinned_gbs", self.d2h_pinned_gbs),
+            ("cpu_fa_gflops", self.cpu_fa_gflops),
+            ("gpu_fa_gflops", self.gpu_fa_gflops),
+            ("cpu_threads", self.cpu_threads as f64),
+            ("calib_ms", self.calib_ms),
+        ]
+    }
+
+    /// The profile as `key=value` lines (f64 written so that they read back exactly), for the
+    /// machine identified by `key`.
+    pub fn to_text(&self, key: &str) -> String {
+        let mut s = format!("{HEADER}\nkey={}\n", one_line(key));
+        for (k, v) in self.scalars() {
+            s += &format!("{k}={v}\n");
+        }
+        for (side, curves) in [("cpu_mm", &self.cpu_mm), ("gpu_mm", &self.gpu_mm)] {
+            for c in curves {
+                let pts: Vec<String> = c.points.iter().map(|(n, g)| format!("{n}:{g}")).collect();
+                s += &format!("{side}.{}={}\n", c.class.name(), pts.join(" "));
+            }
+        }
+        s
+    }
+
+    /// Parses `to_text`'s output; Err for another machine's key, a missing or unknown field,
+    /// or a number that is not finite and ≥ 0 (CPU bandwidth, throughput and threads > 0).
+    pub fn from_text(text: &str, key: &str) -> Result<Profile, String> {
+        let mut lines = text.lines();
+        if lines.next() != Some(HEADER) {
+            return Err("not a profile of this version".into());
+        }
+        let mut p = Profile::synthetic(0.0, 0.0, 0.0);
+        let mut seen = std::collections::HashSet::new();
+        let mut key_ok = false;
+        for line in lines {
+            if line.is_empty() {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line without '=': {line:?}"))?;
+            if !seen.insert(k.to_string()) {
+                return Err(format!("{k} given twice"));
+            }
+            if k == "key" {
+                key_ok = v == one_line(key);
+                continue;
+            }
+            if let Some((side, class)) = k.split_once('.') {
+                let class =
+                    TypeClass::from_name(class).ok_or_else(|| format!("unknown class in {k}"))?;
+                let curve = MatCurve {
+                    class,
+                    points: parse_points(v).ok_or_else(|| format!("bad curve {k}={v}"))?,
+                };
+                match side {
+                    "cpu_mm" => p.cpu_mm.push(curve),
+                    "gpu_mm" => p.gpu_mm.push(curve),
+                    _ => return Err(format!("unknown field {k}")),
+                }
+                continue;
+            }
+            let x: f64 = v
+                .parse()
+                .ok()
+                .filter(|x: &f64| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| format!("bad number {k}={v}"))?;
+            let slot = match k {
+                "cpu_node_us" => &mut p.cpu_node_us,
+                "gpu_node_us" => &mut p.gpu_node_us,
+                "cpu_bw_gbs" => &mut p.cpu_bw_gbs,
+                "gpu_bw_gbs" => &mut p.gpu_bw_gbs,
+                "cpu_gflops" => &mut p.cpu_gflops,
+                "gpu_gflops" => &mut p.gpu_gflops,
+                "h2d_pinned_gbs" => &mut p.h2d_pinned_gbs,
+                "h2d_pageable_gbs" => &mut p.h2d_pageable_gbs,
+                "d2h_gbs" => &mut p.d2h_gbs,
+                "transfer_us" => &mut p.transfer_us,
+                "d2h_pinned_gbs" => &mut p.d2h_pinned_gbs,
+                "cpu_fa_gflops" => &mut p.cpu_fa_gflops,
+                "gpu_fa_gflops" => &mut p.gpu_fa_gflops,
+                "calib_ms" => &mut p.calib_ms,
+                "cpu_threads" => {
+                    p.cpu_threads = x as usize;
+                    continue;
+                }
+                _ => return Err(format!("unknown field {k}")),
+            };
+            *slot = x;
+        }
+        if !key_ok {
+            return Err("measured on another machine or library version".into());
+        }
+        if let Some((k, _)) = p.scalars().iter().find(|(k, _)| !seen.contains(*k)) {
+            return Err(format!("{k} missing"));
+        }
+        if !(p.cpu_bw_gbs > 0.0 && p.cpu_gflops > 0.0 && p.cpu_threads > 0) {
+            return Err("CPU numbers are zero".into());
+        }
+        Ok(p)
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+/// "1:12.5 16:180" -> points with N ≥ 1 ascending and GFLOP/s > 0, finite.
+fn parse_points(v: &str) -> Option<Vec<(f64, f64)>> {
+    let mut pts: Vec<(f64, f64)> = Vec::new();
+    for p in v.split_whitespace() {
+        let (n, g) = p.split_once(':')?;
+        let (n, g): (f64, f64) = (n.parse().ok()?, g.parse().ok()?);
+        let last = pts.last().map_or(0.0, |l| l.0);
+        if !(n.is_finite() && g.is_finite() && n >= 1.0 && g > 0.0 && n > last) {
+            return None;
+        }
+        pts.push((n, g));
+    }
+    (!pts.is_empty()).then_some(pts)
+}
+
+/// What a measured profile depends on: the CPU, its thread count and SIMD level, the GPU and
+/// its memory, the library version.
+pub fn cache_key(cpu: &dyn Device, gpu: Option<&dyn Device>) -> String {
+    let gpu = gpu.map_or("none".to_string(), |g| {
+        format!(
+            "{} ({} bytes)",
+            g.description().to_string_lossy(),
+            g.memory().1
+        )
+    });
+    one_line(&format!(
+        "cpu={}; threads={}; simd={:?}; gpu={gpu}; version={}",
+        cpu_model_name().unwrap_or_else(|| cpu.description().to_string_lossy().into_owned()),
+        crate::cpu::default_threads(),
+        crate::cpu::simd::level(),
+        env!("CARGO_PKG_VERSION")
+    ))
+}
+
+fn cpu_model_name() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let l = s.lines().find(|l| l.starts_with("model name"))?;
+    Some(l.split_once(':')?.1.trim().to_string())
+}
+
+/// `hybrid-profile-<hash of key>.txt` in `dir`.
+pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
+    let h = crate::gpu::sha256::hex(&crate::gpu::sha256::sha256(key.as_bytes()));
+    dir.join(format!("hybrid-profile-{}.txt", &h[..16]))
+}
+
+/// Reads the profile cached at `path` for `key`; None (logged) when absent or unusable.
+pub fn load_cached(path: &Path, key: &str) -> Option<Profile> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match Profile::from_text(&text, key) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            crate::log_warn!(
+                "RFHYBRID: ignoring the cost profile {}: {e}",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Writes the profile to `path` through a temporary file and a rename (a reader never sees
+/// half a file; two writers leave one whole file).
+pub fn store(path: &Path, p: &Profile, key: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, p.to_text(key))?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// The 1-minute load average when it exceeds the CPUs available: measurements then take
+/// other processes' time slices into account (a node's fixed cost on a busy 2-core machine
+/// measures 1.5 ms instead of 1 µs) and must not be kept.
+fn busy() -> Option<(f64, usize)> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let load: f64 = s.split_whitespace().next()?.parse().ok()?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (load > cpus as f64).then_some((load, cpus))
+}
+
+/// `cost::load_or_calibrate`: the mode from ROCMFORGE_HYBRID_CALIBRATE, the file in the kernel
+/// cache's directory, the devices measured.
+pub fn load_or_calibrate(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile {
+    let key = cache_key(cpu, gpu);
+    let path = crate::gpu::kernels::cache_dir().map(|d| cache_file(&d, &key));
+    load_or_measure(
+        &crate::tuning::get().hybrid_calibrate,
+        path.as_deref(),
+        &key,
+        gpu.is_some(),
+        || {
+            let b = busy();
+            (measure(cpu, gpu), b)
+        },
+    )
+}
+
+/// The cache logic of `load_or_calibrate`, with the measurement given: `measure` returns the
+/// profile and whether the machine was busy (load, CPUs), which keeps it out of the cache.
+pub fn load_or_measure(
+    mode: &str,
+    path: Option<&Path>,
+    key: &str,
+    gpu: bool,
+    measure: impl FnOnce() -> (Profile, Option<(f64, usize)>),
+) -> Profile {
+    let mode = mode.trim().to_ascii_lowercase();
+    if matches!(mode.as_str(), "0" | "off" | "no" | "false") {
+        crate::log_info!(
+            "RFHYBRID: cost model from built-in defaults (ROCMFORGE_HYBRID_CALIBRATE=0)"
+        );
+        return Profile::default_guess(gpu);
+    }
+    if !matches!(mode.as_str(), "cached" | "force" | "" | "1") {
+        crate::log_warn!(
+            "RFHYBRID: ROCMFORGE_HYBRID_CALIBRATE={mode}: expected cached, force or 0; using cached"
+        );
+    }
+    if mode != "force" {
+        if let Some((f, p)) = path.and_then(|f| Some((f, load_cached(f, key)?))) {
+            crate::log_info!("RFHYBRID: cost model from {}", f.display());
+            return p;
+        }
+    }
+    let shown = path.map_or("nowhere: no cache directory".to_string(), |p| {
+        p.display().to_string()
+    });
+    crate::log_info!("RFHYBRID: calibrating the cost model (cached in {shown})");
+    let (p, busy) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(measure)) {
+        Ok(r) => r,
+        Err(_) => {
+            crate::log_error!("RFHYBRID: calibration failed; using built-in defaults");
+            return Profile::default_guess(gpu);
+        }
+    };
+    if let Some((load, cpus)) = busy {
+        crate::log_warn!(
+            "RFHYBRID: the machine was busy (load {load:.1} on {cpus} CPUs): the measured \
+             profile is used by this process only, not cached"
+        );
+        return p;
+    }
+    if let Some(f) = path {
+        if let Err(e) = store(f, &p, key) {
+            crate::log_warn!("RFHYBRID: cannot cache the cost profile in {shown}: {e}");
+        }
+    }
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,5 +774,112 @@ mod tests {
             assert!(positive(x) && x != 1.0, "{p:#?}");
         }
         assert_eq!(p.h2d_pinned_gbs, p.h2d_pageable_gbs);
+    }
+
+    fn measured_like() -> Profile {
+        let mut p = Profile::synthetic(41.3, 2891.7, 24.9);
+        p.cpu_mm.push(MatCurve {
+            class: TypeClass::Q4_0,
+            points: vec![
+                (1.0, 101.25),
+                (16.0, 1000.1),
+                (64.0, 1234.5678901234),
+                (256.0, 1300.0),
+            ],
+        });
+        p.gpu_mm.push(MatCurve {
+            class: TypeClass::Q6K,
+            points: vec![(1.0, 1.0 / 3.0), (512.0, 1e5)],
+        });
+        p.calib_ms = 1234.5;
+        p.cpu_threads = 7;
+        p
+    }
+
+    #[test]
+    fn cache_round_trip_and_corrupt_files() {
+        let dir = std::env::temp_dir().join(format!("rf-cost-test-{}", std::process::id()));
+        let key = "cpu=Test CPU; threads=7; gpu=none";
+        let file = cache_file(&dir, key);
+        assert!(file
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("hybrid-profile-"));
+        assert_ne!(file, cache_file(&dir, "another key"));
+        let p = measured_like();
+        store(&file, &p, key).unwrap();
+        assert_eq!(load_cached(&file, key), Some(p.clone()));
+        // Another machine's key, a missing directory.
+        assert_eq!(load_cached(&file, "cpu=Other"), None);
+        assert_eq!(load_cached(&dir.join("absent.txt"), key), None);
+        // Corruptions: each is rejected.
+        let text = p.to_text(key);
+        let corrupt = [
+            String::new(),
+            "garbage".to_string(),
+            text.replace("cpu_bw_gbs=41.3", "cpu_bw_gbs=abc"),
+            text.replace("cpu_bw_gbs=41.3", "cpu_bw_gbs=NaN"),
+            text.replace("cpu_bw_gbs=41.3", "cpu_bw_gbs=-1"),
+            text.replace("cpu_bw_gbs=41.3", "cpu_bw_gbs=0"),
+            text.replace("cpu_bw_gbs=41.3\n", ""),
+            text.replace("d2h_gbs=24.9\n", "d2h_gbs=24.9\nd2h_gbs=1\n"),
+            text.replace("1:101.25", "1:-5"),
+            text.replace("16:1000.1", "16:"),
+            text.replace("64:", "8:"),
+            text.replace("cpu_mm.q4_0", "cpu_mm.q9_9"),
+            text.replace("calib_ms", "calib_msx"),
+            text[..text.len() / 2].to_string(),
+        ];
+        for (i, c) in corrupt.iter().enumerate() {
+            assert!(
+                Profile::from_text(c, key).is_err(),
+                "corruption {i} accepted:\n{c}"
+            );
+            std::fs::write(&file, c).unwrap();
+            assert_eq!(load_cached(&file, key), None, "corruption {i}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn cache_modes() {
+        let dir = std::env::temp_dir().join(format!("rf-cost-modes-{}", std::process::id()));
+        let key = "cpu=Test; gpu=none";
+        let file = cache_file(&dir, key);
+        let p = measured_like();
+        let calls = std::cell::Cell::new(0);
+        let run = |mode: &str, path: Option<&Path>, busy: Option<(f64, usize)>| {
+            load_or_measure(mode, path, key, false, || {
+                calls.set(calls.get() + 1);
+                (p.clone(), busy)
+            })
+        };
+        // "0": built-in numbers, nothing measured or written.
+        assert_eq!(run("0", Some(&file), None), Profile::default_guess(false));
+        assert_eq!((calls.get(), file.exists()), (0, false));
+        // Measured on a busy machine: used, not cached.
+        assert_eq!(run("cached", Some(&file), Some((5.0, 2))), p);
+        assert_eq!((calls.get(), file.exists()), (1, false));
+        // Measured and cached, then read back without measuring.
+        assert_eq!(run("cached", Some(&file), None), p);
+        assert_eq!((calls.get(), file.exists()), (2, true));
+        assert_eq!(run("cached", Some(&file), None), p);
+        assert_eq!(calls.get(), 2);
+        // "force" measures again; a corrupt file is measured over and rewritten.
+        assert_eq!(run("force", Some(&file), None), p);
+        assert_eq!(calls.get(), 3);
+        std::fs::write(&file, "rocmforge-hybrid-profile 1\ncpu_bw_gbs=oops\n").unwrap();
+        assert_eq!(run("cached", Some(&file), None), p);
+        assert_eq!(calls.get(), 4);
+        assert_eq!(load_cached(&file, key), Some(p.clone()));
+        // No cache directory: measured every time.
+        assert_eq!(run("cached", None, None), p);
+        assert_eq!(calls.get(), 5);
+        // A measurement that panics gives the built-in numbers.
+        let q = load_or_measure("force", Some(&file), key, true, || panic!("device lost"));
+        assert_eq!(q, Profile::default_guess(true));
+        assert_eq!(load_cached(&file, key), Some(p.clone()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
