@@ -5,7 +5,7 @@
 //! Formulas (µs; GB/s · 1e3 = bytes/µs, GFLOP/s · 1e3 = flop/µs):
 //! - every computed node: `fixed(place) + work`; view ops cost nothing (a token 0.01 µs);
 //! - matrix products (MUL_MAT, MUL_MAT_ID), weight `[K, M, ...]` of type class `c`, `N` columns
-//!   per weight matrix: `work = max(flops · s / g_c(N), bytes / bw)` with `flops = 2·K·M·N·batch`,
+//!   per weight matrix (a weight broadcast over the activation's batch sees them all): `work = max(flops · s / g_c(N), bytes / bw)` with `flops = 2·K·M·N·batch`,
 //!   `bytes` = weight bytes read + activations + output, `g_c(N)` the product throughput measured
 //!   at N = 1, 16, 64 and a large batch and interpolated linearly in log N – log g (at N = 1 it is
 //!   the weights' read bandwidth in flops, at large N the GEMM throughput; the power law between
@@ -348,7 +348,11 @@ fn work_of(node: &Tensor) -> (Work, f64) {
                     }
                     None => (out[1], out[2] * out[3]),
                 };
-                (2.0 * k * m * n * batch, n, nbytes(Some(w)))
+                // Columns per weight matrix: a 2-D weight broadcast over a 3-D activation sees
+                // all of its columns (attention's K over grouped query heads: n_q · group).
+                let mats = (w.ne()[2] * w.ne()[3]).max(1) as f64;
+                let cols = n * (batch / mats).max(1.0);
+                (2.0 * k * m * n * batch, cols, nbytes(Some(w)))
             } else {
                 let (n_used, tokens) = match node.src(2) {
                     Some(ids) => {
@@ -623,6 +627,28 @@ mod tests {
             mm_us(&m, GgmlType::Q8_0, 1, Place::Cpu)
                 > 1.5 * mm_us(&m, GgmlType::Q4_0, 1, Place::Cpu)
         );
+    }
+
+    #[test]
+    fn broadcast_weights_see_every_column() {
+        // A 2-D weight by a [K, 1, 8] activation is a product of 8 columns, not 8 of one:
+        // it reads the weights once.
+        let m = model();
+        let w = Synth::new(GgmlType::Q4_0, [4096, 4096, 1, 1]);
+        let x = Synth::new(GgmlType::F32, [4096, 1, 8, 1]);
+        let mut d = Synth::new(GgmlType::F32, [4096, 1, 8, 1]);
+        d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+        let t = m.compute_us(&d.tensor(), Place::Cpu);
+        assert!(t < 1.1 * mm_us(&m, GgmlType::Q4_0, 8, Place::Cpu), "{t}");
+        // Per-head matrices (a K cache of 8 heads by 8 query heads of 1 token each): one
+        // column each, bandwidth-bound.
+        let k = Synth::new(GgmlType::F16, [128, 4096, 8, 1]);
+        let q = Synth::new(GgmlType::F32, [128, 1, 8, 1]);
+        let mut kq = Synth::new(GgmlType::F32, [4096, 1, 8, 1]);
+        kq.op(op::MUL_MAT).src(0, &k).src(1, &q);
+        let t = m.compute_us(&kq.tensor(), Place::Cpu);
+        let want = 2.0 + (128.0 * 4096.0 * 8.0 * 2.0 + 128.0 * 32.0 + 4096.0 * 32.0) / 50e3;
+        assert!((t - want).abs() < 0.01 * want, "{t} vs {want}");
     }
 
     #[test]
