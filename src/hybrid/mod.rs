@@ -11,6 +11,7 @@
 //! - `capability`: what each device can run, for the scheduler and for C (JSON).
 
 pub mod backend;
+pub mod calibrate;
 pub mod capability;
 pub mod cost;
 pub mod device;
