@@ -57,8 +57,10 @@ struct graph {
 // x -> y = W x (GPU) -> s = soft_max(y) (CPU on the stand-in) -> z = s + y -> cache row `row`
 // = column 0 of z (a view write) -> r = get_rows(cache, idx) (CPU) -> out = 2 r. Without
 // `read_back`, out = 2 z instead: nothing in the graph reads the cache, only the host does.
+// `all_gpu`: scale instead of soft_max and no get_rows, so that a GPU takes every node (the graph
+// is then replayed without a walk over its nodes when computed again).
 static void graph_make(struct graph * g, struct state * s, ggml_backend_buffer_type_t buft, int row,
-                       bool read_back) {
+                       bool read_back, bool all_gpu) {
     struct ggml_init_params ip = { ggml_tensor_overhead() * 32 + ggml_graph_overhead(), NULL, true };
     g->ctx = ggml_init(ip);
     g->x = ggml_new_tensor_2d(g->ctx, GGML_TYPE_F32, K, N);
@@ -66,7 +68,7 @@ static void graph_make(struct graph * g, struct state * s, ggml_backend_buffer_t
     g->idx = ggml_new_tensor_1d(g->ctx, GGML_TYPE_I32, 3);
     ggml_set_input(g->idx);
     struct ggml_tensor * y = ggml_mul_mat(g->ctx, s->w, g->x);
-    struct ggml_tensor * sm = ggml_soft_max(g->ctx, y);
+    struct ggml_tensor * sm = all_gpu ? ggml_scale(g->ctx, y, 0.5f) : ggml_soft_max(g->ctx, y);
     g->z = ggml_add(g->ctx, sm, y);
     ggml_set_output(g->z);
     struct ggml_tensor * col = ggml_view_1d(g->ctx, g->z, M, 0);
@@ -104,12 +106,22 @@ static void run_compare(ggml_backend_dev_t dev, enum ggml_type wt, const char * 
     state_make(&s[0], ggml_backend_dev_buffer_type(dev), wt);
     state_make(&s[1], ggml_backend_dev_buffer_type(cpu_dev), wt);
     ggml_backend_t bes[2] = { be, ref };
-    for (int step = 0; step < 3; step++) {
+    // Steps 0-2: a new graph each; 3-5: one all-GPU graph computed three times (new inputs).
+    struct graph keep[2];
+    for (int step = 0; step < 6; step++) {
         float * res[2][3] = { { 0 } };
         for (int k = 0; k < 2; k++) {
             struct graph g;
-            graph_make(&g, &s[k], ggml_backend_get_default_buffer_type(bes[k]), step + 1, step != 1);
+            if (step < 3) {
+                graph_make(&g, &s[k], ggml_backend_get_default_buffer_type(bes[k]), step + 1, step != 1, false);
+            } else {
+                if (step == 3) graph_make(&keep[k], &s[k], ggml_backend_get_default_buffer_type(bes[k]), 4, false, true);
+                g = keep[k];
+            }
             graph_inputs(&g, 100 + step);
+            // The host rewrites the weights between two runs of the same graph: the GPU's copy
+            // (resident in VRAM) is stale.
+            if (step == 4) rf_fill_tensor(s[k].w, 77, -1, 1);
             if (step == 2) {
                 // The host overwrites row 5 of the cache between graphs: the GPU's copy is stale.
                 float v[M];
@@ -122,7 +134,7 @@ static void run_compare(ggml_backend_dev_t dev, enum ggml_type wt, const char * 
             res[k][1] = rf_tensor_to_float(g.out);
             // The cache as the host reads it (rows the GPU wrote come back first).
             res[k][2] = rf_tensor_to_float(s[k].cache);
-            graph_free(&g);
+            if (step < 3 || step == 5) graph_free(&g);
         }
         static const char * what[3] = { "z", "out (cache rows read on the CPU)", "cache read by the host" };
         static const size_t n[3] = { (size_t) M * N, (size_t) M * 3, (size_t) M * ROWS };

@@ -28,14 +28,16 @@ const MAX_GPU_STREAMS: usize = 8;
 const PROBE: usize = MAX_GPU_STREAMS;
 /// With telemetry on, every this many graphs runs node by node, timing each node (the
 /// measurements refine the cost model); other graphs are timed per segment.
-const SAMPLE_EVERY: u64 = 16;
+const SAMPLE_EVERY: u64 = 512;
 /// Without telemetry, a graph this often runs node by node for the cost model.
-const REFINE_EVERY: u64 = 256;
+const REFINE_EVERY: u64 = 1024;
 /// Smallest staging arena for streamed weights.
 const ARENA_MIN: usize = 64 << 20;
 
 /// Shadow tensor structs (their raw pointers are into this backend's own boxes and the host's
 /// graph, used only inside `compute` on the calling thread).
+/// Boxed: the kernels and the replay hold pointers to them while the vector grows.
+#[allow(clippy::vec_box)]
 struct Shadows(Vec<Box<ggml_tensor>>);
 unsafe impl Send for Shadows {}
 
@@ -50,13 +52,31 @@ pub struct HybridBackend {
     sched: HybridScheduler,
     graphs: u64,
     /// The last graph's key and plan (a token's graph repeats).
-    last_key: u64,
+    /// The last graph's words (`graph_words`), plan and uses; `words` is scratch.
+    last_words: Vec<u64>,
+    words: Vec<u64>,
     last_plan: Vec<BackendSelection>,
+    last_uses: Option<Uses>,
+    /// `repeats_last`'s answer for the `compute` that follows it.
+    known_same: Option<bool>,
+    /// The last graph, all on the GPU in one launch, to replay.
+    fast: Option<Fast>,
+    /// This graph streamed weights / how many GPU launches it made.
+    streamed: bool,
+    launches: usize,
     shadows: Shadows,
     shadow_of: HashMap<usize, usize>,
     n_threads: usize,
     /// Telemetry is on for the graph being computed (copies are then timed).
     telemetry: bool,
+}
+
+/// A graph to replay: its nodes' shadows (addresses of boxes in `HybridBackend::shadows`),
+/// their output ranges, and the ranges the host reads after it.
+struct Fast {
+    ptrs: Vec<usize>,
+    outs: Vec<(usize, usize)>,
+    sinks: Vec<(usize, usize)>,
 }
 
 /// What a graph's nodes need from the residency map, computed once per graph.
@@ -102,28 +122,33 @@ fn writes_part(n: &Tensor) -> bool {
     !n.raw().view_src.is_null() || n.op() == op::SET_ROWS || !n.is_contiguous()
 }
 
-/// A key over what the plan depends on: nodes, their addresses and shapes, the sources'
-/// addresses, freed buffers.
-fn graph_key(nodes: &[Tensor], epoch: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ epoch;
-    let mut add = |x: u64| h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3);
-    add(crate::tensor::free_epoch());
-    add(nodes.len() as u64);
+/// What the plan and the shadows depend on, word by word: the configuration, freed buffers,
+/// and per node its address, op, flags, parameters, type, shape, strides and data address, and
+/// its sources' addresses and data. Equal words: the same graph as before (a token's).
+fn graph_words(nodes: &[Tensor], epoch: u64, out: &mut Vec<u64>) {
+    out.clear();
+    out.push(epoch);
+    out.push(crate::tensor::free_epoch());
     for n in nodes {
-        add(n.as_ptr() as u64);
-        add(n.data() as u64);
-        add(n.op() as u64);
-        for v in n.ne() {
-            add(v as u64);
-        }
+        let r = n.raw();
+        out.push(n.as_ptr() as u64);
+        out.push(r.op as u32 as u64 | (r.flags as u32 as u64) << 32);
+        out.push(r.type_ as u32 as u64);
+        out.push(r.data as u64);
+        out.push(r.view_src as u64);
+        out.extend(r.ne.iter().map(|&v| v as u64));
+        out.extend(r.nb.iter().map(|&v| v as u64));
+        out.extend(r.op_params.iter().map(|&v| v as u32 as u64));
         for i in 0..GGML_MAX_SRC {
-            add(n.raw().src[i] as u64);
+            out.push(r.src[i] as u64);
             if let Some(s) = n.src(i) {
-                add(s.data() as u64);
+                let sr = s.raw();
+                out.push(sr.data as u64 ^ (sr.type_ as u32 as u64) << 56);
+                out.extend(sr.ne.iter().map(|&v| v as u64));
+                out.extend(sr.nb.iter().map(|&v| v as u64));
             }
         }
     }
-    h
 }
 
 struct ResView<'a>(&'a Residency, usize);
@@ -153,8 +178,14 @@ impl HybridBackend {
             pending: Vec::new(),
             sched,
             graphs: 0,
-            last_key: 0,
+            last_words: Vec::new(),
+            words: Vec::new(),
             last_plan: Vec::new(),
+            last_uses: None,
+            known_same: None,
+            fast: None,
+            streamed: false,
+            launches: 0,
             shadows: Shadows(Vec::new()),
             shadow_of: HashMap::new(),
             n_threads: 0,
@@ -241,6 +272,7 @@ impl HybridBackend {
             measured_us: us,
             bytes_moved: bytes as u64,
             start_us,
+            timed: true,
         });
     }
 
@@ -474,6 +506,7 @@ impl HybridBackend {
             .map(|&p| unsafe { Tensor::from_ptr(p) }.unwrap())
             .collect();
         self.pending[k] = true;
+        self.launches += 1;
         self.gpus[k].compute(&shadows)
     }
 
@@ -493,9 +526,12 @@ impl HybridBackend {
                 .filter_map(|j| n.src(j))
                 .filter_map(|s| range(&s))
                 .collect();
-            let streamed = srcs
-                .iter()
-                .all(|&(p, len)| res.region_of(p, len).is_some() || res.add_stream_region(p, len));
+            let streamed = srcs.iter().all(|&(p, len)| {
+                res.region_of(p, len).is_some() || {
+                    self.streamed = true;
+                    res.add_stream_region(p, len)
+                }
+            });
             if !streamed {
                 if start == i {
                     return Err(Error::Alloc(format!(
@@ -548,34 +584,92 @@ impl HybridBackend {
     }
 
     fn plan(&mut self, nodes: &[Tensor], res: &mut Residency) -> Result<Vec<BackendSelection>> {
-        let cfg = self.shared.config();
-        let key = graph_key(nodes, cfg.epoch);
-        if key == self.last_key && self.last_plan.len() == nodes.len() {
-            return Ok(self.last_plan.clone());
-        }
-        self.sched.strategy = cfg.strategy;
+        self.sched.strategy = self.shared.config().strategy;
         let mut facts = Vec::with_capacity(nodes.len());
         for n in nodes {
             facts.push(self.facts(n, res)?);
         }
-        let plan = self
+        Ok(self
             .sched
-            .plan(nodes, &facts, &ResView(res, res.arena_size()));
-        self.last_key = key;
-        self.last_plan = plan.clone();
-        Ok(plan)
+            .plan(nodes, &facts, &ResView(res, res.arena_size())))
+    }
+
+    /// Whether `nodes` are the graph computed last (compared word by word; kept for `compute`).
+    fn same_graph(&mut self, nodes: &[Tensor]) -> bool {
+        if let Some(same) = self.known_same.take() {
+            return same;
+        }
+        let epoch = self.shared.config().epoch;
+        graph_words(nodes, epoch, &mut self.words);
+        let same = self.words == self.last_words && self.last_plan.len() == nodes.len();
+        if !same {
+            std::mem::swap(&mut self.words, &mut self.last_words);
+            self.last_plan.clear();
+            self.last_uses = None;
+            self.fast = None;
+        }
+        same
+    }
+
+    /// The graph computed last again, all on the GPU with nothing streamed: copy in what the
+    /// host wrote since, replay the shadows, fetch the outputs.
+    fn compute_fast(
+        &mut self,
+        nodes: &[Tensor],
+        res: &mut Residency,
+        log: &[(usize, usize)],
+    ) -> Result<()> {
+        let t0 = Instant::now();
+        let fast = self.fast.take().unwrap();
+        let k = self.gpu_backend(0)?;
+        let mut copies = Vec::new();
+        for &(p, len) in log {
+            copies.extend(res.make_current(p, len, Place::Gpu));
+        }
+        self.upload(res, k, &copies)?;
+        // Outputs over bytes the host wrote are the GPU's again once the graph runs.
+        for &(p, len) in log {
+            for &(o, ol) in &fast.outs {
+                let (x, y) = (o.max(p), (o + ol).min(p + len));
+                if x < y {
+                    res.written(x, y - x, Place::Gpu);
+                }
+            }
+        }
+        let shadows: Vec<Tensor> = fast
+            .ptrs
+            .iter()
+            .map(|&p| unsafe { Tensor::from_ptr(p as *const ggml_tensor) }.unwrap())
+            .collect();
+        self.pending[k] = true;
+        let r = self.gpus[k].compute(&shadows);
+        drop(shadows);
+        r?;
+        let mut copies = Vec::new();
+        for &(p, len) in &fast.sinks {
+            res.written(p, len, Place::Gpu);
+            copies.extend(res.make_current(p, len, Place::Cpu));
+        }
+        self.download(res, &copies)?;
+        self.sync_gpus()?;
+        if self.telemetry {
+            let plan = self.last_plan.clone();
+            self.record_segment(nodes, &plan, t0.elapsed().as_secs_f64() * 1e6);
+        }
+        self.fast = Some(fast);
+        Ok(())
     }
 
     fn compute_hybrid(&mut self, nodes: &[Tensor]) -> Result<()> {
+        let same = self.same_graph(nodes);
         let shared = self.shared.clone();
         let mut res = shared.residency();
         let cfg = shared.config();
         if res.placed_epoch != Some(cfg.epoch) {
             self.place(nodes, &mut res)?;
-            self.last_key = 0;
         }
-        let plan = self.plan(nodes, &mut res)?;
-        let uses = Uses::of(nodes);
+        let log = std::mem::take(&mut res.host_log);
+        let overflow = std::mem::take(&mut res.log_overflow);
         let telemetry = shared.telemetry().enabled();
         self.telemetry = telemetry;
         let sample = if telemetry {
@@ -583,6 +677,70 @@ impl HybridBackend {
         } else {
             self.graphs % REFINE_EVERY == 1
         };
+        if same && !overflow && !sample && self.fast.is_some() {
+            return self.compute_fast(nodes, &mut res, &log);
+        }
+        self.fast = None;
+        if !same || self.last_plan.len() != nodes.len() {
+            self.last_plan = self.plan(nodes, &mut res)?;
+        }
+        let plan = self.last_plan.clone();
+        if !same || self.last_uses.is_none() {
+            self.last_uses = Some(Uses::of(nodes));
+        }
+        let uses = self.last_uses.take().unwrap();
+        self.streamed = false;
+        self.launches = 0;
+        let r = self.compute_segments(nodes, &mut res, &plan, &uses, sample);
+        if r.is_err() {
+            self.last_uses = Some(uses);
+            return r;
+        }
+        // A graph all on the GPU in one launch, nothing streamed: replayed as is next time.
+        let mut sinks = Vec::new();
+        let mut copies = Vec::new();
+        for (k, n) in nodes.iter().enumerate() {
+            let sink = uses.last_use[k].is_none() || n.raw().flags & FLAG_OUTPUT != 0;
+            if sink && usage(n) == Some(USAGE_COMPUTE) {
+                if let Some((p, len)) = range(n) {
+                    sinks.push((p, len));
+                    copies.extend(res.make_current(p, len, Place::Cpu));
+                }
+            }
+        }
+        // What the host or another backend may read next: current on the host.
+        self.download(&mut res, &copies)?;
+        self.sync_gpus()?;
+        if !sample
+            && !self.streamed
+            && self.launches == 1
+            && plan.iter().all(|s| s.place == Place::Gpu)
+        {
+            self.fast = Some(Fast {
+                ptrs: nodes
+                    .iter()
+                    .map(|n| {
+                        self.shadows.0[self.shadow_of[&(n.as_ptr() as usize)]].as_ref()
+                            as *const ggml_tensor as usize
+                    })
+                    .collect(),
+                outs: nodes.iter().filter_map(range).collect(),
+                sinks,
+            });
+        }
+        self.last_uses = Some(uses);
+        Ok(())
+    }
+
+    fn compute_segments(
+        &mut self,
+        nodes: &[Tensor],
+        res: &mut Residency,
+        plan: &[BackendSelection],
+        uses: &Uses,
+        sample: bool,
+    ) -> Result<()> {
+        let telemetry = self.telemetry;
         let mut i = 0;
         let mut gpu_segment = 0;
         while i < nodes.len() {
@@ -612,10 +770,10 @@ impl HybridBackend {
                 for (o, n) in seg.iter().enumerate() {
                     let t = Instant::now();
                     match place {
-                        Place::Cpu => self.run_cpu(std::slice::from_ref(n), &mut res)?,
+                        Place::Cpu => self.run_cpu(std::slice::from_ref(n), res)?,
                         Place::Gpu => {
                             let k = self.gpu_backend(PROBE)?;
-                            self.run_gpu(std::slice::from_ref(n), &mut res, k, &|_: &Tensor| true)?;
+                            self.run_gpu(std::slice::from_ref(n), res, k, &|_: &Tensor| true)?;
                             self.sync_gpus()?;
                         }
                     }
@@ -627,10 +785,10 @@ impl HybridBackend {
                 }
             } else {
                 match place {
-                    Place::Cpu => self.run_cpu(seg, &mut res)?,
+                    Place::Cpu => self.run_cpu(seg, res)?,
                     Place::Gpu => {
                         let k = self.gpu_backend(gpu_segment.min(MAX_GPU_STREAMS - 1))?;
-                        self.run_gpu(seg, &mut res, k, &outputs)?;
+                        self.run_gpu(seg, res, k, &outputs)?;
                         if telemetry {
                             self.sync_gpus()?;
                         }
@@ -646,18 +804,7 @@ impl HybridBackend {
             res.reset_arena();
             i = j;
         }
-        // What the host or another backend may read next: current on the host.
-        let mut copies = Vec::new();
-        for (k, n) in nodes.iter().enumerate() {
-            let sink = uses.last_use[k].is_none() || n.raw().flags & FLAG_OUTPUT != 0;
-            if sink && usage(n) == Some(USAGE_COMPUTE) {
-                if let Some((p, len)) = range(n) {
-                    copies.extend(res.make_current(p, len, Place::Cpu));
-                }
-            }
-        }
-        self.download(&mut res, &copies)?;
-        self.sync_gpus()
+        Ok(())
     }
 
     fn record(&self, n: &Tensor, sel: &BackendSelection, us: f64) {
@@ -674,6 +821,7 @@ impl HybridBackend {
             measured_us: us,
             bytes_moved: 0,
             start_us,
+            timed: true,
         });
     }
 
@@ -699,6 +847,7 @@ impl HybridBackend {
                 measured_us: share,
                 bytes_moved: 0,
                 start_us: at,
+                timed: seg.len() == 1,
             });
             at += share;
         }
@@ -715,6 +864,15 @@ impl Drop for HybridBackend {
 impl Backend for HybridBackend {
     fn name(&self) -> &CStr {
         c"RFHYBRID"
+    }
+
+    fn repeats_last(&mut self, nodes: &[Tensor]) -> bool {
+        if self.shared.gpu.is_none() {
+            return self.cpu.repeats_last(nodes);
+        }
+        let same = self.same_graph(nodes);
+        self.known_same = Some(same);
+        same
     }
 
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {

@@ -269,13 +269,17 @@ impl HybridBuffer {
     fn fetch(&self, offset: usize, len: usize) -> Result<()> {
         let mut res = self.shared.residency();
         let copies = res.make_current(self.inner.base() as usize + offset, len, Place::Cpu);
+        // Now held by both sides: a replayed graph that writes these bytes again must know.
+        for c in &copies {
+            res.log_host_access(c.host, c.len);
+        }
         Shared::copy_sync(&mut res, &copies)
     }
 
     fn wrote(&self, offset: usize, len: usize) {
         self.shared
             .residency()
-            .written(self.inner.base() as usize + offset, len, Place::Cpu);
+            .host_wrote(self.inner.base() as usize + offset, len);
     }
 }
 

@@ -161,7 +161,15 @@ pub struct Residency {
     arena_used: usize,
     /// The configuration epoch the weights were placed for (None: not yet).
     pub placed_epoch: Option<u64>,
+    /// Ranges whose state buffer calls changed (the host wrote them, or read them from the GPU)
+    /// since the last graph, for a backend that replays a graph without walking its nodes;
+    /// `log_overflow`: too many to keep.
+    pub host_log: Vec<(usize, usize)>,
+    pub log_overflow: bool,
 }
+
+/// Most host writes kept between graphs (a token's inputs are a handful).
+const HOST_LOG_MAX: usize = 1024;
 
 /// Alignment of streamed tensors inside the arena.
 const ARENA_ALIGN: usize = 256;
@@ -176,6 +184,8 @@ impl Residency {
             arena: None,
             arena_used: 0,
             placed_epoch: None,
+            host_log: Vec::new(),
+            log_overflow: false,
         }
     }
 
@@ -372,6 +382,21 @@ impl Residency {
             });
         }
         out
+    }
+
+    /// The host wrote [p0, p0 + len) through a buffer call.
+    pub fn host_wrote(&mut self, p0: usize, len: usize) {
+        self.written(p0, len, Place::Cpu);
+        self.log_host_access(p0, len);
+    }
+
+    /// Notes a range whose state a buffer call changed (written, or fetched for reading).
+    pub fn log_host_access(&mut self, p0: usize, len: usize) {
+        if self.host_log.len() < HOST_LOG_MAX {
+            self.host_log.push((p0, len));
+        } else {
+            self.log_overflow = true;
+        }
     }
 
     /// `p` wrote [p0, p0 + len): the other side's copy is stale.

@@ -41,6 +41,9 @@ pub struct ExecutionEvent {
     pub bytes_moved: u64,
     /// Start, µs since the telemetry began.
     pub start_us: f64,
+    /// The node was timed alone (false: its share of a segment timed as a whole, by
+    /// prediction; such events do not count towards the prediction accuracy).
+    pub timed: bool,
 }
 
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
@@ -104,6 +107,8 @@ pub struct Telemetry {
     last_graph: Option<u64>,
     /// Measured µs of compute nodes whose prediction was within ACCURATE_WITHIN.
     accurate_us: f64,
+    /// Measured µs of compute nodes timed alone.
+    timed_us: f64,
     /// Compute nodes with a usable prediction, and those within ACCURATE_WITHIN.
     predicted_nodes: u64,
     accurate_nodes: u64,
@@ -181,6 +186,7 @@ impl Telemetry {
             graphs: 0,
             last_graph: None,
             accurate_us: 0.0,
+            timed_us: 0.0,
             predicted_nodes: 0,
             accurate_nodes: 0,
         }
@@ -212,6 +218,8 @@ impl Telemetry {
     }
 
     pub fn record(&mut self, ev: ExecutionEvent) {
+        // New events: the next `finish` (another backend freed) reports again.
+        self.finished = false;
         if self.last_graph != Some(ev.graph) {
             self.graphs += 1;
             self.last_graph = Some(ev.graph);
@@ -227,7 +235,10 @@ impl Telemetry {
                 a.count += 1;
                 a.measured_us += measured;
                 a.predicted_us += predicted;
-                if let Some(e) = rel_error(ev.predicted_us, ev.measured_us) {
+                if ev.timed {
+                    self.timed_us += measured;
+                }
+                if let Some(e) = rel_error(ev.predicted_us, ev.measured_us).filter(|_| ev.timed) {
                     a.err_pct_sum += e * 100.0;
                     a.err_n += 1;
                     self.predicted_nodes += 1;
@@ -278,11 +289,10 @@ impl Telemetry {
         rows
     }
 
-    /// Share (0..1) of the compute time spent in nodes predicted within ±25%; None before any
-    /// compute time was measured.
+    /// Share (0..1) of the time of nodes timed alone spent in nodes predicted within ±25%;
+    /// None before any node was timed alone.
     pub fn accurate_share(&self) -> Option<f64> {
-        let total: f64 = self.stats.iter().map(|s| s.compute_us).sum();
-        (total > 0.0).then(|| self.accurate_us / total)
+        (self.timed_us > 0.0).then(|| self.accurate_us / self.timed_us)
     }
 
     /// A table: ops by type and device, time and share per device, transfers, prediction error.
@@ -369,8 +379,8 @@ impl Telemetry {
             Some(a) => {
                 let _ = writeln!(
                     s,
-                    "prediction: {:.1}% of compute time in nodes predicted within ±{:.0}% \
-                     (target >= 80%); {} of {} nodes predicted, {} of them within",
+                    "prediction: {:.1}% of the time of nodes timed alone in nodes predicted within ±{:.0}% \
+                     (target >= 80%); {} of {} nodes timed alone, {} of them within",
                     100.0 * a,
                     100.0 * ACCURATE_WITHIN,
                     self.predicted_nodes,
@@ -530,11 +540,8 @@ impl Telemetry {
         match &self.report {
             Report::Off => {}
             Report::Summary => {
-                let text = self.execution_summary();
-                for line in text.lines() {
-                    crate::log_info!("{line}");
-                }
-                eprint!("{text}");
+                // On stderr, not through the host's logger (which may be quiet): it was asked for.
+                eprint!("{}", self.execution_summary());
             }
             Report::Json(p) => write_report("telemetry", p, &self.to_json()),
         }
@@ -746,6 +753,7 @@ mod tests {
             measured_us: meas,
             bytes_moved: 0,
             start_us: 10.0,
+            timed: true,
         }
     }
 
@@ -761,6 +769,7 @@ mod tests {
             measured_us: us,
             bytes_moved: bytes,
             start_us: 5.0,
+            timed: true,
         }
     }
 
