@@ -155,6 +155,55 @@ static void run_compare(ggml_backend_dev_t dev, enum ggml_type wt, const char * 
     ggml_backend_free(ref);
 }
 
+// Six weights of 64 KiB summed over one input, on the GPU, with budgets from 64 KiB to 1 MiB:
+// at some budgets the first weights are resident and the rest stream through the two halves of
+// the arena (several launches per graph, the halves reused), at others everything fits.
+static void run_streaming(ggml_backend_dev_t dev) {
+    enum { NW = 6 };
+    ggml_backend_dev_t cpu_dev = rf_ggml_cpu_device();
+    ggml_backend_dev_t devs[2] = { dev, cpu_dev };
+    CHECK(set_strategy(dev, "gpu"), "strategy");
+    for (size_t budget = 64 << 10; budget <= (1 << 20); budget += 48 << 10) {
+        CHECK(set_budget(dev, budget), "budget");
+        float * res[2] = { NULL, NULL };
+        for (int k = 0; k < 2; k++) {
+            ggml_backend_t be = ggml_backend_dev_init(devs[k], NULL);
+            struct ggml_init_params ip = { ggml_tensor_overhead() * 32 + ggml_graph_overhead(), NULL, true };
+            struct ggml_context * wctx = ggml_init(ip);
+            struct ggml_tensor * w[NW];
+            for (int i = 0; i < NW; i++) w[i] = ggml_new_tensor_2d(wctx, GGML_TYPE_F32, K, M);
+            ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, ggml_backend_dev_buffer_type(devs[k]));
+            ggml_backend_buffer_set_usage(wbuf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+            for (int i = 0; i < NW; i++) rf_fill_tensor(w[i], 300 + i, -1, 1);
+            struct ggml_context * ctx = ggml_init(ip);
+            struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, N);
+            ggml_set_input(x);
+            struct ggml_tensor * sum = ggml_mul_mat(ctx, w[0], x);
+            for (int i = 1; i < NW; i++) sum = ggml_add(ctx, sum, ggml_mul_mat(ctx, w[i], x));
+            ggml_set_output(sum);
+            struct ggml_cgraph * gf = ggml_new_graph(ctx);
+            ggml_build_forward_expand(gf, sum);
+            ggml_gallocr_t alloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
+            ggml_gallocr_alloc_graph(alloc, gf);
+            // Twice: the second run finds the weights placed and the arena in use.
+            for (int r = 0; r < 2; r++) {
+                rf_fill_tensor(x, 400 + r, -1, 1);
+                CHECK(rf_compute(be, gf) == GGML_STATUS_SUCCESS, "streaming, budget %zu, run %d", budget, r);
+            }
+            res[k] = rf_tensor_to_float(sum);
+            ggml_gallocr_free(alloc);
+            ggml_free(ctx);
+            ggml_backend_buffer_free(wbuf);
+            ggml_free(wctx);
+            ggml_backend_free(be);
+        }
+        double e = rf_nmse(res[0], res[1], (size_t) M * N);
+        CHECK(e <= 1e-6, "streaming, budget %zu: nmse %.3g", budget, e);
+        free(res[0]);
+        free(res[1]);
+    }
+}
+
 static char * dev_json(json_dev_fn f, ggml_backend_dev_t dev) {
     size_t n = f(dev, NULL, 0);
     char * buf = malloc(n + 1);
@@ -217,6 +266,7 @@ int main(int argc, char ** argv) {
             }
         }
     }
+    run_streaming(dev);
     // Telemetry saw both devices (with a GPU) and the reasons.
     char * json = dev_json(telemetry_json, dev);
     CHECK(strstr(json, "\"events\"") && strstr(json, "\"stats\""), "telemetry JSON: %.200s", json);

@@ -26,6 +26,8 @@ const USAGE_COMPUTE: i32 = 2;
 /// captured graph, so a split model's token replays every segment).
 const MAX_GPU_STREAMS: usize = 8;
 const PROBE: usize = MAX_GPU_STREAMS;
+/// The stream weights are streamed on (beside the segments' streams).
+const COPIER: usize = PROBE + 1;
 /// With telemetry on, every this many graphs runs node by node, timing each node (the
 /// measurements refine the cost model); other graphs are timed per segment.
 const SAMPLE_EVERY: u64 = 512;
@@ -64,11 +66,21 @@ pub struct HybridBackend {
     /// This graph streamed weights / how many GPU launches it made.
     streamed: bool,
     launches: usize,
+    /// Created at the first GPU segment when the GPU has events.
+    events: Option<StreamEvents>,
     shadows: Shadows,
     shadow_of: HashMap<usize, usize>,
     n_threads: usize,
     /// Telemetry is on for the graph being computed (copies are then timed).
     telemetry: bool,
+}
+
+/// Events ordering the copy stream and the segments' streams around the arena's halves:
+/// `copied` after a batch of weight copies, `done[h]` after the last launch reading half h.
+struct StreamEvents {
+    copied: Box<dyn crate::device::Event>,
+    done: [Box<dyn crate::device::Event>; 2],
+    recorded: [bool; 2],
 }
 
 /// A graph to replay: its nodes' shadows (addresses of boxes in `HybridBackend::shadows`),
@@ -186,6 +198,7 @@ impl HybridBackend {
             fast: None,
             streamed: false,
             launches: 0,
+            events: None,
             shadows: Shadows(Vec::new()),
             shadow_of: HashMap::new(),
             n_threads: 0,
@@ -193,9 +206,10 @@ impl HybridBackend {
         })
     }
 
-    /// GPU stream `k` (`PROBE`: the one for timing single nodes), created at first use.
+    /// GPU stream `k` (`PROBE`: the one for timing single nodes, `COPIER`: the one weights
+    /// stream on), created at first use.
     fn gpu_backend(&mut self, k: usize) -> Result<usize> {
-        let k = k.min(PROBE);
+        let k = k.min(COPIER);
         while self.gpus.len() <= k {
             let g = self
                 .shared
@@ -343,8 +357,9 @@ impl HybridBackend {
             }
         }
         let free = res.budget.saturating_sub(res.used);
-        let arena = (2 * largest).max(ARENA_MIN).min(free / 2);
-        if arena >= largest && largest > 0 {
+        // Two halves, each holding at least the two largest weights.
+        let arena = (4 * largest).max(ARENA_MIN).min(free / 2);
+        if arena / 2 >= largest && largest > 0 {
             res.set_arena(bt, arena)?;
         }
         let mut copies = Vec::new();
@@ -418,7 +433,7 @@ impl HybridBackend {
             });
         }
         self.mirror_for(n, res)?;
-        let arena = res.arena_size();
+        let arena = res.arena_half_size();
         let out_ok = range(n).is_none_or(|(p, len)| res.region_of(p, len).is_some());
         let in_ok = (0..GGML_MAX_SRC)
             .filter_map(|i| n.src(i))
@@ -510,8 +525,10 @@ impl HybridBackend {
         self.gpus[k].compute(&shadows)
     }
 
-    /// A GPU segment: copies in what the GPU lacks, streams weights through the arena
-    /// (running what is queued whenever it fills), runs.
+    /// A GPU segment: copies in what the GPU lacks and runs. Weights not resident stream
+    /// through the arena's two halves: on the copy stream when the GPU has events (the next
+    /// half fills while the GPU computes on the last), else in order on the segment's stream;
+    /// whenever a half is full, what is queued runs.
     fn run_gpu(
         &mut self,
         nodes: &[Tensor],
@@ -519,32 +536,56 @@ impl HybridBackend {
         k: usize,
         outputs: &dyn Fn(&Tensor) -> bool,
     ) -> Result<()> {
+        let overlap = self.overlap_ready()?;
+        if overlap {
+            // The halves may still be read by an earlier segment's launches.
+            self.copier_waits_for_halves()?;
+        }
         let (mut start, mut i) = (0, 0);
+        let mut weights_queued = false;
         while i < nodes.len() {
             let n = &nodes[i];
             let srcs: Vec<(usize, usize)> = (0..GGML_MAX_SRC)
                 .filter_map(|j| n.src(j))
                 .filter_map(|s| range(&s))
                 .collect();
-            let streamed = srcs.iter().all(|&(p, len)| {
-                res.region_of(p, len).is_some() || {
-                    self.streamed = true;
-                    res.add_stream_region(p, len)
-                }
-            });
-            if !streamed {
-                if start == i {
+            let need: usize = srcs
+                .iter()
+                .filter(|&&(p, len)| res.region_of(p, len).is_none())
+                .map(|&(_, len)| len.next_multiple_of(256))
+                .sum();
+            if need > res.arena_room() {
+                if need > res.arena_half_size() {
                     return Err(Error::Alloc(format!(
-                        "RFHYBRID: node '{}' needs more streamed bytes than the arena holds",
-                        n.name()
+                        "RFHYBRID: node '{}' streams {need} bytes, more than half the arena ({})",
+                        n.name(),
+                        res.arena_half_size()
                     )));
                 }
-                // Arena full: run what is queued (this node's copies come after it on the
-                // stream), then reuse the arena for this node.
-                self.launch(&nodes[start..i], res, k, outputs)?;
-                res.reset_arena();
+                // This half is full: run what is queued, then fill the other half.
+                if start < i {
+                    self.flush(
+                        &nodes[start..i],
+                        res,
+                        k,
+                        outputs,
+                        &mut weights_queued,
+                        overlap,
+                    )?;
+                }
+                res.flip_arena();
+                if overlap {
+                    self.copier_waits_for_halves()?;
+                }
                 start = i;
                 continue;
+            }
+            for &(p, len) in &srcs {
+                if res.region_of(p, len).is_none() {
+                    self.streamed = true;
+                    let added = res.add_stream_region(p, len);
+                    debug_assert!(added, "room was checked");
+                }
             }
             let mut copies = Vec::new();
             for &(p, len) in &srcs {
@@ -556,10 +597,101 @@ impl HybridBackend {
                 }
                 res.written(p, len, Place::Gpu);
             }
-            self.upload(res, k, &copies)?;
+            if overlap {
+                let (weights, rest): (Vec<Copy>, Vec<Copy>) =
+                    copies.into_iter().partition(|c| res.in_arena(c.dev));
+                if !weights.is_empty() {
+                    let c = self.gpu_backend(COPIER)?;
+                    self.upload(res, c, &weights)?;
+                    weights_queued = true;
+                }
+                self.upload(res, k, &rest)?;
+            } else {
+                self.upload(res, k, &copies)?;
+            }
             i += 1;
         }
-        self.launch(&nodes[start..], res, k, outputs)
+        self.flush(
+            &nodes[start..],
+            res,
+            k,
+            outputs,
+            &mut weights_queued,
+            overlap,
+        )
+    }
+
+    /// Launches `nodes` on stream `k` after the weights queued for them on the copy stream,
+    /// and marks the arena's current half as read by that launch.
+    fn flush(
+        &mut self,
+        nodes: &[Tensor],
+        res: &Residency,
+        k: usize,
+        outputs: &dyn Fn(&Tensor) -> bool,
+        weights_queued: &mut bool,
+        overlap: bool,
+    ) -> Result<()> {
+        if overlap && *weights_queued {
+            let ev = self.events.as_ref().unwrap();
+            let c = COPIER.min(self.gpus.len() - 1);
+            if !self.gpus[c].record_event(ev.copied.as_ref())?
+                || !self.gpus[k].wait_event(ev.copied.as_ref())?
+            {
+                self.sync_gpus()?;
+            }
+            *weights_queued = false;
+        }
+        self.launch(nodes, res, k, outputs)?;
+        if overlap {
+            let h = res.arena_half;
+            let ev = self.events.as_mut().unwrap();
+            if self.gpus[k].record_event(ev.done[h].as_ref())? {
+                ev.recorded[h] = true;
+            } else {
+                self.sync_gpus()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether weights stream on their own copy stream (the GPU has events); creates the
+    /// copy stream and the events at first use.
+    fn overlap_ready(&mut self) -> Result<bool> {
+        if self.events.is_none() {
+            let Some(gpu) = self.shared.gpu else {
+                return Ok(false);
+            };
+            let mk = || gpu.new_event().and_then(|e| e.ok());
+            match (mk(), mk(), mk()) {
+                (Some(copied), Some(d0), Some(d1)) => {
+                    self.gpu_backend(COPIER)?;
+                    self.events = Some(StreamEvents {
+                        copied,
+                        done: [d0, d1],
+                        recorded: [false, false],
+                    });
+                }
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The copy stream waits for the last launches that read each half of the arena.
+    fn copier_waits_for_halves(&mut self) -> Result<()> {
+        let mut waited = true;
+        if let Some(ev) = self.events.as_ref() {
+            for h in 0..2 {
+                if ev.recorded[h] {
+                    waited &= self.gpus[COPIER].wait_event(ev.done[h].as_ref())?;
+                }
+            }
+        }
+        if !waited {
+            self.sync_gpus()?;
+        }
+        Ok(())
     }
 
     /// A CPU segment: waits for the GPU, copies back what only the GPU holds, runs.
@@ -591,7 +723,7 @@ impl HybridBackend {
         }
         Ok(self
             .sched
-            .plan(nodes, &facts, &ResView(res, res.arena_size())))
+            .plan(nodes, &facts, &ResView(res, res.arena_half_size())))
     }
 
     /// Whether `nodes` are the graph computed last (compared word by word; kept for `compute`).

@@ -159,6 +159,9 @@ pub struct Residency {
     /// much of it the current segment uses.
     arena: Option<Box<dyn Buffer>>,
     arena_used: usize,
+    /// Which half of the arena streamed weights go to now (the other may still be read by
+    /// the GPU while this one fills).
+    pub arena_half: usize,
     /// The configuration epoch the weights were placed for (None: not yet).
     pub placed_epoch: Option<u64>,
     /// Ranges whose state buffer calls changed (the host wrote them, or read them from the GPU)
@@ -183,6 +186,7 @@ impl Residency {
             used: 0,
             arena: None,
             arena_used: 0,
+            arena_half: 0,
             placed_epoch: None,
             host_log: Vec::new(),
             log_overflow: false,
@@ -208,14 +212,20 @@ impl Residency {
         Ok(true)
     }
 
-    /// A `Stream` region for [host, host + len) in the arena; false when the arena is full
-    /// (the caller runs what it queued, then `reset_arena`).
+    /// Bytes of one half of the arena: the most one node can stream.
+    pub fn arena_half_size(&self) -> usize {
+        (self.arena_size() / 2) / ARENA_ALIGN * ARENA_ALIGN
+    }
+
+    /// A `Stream` region for [host, host + len) in the current half of the arena; false when
+    /// that half is full (the caller runs what it queued, then `flip_arena`).
     pub fn add_stream_region(&mut self, host: usize, len: usize) -> bool {
+        let half = self.arena_half_size();
         let Some(a) = &self.arena else {
             return false;
         };
         let at = self.arena_used.next_multiple_of(ARENA_ALIGN);
-        if at + len > a.size() {
+        if at + len > half {
             return false;
         }
         self.arena_used = at + len;
@@ -225,7 +235,7 @@ impl Residency {
                 host,
                 len,
                 kind: RegionKind::Stream,
-                dev_base: a.base() as usize + at,
+                dev_base: a.base() as usize + self.arena_half * half + at,
                 owner: None,
                 valid: Validity::new(len, State::Host),
             },
@@ -233,10 +243,40 @@ impl Residency {
         true
     }
 
+    /// Bytes left in the current half of the arena.
+    pub fn arena_room(&self) -> usize {
+        if self.arena.is_none() {
+            return 0;
+        }
+        self.arena_half_size()
+            .saturating_sub(self.arena_used.next_multiple_of(ARENA_ALIGN))
+    }
+
+    /// Switches to the other half of the arena, forgetting the regions streamed into it.
+    pub fn flip_arena(&mut self) {
+        self.arena_half ^= 1;
+        self.arena_used = 0;
+        let half = self.arena_half_size();
+        if let Some(a) = &self.arena {
+            let lo = a.base() as usize + self.arena_half * half;
+            self.drop_regions_in(0, usize::MAX, |r| {
+                r.kind == RegionKind::Stream && r.dev_base >= lo && r.dev_base < lo + half
+            });
+        }
+    }
+
     /// Forgets the streamed regions; the arena is free again.
     pub fn reset_arena(&mut self) {
         self.drop_kind(RegionKind::Stream);
         self.arena_used = 0;
+        self.arena_half = 0;
+    }
+
+    /// Whether device address `dev` is in the arena.
+    pub fn in_arena(&self, dev: usize) -> bool {
+        self.arena
+            .as_ref()
+            .is_some_and(|a| dev >= a.base() as usize && dev < a.base() as usize + a.size())
     }
 
     /// The device buffer holding device address `dev` and the offset in it (for copies made
