@@ -830,10 +830,21 @@ mod tests {
         // Accurate: one GPU MUL_MAT (100) and RMS_NORM (50) out of 300 µs.
         assert!((t.accurate_share().unwrap() - 0.5).abs() < 1e-12);
         let s = t.execution_summary();
-        assert!(s.contains("50.0% of compute time"), "{s}");
+        assert!(s.contains("50.0% of the time of nodes timed alone"), "{s}");
         assert!(Telemetry::with_outputs(false, None, None)
             .accurate_share()
             .is_none());
+    }
+
+    /// Nodes timed as part of a segment count towards time, not towards the accuracy.
+    #[test]
+    fn segment_timed_nodes_do_not_count_for_accuracy() {
+        let mut t = sample();
+        let mut e = compute(9, "ADD", Place::Gpu, 1.0, 1000.0);
+        e.timed = false;
+        t.record(e);
+        assert!((t.accurate_share().unwrap() - 0.5).abs() < 1e-12);
+        assert!(t.stats(Place::Gpu).compute_us >= 1000.0);
     }
 
     #[test]
