@@ -47,6 +47,15 @@
 #   pin    8B-class Q4_0 with --ngl 16 on RFGPU0 + RFCPU only, pp512 and tg32: RFCPU's weights pinned
 #          for the GPU (default), not pinned (ROCMFORGE_GPU_PIN_HOST=0), and libggml-rocmforge-base.so
 #          (carried), interleaved; no ggml-cuda needed
+#   htest  RFHYBRID on the GPU: test_hybrid (real GPU, and the stand-in), test_ops --device RFHYBRID,
+#          SmolLM2-shaped end to end on RFHYBRID against ggml-cpu
+#   hybrid 8B-class Q4_0 on RFHYBRID (--device RFHYBRID, every layer) with a GPU budget of half the
+#          weights (ROCMFORGE_HYBRID_VRAM: each of $HYBRID_VRAM, default "2048MiB 2600MiB", the second
+#          about what ggml-cuda's --ngl 16 holds with its KV cache and compute buffer) against ggml-cuda + ggml-cpu's
+#          best variant at --ngl 16 and RFGPU0 + RFCPU at --ngl 16; with the default budget (the
+#          whole model fits) against RFGPU0; SmolLM2-shaped on RFHYBRID without a GPU (ROCMFORGE_GPU=0)
+#          against RFCPU; then one telemetry summary and a Chrome trace ($OUT/trace.json) of the
+#          budgeted run (FA as $HYBRID_FA, default off: ggml-cuda may be built without FA kernels)
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -70,7 +79,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 echo "date $(date -u +%F); binaries as carried in $CARRY (their commit: see the caller)"
 
 # Models: made in the background while the tests run.
-need8b() { has 8b || has split || has pin || has depth || has q8 || has ab || has prof || has skip || has floor; }
+need8b() { has 8b || has split || has pin || has depth || has q8 || has ab || has prof || has skip || has floor || has hybrid; }
 P8=
 if need8b && [ ! -f 8b.gguf ]; then
     (./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf >"$OUT/make8b.log" 2>&1) &
@@ -94,6 +103,7 @@ if has cuda && [ ! -s libggml-cuda.so ]; then
             -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_BACKEND_DL=ON -DBUILD_SHARED_LIBS=ON \
             -DGGML_NATIVE=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TOOLS=OFF \
             -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF -DGGML_CPU_ALL_VARIANTS=ON \
+            -DGGML_CUDA_FA="${CUDA_FA:-ON}" \
             >"$OUT/cuda-build.log" 2>&1 ||
             ! cmake --build cuda-build --target ggml-cuda ggml-cpu-icelake ggml-cpu-sapphirerapids -j"$(nproc)" \
                 >>"$OUT/cuda-build.log" 2>&1; then
@@ -331,3 +341,49 @@ if has floor && cuda_ok; then
     ROCMFORGE_GPU_TIMING=1 $RF -m 8b.gguf --pp 8 --tg 64 --reps 1 2>&1 | grep -A2 "timing per graph" | sed "s/^/floor 8b timing: /"
 fi
 quiet
+
+if has htest; then
+    timeout 120 ./test_hybrid --need-gpu >"$OUT/hybrid-gpu.log" 2>&1
+    echo "test_hybrid (GPU) rc=$? $(tail -1 "$OUT/hybrid-gpu.log")"
+    ROCMFORGE_HYBRID_FAKE_GPU=1 timeout 120 ./test_hybrid >"$OUT/hybrid-fake.log" 2>&1
+    echo "test_hybrid (stand-in GPU) rc=$? $(tail -1 "$OUT/hybrid-fake.log")"
+    (time timeout 300 ./test_ops --device RFHYBRID) >"$OUT/test_ops_hybrid.log" 2>&1
+    echo "test_ops --device RFHYBRID rc=$?"
+    grep -E "FAIL|cases:|real" "$OUT/test_ops_hybrid.log" | head -8
+    mkdir -p e2e-h
+    timeout 150 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so smol.gguf e2e-h --fa both \
+        --threads "$THREADS" --min-stable 0 --device RFHYBRID >"$OUT/e2e-hybrid.log" 2>&1
+    echo "e2e SmolLM2-shaped on RFHYBRID rc=$?"
+    grep -E "fa=|FAIL|PASS" "$OUT/e2e-hybrid.log" | cut -c1-300
+fi
+
+if has hybrid && cuda_ok; then
+    quiet
+    CPU_SO=./libggml-cpu.so
+    for v in icelake sapphirerapids; do
+        [ -f libggml-cpu-$v.so ] && ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu-$v.so \
+            -m smol.gguf --device CUDA0 --ngl 0 -t "$THREADS" --pp 64 --tg 4 --reps 1 --fa off >/dev/null 2>&1 &&
+            CPU_SO=./libggml-cpu-$v.so
+    done
+    echo "hybrid: ggml-cuda's CPU half on $CPU_SO"
+    HV=${HYBRID_VRAM:-2048MiB 2600MiB} HF=${HYBRID_FA:-off}
+    B="bench -m 8b.gguf -t $THREADS --pp 512 --tg 32 --reps 2 --fa $HF"
+    for r in $(seq "$ROUNDS"); do
+        echo "8B-half r$r ggml-cuda-ngl16 $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 --ngl 16 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        for hv in $HV; do
+            echo "8B-half r$r RFHYBRID-$hv $(ROCMFORGE_HYBRID_VRAM=$hv ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        done
+        echo "8B-half r$r RFGPU0-ngl16 $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 --ngl 16 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        echo "8B-full r$r RFGPU0 $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        echo "8B-full r$r RFHYBRID $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        S="bench -m smol.gguf -t $THREADS --pp 512 --tg 64 --reps 2 --fa on -b rocmforge -l ./libggml-rocmforge.so"
+        echo "smol-cpu r$r RFCPU $(ROCMFORGE_GPU=0 ./llama_run $S 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        echo "smol-cpu r$r RFHYBRID-noGPU $(ROCMFORGE_GPU=0 ./llama_run $S --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+    done | tee "$OUT/hybrid.txt"
+    ROCMFORGE_HYBRID_VRAM=${HV%% *} ROCMFORGE_TELEMETRY=summary ROCMFORGE_TRACE="$OUT/trace.json" \
+        ./llama_run bench -m 8b.gguf -t "$THREADS" --pp 512 --tg 2 --reps 1 --fa "$HF" -b rocmforge \
+        -l ./libggml-rocmforge.so --device RFHYBRID >"$OUT/telemetry.log" 2>&1
+    grep -A40 "RFHYBRID telemetry" "$OUT/telemetry.log" | tail -42
+    grep "RFHYBRID:" "$OUT/telemetry.log" | head -5
+    xz -T0 "$OUT/trace.json" 2>/dev/null
+fi

@@ -804,8 +804,10 @@ impl HybridBackend {
         let overflow = std::mem::take(&mut res.log_overflow);
         let telemetry = shared.telemetry().enabled();
         self.telemetry = telemetry;
+        // With telemetry, the first graphs (a warm-up, the prompt, a token) are timed node by
+        // node too: the prediction table covers the graphs a run is made of.
         let sample = if telemetry {
-            self.graphs % SAMPLE_EVERY == 1
+            self.graphs <= 3 || self.graphs % SAMPLE_EVERY == 1
         } else {
             self.graphs % REFINE_EVERY == 1
         };

@@ -252,8 +252,14 @@ pub struct HybridBuffer {
 
 impl HybridBuffer {
     fn wrap(shared: Arc<Shared>, inner: Box<dyn Buffer>) -> HybridBuffer {
+        // Whole pages inside the buffer only: a neighbouring buffer (RFCPU's part of the same
+        // mapped file) may have pinned the pages at its ends, and the driver refuses a range
+        // that overlaps a registered one.
+        let page = 4096usize;
+        let lo = (inner.base() as usize).next_multiple_of(page);
+        let hi = (inner.base() as usize + inner.size()) & !(page - 1);
         let pin = match shared.gpu {
-            Some(g) if inner.size() >= PIN_MIN => g.pin_host(inner.base(), inner.size()),
+            Some(g) if hi > lo && hi - lo >= PIN_MIN => g.pin_host(lo as *mut u8, hi - lo),
             _ => None,
         };
         shared
