@@ -4,7 +4,7 @@
 //! which bytes must be copied before each segment and records what each segment wrote.
 
 use super::device::Shared;
-use super::residency::{Copy, RegionKind, Residency};
+use super::residency::{copy_in_pieces, Copy, RegionKind, Residency};
 use super::scheduler::{range, DataView, HybridScheduler, NodeFacts};
 use super::telemetry::{EventKind, ExecutionEvent};
 use super::{BackendSelection, ExecutionStrategy, Place, SelectionReason};
@@ -246,7 +246,10 @@ impl HybridBackend {
             Instant::now()
         });
         for c in copies {
-            let queued = self.gpus[k].set_async(c.dev as *mut u8, c.host as *const u8, c.len)?;
+            let g = &mut self.gpus[k];
+            let queued = copy_in_pieces(c, &mut |c: &Copy| {
+                g.set_async(c.dev as *mut u8, c.host as *const u8, c.len)
+            })?;
             if queued {
                 self.pending[k] = true;
             } else {
@@ -300,7 +303,9 @@ impl HybridBackend {
         let mut queued = false;
         if let Some(g) = self.gpus.first_mut() {
             for c in copies {
-                if g.get_async(c.host as *mut u8, c.dev as *const u8, c.len)? {
+                if copy_in_pieces(c, &mut |c: &Copy| {
+                    g.get_async(c.host as *mut u8, c.dev as *const u8, c.len)
+                })? {
                     queued = true;
                 } else {
                     Shared::copy_sync(res, std::slice::from_ref(c))?;

@@ -2,7 +2,7 @@
 //! current, and backends that run each node where the scheduler puts it.
 
 use super::cost::{self, CostModel, Profile};
-use super::residency::{Copy, Residency};
+use super::residency::{copy_in_pieces, Copy, Residency};
 use super::telemetry::Telemetry;
 use super::{ExecutionStrategy, Place};
 use crate::device::{Backend, Buffer, BufferType, Device, DeviceCaps, DeviceKind, Error, Result};
@@ -83,25 +83,28 @@ impl Shared {
     /// Makes the copies `copies` lists through the devices' buffers (synchronously).
     pub fn copy_sync(res: &mut Residency, copies: &[Copy]) -> Result<()> {
         for c in copies {
-            let Some((buf, off)) = res.dev_buffer(c.dev) else {
-                return Err(Error::Device(format!(
-                    "no device memory at {:#x} for a copy",
-                    c.dev
-                )));
-            };
-            // SAFETY: the host range lies in one of this device's live buffers (the
-            // residency map only holds ranges of registered buffers and their tensors).
-            unsafe {
-                match c.to {
-                    Place::Gpu => {
-                        buf.write(off, std::slice::from_raw_parts(c.host as *const u8, c.len))?
+            copy_in_pieces(c, &mut |c: &Copy| {
+                let Some((buf, off)) = res.dev_buffer(c.dev) else {
+                    return Err(Error::Device(format!(
+                        "no device memory at {:#x} for a copy",
+                        c.dev
+                    )));
+                };
+                // SAFETY: the host range lies in one of this device's live buffers (the
+                // residency map only holds ranges of registered buffers and their tensors).
+                unsafe {
+                    match c.to {
+                        Place::Gpu => {
+                            buf.write(off, std::slice::from_raw_parts(c.host as *const u8, c.len))?
+                        }
+                        Place::Cpu => buf.read(
+                            off,
+                            std::slice::from_raw_parts_mut(c.host as *mut u8, c.len),
+                        )?,
                     }
-                    Place::Cpu => buf.read(
-                        off,
-                        std::slice::from_raw_parts_mut(c.host as *mut u8, c.len),
-                    )?,
                 }
-            }
+                Ok(true)
+            })?;
         }
         Ok(())
     }
@@ -262,9 +265,10 @@ impl HybridBuffer {
             Some(g) if hi > lo && hi - lo >= PIN_MIN => g.pin_host(lo as *mut u8, hi - lo),
             _ => None,
         };
+        let pinned = pin.as_ref().map(|_| (lo, hi));
         shared
             .residency()
-            .add_buffer(inner.base() as usize, inner.size(), pin.is_some());
+            .add_buffer(inner.base() as usize, inner.size(), pinned);
         HybridBuffer {
             inner,
             shared,

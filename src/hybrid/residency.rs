@@ -135,6 +135,9 @@ pub struct HostBuf {
     pub len: usize,
     /// Page-locked for the GPU (copies from it run as DMA).
     pub pinned: bool,
+    /// The page-locked range [lo, hi) (whole pages inside the buffer): a copy must lie wholly
+    /// inside or wholly outside it (the driver refuses one that is partly page-locked).
+    pub pin: (usize, usize),
 }
 
 /// A copy the caller must make: `len` bytes between host address `host` and device address
@@ -146,6 +149,35 @@ pub struct Copy {
     pub len: usize,
     pub to: Place,
     pub pinned: bool,
+}
+
+/// Makes copy `c` with `f`; where the driver refuses it, makes it in two pieces split at a page
+/// boundary, and so on down to single pages. The driver refuses a copy whose host range is
+/// partly page-locked and partly not, or page-locked by two registrations (weights of one
+/// mapped file that RFCPU and RFHYBRID both hold, as a model with tied embeddings has): no
+/// piece of a page straddles a registration.
+pub fn copy_in_pieces(c: &Copy, f: &mut dyn FnMut(&Copy) -> Result<bool>) -> Result<bool> {
+    const PAGE: usize = 4096;
+    match f(c) {
+        Ok(done) => Ok(done),
+        Err(e) => {
+            let mid = ((c.host + c.len / 2) & !(PAGE - 1)).max((c.host + 1).next_multiple_of(PAGE));
+            if mid <= c.host || mid >= c.host + c.len {
+                return Err(e);
+            }
+            let first = Copy {
+                len: mid - c.host,
+                ..*c
+            };
+            let second = Copy {
+                host: mid,
+                dev: c.dev + (mid - c.host),
+                len: c.len - (mid - c.host),
+                ..*c
+            };
+            Ok(copy_in_pieces(&first, f)? & copy_in_pieces(&second, f)?)
+        }
+    }
 }
 
 /// The host buffers, the GPU regions and the budget they share.
@@ -299,8 +331,15 @@ impl Residency {
         None
     }
 
-    pub fn add_buffer(&mut self, base: usize, len: usize, pinned: bool) {
-        self.bufs.insert(base, HostBuf { len, pinned });
+    pub fn add_buffer(&mut self, base: usize, len: usize, pin: Option<(usize, usize)>) {
+        self.bufs.insert(
+            base,
+            HostBuf {
+                len,
+                pinned: pin.is_some(),
+                pin: pin.unwrap_or((0, 0)),
+            },
+        );
     }
 
     /// Forgets a host buffer and frees every region inside it.
@@ -404,7 +443,7 @@ impl Residency {
     /// The copies that make `p` hold the current data of [p0, p0 + len), marking them done
     /// (the caller makes them before anything reads the range).
     pub fn make_current(&mut self, p0: usize, len: usize, p: Place) -> Vec<Copy> {
-        let pinned = self.buffer_of(p0, len).is_some_and(|(_, b)| b.pinned);
+        let (lo, hi) = self.buffer_of(p0, len).map_or((0, 0), |(_, b)| b.pin);
         let Some(r) = self.region_of_mut(p0, len) else {
             return Vec::new();
         };
@@ -413,13 +452,20 @@ impl Residency {
         let mut out = Vec::with_capacity(missing.len());
         for (x, y) in missing {
             r.valid.set(x, y, State::Both);
-            out.push(Copy {
-                host: r.host + x,
-                dev: r.dev_base + x,
-                len: y - x,
-                to: p,
-                pinned,
-            });
+            // Cut at the page-locked range's ends: each piece wholly inside or outside.
+            let (hx, hy) = (r.host + x, r.host + y);
+            let mut cuts = vec![hx, hy];
+            cuts.extend([lo, hi].into_iter().filter(|&c| c > hx && c < hy));
+            cuts.sort_unstable();
+            for w in cuts.windows(2) {
+                out.push(Copy {
+                    host: w[0],
+                    dev: r.dev_base + (w[0] - r.host),
+                    len: w[1] - w[0],
+                    to: p,
+                    pinned: w[0] >= lo && w[1] <= hi && hi > lo,
+                });
+            }
         }
         out
     }
@@ -497,7 +543,7 @@ mod tests {
         let cpu = CpuDevice::new();
         let bt = cpu.buffer_type();
         let mut r = Residency::new(1 << 20);
-        r.add_buffer(4096, 1000, false);
+        r.add_buffer(4096, 1000, None);
         assert!(r.add_region(bt, 4096, 1000, RegionKind::Mirror).unwrap());
         assert!(r.holds(4096, 1000, Place::Cpu));
         assert!(!r.holds(4096, 1000, Place::Gpu));
@@ -521,6 +567,41 @@ mod tests {
         assert!(!r.holds(1, 10, Place::Gpu));
     }
 
+    /// A copy refused across a boundary is made in pieces that never cross it.
+    #[test]
+    fn refused_copies_split_at_pages() {
+        let boundary = 0x10000 + 5 * 4096;
+        let c = Copy {
+            host: 0x10000 + 100,
+            dev: 0x900000 + 100,
+            len: 20 * 4096,
+            to: Place::Gpu,
+            pinned: false,
+        };
+        let mut made = Vec::new();
+        let r = copy_in_pieces(&c, &mut |p: &Copy| {
+            if p.host < boundary && p.host + p.len > boundary {
+                return Err(crate::device::Error::Device("invalid argument".into()));
+            }
+            made.push(*p);
+            Ok(true)
+        });
+        assert!(r.unwrap());
+        assert_eq!(made.iter().map(|p| p.len).sum::<usize>(), c.len);
+        assert!(made.len() < 20, "{} pieces", made.len());
+        let mut at = c.host;
+        for p in &made {
+            assert_eq!(p.host, at);
+            assert_eq!(p.dev - c.dev, p.host - c.host);
+            at += p.len;
+        }
+        // A page that is itself refused stays an error.
+        let r = copy_in_pieces(&c, &mut |_: &Copy| {
+            Err(crate::device::Error::Device("no".into()))
+        });
+        assert!(r.is_err());
+    }
+
     #[test]
     fn the_budget_limits_regions() {
         let cpu = CpuDevice::new();
@@ -533,7 +614,7 @@ mod tests {
         assert!(!r
             .add_region(bt, 1 << 20, 8192, RegionKind::Resident)
             .unwrap());
-        r.add_buffer(0, 4096, false);
+        r.add_buffer(0, 4096, None);
         r.remove_buffer(0);
         assert_eq!(r.used, 0, "regions inside a freed buffer go with it");
         assert!(r.regions.is_empty());

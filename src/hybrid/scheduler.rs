@@ -51,10 +51,19 @@ impl HybridScheduler {
         // Ranges written by earlier nodes of this graph: start -> (end, where).
         let mut written: BTreeMap<usize, (usize, Place)> = BTreeMap::new();
         let mut out = Vec::with_capacity(nodes.len());
+        // Sources a node copied to its place stay there for later consumers (a token's
+        // positions and masks go to the GPU once, not once per layer).
+        let mut copied: BTreeMap<usize, (usize, Place)> = BTreeMap::new();
         for (n, f) in nodes.iter().zip(facts) {
-            let sel = self.select(n, f, &written, view);
+            let sel = self.select(n, f, &written, &copied, view);
+            for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
+                if let Some((p, len)) = range(&s) {
+                    mark(&mut copied, p, p + len, sel.place);
+                }
+            }
             if let Some((p, len)) = range(n) {
                 mark(&mut written, p, p + len, sel.place);
+                mark(&mut copied, p, p + len, sel.place);
             }
             out.push(sel);
         }
@@ -67,6 +76,7 @@ impl HybridScheduler {
         n: &Tensor,
         to: Place,
         written: &BTreeMap<usize, (usize, Place)>,
+        copied: &BTreeMap<usize, (usize, Place)>,
         view: &dyn DataView,
     ) -> f64 {
         let mut us = 0.0;
@@ -74,6 +84,9 @@ impl HybridScheduler {
             let Some((p, len)) = n.src(i).as_ref().and_then(range) else {
                 continue;
             };
+            if covered_by(copied, p, len, to) {
+                continue;
+            }
             let (mut from_graph, mut covered) = (0usize, 0usize);
             let first = written.range(..=p).next_back().map_or(p, |(&s, _)| s);
             for (&s, &(e, w)) in written.range(first..p + len) {
@@ -100,6 +113,7 @@ impl HybridScheduler {
         n: &Tensor,
         f: &NodeFacts,
         written: &BTreeMap<usize, (usize, Place)>,
+        copied: &BTreeMap<usize, (usize, Place)>,
         view: &dyn DataView,
     ) -> BackendSelection {
         use SelectionReason::*;
@@ -116,7 +130,7 @@ impl HybridScheduler {
         };
         let on = |place: Place, reason: SelectionReason| {
             let predicted_us =
-                self.cost.compute_us(n, place) + self.inputs_us(n, place, written, view);
+                self.cost.compute_us(n, place) + self.inputs_us(n, place, written, copied, view);
             BackendSelection {
                 place,
                 reason,
@@ -135,9 +149,9 @@ impl HybridScheduler {
             ExecutionStrategy::BackendOnly(p) => on(p, UserPreference),
             ExecutionStrategy::Automatic => {
                 let cpu_us = self.cost.compute_us(n, Place::Cpu)
-                    + self.inputs_us(n, Place::Cpu, written, view);
+                    + self.inputs_us(n, Place::Cpu, written, copied, view);
                 let gpu_us = self.cost.compute_us(n, Place::Gpu);
-                let transfer_us = self.inputs_us(n, Place::Gpu, written, view);
+                let transfer_us = self.inputs_us(n, Place::Gpu, written, copied, view);
                 let place = if gpu_us + transfer_us < cpu_us {
                     Place::Gpu
                 } else {
@@ -158,6 +172,25 @@ impl HybridScheduler {
             }
         }
     }
+}
+
+/// Whether [p, p + len) lies wholly in ranges marked `place`.
+fn covered_by(m: &BTreeMap<usize, (usize, Place)>, p: usize, len: usize, place: Place) -> bool {
+    let mut at = p;
+    let first = m.range(..=p).next_back().map_or(p, |(&s, _)| s);
+    for (&s, &(e, w)) in m.range(first..p + len) {
+        if e <= at {
+            continue;
+        }
+        if s > at || w != place {
+            return false;
+        }
+        at = e;
+        if at >= p + len {
+            return true;
+        }
+    }
+    at >= p + len
 }
 
 /// Records that `place` wrote [a, b) (overwriting what earlier nodes wrote there).
