@@ -68,6 +68,10 @@ pub struct HybridBackend {
     launches: usize,
     /// Created at the first GPU segment when the GPU has events.
     events: Option<StreamEvents>,
+    /// Copies are timed (nodes timed alone: their copies' time is not theirs), and the µs
+    /// they took so far.
+    time_copies: bool,
+    copy_us: f64,
     shadows: Shadows,
     shadow_of: HashMap<usize, usize>,
     n_threads: usize,
@@ -199,6 +203,8 @@ impl HybridBackend {
             streamed: false,
             launches: 0,
             events: None,
+            time_copies: false,
+            copy_us: 0.0,
             shadows: Shadows(Vec::new()),
             shadow_of: HashMap::new(),
             n_threads: 0,
@@ -241,7 +247,7 @@ impl HybridBackend {
         if copies.is_empty() {
             return Ok(());
         }
-        let t0 = self.telemetry.then(|| {
+        let t0 = (self.telemetry || self.time_copies).then(|| {
             let _ = self.sync_gpus();
             Instant::now()
         });
@@ -260,7 +266,11 @@ impl HybridBackend {
         }
         if let Some(t0) = t0 {
             self.sync_gpus()?;
-            self.record_copies(copies, t0.elapsed().as_secs_f64() * 1e6);
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            self.copy_us += us;
+            if self.telemetry {
+                self.record_copies(copies, us);
+            }
         }
         Ok(())
     }
@@ -317,8 +327,10 @@ impl HybridBackend {
         } else {
             Shared::copy_sync(res, copies)?;
         }
+        let us = t0.elapsed().as_secs_f64() * 1e6;
+        self.copy_us += us;
         if self.telemetry {
-            self.record_copies(copies, t0.elapsed().as_secs_f64() * 1e6);
+            self.record_copies(copies, us);
         }
         Ok(())
     }
@@ -906,8 +918,10 @@ impl HybridBackend {
                 n.raw().flags & FLAG_OUTPUT != 0 || uses.last_use[k].is_none_or(|u| u >= b)
             };
             if sample {
+                self.time_copies = true;
                 for (o, n) in seg.iter().enumerate() {
                     let t = Instant::now();
+                    let copied = self.copy_us;
                     match place {
                         Place::Cpu => self.run_cpu(std::slice::from_ref(n), res)?,
                         Place::Gpu => {
@@ -916,12 +930,14 @@ impl HybridBackend {
                             self.sync_gpus()?;
                         }
                     }
-                    let us = t.elapsed().as_secs_f64() * 1e6;
+                    // The node's own time: without the copies made for it.
+                    let us = (t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied)).max(0.0);
                     self.sched.cost.observe(n, place, us);
                     if telemetry {
                         self.record(n, &plan[a + o], us);
                     }
                 }
+                self.time_copies = false;
             } else {
                 match place {
                     Place::Cpu => self.run_cpu(seg, res)?,

@@ -48,6 +48,9 @@ impl HybridScheduler {
         facts: &[NodeFacts],
         view: &dyn DataView,
     ) -> Vec<BackendSelection> {
+        if self.strategy == ExecutionStrategy::Automatic {
+            return self.plan_automatic(nodes, facts, view);
+        }
         // Ranges written by earlier nodes of this graph: start -> (end, where).
         let mut written: BTreeMap<usize, (usize, Place)> = BTreeMap::new();
         let mut out = Vec::with_capacity(nodes.len());
@@ -68,6 +71,151 @@ impl HybridScheduler {
             out.push(sel);
         }
         out
+    }
+
+    /// Automatic: the places that minimise the graph's predicted time, by dynamic programming
+    /// over the node sequence: each node's compute on a place, its inputs from outside the
+    /// graph moved there (shared by their consumers: a token's positions go to the GPU once),
+    /// and a switch of place between consecutive nodes paying for the earlier nodes' results
+    /// it reads. A small node between two GPU products stays on the GPU: leaving costs two
+    /// transfers, more than it saves.
+    fn plan_automatic(
+        &self,
+        nodes: &[Tensor],
+        facts: &[NodeFacts],
+        view: &dyn DataView,
+    ) -> Vec<BackendSelection> {
+        use SelectionReason::*;
+        const INF: f64 = f64::INFINITY;
+        let mut uses: std::collections::HashMap<usize, usize> = Default::default();
+        for n in nodes {
+            for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
+                if let Some((p, _)) = range(&s) {
+                    *uses.entry(p).or_default() += 1;
+                }
+            }
+        }
+        let places = [Place::Cpu, Place::Gpu];
+        let mut written: BTreeMap<usize, (usize, Place)> = BTreeMap::new();
+        // Per node and place: compute, inputs from outside the graph, and the switch cost.
+        let mut compute = Vec::with_capacity(nodes.len());
+        let mut external = Vec::with_capacity(nodes.len());
+        let mut switch = Vec::with_capacity(nodes.len());
+        let mut allowed = Vec::with_capacity(nodes.len());
+        for (n, f) in nodes.iter().zip(facts) {
+            let gpu_can = f.gpu_ok && f.gpu_mem_ok;
+            let ok = [f.cpu_ok || !gpu_can, gpu_can];
+            let mut ext = [0.0f64; 2];
+            let mut inside = 0usize;
+            for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
+                let Some((p, len)) = range(&s) else { continue };
+                if covered_by_any(&written, p, len) {
+                    inside += len;
+                    continue;
+                }
+                let share = uses.get(&p).copied().unwrap_or(1).max(1) as f64;
+                for (k, &pl) in places.iter().enumerate() {
+                    let bytes = view.missing(p, len, pl);
+                    if bytes > 0 {
+                        ext[k] += self.cost.transfer_us(bytes, pl, view.pinned(p, len)) / share;
+                    }
+                }
+            }
+            let c = [
+                self.cost.compute_us(n, Place::Cpu),
+                if gpu_can {
+                    self.cost.compute_us(n, Place::Gpu)
+                } else {
+                    INF
+                },
+            ];
+            let sw = [
+                if inside > 0 {
+                    self.cost.transfer_us(inside, Place::Cpu, true)
+                } else {
+                    0.0
+                },
+                if inside > 0 {
+                    self.cost.transfer_us(inside, Place::Gpu, true)
+                } else {
+                    0.0
+                },
+            ];
+            if let Some((p, len)) = range(n) {
+                mark(&mut written, p, p + len, Place::Cpu);
+            }
+            compute.push(c);
+            external.push(ext);
+            switch.push(sw);
+            allowed.push(ok);
+        }
+        // dp[i][k]: least predicted µs of nodes 0..=i with node i on places[k].
+        let n = nodes.len();
+        let mut dp = vec![[INF; 2]; n];
+        let mut from = vec![[0usize; 2]; n];
+        for i in 0..n {
+            for k in 0..2 {
+                if !allowed[i][k] {
+                    continue;
+                }
+                let own = compute[i][k] + external[i][k];
+                let (best, arg) = if i == 0 {
+                    (0.0, k)
+                } else {
+                    let stay = dp[i - 1][k];
+                    let moved = dp[i - 1][1 - k] + switch[i][k];
+                    if stay <= moved {
+                        (stay, k)
+                    } else {
+                        (moved, 1 - k)
+                    }
+                };
+                dp[i][k] = best + own;
+                from[i][k] = arg;
+            }
+        }
+        let mut choice = vec![0usize; n];
+        if n > 0 {
+            choice[n - 1] = if dp[n - 1][1] < dp[n - 1][0] { 1 } else { 0 };
+            for i in (1..n).rev() {
+                choice[i - 1] = from[i][choice[i]];
+            }
+        }
+        let gpu_absent = self.cost.profile.gpu_bw_gbs <= 0.0;
+        (0..n)
+            .map(|i| {
+                let k = choice[i];
+                let place = places[k];
+                let moved = i > 0 && choice[i - 1] != k;
+                let predicted_us =
+                    compute[i][k] + external[i][k] + if moved { switch[i][k] } else { 0.0 };
+                let f = &facts[i];
+                let reason = if !(f.gpu_ok && f.gpu_mem_ok) {
+                    if !f.gpu_ok {
+                        if gpu_absent {
+                            GpuUnavailable
+                        } else {
+                            CpuFallback
+                        }
+                    } else {
+                        MemoryConstraint
+                    }
+                } else if !f.cpu_ok {
+                    GpuAvailable
+                } else {
+                    CostModel {
+                        cpu_us: compute[i][0] + external[i][0],
+                        gpu_us: compute[i][1],
+                        transfer_us: external[i][1],
+                    }
+                };
+                BackendSelection {
+                    place,
+                    reason,
+                    predicted_us,
+                }
+            })
+            .collect()
     }
 
     /// µs of moving the node's inputs to `to`.
@@ -172,6 +320,11 @@ impl HybridScheduler {
             }
         }
     }
+}
+
+/// Whether [p, p + len) lies wholly in marked ranges (of either place).
+fn covered_by_any(m: &BTreeMap<usize, (usize, Place)>, p: usize, len: usize) -> bool {
+    covered_by(m, p, len, Place::Cpu)
 }
 
 /// Whether [p, p + len) lies wholly in ranges marked `place`.
@@ -352,6 +505,153 @@ mod tests {
             SelectionReason::CostModel { transfer_us, .. } => assert_eq!(transfer_us, 0.0),
             r => panic!("{r:?}"),
         }
+    }
+
+    /// A token through two 8B-shaped layers, the first layer's weights resident in VRAM, the
+    /// second's only on the host (a model split by the budget): each product runs where its
+    /// weights are, and the small nodes (norms, positions, cache rows) follow their layer
+    /// instead of crossing back and forth (at most: into the GPU at the first layer's input,
+    /// out of it at the second layer).
+    #[test]
+    fn a_split_token_crosses_once() {
+        const D: usize = 4096;
+        const F: usize = 14336;
+        let mut next = 1usize << 32;
+        let mut at = |bytes: usize| {
+            let a = next;
+            next += bytes.next_multiple_of(4096) + 4096;
+            a as *mut u8
+        };
+        let mut keep: Vec<Box<Synth>> = Vec::new();
+        let mk = |ty: GgmlType, ne: [usize; 4], at: &mut dyn FnMut(usize) -> *mut u8| {
+            let mut t = Box::new(Synth::new(ty, ne));
+            let n = t.nbytes();
+            t.set_data(at(n));
+            t
+        };
+        let pos = mk(GgmlType::I32, [1, 1, 1, 1], &mut at);
+        let idx = mk(GgmlType::I64, [1, 1, 1, 1], &mut at);
+        let mut x = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+        x.op(op::GET_ROWS);
+        let mut resident = Vec::new();
+        let mut nodes: Vec<*const Synth> = Vec::new();
+        let mut layer_of = Vec::new();
+        let mut cur: *const Synth = &*x;
+        for layer in 0..2 {
+            let mut w = |ne: [usize; 4], ty: GgmlType, at: &mut dyn FnMut(usize) -> *mut u8| {
+                let t = mk(ty, ne, at);
+                if layer == 0 {
+                    resident.push((t.t.data as usize, t.nbytes()));
+                }
+                t
+            };
+            let wn = w([D, 1, 1, 1], GgmlType::F32, &mut at);
+            let wq = w([D, D, 1, 1], GgmlType::Q4_0, &mut at);
+            let wk = w([D, 1024, 1, 1], GgmlType::Q4_0, &mut at);
+            let wo = w([D, D, 1, 1], GgmlType::Q4_0, &mut at);
+            let wg = w([D, F, 1, 1], GgmlType::Q4_0, &mut at);
+            let wu = w([D, F, 1, 1], GgmlType::Q4_0, &mut at);
+            let wd = w([F, D, 1, 1], GgmlType::Q4_0, &mut at);
+            let cache = mk(GgmlType::F16, [1024, 512, 1, 1], &mut at);
+            let mut step = |t: Box<Synth>, keep: &mut Vec<Box<Synth>>| {
+                let p: *const Synth = &*t;
+                keep.push(t);
+                nodes.push(p);
+                layer_of.push(layer);
+                p
+            };
+            let src = |p: *const Synth| unsafe { &*p };
+            let mut n = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            n.op(op::RMS_NORM).param_f32(0, 1e-5).src(0, src(cur));
+            let n = step(n, &mut keep);
+            let mut m = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            m.op(op::MUL).src(0, src(n)).src(1, &wn);
+            let m = step(m, &mut keep);
+            let mut q = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            q.op(op::MUL_MAT).src(0, &wq).src(1, src(m));
+            let q = step(q, &mut keep);
+            let mut k = mk(GgmlType::F32, [1024, 1, 1, 1], &mut at);
+            k.op(op::MUL_MAT).src(0, &wk).src(1, src(m));
+            let k = step(k, &mut keep);
+            let mut kr = mk(GgmlType::F32, [1024, 1, 1, 1], &mut at);
+            kr.op(op::ROPE).src(0, src(k)).src(1, &pos);
+            let kr = step(kr, &mut keep);
+            let mut sr = Box::new(Synth::new(GgmlType::F16, [1024, 512, 1, 1]));
+            sr.set_data(cache.t.data as *mut u8);
+            sr.op(op::SET_ROWS).src(0, src(kr)).src(1, &idx);
+            step(sr, &mut keep);
+            let mut att = mk(GgmlType::F32, [512, 1, 1, 1], &mut at);
+            att.op(op::MUL_MAT).src(0, &cache).src(1, src(kr));
+            let att = step(att, &mut keep);
+            let mut sm = mk(GgmlType::F32, [512, 1, 1, 1], &mut at);
+            sm.op(op::SOFT_MAX).src(0, src(att));
+            let sm = step(sm, &mut keep);
+            let mut ctxv = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            ctxv.op(op::MUL).src(0, src(q)).src(1, src(q));
+            let _ = sm;
+            let ctxv = step(ctxv, &mut keep);
+            let mut o = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            o.op(op::MUL_MAT).src(0, &wo).src(1, src(ctxv));
+            let o = step(o, &mut keep);
+            let mut x2 = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            x2.op(op::ADD).src(0, src(o)).src(1, src(cur));
+            let x2 = step(x2, &mut keep);
+            let mut g = mk(GgmlType::F32, [F, 1, 1, 1], &mut at);
+            g.op(op::MUL_MAT).src(0, &wg).src(1, src(x2));
+            let g = step(g, &mut keep);
+            let mut u = mk(GgmlType::F32, [F, 1, 1, 1], &mut at);
+            u.op(op::MUL_MAT).src(0, &wu).src(1, src(x2));
+            let u = step(u, &mut keep);
+            let mut h = mk(GgmlType::F32, [F, 1, 1, 1], &mut at);
+            h.op(op::GLU)
+                .param_i32(0, crate::ggml_types::glu::SWIGLU)
+                .src(0, src(g))
+                .src(1, src(u));
+            let h = step(h, &mut keep);
+            let mut d = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            d.op(op::MUL_MAT).src(0, &wd).src(1, src(h));
+            let d = step(d, &mut keep);
+            let mut x3 = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
+            x3.op(op::ADD).src(0, src(d)).src(1, src(x2));
+            cur = step(x3, &mut keep);
+            for t in [wn, wq, wk, wo, wg, wu, wd, cache] {
+                keep.push(t);
+            }
+        }
+        let tensors: Vec<Tensor> = nodes.iter().map(|&p| unsafe { &*p }.tensor()).collect();
+        let facts = vec![ALL; tensors.len()];
+        let view = View { resident };
+        // H200-like: CPU 100 GB/s, GPU 4 TB/s, PCIe 50 GB/s.
+        let s = HybridScheduler::new(
+            ExecutionStrategy::Automatic,
+            CostModel::new(Profile::synthetic(100.0, 4000.0, 50.0)),
+        );
+        let plan = s.plan(&tensors, &facts, &view);
+        let places: String = plan
+            .iter()
+            .map(|p| if p.place == Place::Gpu { 'G' } else { 'C' })
+            .collect();
+        // The products go where their weights are; small nodes follow their inputs.
+        for (i, sel) in plan.iter().enumerate() {
+            if tensors[i].op() == op::MUL_MAT
+                && tensors[i].src(0).unwrap().ty() == Some(GgmlType::Q4_0)
+            {
+                let want = if layer_of[i] == 0 {
+                    Place::Gpu
+                } else {
+                    Place::Cpu
+                };
+                assert_eq!(sel.place, want, "node {i} of {places}: {sel:?}");
+            }
+        }
+        let crossings = places
+            .as_bytes()
+            .windows(2)
+            .filter(|w| w[0] != w[1])
+            .count();
+        assert!(crossings <= 2, "{places}");
+        drop(keep);
+        drop(x);
     }
 
     #[test]
