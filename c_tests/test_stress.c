@@ -14,7 +14,7 @@
 // warning/error line in the log). The test fails unless both counts are 0.
 //
 // Usage: test_stress [--device NAME] [--threads N] [--graphs N] [--seed S]
-//   --device  RFCPU, RFGPU0, ... or "all" (default: RFCPU then RFGPU0; the GPU half prints
+//   --device  RFCPU, RFGPU0, RFHYBRID, ... or "all" (default: RFCPU, RFGPU0, RFHYBRID; the GPU part prints
 //             "skipped: no GPU" where there is none)
 //   --graphs  graph computations per device in all, spread over the threads (default 5000)
 //   --limit   one error limit for every case instead of each case's own (--limit 0 shows that
@@ -436,8 +436,8 @@ int main(int argc, char ** argv) {
     ggml_log_set(on_log, NULL);
     ggml_backend_dev_t cpu_dev = rf_ggml_cpu_device();
     (void) rf_rocmforge_reg();
-    const char * names[2] = { "RFCPU", "RFGPU0" };
-    int n_names = 2;
+    const char * names[3] = { "RFCPU", "RFGPU0", "RFHYBRID" };
+    int n_names = 3;
     if (device && strcmp(device, "all") != 0) {
         names[0] = device;
         n_names = 1;
