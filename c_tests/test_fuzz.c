@@ -425,13 +425,15 @@ int main(int argc, char ** argv) {
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg) && g_ndevs < MAX_DEVS; i++) {
         ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, i);
         const char * name = ggml_backend_dev_name(dev);
-        if (strcmp(name, "RFCPU") != 0 && (cpu_only || strncmp(name, "RFGPU", 5) != 0)) continue;
+        // RFHYBRID is host memory like RFCPU: fuzzed always (without a GPU it runs on RFCPU).
+        bool host_dev = strcmp(name, "RFCPU") == 0 || strcmp(name, "RFHYBRID") == 0;
+        if (!host_dev && (cpu_only || strncmp(name, "RFGPU", 5) != 0)) continue;
         struct dev_under_test * d = &g_devs[g_ndevs];
         d->name = name;
         d->dev = dev;
         d->be = ggml_backend_dev_init(dev, NULL);
         if (!d->be) continue;
-        if (strcmp(name, "RFCPU") == 0) {
+        if (host_dev) {
             rf_set_n_threads(d->be, 2);
             // Buffer 0 wraps host memory between guard bytes: any write past it shows.
             d->host_region = malloc(BUF_SIZE + 2 * GUARD);
