@@ -362,19 +362,29 @@ impl HybridBackend {
             return Ok(());
         }
         let bt = gpu.buffer_type();
-        let mut largest = 0usize;
+        // Sizes of the weights the GPU could take, by how often each size occurs.
+        let mut sizes: HashMap<usize, usize> = HashMap::new();
         for n in nodes {
             if gpu.supports_op(n) {
                 self.mirror_for(n, res)?;
                 for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
                     if usage(&s) == Some(USAGE_WEIGHTS) {
-                        largest = largest.max(s.nbytes());
+                        *sizes.entry(s.nbytes()).or_default() += 1;
                     }
                 }
             }
         }
+        // The arena is sized for the layers' weights (sizes that repeat), not for a one-off
+        // giant such as the output head (a token's or a prompt's last row: the CPU's).
+        let largest = sizes
+            .iter()
+            .filter(|&(_, &count)| count >= 2)
+            .map(|(&size, _)| size)
+            .max()
+            .or_else(|| sizes.keys().copied().max())
+            .unwrap_or(0);
         let free = res.budget.saturating_sub(res.used);
-        // Two halves, each holding at least the two largest weights.
+        // Two halves, each holding at least two of the largest layer weights.
         let arena = (4 * largest).max(ARENA_MIN).min(free / 2);
         if arena / 2 >= largest && largest > 0 {
             res.set_arena(bt, arena)?;
