@@ -12,12 +12,16 @@
 // runs in its own thread; the main thread waits for SIGINT/SIGTERM (blocked in every thread and
 // taken with sigwait, so no handler runs inside ggml) and then ends the process with _exit(0): the
 // kernel closes the listening socket and the client's connection and frees the devices' memory.
-// A client that is connected then sees its connection close.
+// A client that is connected then sees its connection close. ggml writes a cache file (--cache)
+// with no temporary name and reads it back trusting its name (the FNV-1a hash of the contents), so a
+// write cut by the stop would serve wrong weights next time: the newest file this run wrote is
+// checked against its name before the exit and removed when it does not match.
 
 #include "ggml-backend.h"
 #include "ggml-rocmforge.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
@@ -229,6 +233,50 @@ static bool make_dir(const char * dir) {
     return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) && access(buf, W_OK | X_OK) == 0;
 }
 
+// FNV-1a, 64 bits: the hash ggml's RPC names its cache files by (16 hex digits).
+static bool file_matches_hash(const char * path, uint64_t want) {
+    FILE * f = fopen(path, "rb");
+    if (!f) return true;  // gone or unreadable: nothing to repair
+    uint64_t h = 0xcbf29ce484222325ull;
+    unsigned char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    }
+    fclose(f);
+    return h == want;
+}
+
+// The cache file written last since `since` (the one a stop may have cut), checked and removed when
+// its contents do not hash to its name.
+static void check_last_cache_file(const char * dir, time_t since) {
+    DIR * d = opendir(dir);
+    if (!d) return;
+    char newest[PATH_MAX] = "";
+    struct timespec newest_t = { since, 0 };
+    uint64_t want = 0;
+    struct dirent * e;
+    while ((e = readdir(d)) != NULL) {
+        if (strlen(e->d_name) != 16 || strspn(e->d_name, "0123456789abcdef") != 16) continue;
+        const uint64_t h = strtoull(e->d_name, NULL, 16);
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (st.st_mtim.tv_sec > newest_t.tv_sec ||
+            (st.st_mtim.tv_sec == newest_t.tv_sec && st.st_mtim.tv_nsec >= newest_t.tv_nsec)) {
+            newest_t = st.st_mtim;
+            snprintf(newest, sizeof newest, "%s", path);
+            want = h;
+        }
+    }
+    closedir(d);
+    if (newest[0] && !file_matches_hash(newest, want)) {
+        unlink(newest);
+        printf("rocmforge-rpc-server: removed %s, a cache file cut short by the stop\n", newest);
+    }
+}
+
 static pthread_t main_thread;
 
 // Returns only when ggml's server gave up (it printed why); the main thread is told with SIGUSR1.
@@ -303,6 +351,7 @@ int main(int argc, char ** argv) {
                 ip);
     }
 
+    const time_t started = time(NULL);
     // SIGINT/SIGTERM (and SIGUSR1 from the server thread) are taken by sigwait in this thread only;
     // a client that hangs up mid-send must not end the server with SIGPIPE.
     signal(SIGPIPE, SIG_IGN);
@@ -326,6 +375,7 @@ int main(int argc, char ** argv) {
         int sig = sigtimedwait(&set, NULL, listening ? NULL : &ts);
         if (sig == SIGINT || sig == SIGTERM) {
             printf("rocmforge-rpc-server: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            if (args.cache) check_last_cache_file(args.cache, started);
             fflush(stdout);
             fflush(stderr);
             _exit(0);

@@ -7,7 +7,9 @@
 # 4. SmolLM2 through libllama in a client process (ggml-cpu + the RPC device, every layer on it):
 #    16 greedy tokens, the same as a local RFCPU run's;
 # 5. the tied output weights (> 10 MiB) went through ggml's tensor cache into --cache DIR;
-# 6. off loopback the server warns; SIGTERM stops the server with status 0.
+# 6. off loopback the server warns; SIGINT and SIGTERM stop the server with status 0, and a cache
+#    file written in the run that does not hash to its name (a write cut by the stop) is removed
+#    then, a good one kept.
 set -u
 server=$1 llama_run=$2 bin=$3 model=$4 work=$5
 rm -rf "$work"
@@ -24,7 +26,7 @@ fail() {
 # Waits up to $2 seconds for the server $1 to print its "listening on" line into $3.
 wait_listening() {
     for _ in $(seq 1 $(($2 * 10))); do
-        grep -q "listening on" "$3" && return 0
+        grep -qs "listening on" "$3" && return 0
         kill -0 "$1" 2>/dev/null || return 1
         sleep 0.1
     done
@@ -77,14 +79,19 @@ n_cached=$(find "$work/cache" -type f | wc -l)
 echo "tensor cache: $n_cached file(s)"
 
 # 6. the warning off loopback (and a clean stop of that one), then SIGTERM to the first server
-"$server" --host 0.0.0.0 --port 0 --threads 1 >"$work/server_any.log" 2>&1 &
+good=$(find "$work/cache" -type f | head -n 1)
+mkdir -p "$work/cache2"
+"$server" --host 0.0.0.0 --port 0 --threads 1 --cache "$work/cache2" >"$work/server_any.log" 2>&1 &
 apid=$!
 wait_listening "$apid" 60 "$work/server_any.log" || { kill -9 "$apid"; fail "0.0.0.0 server did not start"; }
+cp "$good" "$work/cache2/"  # written after the start, the newest, hashes to its name: kept
+printf 'cut short' >"$work/cache/0123456789abcdef"  # the newest of the first server's cache: removed
 kill -INT "$apid"
 wait "$apid"
 arc=$?
 grep -q "WARNING: listening on 0.0.0.0, not on loopback" "$work/server_any.log" || fail "no warning off loopback"
 [ $arc -eq 0 ] || fail "SIGINT: status $arc"
+[ -f "$work/cache2/$(basename "$good")" ] || fail "a good cache file was removed at the stop"
 kill -TERM "$spid"
 for _ in $(seq 1 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$spid" 2>/dev/null && fail "server still running 10 s after SIGTERM"
@@ -93,5 +100,7 @@ rc=$?
 spid=""
 [ $rc -eq 0 ] || fail "SIGTERM: status $rc"
 grep -q "SIGTERM received, stopping" "$work/server.log" || fail "no stop message"
+[ -f "$work/cache/0123456789abcdef" ] && fail "a cut cache file was kept at the stop"
+[ -f "$good" ] || fail "the good cache file of the first server was removed"
 echo "stopped on SIGINT and SIGTERM with status 0"
 echo "rpc_server_e2e: PASS"
