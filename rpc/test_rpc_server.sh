@@ -4,7 +4,8 @@
 # 1. an unknown device is refused with the list of available ones;
 # 2. the server starts on a free loopback port (--port 0; it prints the port) with a tensor cache;
 # 3. a second server on that port is refused with "in use";
-# 4. SmolLM2 through libllama in a client process (ggml-cpu + the RPC device, every layer on it):
+# 4. a client killed in the middle of its work does not end the server (its replies then fail with
+#    EPIPE, not SIGPIPE); then SmolLM2 through libllama in a client process (ggml-cpu + the RPC device, every layer on it):
 #    16 greedy tokens, the same as a local RFCPU run's;
 # 5. the tied output weights (> 10 MiB) went through ggml's tensor cache into --cache DIR;
 # 6. off loopback the server warns; SIGINT and SIGTERM stop the server with status 0, and a cache
@@ -56,7 +57,16 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "port $port on 127.0.0.1 is in use" <<<"$out" || fail "port in use: status $rc, output: $out"
 echo "port in use refused: $(grep "in use" <<<"$out")"
 
-# 4. the client through RPC against a local RFCPU run (16 greedy ids at the end of each file)
+# 4. a client killed mid-run, then the client through RPC against a local RFCPU run (16 greedy ids
+#    at the end of each file)
+"$llama_run" bench -m "$model" --pp 64 --tg 256 --reps 20 -t 2 -b ggml-cpu -l "$bin/libggml-cpu.so" \
+    -L "$bin/libggml-rpc.so" --rpc "$endpoint" >"$work/killed_client.log" 2>&1 &
+kpid=$!
+sleep 2
+kill -9 "$kpid"
+wait "$kpid" 2>/dev/null
+sleep 1  # the server finishes the graph it was running and replies to a closed socket
+kill -0 "$spid" 2>/dev/null || fail "the server ended when a client was killed"
 common=(logits -m "$model" --positions 16 --gen 16 -t 2 --fa on)
 "$llama_run" "${common[@]}" -b ggml-cpu -l "$bin/libggml-cpu.so" -L "$bin/libggml-rpc.so" --rpc "$endpoint" \
     -o "$work/rpc.bin" >"$work/client.log" 2>&1 || fail "client run failed"
