@@ -59,7 +59,11 @@ echo "port in use refused: $(grep "in use" <<<"$out")"
 
 # 4. a client killed mid-run, then the client through RPC against a local RFCPU run (16 greedy ids
 #    at the end of each file)
-"$llama_run" bench -m "$model" --pp 64 --tg 256 --reps 20 -t 2 -b ggml-cpu -l "$bin/libggml-cpu.so" \
+# The client's CPU backend: ggml-cpu, or rocmforge where ggml-cpu was built as variants
+# (ROCMFORGE_GGML_CPU_ALL_VARIANTS) with no libggml-cpu.so.
+client_cpu=(-b ggml-cpu -l "$bin/libggml-cpu.so")
+[ -f "$bin/libggml-cpu.so" ] || client_cpu=(-b rocmforge -l "$bin/libggml-rocmforge.so")
+"$llama_run" bench -m "$model" --pp 64 --tg 256 --reps 20 -t 2 "${client_cpu[@]}" \
     -L "$bin/libggml-rpc.so" --rpc "$endpoint" >"$work/killed_client.log" 2>&1 &
 kpid=$!
 sleep 2
@@ -68,7 +72,7 @@ wait "$kpid" 2>/dev/null
 sleep 1  # the server finishes the graph it was running and replies to a closed socket
 kill -0 "$spid" 2>/dev/null || fail "the server ended when a client was killed"
 common=(logits -m "$model" --positions 16 --gen 16 -t 2 --fa on)
-"$llama_run" "${common[@]}" -b ggml-cpu -l "$bin/libggml-cpu.so" -L "$bin/libggml-rpc.so" --rpc "$endpoint" \
+"$llama_run" "${common[@]}" "${client_cpu[@]}" -L "$bin/libggml-rpc.so" --rpc "$endpoint" \
     -o "$work/rpc.bin" >"$work/client.log" 2>&1 || fail "client run failed"
 grep -q "offloading to RPC0 ($endpoint)" "$work/client.log" || fail "client did not offload to the RPC device"
 grep -q "Accepted client connection" "$work/server.log" || fail "server saw no client"
