@@ -16,7 +16,9 @@
 // between devices; --ngl N puts only N layers there, as llama.cpp's -ngl); without it all runs on the
 // library's CPU device. --mmap off reads the file instead of mapping it (libllama then uploads
 // GPU weights through the device's pinned host buffers and events, where it has them). -L LIB2 loads a second backend library, for hosts whose GPU library
-// has no CPU device of its own (ggml-cuda needs ggml-cpu beside it).
+// has no CPU device of its own (ggml-cuda needs ggml-cpu beside it). --rpc HOST:PORT adds the devices
+// of a ggml RPC server (rocmforge-rpc-server; needs -L libggml-rpc.so) and, without --device, puts
+// every layer on them, as llama.cpp's --rpc does.
 
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -48,7 +50,7 @@ static double now_s(void) {
 }
 
 struct opts {
-    const char * mode, * backend, * lib, * lib2, * device, * model, * prompt, * out;
+    const char * mode, * backend, * lib, * lib2, * device, * model, * prompt, * out, * rpc;
     // KV cache type (--kv f16|q8_0|q4_0): K always, V only with flash attention (llama.cpp
     // quantizes V only then).
     enum ggml_type kv;
@@ -62,7 +64,7 @@ struct opts {
 };
 
 static void usage(void) {
-    fprintf(stderr, "usage: llama_run generate|logits|bench -b rocmforge|ggml-cpu -l LIB [-L LIB2] -m MODEL [--device NAME] [options]\n");
+    fprintf(stderr, "usage: llama_run generate|logits|bench -b rocmforge|ggml-cpu -l LIB [-L LIB2] -m MODEL [--device NAME] [--rpc HOST:PORT] [options]\n");
     exit(2);
 }
 
@@ -82,6 +84,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "-l")) o.lib = v;
         else if (!strcmp(a, "-L")) o.lib2 = v;
         else if (!strcmp(a, "--device")) o.device = v;
+        else if (!strcmp(a, "--rpc")) o.rpc = v;
         else if (!strcmp(a, "-m")) o.model = v;
         else if (!strcmp(a, "-p")) o.prompt = v;
         else if (!strcmp(a, "-o")) o.out = v;
@@ -182,6 +185,23 @@ int main(int argc, char ** argv) {
     fprintf(stderr, "llama_run: backend registry '%s', %zu device(s), first: %s\n", ggml_backend_reg_name(reg),
             ggml_backend_reg_dev_count(reg), ggml_backend_dev_name(ggml_backend_reg_dev_get(reg, 0)));
     llama_backend_init();
+
+    // --rpc: the server's devices through the RPC registry's add_server (as llama.cpp's --rpc), every
+    // layer on them unless --device names others.
+    char rpc_devs[256] = "";
+    if (o.rpc) {
+        ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+        typedef ggml_backend_reg_t (*add_server_fn)(const char * endpoint);
+        add_server_fn add = rpc ? (add_server_fn) ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server") : NULL;
+        if (!add) { fprintf(stderr, "llama_run: --rpc needs ggml's RPC backend (-L libggml-rpc.so)\n"); return 1; }
+        ggml_backend_reg_t server = add(o.rpc);
+        if (!server) { fprintf(stderr, "llama_run: RPC server %s has no devices\n", o.rpc); return 1; }
+        ggml_backend_register(server);
+        for (size_t i = 0; i < ggml_backend_reg_dev_count(server); i++)
+            snprintf(rpc_devs + strlen(rpc_devs), sizeof rpc_devs - strlen(rpc_devs), "%s%s", i ? "," : "",
+                     ggml_backend_dev_name(ggml_backend_reg_dev_get(server, i)));
+        if (!o.device) o.device = rpc_devs;
+    }
 
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
