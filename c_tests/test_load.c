@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ggml-rocmforge.h"  // the version macros only: no function of it is called here
+
 // Builds out = soft_max(W x + b) in a no_alloc context, allocates it on `backend`, fills the
 // inputs deterministically, computes and returns the output as floats (caller frees).
 static float * run_small_graph(ggml_backend_t backend, int64_t * n_out) {
@@ -118,11 +120,27 @@ int main(int argc, char ** argv) {
         struct ggml_backend_feature * f = get_features(reg);
         CHECK(f != NULL, "features list");
         printf("features:");
+        // The versions built for, as the header states them.
+        const char * want[3][2] = { { "ROCMFORGE_VERSION", GGML_ROCMFORGE_VERSION },
+                                    { "GGML_VERSION", GGML_ROCMFORGE_GGML_VERSION },
+                                    { "BACKEND_API", "3" } };
+        int seen[3] = { 0, 0, 0 };
         for (int i = 0; f && f[i].name; i++) {
             CHECK(f[i].value != NULL, "feature %s has a value", f[i].name);
             printf(" %s=%s", f[i].name, f[i].value ? f[i].value : "?");
+            for (int k = 0; k < 3 && f[i].value; k++) {
+                if (strcmp(f[i].name, want[k][0]) == 0) {
+                    seen[k]++;
+                    CHECK(strcmp(f[i].value, want[k][1]) == 0, "feature %s=%s, header says %s", want[k][0],
+                          f[i].value, want[k][1]);
+                }
+            }
         }
         printf("\n");
+        for (int k = 0; k < 3; k++) CHECK(seen[k] == 1, "feature %s listed once (%d)", want[k][0], seen[k]);
+        CHECK(GGML_ROCMFORGE_BACKEND_API == 3, "header's backend API %d", GGML_ROCMFORGE_BACKEND_API);
+        CHECK(strcmp(ggml_version(), GGML_ROCMFORGE_GGML_VERSION) == 0, "host ggml %s, built for %s",
+              ggml_version(), GGML_ROCMFORGE_GGML_VERSION);
     }
 
     // --- compute on RFCPU vs ggml-cpu ---

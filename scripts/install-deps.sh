@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the build tools the project needs when they are missing (Debian/Ubuntu, as root):
-# cmake and ninja for the ggml build, hipcc to check that the HIP kernels compile for AMD, and
-# an aarch64 cross toolchain with qemu-user to run the unit tests (NEON kernels) for aarch64.
+# cmake and ninja for the ggml build, pkg-config for a consumer of the install tree, hipcc to
+# check that the HIP kernels compile for AMD, and an aarch64 cross toolchain with qemu-user to
+# run the unit tests (NEON kernels) for aarch64.
 set -euo pipefail
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 command -v hipcc >/dev/null 2>&1 || need+=(hipcc)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
 [ -d /usr/aarch64-linux-gnu/lib ] || need+=(libc6-dev-arm64-cross)
 command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)

@@ -14,11 +14,14 @@ type BufferInitFn = unsafe extern "C" fn(
     *mut c_void,
     usize,
 ) -> ggml_backend_buffer_t;
+type VersionFn = unsafe extern "C" fn() -> *const std::ffi::c_char;
 type LogGetFn = unsafe extern "C" fn(*mut ggml_log_callback, *mut *mut c_void);
 
 pub struct GgmlRuntime {
     pub buffer_init: Option<BufferInitFn>,
     pub log_get: Option<LogGetFn>,
+    /// The host's `ggml_version()`; None where its ggml is not found (or has no such call).
+    pub version: Option<String>,
 }
 
 unsafe fn lookup(name: &CStr) -> *mut c_void {
@@ -43,6 +46,14 @@ unsafe fn lookup(name: &CStr) -> *mut c_void {
 pub static GGML: Lazy<GgmlRuntime> = Lazy::new(|| unsafe {
     let bi = lookup(c"ggml_backend_buffer_init");
     let lg = lookup(c"ggml_log_get");
+    let ver = lookup(c"ggml_version");
+    let version = if ver.is_null() {
+        None
+    } else {
+        let f = std::mem::transmute::<*mut c_void, VersionFn>(ver);
+        let p = f();
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+    };
     GgmlRuntime {
         buffer_init: if bi.is_null() {
             None
@@ -54,5 +65,6 @@ pub static GGML: Lazy<GgmlRuntime> = Lazy::new(|| unsafe {
         } else {
             Some(std::mem::transmute::<*mut c_void, LogGetFn>(lg))
         },
+        version,
     }
 });

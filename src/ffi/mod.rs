@@ -1,6 +1,7 @@
 //! The C boundary: ggml's ABI mirrored in Rust (`abi`), ggml functions found at run time
 //! (`ggml_rt`), logging through ggml (`log`), panic containment (`guard`), the vtables over
-//! our devices (`vtables`), pinning RFCPU memory for a GPU (`pin`), the registry (`registry`) and the exported functions (`exports`).
+//! our devices (`vtables`), pinning RFCPU memory for a GPU (`pin`), the registry (`registry`),
+//! the exported functions (`exports`) and the versions built for (`version`).
 //! Calls go one way only: exports -> registry -> vtables -> the devices (`crate::device`).
 
 pub mod abi;
@@ -12,4 +13,5 @@ pub mod hybrid_exports;
 pub mod log;
 pub mod pin;
 pub mod registry;
+pub mod version;
 pub mod vtables;

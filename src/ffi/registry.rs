@@ -32,14 +32,28 @@ impl Drop for Building {
 }
 
 /// The registry, or None for a call made from inside its own construction (re-entrant
-/// initialisation would deadlock); such a call is told on stderr (logging could recurse).
+/// initialisation would deadlock; told on stderr, logging could recurse) or from a host whose
+/// ggml is not the one built for (logged).
 fn registry() -> Option<&'static Registry> {
     if BUILDING.with(|b| b.get()) {
         eprintln!("rocmforge: called back while the registry is being built (from a log callback?); returning nothing");
         return None;
     }
+    if let Err(e) = &*HOST_GGML {
+        // Once: a host log callback that calls back in must not loop.
+        if !HOST_GGML_TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            crate::log_error!("{e}");
+        }
+        return None;
+    }
     Some(*REGISTRY)
 }
+
+/// The host's ggml against the one this library mirrors: a different ggml numbers its ops and
+/// lays out its structs differently, so the registry is not offered to it at all.
+static HOST_GGML_TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static HOST_GGML: Lazy<Result<(), String>> =
+    Lazy::new(|| super::version::check_host_ggml(super::ggml_rt::GGML.version.as_deref()));
 
 static REGISTRY: Lazy<&'static Registry> = Lazy::new(|| {
     BUILDING.with(|b| b.set(true));
@@ -107,7 +121,8 @@ unsafe impl Send for Features {}
 static FEATURES: Lazy<Features> = Lazy::new(|| {
     let mut strings = Vec::new();
     let mut list = Vec::new();
-    for (k, v) in crate::cpu::simd::features() {
+    let versions = super::version::features();
+    for (k, v) in versions.into_iter().chain(crate::cpu::simd::features()) {
         let (k, v) = (CString::new(k).unwrap(), CString::new(v).unwrap());
         list.push(ggml_backend_feature {
             name: k.as_ptr(),
