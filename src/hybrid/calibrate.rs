@@ -719,14 +719,15 @@ mod tests {
     }
 
     #[test]
-    fn calibrates_the_cpu_in_seconds() {
+    fn calibrates_the_cpu() {
         let cpu = crate::cpu::CpuDevice::new();
         let t = Instant::now();
         let p = measure(&cpu, None);
         let s = t.elapsed().as_secs_f64();
         eprintln!("calibration took {s:.2} s: {p:#?}");
-        // About 2.5 s on 2 cores; more when other tests run beside it.
-        assert!(s < 10.0, "{s} s");
+        // About 2.5 s on 2 idle cores, 12 s under qemu: not a timing test, only a guard that
+        // the time budget stops it (no new class is started after it runs out).
+        assert!(s < 120.0, "{s} s");
         for x in [
             p.cpu_node_us,
             p.cpu_bw_gbs,
