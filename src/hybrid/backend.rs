@@ -4,6 +4,7 @@
 //! which bytes must be copied before each segment and records what each segment wrote.
 
 use super::device::Shared;
+use super::placement::{choose_resident, weight_value, Candidate};
 use super::residency::{copy_in_pieces, Copy, RegionKind, Residency};
 use super::scheduler::{range, DataView, HybridScheduler, NodeFacts};
 use super::telemetry::{EventKind, ExecutionEvent};
@@ -389,21 +390,30 @@ impl HybridBackend {
         if arena / 2 >= largest && largest > 0 {
             res.set_arena(bt, arena)?;
         }
-        let mut copies = Vec::new();
-        'nodes: for n in nodes {
+        let mut candidates = Vec::new();
+        for n in nodes {
             if !gpu.supports_op(n) {
                 continue;
             }
-            for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
+            for (i, s) in (0..GGML_MAX_SRC).filter_map(|i| n.src(i).map(|s| (i, s))) {
                 let Some((p, len)) = range(&s) else { continue };
                 if usage(&s) != Some(USAGE_WEIGHTS) || res.region_of(p, len).is_some() {
                     continue;
                 }
-                if !res.add_region(bt, p, len, RegionKind::Resident)? {
-                    break 'nodes;
-                }
-                copies.extend(res.make_current(p, len, Place::Gpu));
+                candidates.push(Candidate {
+                    host: p,
+                    len,
+                    value: weight_value(n, i),
+                });
             }
+        }
+        let mut copies = Vec::new();
+        let mut room = res.budget.saturating_sub(res.used);
+        for c in choose_resident(&candidates, &mut room) {
+            if !res.add_region(bt, c.host, c.len, RegionKind::Resident)? {
+                break;
+            }
+            copies.extend(res.make_current(c.host, c.len, Place::Gpu));
         }
         let k = self.gpu_backend(0)?;
         self.upload(res, k, &copies)?;

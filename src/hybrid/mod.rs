@@ -16,6 +16,7 @@ pub mod capability;
 pub mod cost;
 pub mod device;
 pub mod fake;
+pub mod placement;
 pub mod residency;
 pub mod scheduler;
 pub mod synth;
