@@ -79,8 +79,66 @@ pub fn vec_dot_fn() -> VecDot {
     if use_avx2() {
         return avx2::vec_dot;
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::use_neon() {
+        return if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+    }
     let _ = use_avx2;
     vec_dot_ref
+}
+
+/// No ggml order is matched on NEON (as for the other formats there): per super-block the
+/// sub-blocks' integer dots times their scale are summed exactly, then scaled once.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::quants::neon::*;
+    use std::arch::aarch64::*;
+
+    #[inline(always)]
+    unsafe fn block<D: I8Dot>(table: int8x16_t, bx: &BlockIq4Xs, by: &BlockQ8K) -> i32 {
+        let mut acc = vdupq_n_s32(0);
+        for ib in 0..QK_K / 32 {
+            // A table lookup turns the 4-bit indices into levels: elements 0..15, then 16..31.
+            let q = vld1q_u8(bx.qs.as_ptr().add(ib * 16));
+            let lo = vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0x0f)));
+            let hi = vqtbl1q_s8(table, vshrq_n_u8::<4>(q));
+            let y = by.qs.as_ptr().add(ib * 32);
+            let p = D::dot(
+                D::dot(vdupq_n_s32(0), lo, vld1q_s8(y)),
+                hi,
+                vld1q_s8(y.add(16)),
+            );
+            acc = vmlaq_n_s32(acc, p, bx.scale(ib));
+        }
+        vaddvq_s32(acc)
+    }
+
+    #[inline(always)]
+    unsafe fn dot<D: I8Dot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const BlockIq4Xs, y as *const BlockQ8K);
+        let table = vld1q_s8(TABLE.as_ptr());
+        let mut sum = 0f32;
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            sum += f16(bx.d) * by.d * block::<D>(table, bx, by) as f32;
+        }
+        sum
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Widen>(n, x, y)
+    }
+
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn vec_dot_sdot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<Sdot>(n, x, y)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -151,6 +209,34 @@ mod tests {
                 assert_eq!(out[ib * 32 + j], dl * TABLE[q % 16] as f32);
                 assert_eq!(out[ib * 32 + j + 16], dl * TABLE[(q + 5) % 16] as f32);
             }
+        }
+    }
+
+    /// SDOT is dispatched where the CPU has it; the base-NEON dot is checked here too.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_kernels() {
+        let want = if crate::cpu::simd::has_dotprod() {
+            neon::vec_dot_sdot
+        } else {
+            neon::vec_dot
+        };
+        assert_eq!(
+            vec_dot_fn() as usize,
+            want as usize,
+            "IQ4_XS: not the expected NEON kernel"
+        );
+        for dot in [neon::vec_dot, vec_dot_fn()] {
+            check_vec_dot_extremes(
+                GgmlType::IQ4_XS,
+                to_f32,
+                &[0],
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                dot,
+                vec_dot_ref,
+            );
         }
     }
 
