@@ -412,47 +412,48 @@ mod tests {
         ];
         for wt in weights {
             let blk = wt.block_size();
-            let ks: Vec<usize> = if blk == 256 {
-                vec![256, 512]
-            } else {
-                vec![32, 64, 96]
-            };
+            // One and three blocks (two super-blocks for the K-quants).
+            let ks = if blk == 256 { [256, 512] } else { [32, 96] };
+            // (m, n, batches, activation type, permuted, threads): one column, odd column
+            // counts over whole tiles and edges, batched, permuted; kept small (this runs
+            // under qemu too).
+            let cases = [
+                (7, 1, 1, GgmlType::F16, false, 1),
+                (17, 5, 2, GgmlType::F16, true, 3),
+                (33, 19, 1, GgmlType::F16, false, 3),
+                (17, 5, 2, GgmlType::BF16, false, 3),
+            ];
             for k in ks {
-                for (m, n, b2) in [(7, 1, 1), (17, 5, 2), (33, 19, 1)] {
-                    for xt in [GgmlType::F16, GgmlType::BF16] {
-                        for permuted in [false, true] {
-                            let wne = [k, m, 1, 1];
-                            let xne = [k, n, b2, 1];
-                            let mut w = TT::new(wt, wne);
-                            w.set(&rand_vec(k * m, 51, -1.0, 1.0));
-                            let mut xh = if permuted {
-                                permuted12(xt, xne)
-                            } else {
-                                TT::new(xt, xne)
-                            };
-                            xh.set(&rand_vec(k * n * b2, 52, -1.0, 1.0));
-                            let mut xf = TT::new(GgmlType::F32, xne);
-                            xf.set(&xh.get());
-                            for nth in [1, 3] {
-                                let mut dh = TT::new(GgmlType::F32, [m, n, b2, 1]);
-                                dh.op(op::MUL_MAT).src(0, &w).src(1, &xh);
-                                assert!(super::super::supports(&dh.tensor()), "{wt:?} x {xt:?}");
-                                run(&dh, nth);
-                                let mut df = TT::new(GgmlType::F32, [m, n, b2, 1]);
-                                df.op(op::MUL_MAT).src(0, &w).src(1, &xf);
-                                run(&df, nth);
-                                let (gh, gf) = (dh.get(), df.get());
-                                if wt == GgmlType::F16 && xt == GgmlType::F16 && permuted && n > 1 {
-                                    // ggml reads these in place with its one-column kernel:
-                                    // another summation order than the converted copy's.
-                                    assert_close(&gh, &gf, 1e-5);
-                                } else {
-                                    let same =
-                                        gh.iter().zip(&gf).all(|(a, b)| a.to_bits() == b.to_bits());
-                                    assert!(same, "{wt:?} x {xt:?} k={k} m={m} n={n} permuted={permuted} nth={nth}");
-                                }
-                            }
-                        }
+                for (m, n, b2, xt, permuted, nth) in cases {
+                    let (wne, xne) = ([k, m, 1, 1], [k, n, b2, 1]);
+                    let mut w = TT::new(wt, wne);
+                    w.set(&rand_vec(k * m, 51, -1.0, 1.0));
+                    let mut xh = if permuted {
+                        permuted12(xt, xne)
+                    } else {
+                        TT::new(xt, xne)
+                    };
+                    xh.set(&rand_vec(k * n * b2, 52, -1.0, 1.0));
+                    let mut xf = TT::new(GgmlType::F32, xne);
+                    xf.set(&xh.get());
+                    let mut dh = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                    dh.op(op::MUL_MAT).src(0, &w).src(1, &xh);
+                    assert!(super::super::supports(&dh.tensor()), "{wt:?} x {xt:?}");
+                    run(&dh, nth);
+                    let mut df = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                    df.op(op::MUL_MAT).src(0, &w).src(1, &xf);
+                    run(&df, nth);
+                    let (gh, gf) = (dh.get(), df.get());
+                    if wt == GgmlType::F16 && xt == GgmlType::F16 && permuted {
+                        // ggml reads these in place with its one-column kernel: another
+                        // summation order than the converted copy's.
+                        assert_close(&gh, &gf, 1e-5);
+                    } else {
+                        let same = gh.iter().zip(&gf).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{wt:?} x {xt:?} k={k} m={m} n={n} permuted={permuted}"
+                        );
                     }
                 }
             }
