@@ -37,6 +37,11 @@ struct params {
 
 typedef struct ggml_tensor * (*build_fn)(struct ggml_context * ctx, const struct params * p);
 
+// True while the graph for ggml-cpu is built: a builder may then give it an equivalent form
+// of the op that ggml-cpu computes (see b_mul_mat's i[2]). With --selfcheck both sides are
+// ggml-cpu and get that form.
+static bool g_building_ref, g_selfcheck;
+
 enum cmp_mode { CMP_NMSE, CMP_EXACT, CMP_SETS };
 
 // Input tensors are named after the data they need (see fill_inputs).
@@ -180,6 +185,8 @@ static struct ggml_tensor * b_soft_max(struct ggml_context * ctx, const struct p
 // i[0]: 1 = activations given permuted (dims 1<->2, dense rows), 2 = weight a row-strided view.
 // i[1]: 1 = ggml's Hadamard hint (ggml-cpu then computes a Walsh-Hadamard transform of each
 // activation row and never reads the weight).
+// i[2]: 1 = ggml-cpu gets the activations widened to F32 by a CPY: it does not take F16/BF16
+// activations with most weight types, and the widening is exact, so the products must agree.
 static struct ggml_tensor * b_mul_mat(struct ggml_context * ctx, const struct params * p) {
     struct ggml_tensor * w;
     if (p->i[0] == 2) {
@@ -195,17 +202,20 @@ static struct ggml_tensor * b_mul_mat(struct ggml_context * ctx, const struct pa
     } else {
         x = in_t(ctx, p->t1, p->b);
     }
+    if (p->i[2] && g_building_ref) x = ggml_cast(ctx, x, GGML_TYPE_F32);
     struct ggml_tensor * r = ggml_mul_mat(ctx, w, x);
     if (p->i[1] == 1) ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
     return r;
 }
 
-// Experts t0 [K, M, n_as] ; activations F32 [K, b1, n_tok] ; ids [n_used, n_tok].
-// i[0] n_as, i[1] n_used, i[2] n_tok, i[3] b1 (1 or n_used).
+// Experts t0 [K, M, n_as] ; activations t1 (F32 when unset) [K, b1, n_tok] ; ids [n_used, n_tok].
+// i[0] n_as, i[1] n_used, i[2] n_tok, i[3] b1 (1 or n_used); i[4]: 1 = ggml-cpu gets the
+// activations widened to F32 (as b_mul_mat's i[2]; ggml-cpu aborts on F16 ones it must convert).
 static struct ggml_tensor * b_mul_mat_id(struct ggml_context * ctx, const struct params * p) {
     struct ggml_tensor * as = in4(ctx, p->t0, p->a[0], p->a[1], p->i[0], 1);
-    struct ggml_tensor * x = in4(ctx, GGML_TYPE_F32, p->a[0], p->i[3], p->i[2], 1);
+    struct ggml_tensor * x = in4(ctx, p->t1, p->a[0], p->i[3], p->i[2], 1);
     struct ggml_tensor * ids = in_idx(ctx, GGML_TYPE_I32, p->i[1], p->i[2], 1, p->i[0], true);
+    if (p->i[4] && g_building_ref) x = ggml_cast(ctx, x, GGML_TYPE_F32);
     return ggml_mul_mat_id(ctx, as, x, ids);
 }
 
@@ -505,13 +515,18 @@ static int cmp_i32(const void * a, const void * b) {
 static void run_case(const char * label, build_fn fn, const struct params * p, double thr, enum cmp_mode cmp) {
     if (filter && !strstr(label, filter)) return;
     n_cases++;
+    g_building_ref = g_selfcheck;
     struct built probe = build_case(fn, p);
     char op[32], key[96];
     key_of(probe.out, op, sizeof(op), key, sizeof(key));
     struct stat * st = stat_for(op, key);
     const bool rf_claims = dev_claims_graph(g_rf_dev, probe.gf);
-    const bool cpu_claims = dev_claims_graph(g_cpu_dev, probe.gf);
     ggml_free(probe.ctx);
+    g_building_ref = true;
+    struct built probe_ref = build_case(fn, p);
+    g_building_ref = false;
+    const bool cpu_claims = dev_claims_graph(g_cpu_dev, probe_ref.gf);
+    ggml_free(probe_ref.ctx);
     if (!rf_claims) {
         st->not_claimed++;
         return;
@@ -523,7 +538,12 @@ static void run_case(const char * label, build_fn fn, const struct params * p, d
         return;
     }
 
-    struct built bk[2] = { build_case(fn, p), build_case(fn, p) };
+    struct built bk[2];
+    g_building_ref = g_selfcheck;
+    bk[0] = build_case(fn, p);
+    g_building_ref = true;
+    bk[1] = build_case(fn, p);
+    g_building_ref = false;
     ggml_backend_t be[2] = { g_rf, g_cpu };
     ggml_backend_buffer_t buf[2] = { NULL, NULL };
     float * res[2] = { NULL, NULL };
@@ -604,6 +624,7 @@ static const enum ggml_type float_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML
 static const enum ggml_type weight_types[] = {
     GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
     GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
+    GGML_TYPE_IQ4_XS,
 };
 #define N_FLOAT (sizeof(float_types) / sizeof(float_types[0]))
 #define N_WEIGHT (sizeof(weight_types) / sizeof(weight_types[0]))
@@ -798,6 +819,47 @@ static void cases_mul_mat_edges(void) {
     }
 }
 
+// F16 (and BF16) activations with every weight type (issue 25): ggml-cpu takes them natively
+// with F16 weights (F16 x F16) and BF16 ones with F32 and BF16 weights; for the rest it gets
+// the activations widened to F32 (b_mul_mat's i[2]). k of one to three 32-blocks (256-blocks
+// for k-quants), one and odd column counts, batched and permuted activations.
+static void cases_mul_mat_half_activations(void) {
+    char label[160];
+    static const int64_t ns[] = { 1, 5, 37 };
+    for (int bf = 0; bf < 2; bf++) {
+        const enum ggml_type t1 = bf ? GGML_TYPE_BF16 : GGML_TYPE_F16;
+        for (size_t w = 0; w < N_WEIGHT; w++) {
+            const enum ggml_type t = weight_types[w];
+            const int64_t blk = ggml_blck_size(t);
+            // ggml-cpu's own F16/BF16 activation paths: the weight's dot type, or BF16 with F32.
+            const int native = (t == GGML_TYPE_F16 && !bf) || (t == GGML_TYPE_BF16 && bf) ||
+                               (t == GGML_TYPE_F32 && bf);
+            // BF16 activations: a few weight types only (same code path as F16's).
+            if (bf && t != GGML_TYPE_F32 && t != GGML_TYPE_BF16 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_Q4_K) continue;
+            const int64_t ks[] = { blk == 256 ? 256 : 32, blk == 256 ? 512 : 64, blk == 256 ? 768 : 96 };
+            for (size_t ki = 0; ki < 3; ki++) {
+                for (size_t ni = 0; ni < 3; ni++) {
+                    struct params q = { .t0 = t, .t1 = t1, .a = SHAPE(ks[ki], 13, 1, 1), .b = SHAPE(ks[ki], ns[ni], 1, 1),
+                                        .i = { 0, 0, !native } };
+                    run_case(LABEL("MUL_MAT %s x %s k=%lld m=13 n=%lld", ggml_type_name(t), ggml_type_name(t1),
+                                   (long long) ks[ki], (long long) ns[ni]),
+                             b_mul_mat, &q, 5e-4, CMP_NMSE);
+                }
+            }
+            // Batched with broadcast over dims 2 and 3, and permuted activations.
+            const int64_t K = ks[1];
+            struct params q = { .t0 = t, .t1 = t1, .a = SHAPE(K, 9, 1, 2), .b = SHAPE(K, 3, 2, 4), .i = { 0, 0, !native } };
+            run_case(LABEL("MUL_MAT %s x %s w=[%lld,9,1,2] x=[%lld,3,2,4]", ggml_type_name(t), ggml_type_name(t1),
+                           (long long) K, (long long) K),
+                     b_mul_mat, &q, 5e-4, CMP_NMSE);
+            struct params r = { .t0 = t, .t1 = t1, .a = SHAPE(K, 12, 3, 1), .b = SHAPE(K, 7, 3, 1), .i = { 1, 0, !native } };
+            run_case(LABEL("MUL_MAT %s x %s w=[%lld,12,3,1] x=[%lld,7,3,1] x permuted", ggml_type_name(t),
+                           ggml_type_name(t1), (long long) K, (long long) K),
+                     b_mul_mat, &r, 5e-4, CMP_NMSE);
+        }
+    }
+}
+
 static void cases_mul_mat(void) {
     char label[160];
     for (size_t w = 0; w < N_WEIGHT; w++) {
@@ -847,6 +909,7 @@ static void cases_mul_mat(void) {
     // F16 activations with F16 weights (ggml-cpu computes them too).
     struct params p = { .t0 = GGML_TYPE_F16, .t1 = GGML_TYPE_F16, .a = SHAPE(64, 13, 1, 1), .b = SHAPE(64, 5, 1, 1) };
     run_case("MUL_MAT f16 x f16", b_mul_mat, &p, 5e-4, CMP_NMSE);
+    cases_mul_mat_half_activations();
     cases_mul_mat_edges();
     // The Hadamard hint (llama.cpp's rotations for quantized KV caches): the weight holds
     // random values, which ggml-cpu ignores, so a device must compute the transform too; its
@@ -914,6 +977,19 @@ static void cases_mul_mat_id(void) {
                                (long long) ks[ki], (long long) mn[s].m, mn[s].n_tok, mn[s].b1),
                          b_mul_mat_id, &p, 5e-4, CMP_NMSE);
             }
+        }
+    }
+    // F16 activations (issue 25); ggml-cpu gets them widened to F32 (b_mul_mat_id's i[4]).
+    for (size_t w = 0; w < N_WEIGHT; w++) {
+        const enum ggml_type t = weight_types[w];
+        const int64_t K = ggml_blck_size(t) == 256 ? 256 : 96;
+        const int cs[][4] = { { 4, 2, 3, 2 }, { 4, 2, 5, 1 }, { 8, 3, 1, 3 } };  // n_as, n_used, n_tok, b1
+        for (size_t i = 0; i < 3; i++) {
+            struct params p = { .t0 = t, .t1 = GGML_TYPE_F16, .a = SHAPE(K, 17, 1, 1),
+                                .i = { cs[i][0], cs[i][1], cs[i][2], cs[i][3], 1 } };
+            run_case(LABEL("MUL_MAT_ID %s x f16 k=%lld n_as=%d n_used=%d n_tok=%d b1=%d", ggml_type_name(t),
+                           (long long) K, cs[i][0], cs[i][1], cs[i][2], cs[i][3]),
+                     b_mul_mat_id, &p, 5e-4, CMP_NMSE);
         }
     }
 }
@@ -1385,6 +1461,7 @@ int main(int argc, char ** argv) {
     // threads_for in src/cpu/backend.rs) and leave the kernels' work split untested.
     setenv("ROCMFORGE_CPU_SMALL_GRAPH", "0", 0);
     g_cpu_dev = rf_ggml_cpu_device();
+    g_selfcheck = selfcheck;
     g_rf_dev = selfcheck ? g_cpu_dev : rf_device_by_name(device);
     if (!selfcheck) printf("device under test: %s (%s)\n", device, ggml_backend_dev_description(g_rf_dev));
     g_rf = ggml_backend_dev_init(g_rf_dev, NULL);

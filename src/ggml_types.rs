@@ -21,6 +21,7 @@ pub enum GgmlType {
     Q6_K = 14,
     Q8_K = 15,
     IQ4_NL = 20,
+    IQ4_XS = 23,
     I8 = 24,
     I16 = 25,
     I32 = 26,
@@ -48,6 +49,7 @@ impl GgmlType {
             14 => Q6_K,
             15 => Q8_K,
             20 => IQ4_NL,
+            23 => IQ4_XS,
             24 => I8,
             25 => I16,
             26 => I32,
@@ -63,7 +65,7 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => 256,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => 256,
             _ => 1,
         }
     }
@@ -89,6 +91,7 @@ impl GgmlType {
             Q6_K => 210,
             Q8_K => 292,
             IQ4_NL => 18,
+            IQ4_XS => 136,
         }
     }
 
@@ -119,6 +122,7 @@ impl GgmlType {
             Q6_K => "q6_K",
             Q8_K => "q8_K",
             IQ4_NL => "iq4_nl",
+            IQ4_XS => "iq4_xs",
             I8 => "i8",
             I16 => "i16",
             I32 => "i32",

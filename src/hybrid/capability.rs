@@ -43,7 +43,7 @@ use GgmlType::*;
 
 /// Every type with a block layout a weight can have.
 const WEIGHT_TYPES: &[GgmlType] = &[
-    F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+    F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
 ];
 
 /// Types activations flow in.
@@ -506,10 +506,11 @@ mod tests {
         let c = &caps[0];
         assert_eq!(c.device, "RFCPU");
         let mm = c.op("MUL_MAT").expect("MUL_MAT");
-        for t in [F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL] {
+        for t in [F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS] {
             assert!(has(&mm.weight_types, t), "MUL_MAT {t:?}: {mm:?}");
         }
-        assert_eq!(mm.activation_types, vec!["f32"]);
+        // F16/BF16 activations with every weight type (issue 25).
+        assert_eq!(mm.activation_types, vec!["f32", "f16", "bf16"]);
         assert!(mm.kv_types.is_empty());
         assert_eq!(mm.max_buffer_bytes, cpu.buffer_type().max_size());
         assert!(mm.features.iter().any(|f| f == "kind:cpu"));

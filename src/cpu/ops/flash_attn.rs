@@ -32,14 +32,16 @@ pub fn supports(node: &Tensor) -> bool {
     };
     let k_ok = match k.dtype() {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => true,
+        // A cache type must be writable (SET_ROWS): IQ4_XS, which has no quantizer, is not one.
         t => {
             kt.vec_dot.is_some()
+                && kt.from_f32.is_some()
                 && kne[0] % t.block_size() == 0
                 && traits(kt.vec_dot_type).and_then(|t| t.from_f32).is_some()
         }
     };
-    let v_ok =
-        traits(v.dtype()).and_then(|t| t.to_f32).is_some() && vne[0] % v.dtype().block_size() == 0;
+    let v_ok = traits(v.dtype()).is_some_and(|t| t.to_f32.is_some() && t.from_f32.is_some())
+        && vne[0] % v.dtype().block_size() == 0;
     if !k_ok || !v_ok || !q.has_dense_rows() || !k.has_dense_rows() || !v.has_dense_rows() {
         return false;
     }

@@ -1,6 +1,8 @@
 //! MUL_MAT: dst[i, j] = dot(src0 row i, src1 row j) for every batch, src0 broadcast over
-//! dims 2 and 3 of src1. src1 (F32) is first converted to the weight type's `vec_dot_type`
-//! when that differs (quantized weights), then tiles of the output are spread over threads.
+//! dims 2 and 3 of src1. src1 (F32, F16 or BF16) is first converted to the weight type's
+//! `vec_dot_type` when that differs, then tiles of the output are spread over threads.
+//! F16/BF16 activations are widened to F32 (exact) and then converted as F32 ones are, so a
+//! product with F16 src1 equals the one with the same values given as F32.
 
 use super::Ctx;
 use crate::cpu::types::traits;
@@ -30,7 +32,7 @@ pub fn supports(node: &Tensor) -> bool {
         return false;
     }
     let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
-    x.dtype() == GgmlType::F32
+    matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         && node.dtype() == GgmlType::F32
         && wne[0] == xne[0]
         && wne[0] % w.dtype().block_size() == 0
@@ -57,13 +59,45 @@ unsafe fn f16_single_column(n: usize, x: *const u8, y: *const u8) -> f32 {
     )
 }
 
-fn needs_conversion(w: &Tensor) -> bool {
-    traits(w.dtype()).unwrap().vec_dot_type != GgmlType::F32
+fn needs_conversion(w: &Tensor, x: &Tensor) -> bool {
+    traits(w.dtype()).unwrap().vec_dot_type != x.dtype()
+}
+
+/// Converts one activation row of `k` values (F32, F16 or BF16 at `src`) to `vdt` at `dst`:
+/// F16/BF16 widened to F32 first (in `tmp`), then packed by `vdt`'s `from_f32` or copied.
+///
+/// # Safety
+/// `src` must hold `k` values of `xt`, `dst` must have room for `vdt.row_size(k)` bytes.
+pub unsafe fn convert_row(
+    xt: GgmlType,
+    src: *const u8,
+    k: usize,
+    vdt: GgmlType,
+    dst: *mut u8,
+    tmp: &mut Vec<f32>,
+) {
+    let row: &[f32] = if xt == GgmlType::F32 {
+        std::slice::from_raw_parts(src as *const f32, k)
+    } else {
+        tmp.clear();
+        let h = std::slice::from_raw_parts(src as *const u16, k);
+        if xt == GgmlType::F16 {
+            tmp.extend(h.iter().map(|&b| half::f16::from_bits(b).to_f32()));
+        } else {
+            tmp.extend(h.iter().map(|&b| f32::from_bits((b as u32) << 16)));
+        }
+        tmp
+    };
+    if vdt == GgmlType::F32 {
+        std::ptr::copy_nonoverlapping(row.as_ptr(), dst as *mut f32, k);
+    } else {
+        (traits(vdt).unwrap().from_f32.unwrap())(row, dst);
+    }
 }
 
 pub fn work_size(node: &Tensor, _nth: usize) -> usize {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
-    if hadamard_len(node).is_some() || !needs_conversion(&w) {
+    if hadamard_len(node).is_some() || !needs_conversion(&w, &x) {
         return 0;
     }
     let vdt = traits(w.dtype()).unwrap().vec_dot_type;
@@ -77,9 +111,12 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     }
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let tr = traits(w.dtype()).unwrap();
-    // ggml-cpu takes a different F16 kernel (another summation order) for a single column;
-    // follow it so attention scores during generation agree with ggml's to the bit.
-    let vec_dot = if w.dtype() == GgmlType::F16 && x.ne()[1] == 1 {
+    // ggml-cpu takes a different F16 kernel (another summation order) for a single column,
+    // and for F16 activations it reads in place when they are not contiguous; follow it so
+    // attention scores during generation agree with ggml's to the bit.
+    let single_column = w.dtype() == GgmlType::F16
+        && (x.ne()[1] == 1 || (x.dtype() == GgmlType::F16 && !x.is_contiguous()));
+    let vec_dot = if single_column {
         f16_single_column
     } else {
         tr.vec_dot.unwrap()
@@ -88,18 +125,22 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let k = wne[0];
 
     // Activations in the dot product's type: either src1 itself or a converted copy.
-    let convert = needs_conversion(&w);
+    let convert = needs_conversion(&w, &x);
     let xrow = tr.vec_dot_type.row_size(k);
     if convert {
-        let from = traits(tr.vec_dot_type).unwrap().from_f32.unwrap();
+        let mut tmp = Vec::new();
         for r in split_range(x.nrows(), ctx.ith, ctx.nth) {
             let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
             unsafe {
-                let src = std::slice::from_raw_parts(
-                    x.data().add(x.row_offset(i1, i2, i3)) as *const f32,
+                let src = x.data().add(x.row_offset(i1, i2, i3));
+                convert_row(
+                    x.dtype(),
+                    src,
                     k,
+                    tr.vec_dot_type,
+                    ctx.wdata.add(r * xrow),
+                    &mut tmp,
                 );
-                from(src, ctx.wdata.add(r * xrow));
             }
         }
         if !ctx.sync() {
@@ -118,7 +159,13 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     };
 
     let (r2, r3) = (xne[2] / wne[2], xne[3] / wne[3]);
-    let tile = if dne[1] == 1 { tr.gemv } else { tr.gemm };
+    let tile = if single_column {
+        None
+    } else if dne[1] == 1 {
+        tr.gemv
+    } else {
+        tr.gemm
+    };
     let tile_cols = if dne[1] == 1 { 1 } else { TILE_COLS };
     let row_blocks = dne[0].div_ceil(TILE_ROWS);
     let col_blocks = dne[1].div_ceil(tile_cols);
@@ -337,6 +384,78 @@ mod tests {
                 d.op(op::MUL_MAT).src(0, &w).src(1, &x);
                 run(&d, nth);
                 assert_close(&d.get(), &reference(&w, &x), 1e-5);
+            }
+        }
+    }
+
+    /// F16 and BF16 activations are widened to F32 and then taken as F32 ones are: the product
+    /// equals, to the bit, the one with the same values given as F32 (ggml-cpu's conversion of
+    /// F32 activations to the weight's vec_dot_type), for every weight type, whole-tile and
+    /// edge shapes, one and three threads; permuted F16 activations too.
+    #[test]
+    fn mul_mat_half_activations_equal_widened_f32() {
+        let weights = [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::IQ4_NL,
+        ];
+        for wt in weights {
+            let blk = wt.block_size();
+            // One and three blocks (two super-blocks for the K-quants).
+            let ks = if blk == 256 { [256, 512] } else { [32, 96] };
+            // (m, n, batches, activation type, permuted, threads): one column, odd column
+            // counts over whole tiles and edges, batched, permuted; kept small (this runs
+            // under qemu too).
+            let cases = [
+                (7, 1, 1, GgmlType::F16, false, 1),
+                (17, 5, 2, GgmlType::F16, true, 3),
+                (33, 19, 1, GgmlType::F16, false, 3),
+                (17, 5, 2, GgmlType::BF16, false, 3),
+            ];
+            for k in ks {
+                for (m, n, b2, xt, permuted, nth) in cases {
+                    let (wne, xne) = ([k, m, 1, 1], [k, n, b2, 1]);
+                    let mut w = TT::new(wt, wne);
+                    w.set(&rand_vec(k * m, 51, -1.0, 1.0));
+                    let mut xh = if permuted {
+                        permuted12(xt, xne)
+                    } else {
+                        TT::new(xt, xne)
+                    };
+                    xh.set(&rand_vec(k * n * b2, 52, -1.0, 1.0));
+                    let mut xf = TT::new(GgmlType::F32, xne);
+                    xf.set(&xh.get());
+                    let mut dh = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                    dh.op(op::MUL_MAT).src(0, &w).src(1, &xh);
+                    assert!(super::super::supports(&dh.tensor()), "{wt:?} x {xt:?}");
+                    run(&dh, nth);
+                    let mut df = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                    df.op(op::MUL_MAT).src(0, &w).src(1, &xf);
+                    run(&df, nth);
+                    let (gh, gf) = (dh.get(), df.get());
+                    if wt == GgmlType::F16 && xt == GgmlType::F16 && permuted {
+                        // ggml reads these in place with its one-column kernel: another
+                        // summation order than the converted copy's.
+                        assert_close(&gh, &gf, 1e-5);
+                    } else {
+                        let same = gh.iter().zip(&gf).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{wt:?} x {xt:?} k={k} m={m} n={n} permuted={permuted}"
+                        );
+                    }
+                }
             }
         }
     }

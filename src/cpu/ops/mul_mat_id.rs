@@ -1,6 +1,6 @@
 //! MUL_MAT_ID (mixture of experts): for token t and slot e, expert x = ids[e, t] and
 //! dst[:, e, t] = src0[:, :, x] · src1[:, e % ne11, t]. src0 [K, M, n_expert] in any type with
-//! CPU kernels; src1 F32 [K, ne11 (n_used or 1), n_tokens]; ids I32 [n_used, n_tokens];
+//! CPU kernels; src1 F32, F16 or BF16 [K, ne11 (n_used or 1), n_tokens]; ids I32 [n_used, n_tokens];
 //! dst F32 [M, n_used, n_tokens]. src1 is first converted to the weight type's dot type;
 //! work is spread as (expert, block of weight rows) tasks so each expert's rows stay hot.
 
@@ -25,7 +25,7 @@ pub fn supports(node: &Tensor) -> bool {
         return false;
     }
     let (wne, xne, ine, dne) = (w.ne(), x.ne(), ids.ne(), node.ne());
-    x.dtype() == GgmlType::F32
+    matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         && node.dtype() == GgmlType::F32
         && ids.dtype() == GgmlType::I32
         && wne[3] == 1
@@ -65,21 +65,20 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let k = wne[0];
     let xrow = dot_row_size(node);
 
-    // src1 in the dot type, every column, laid out densely in the scratch.
-    let to_dot: Option<crate::cpu::types::FromF32> = if tr.vec_dot_type == GgmlType::F32 {
-        Some(|s: &[f32], d: *mut u8| unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), d as *mut f32, s.len())
-        })
-    } else {
-        traits(tr.vec_dot_type).unwrap().from_f32
-    };
-    let to_dot = to_dot.unwrap();
+    // src1 in the dot type, every column, laid out densely in the scratch (F16/BF16 widened
+    // to F32 first, as MUL_MAT does).
+    let mut tmp = Vec::new();
     for r in split_range(xne[1] * xne[2], ctx.ith, ctx.nth) {
         let (i1, i2) = (r % xne[1], r / xne[1]);
         unsafe {
-            let src =
-                std::slice::from_raw_parts(x.data().add(x.row_offset(i1, i2, 0)) as *const f32, k);
-            to_dot(src, ctx.wdata.add(r * xrow));
+            super::mul_mat::convert_row(
+                x.dtype(),
+                x.data().add(x.row_offset(i1, i2, 0)),
+                k,
+                tr.vec_dot_type,
+                ctx.wdata.add(r * xrow),
+                &mut tmp,
+            );
         }
     }
     if !ctx.sync() {
@@ -162,6 +161,48 @@ mod tests {
                         }
                     }
                     assert_close(&d.get(), &want, 1e-5);
+                }
+            }
+        }
+    }
+
+    /// F16/BF16 activations give, to the bit, the product of the same values given as F32.
+    #[test]
+    fn mul_mat_id_half_activations_equal_widened_f32() {
+        let (m, n_exp, n_used, n_tok) = (9, 4, 2, 5);
+        let idv = [3.0, 0.0, 1.0, 3.0, 2.0, 2.0, 0.0, 1.0, 1.0, 2.0];
+        for wt in [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+        ] {
+            let k = if wt.block_size() == 256 { 256 } else { 96 };
+            for xt in [GgmlType::F16, GgmlType::BF16] {
+                for nth in [1, 3] {
+                    let mut w = TT::new(wt, [k, m, n_exp, 1]);
+                    w.set(&rand_vec(k * m * n_exp, 5, -1.0, 1.0));
+                    let mut xh = TT::new(xt, [k, n_used, n_tok, 1]);
+                    xh.set(&rand_vec(k * n_used * n_tok, 6, -1.0, 1.0));
+                    let mut xf = TT::new(GgmlType::F32, [k, n_used, n_tok, 1]);
+                    xf.set(&xh.get());
+                    let mut ids = TT::new(GgmlType::I32, [n_used, n_tok, 1, 1]);
+                    ids.set(&idv);
+                    let mut out = vec![];
+                    for x in [&xh, &xf] {
+                        let mut d = TT::new(GgmlType::F32, [m, n_used, n_tok, 1]);
+                        d.op(op::MUL_MAT_ID).src(0, &w).src(1, x).src(2, &ids);
+                        assert!(super::supports(&d.tensor()));
+                        run(&d, nth);
+                        out.push(d.get());
+                    }
+                    let same = out[0]
+                        .iter()
+                        .zip(&out[1])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{wt:?} x {xt:?} nth={nth}");
                 }
             }
         }

@@ -7,6 +7,7 @@
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 pub mod iq4_nl;
+pub mod iq4_xs;
 pub mod kquant_search;
 pub mod q2_k;
 pub mod q3_k;
@@ -223,6 +224,15 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
             .map(|t| with_gemm_tile!(t, q6_k, 1)),
         IQ4_NL => full(iq4_nl::to_f32, iq4_nl::from_f32, Q8_0, iq4_nl::vec_dot_fn())
             .map(|t| with_tiles!(t, iq4_nl, avx512)),
+        // Weight-only: no quantizer (see iq4_xs.rs), so no CPY / SET_ROWS into it.
+        IQ4_XS => Some(TypeTraits {
+            to_f32: Some(iq4_xs::to_f32),
+            from_f32: None,
+            vec_dot_type: Q8_K,
+            vec_dot: Some(iq4_xs::vec_dot_fn()),
+            gemm: None,
+            gemv: None,
+        }),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits {
             to_f32: None,

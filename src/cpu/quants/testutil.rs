@@ -65,7 +65,7 @@ pub fn check_round_trip(t: GgmlType, from: FromF32, to: ToF32, tol: f32) {
 
 /// Formats with a NEON dot (every format with a dot; one without runs its scalar
 /// reference on aarch64).
-const NEON_DOTS: [GgmlType; 11] = [
+const NEON_DOTS: [GgmlType; 12] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -77,6 +77,7 @@ const NEON_DOTS: [GgmlType; 11] = [
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// Every format has an AVX2 dot, some a NEON one: where it may run it must be what is
