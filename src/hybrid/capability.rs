@@ -463,13 +463,27 @@ mod tests {
     use crate::tensor::Tensor;
     use std::ffi::CStr;
 
-    /// RFCPU's memory with RFGPU's `supports` (src/gpu/ops), to probe the GPU's op table
-    /// without a GPU.
-    struct GpuTable(CpuDevice);
+    /// RFCPU's memory with another device's op table (`accepts`): RFGPU's (src/gpu/ops), to
+    /// probe it without a GPU, or none.
+    struct Table {
+        cpu: CpuDevice,
+        kind: DeviceKind,
+        accepts: fn(&Tensor) -> bool,
+    }
 
-    impl Device for GpuTable {
+    impl Table {
+        fn gpu() -> Table {
+            Table {
+                cpu: CpuDevice::new(),
+                kind: DeviceKind::Gpu,
+                accepts: crate::gpu::ops::supports,
+            }
+        }
+    }
+
+    impl Device for Table {
         fn name(&self) -> &CStr {
-            c"GPUTABLE"
+            c"TABLE"
         }
         fn description(&self) -> &CStr {
             c"table \"of\" RFGPU"
@@ -478,19 +492,19 @@ mod tests {
             (0, 0)
         }
         fn kind(&self) -> DeviceKind {
-            DeviceKind::Gpu
+            self.kind
         }
         fn caps(&self) -> DeviceCaps {
             DeviceCaps::default()
         }
         fn buffer_type(&self) -> &dyn BufferType {
-            self.0.buffer_type()
+            self.cpu.buffer_type()
         }
         fn new_backend(&self) -> Result<Box<dyn Backend>> {
-            self.0.new_backend()
+            self.cpu.new_backend()
         }
         fn supports_op(&self, node: &Tensor) -> bool {
-            crate::gpu::ops::supports(node)
+            (self.accepts)(node)
         }
     }
 
@@ -550,7 +564,7 @@ mod tests {
     /// caches only, SET_ROWS into Q8_0 / Q4_0 but not Q4_1.
     #[test]
     fn gpu_table_capabilities() {
-        let gpu = GpuTable(CpuDevice::new());
+        let gpu = Table::gpu();
         let caps = CapabilityProvider::collect(&[&gpu]);
         let c = &caps[0];
         let fa = c.op("FLASH_ATTN_EXT").expect("FLASH_ATTN_EXT");
@@ -567,7 +581,7 @@ mod tests {
     #[test]
     fn json_is_well_formed() {
         let cpu = CpuDevice::new();
-        let gpu = GpuTable(CpuDevice::new());
+        let gpu = Table::gpu();
         let caps = CapabilityProvider::collect(&[&cpu, &gpu]);
         let j = CapabilityProvider::to_json(&caps);
         assert!(json_valid(&j), "{j}");
@@ -580,34 +594,12 @@ mod tests {
     /// A device that accepts nothing reports no op.
     #[test]
     fn ops_without_types_are_left_out() {
-        struct Nothing(CpuDevice);
-        impl Device for Nothing {
-            fn name(&self) -> &CStr {
-                c"NOTHING"
-            }
-            fn description(&self) -> &CStr {
-                c"nothing"
-            }
-            fn memory(&self) -> (usize, usize) {
-                (0, 0)
-            }
-            fn kind(&self) -> DeviceKind {
-                DeviceKind::Cpu
-            }
-            fn caps(&self) -> DeviceCaps {
-                DeviceCaps::default()
-            }
-            fn buffer_type(&self) -> &dyn BufferType {
-                self.0.buffer_type()
-            }
-            fn new_backend(&self) -> Result<Box<dyn Backend>> {
-                self.0.new_backend()
-            }
-            fn supports_op(&self, _node: &Tensor) -> bool {
-                false
-            }
-        }
-        let caps = CapabilityProvider::collect(&[&Nothing(CpuDevice::new())]);
+        let nothing = Table {
+            cpu: CpuDevice::new(),
+            kind: DeviceKind::Cpu,
+            accepts: |_| false,
+        };
+        let caps = CapabilityProvider::collect(&[&nothing]);
         assert!(caps[0].ops.is_empty());
     }
 }
