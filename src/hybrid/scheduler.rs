@@ -181,7 +181,6 @@ impl HybridScheduler {
                 choice[i - 1] = from[i][choice[i]];
             }
         }
-        let gpu_absent = self.cost.profile.gpu_bw_gbs <= 0.0;
         (0..n)
             .map(|i| {
                 let k = choice[i];
@@ -191,15 +190,7 @@ impl HybridScheduler {
                     compute[i][k] + external[i][k] + if moved { switch[i][k] } else { 0.0 };
                 let f = &facts[i];
                 let reason = if !(f.gpu_ok && f.gpu_mem_ok) {
-                    if !f.gpu_ok {
-                        if gpu_absent {
-                            GpuUnavailable
-                        } else {
-                            CpuFallback
-                        }
-                    } else {
-                        MemoryConstraint
-                    }
+                    self.why_not_gpu(f)
                 } else if !f.cpu_ok {
                     GpuAvailable
                 } else {
@@ -216,6 +207,17 @@ impl HybridScheduler {
                 }
             })
             .collect()
+    }
+
+    /// Why a node the GPU cannot take runs on the CPU.
+    fn why_not_gpu(&self, f: &NodeFacts) -> SelectionReason {
+        if f.gpu_ok {
+            SelectionReason::MemoryConstraint
+        } else if self.cost.profile.gpu_bw_gbs <= 0.0 {
+            SelectionReason::GpuUnavailable
+        } else {
+            SelectionReason::CpuFallback
+        }
     }
 
     /// µs of moving the node's inputs to `to`.
@@ -267,15 +269,7 @@ impl HybridScheduler {
         use SelectionReason::*;
         let gpu_can = f.gpu_ok && f.gpu_mem_ok;
         // Where the GPU cannot take the node: why not.
-        let cpu_because = if !f.gpu_ok {
-            if self.cost.profile.gpu_bw_gbs <= 0.0 {
-                GpuUnavailable
-            } else {
-                CpuFallback
-            }
-        } else {
-            MemoryConstraint
-        };
+        let cpu_because = self.why_not_gpu(f);
         let on = |place: Place, reason: SelectionReason| {
             let predicted_us =
                 self.cost.compute_us(n, place) + self.inputs_us(n, place, written, copied, view);
