@@ -69,6 +69,8 @@ pub struct HybridBackend {
     launches: usize,
     /// Created at the first GPU segment when the GPU has events.
     events: Option<StreamEvents>,
+    /// This backend's id in the residency map's logs.
+    log: u64,
     /// Copies are timed (nodes timed alone: their copies' time is not theirs), and the µs
     /// they took so far.
     time_copies: bool,
@@ -188,6 +190,7 @@ impl HybridBackend {
         let cpu = shared.cpu.new_backend()?;
         let cfg = shared.config();
         let sched = HybridScheduler::new(cfg.strategy, shared.cost_model());
+        let log = shared.residency().open_log();
         Ok(HybridBackend {
             shared,
             cpu,
@@ -204,6 +207,7 @@ impl HybridBackend {
             streamed: false,
             launches: 0,
             events: None,
+            log,
             time_copies: false,
             copy_us: 0.0,
             shadows: Shadows(Vec::new()),
@@ -837,8 +841,9 @@ impl HybridBackend {
         if res.placed_epoch != Some(cfg.epoch) {
             self.place(nodes, &mut res)?;
         }
-        let log = std::mem::take(&mut res.host_log);
-        let overflow = std::mem::take(&mut res.log_overflow);
+        let (log, overflow) = res.take_log(self.log);
+        // Another backend's graph since ours may have changed any state: walk the nodes.
+        let foreign = res.last_computer.replace(self.log) != Some(self.log);
         let telemetry = shared.telemetry().enabled();
         self.telemetry = telemetry;
         // With telemetry, the first graphs (a warm-up, the prompt, a token) are timed node by
@@ -848,7 +853,7 @@ impl HybridBackend {
         } else {
             self.graphs % REFINE_EVERY == 1
         };
-        if same && !overflow && !sample && self.fast.is_some() {
+        if same && !overflow && !foreign && !sample && self.fast.is_some() {
             return self.compute_fast(nodes, &mut res, &log);
         }
         self.fast = None;
@@ -1032,6 +1037,7 @@ impl HybridBackend {
 impl Drop for HybridBackend {
     fn drop(&mut self) {
         let _ = self.sync_gpus();
+        self.shared.residency().close_log(self.log);
         self.shared.telemetry().finish();
     }
 }

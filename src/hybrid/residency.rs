@@ -196,12 +196,19 @@ pub struct Residency {
     pub arena_half: usize,
     /// The configuration epoch the weights were placed for (None: not yet).
     pub placed_epoch: Option<u64>,
-    /// Ranges whose state buffer calls changed (the host wrote them, or read them from the GPU)
-    /// since the last graph, for a backend that replays a graph without walking its nodes;
-    /// `log_overflow`: too many to keep.
-    pub host_log: Vec<(usize, usize)>,
-    pub log_overflow: bool,
+    /// Per backend (by id): the ranges whose state buffer calls changed (the host wrote them,
+    /// or read them from the GPU) since its last graph, for a backend that replays a graph
+    /// without walking its nodes, and whether there were too many to keep.
+    logs: Vec<HostLog>,
+    next_log: u64,
+    /// The backend that computed the last graph: another one's graph may have changed any
+    /// state, so a replay is only for the same backend twice in a row.
+    pub last_computer: Option<u64>,
 }
+
+/// A backend's id, the ranges buffer calls changed since its last graph, and whether some were
+/// not kept.
+type HostLog = (u64, Vec<(usize, usize)>, bool);
 
 /// Most host writes kept between graphs (a token's inputs are a handful).
 const HOST_LOG_MAX: usize = 1024;
@@ -220,8 +227,9 @@ impl Residency {
             arena_used: 0,
             arena_half: 0,
             placed_epoch: None,
-            host_log: Vec::new(),
-            log_overflow: false,
+            logs: Vec::new(),
+            next_log: 1,
+            last_computer: None,
         }
     }
 
@@ -476,12 +484,35 @@ impl Residency {
         self.log_host_access(p0, len);
     }
 
-    /// Notes a range whose state a buffer call changed (written, or fetched for reading).
+    /// Notes a range whose state a buffer call changed (written, or fetched for reading), for
+    /// every backend.
     pub fn log_host_access(&mut self, p0: usize, len: usize) {
-        if self.host_log.len() < HOST_LOG_MAX {
-            self.host_log.push((p0, len));
-        } else {
-            self.log_overflow = true;
+        for (_, log, overflow) in &mut self.logs {
+            if log.len() < HOST_LOG_MAX {
+                log.push((p0, len));
+            } else {
+                *overflow = true;
+            }
+        }
+    }
+
+    /// A log for a new backend: its id.
+    pub fn open_log(&mut self) -> u64 {
+        let id = self.next_log;
+        self.next_log += 1;
+        self.logs.push((id, Vec::new(), false));
+        id
+    }
+
+    pub fn close_log(&mut self, id: u64) {
+        self.logs.retain(|(i, _, _)| *i != id);
+    }
+
+    /// Backend `id`'s ranges since its last graph, and whether some were not kept (emptied).
+    pub fn take_log(&mut self, id: u64) -> (Vec<(usize, usize)>, bool) {
+        match self.logs.iter_mut().find(|(i, _, _)| *i == id) {
+            Some((_, log, overflow)) => (std::mem::take(log), std::mem::take(overflow)),
+            None => (Vec::new(), true),
         }
     }
 
@@ -600,6 +631,28 @@ mod tests {
             Err(crate::device::Error::Device("no".into()))
         });
         assert!(r.is_err());
+    }
+
+    /// Each backend sees every buffer call since its own last graph, whoever computed since.
+    #[test]
+    fn every_backend_has_its_own_log() {
+        let mut r = Residency::new(0);
+        let (a, b) = (r.open_log(), r.open_log());
+        r.host_wrote(100, 10);
+        assert_eq!(r.take_log(a), (vec![(100, 10)], false));
+        r.host_wrote(200, 10);
+        assert_eq!(r.take_log(b), (vec![(100, 10), (200, 10)], false));
+        assert_eq!(r.take_log(a), (vec![(200, 10)], false));
+        r.close_log(a);
+        assert_eq!(
+            r.take_log(a),
+            (vec![], true),
+            "an unknown log is never a clean one"
+        );
+        for i in 0..HOST_LOG_MAX + 1 {
+            r.log_host_access(i, 1);
+        }
+        assert!(r.take_log(b).1, "overflow");
     }
 
     #[test]
