@@ -261,6 +261,46 @@ impl<'a> Tensor<'a> {
 /// it in its repeated-graph key.
 static FREE_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Most words `node_words` writes for one node.
+pub const NODE_WORDS: usize = 2 + 8 + TENSOR_WORDS * (1 + crate::ffi::abi::GGML_MAX_SRC);
+pub const TENSOR_WORDS: usize = 10;
+
+/// One node's words written into `w` (address, type, shape and strides of it and of its
+/// sources up to the last one present, op, flags and parameters); returns how many.
+pub fn node_words(n: &Tensor, w: &mut [u64; NODE_WORDS]) -> usize {
+    fn tensor(w: &mut [u64; NODE_WORDS], at: usize, t: &crate::ffi::abi::ggml_tensor) {
+        w[at] = t.data as usize as u64;
+        w[at + 1] = t.type_ as u32 as u64;
+        for i in 0..4 {
+            w[at + 2 + i] = t.ne[i] as u64;
+            w[at + 6 + i] = t.nb[i] as u64;
+        }
+    }
+    let r = n.raw();
+    // Flags too: fusion skips writing intermediates that are not graph outputs.
+    let nsrc = r
+        .src
+        .iter()
+        .rposition(|s| !s.is_null())
+        .map_or(0, |i| i + 1);
+    w[0] = r.op as u32 as u64 | (r.flags as u32 as u64) << 32;
+    w[1] = nsrc as u64;
+    for (i, p) in r.op_params.chunks_exact(2).enumerate() {
+        w[2 + i] = p[0] as u32 as u64 | (p[1] as u32 as u64) << 32;
+    }
+    tensor(w, 10, r);
+    let mut at = 10 + TENSOR_WORDS;
+    for s in &r.src[..nsrc] {
+        match unsafe { s.as_ref() } {
+            Some(s) => tensor(w, at, s),
+            // An absent source between present ones (words that no tensor writes).
+            None => w[at..at + TENSOR_WORDS].fill(u64::MAX),
+        }
+        at += TENSOR_WORDS;
+    }
+    at
+}
+
 pub fn free_epoch() -> u64 {
     FREE_EPOCH.load(std::sync::atomic::Ordering::Acquire)
 }

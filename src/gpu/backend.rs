@@ -18,7 +18,7 @@ use super::api::{DevPtr, Event, GraphExec, Stream};
 use super::ops;
 use super::{GpuCtx, GpuEvent};
 use crate::device::{Backend, Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{node_words, Tensor, NODE_WORDS, TENSOR_WORDS};
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
@@ -171,51 +171,11 @@ fn same_runtime(a: &GpuCtx, b: &GpuCtx) -> bool {
     )
 }
 
-/// Most words `node_words` writes for one node.
-const NODE_WORDS: usize = 2 + 8 + TENSOR_WORDS * (1 + crate::ffi::abi::GGML_MAX_SRC);
-const TENSOR_WORDS: usize = 10;
-
 /// What the kernel arguments of a graph are made of: per node its op, parameters and type,
 /// and address, shape and strides of it and its sources. Equal keys launch identical kernels
 /// (fusion decisions included: they follow from ops, flags and which addresses feed which).
-/// The key is the scratch address, then `node_words` of every node.
-/// One node's words written into `w` (address, type, shape and strides of it and of its
-/// sources up to the last one present, op, flags and parameters); returns how many.
-fn node_words(n: &Tensor, w: &mut [u64; NODE_WORDS]) -> usize {
-    fn tensor(w: &mut [u64; NODE_WORDS], at: usize, t: &crate::ffi::abi::ggml_tensor) {
-        w[at] = t.data as usize as u64;
-        w[at + 1] = t.type_ as u32 as u64;
-        for i in 0..4 {
-            w[at + 2 + i] = t.ne[i] as u64;
-            w[at + 6 + i] = t.nb[i] as u64;
-        }
-    }
-    let r = n.raw();
-    // Flags too: fusion skips writing intermediates that are not graph outputs.
-    let nsrc = r
-        .src
-        .iter()
-        .rposition(|s| !s.is_null())
-        .map_or(0, |i| i + 1);
-    w[0] = r.op as u32 as u64 | (r.flags as u32 as u64) << 32;
-    w[1] = nsrc as u64;
-    for (i, p) in r.op_params.chunks_exact(2).enumerate() {
-        w[2 + i] = p[0] as u32 as u64 | (p[1] as u32 as u64) << 32;
-    }
-    tensor(w, 10, r);
-    let mut at = 10 + TENSOR_WORDS;
-    for s in &r.src[..nsrc] {
-        match unsafe { s.as_ref() } {
-            Some(s) => tensor(w, at, s),
-            // An absent source between present ones (words that no tensor writes).
-            None => w[at..at + TENSOR_WORDS].fill(u64::MAX),
-        }
-        at += TENSOR_WORDS;
-    }
-    at
-}
-
-/// The graph's key written into `key` (cleared first, capacity kept).
+/// The key is the scratch address, then `node_words` (src/tensor.rs) of every node, written
+/// into `key` (cleared first, capacity kept).
 fn graph_key(key: &mut Vec<u64>, nodes: &[Tensor], scratch: DevPtr) {
     key.clear();
     key.push(scratch);

@@ -12,7 +12,7 @@ use super::{BackendSelection, ExecutionStrategy, Place, SelectionReason};
 use crate::device::{Backend, Error, Result};
 use crate::ffi::abi::{ggml_tensor, GGML_MAX_SRC};
 use crate::ggml_types::op;
-use crate::tensor::Tensor;
+use crate::tensor::{node_words, Tensor, NODE_WORDS};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -148,25 +148,15 @@ fn graph_words(nodes: &[Tensor], epoch: u64, out: &mut Vec<u64>) {
     out.clear();
     out.push(epoch);
     out.push(crate::tensor::free_epoch());
+    let mut w = [0u64; NODE_WORDS];
     for n in nodes {
+        // The structs themselves too: the shadows point at them.
         let r = n.raw();
         out.push(n.as_ptr() as u64);
-        out.push(r.op as u32 as u64 | (r.flags as u32 as u64) << 32);
-        out.push(r.type_ as u32 as u64);
-        out.push(r.data as u64);
         out.push(r.view_src as u64);
-        out.extend(r.ne.iter().map(|&v| v as u64));
-        out.extend(r.nb.iter().map(|&v| v as u64));
-        out.extend(r.op_params.iter().map(|&v| v as u32 as u64));
-        for i in 0..GGML_MAX_SRC {
-            out.push(r.src[i] as u64);
-            if let Some(s) = n.src(i) {
-                let sr = s.raw();
-                out.push(sr.data as u64 ^ (sr.type_ as u32 as u64) << 56);
-                out.extend(sr.ne.iter().map(|&v| v as u64));
-                out.extend(sr.nb.iter().map(|&v| v as u64));
-            }
-        }
+        out.extend(r.src.iter().map(|&s| s as u64));
+        let len = node_words(n, &mut w);
+        out.extend_from_slice(&w[..len]);
     }
 }
 
@@ -959,7 +949,7 @@ impl HybridBackend {
                     let us = (t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied)).max(0.0);
                     self.sched.cost.observe(n, place, us);
                     if telemetry {
-                        self.record(n, &plan[a + o], us);
+                        self.record_segment(std::slice::from_ref(n), &plan[a + o..=a + o], us);
                     }
                 }
                 self.time_copies = false;
@@ -987,31 +977,16 @@ impl HybridBackend {
         Ok(())
     }
 
-    fn record(&self, n: &Tensor, sel: &BackendSelection, us: f64) {
-        let mut t = self.shared.telemetry();
-        let start_us = t.now_us() - us;
-        t.record(ExecutionEvent {
-            graph: self.graphs,
-            node: n.name(),
-            op: op::name(n.op()),
-            kind: EventKind::Compute,
-            place: sel.place,
-            reason: sel.reason.to_string(),
-            predicted_us: sel.predicted_us,
-            measured_us: us,
-            bytes_moved: 0,
-            start_us,
-            timed: true,
-        });
-    }
-
-    /// A segment timed as a whole: each node gets the share of the time its prediction has.
+    /// A segment timed as a whole: each node gets the share of the time its prediction has (a
+    /// node timed alone, all of it).
     fn record_segment(&self, seg: &[Tensor], sels: &[BackendSelection], us: f64) {
         let total: f64 = sels.iter().map(|s| s.predicted_us).sum();
         let mut t = self.shared.telemetry();
         let mut at = t.now_us() - us;
         for (n, s) in seg.iter().zip(sels) {
-            let share = if total > 0.0 {
+            let share = if seg.len() == 1 {
+                us
+            } else if total > 0.0 {
                 us * s.predicted_us / total
             } else {
                 us / seg.len() as f64

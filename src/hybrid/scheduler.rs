@@ -109,7 +109,7 @@ impl HybridScheduler {
             let mut inside = 0usize;
             for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
                 let Some((p, len)) = range(&s) else { continue };
-                if covered_by_any(&written, p, len) {
+                if covered_by(&written, p, len, None) {
                     inside += len;
                     continue;
                 }
@@ -234,7 +234,7 @@ impl HybridScheduler {
             let Some((p, len)) = n.src(i).as_ref().and_then(range) else {
                 continue;
             };
-            if covered_by(copied, p, len, to) {
+            if covered_by(copied, p, len, Some(to)) {
                 continue;
             }
             let (mut from_graph, mut covered) = (0usize, 0usize);
@@ -316,20 +316,20 @@ impl HybridScheduler {
     }
 }
 
-/// Whether [p, p + len) lies wholly in marked ranges (of either place).
-fn covered_by_any(m: &BTreeMap<usize, (usize, Place)>, p: usize, len: usize) -> bool {
-    covered_by(m, p, len, Place::Cpu)
-}
-
-/// Whether [p, p + len) lies wholly in ranges marked `place`.
-fn covered_by(m: &BTreeMap<usize, (usize, Place)>, p: usize, len: usize, place: Place) -> bool {
+/// Whether [p, p + len) lies wholly in marked ranges: marked `place`, or (None) marked at all.
+fn covered_by(
+    m: &BTreeMap<usize, (usize, Place)>,
+    p: usize,
+    len: usize,
+    place: Option<Place>,
+) -> bool {
     let mut at = p;
     let first = m.range(..=p).next_back().map_or(p, |(&s, _)| s);
     for (&s, &(e, w)) in m.range(first..p + len) {
         if e <= at {
             continue;
         }
-        if s > at || w != place {
+        if s > at || place.is_some_and(|pl| w != pl) {
             return false;
         }
         at = e;
