@@ -65,6 +65,8 @@ const TRANSFER_BYTES: usize = 64 << 20;
 #[derive(Debug)]
 struct DeviceNumbers {
     node_us: f64,
+    /// A graph of one tiny node, launched and waited for.
+    one_graph_us: f64,
     bw_gbs: f64,
     gflops: f64,
     fa_gflops: f64,
@@ -79,8 +81,10 @@ pub fn measure(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile {
     let mut p = Profile::default_guess(gpu.is_some());
     let threads = crate::cpu::default_threads();
     p.cpu_threads = threads;
+    let mut cpu_one_us = None;
     match measure_device(cpu, &CPU_PLAN, &format!("CPU, {threads} threads")) {
         Some(d) => {
+            cpu_one_us = Some(d.one_graph_us);
             p.cpu_node_us = d.node_us;
             p.cpu_bw_gbs = d.bw_gbs;
             p.cpu_gflops = d.gflops;
@@ -97,6 +101,9 @@ pub fn measure(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile {
         };
         match measure_device(g, plan, "GPU") {
             Some(d) => {
+                if let Some(c) = cpu_one_us {
+                    p.switch_us = c + d.one_graph_us;
+                }
                 p.gpu_node_us = d.node_us;
                 p.gpu_bw_gbs = d.bw_gbs;
                 p.gpu_gflops = d.gflops;
@@ -235,6 +242,7 @@ fn measure_device(dev: &dyn Device, plan: &Plan, what: &str) -> Option<DeviceNum
         return None;
     }
     let mut node_us = time_graph(be.as_mut(), &tiny)? / TINY_NODES as f64;
+    let one_graph_us = time_graph(be.as_mut(), &tiny[..1])?;
     let started = Instant::now();
 
     // Streaming bandwidth: one large ADD, its three operands in the weight region.
@@ -347,6 +355,7 @@ fn measure_device(dev: &dyn Device, plan: &Plan, what: &str) -> Option<DeviceNum
     );
     Some(DeviceNumbers {
         node_us,
+        one_graph_us,
         bw_gbs,
         gflops,
         fa_gflops,
@@ -435,7 +444,7 @@ fn measure_transfers(dev: &dyn Device, p: &mut Profile) {
 const HEADER: &str = "rocmforge-hybrid-profile 1";
 
 impl Profile {
-    fn scalars(&self) -> [(&'static str, f64); 15] {
+    fn scalars(&self) -> [(&'static str, f64); 16] {
         [
             ("cpu_node_us", self.cpu_node_us),
             ("gpu_node_us", self.gpu_node_us),
@@ -447,6 +456,7 @@ impl Profile {
             ("h2d_pageable_gbs", self.h2d_pageable_gbs),
             ("d2h_gbs", self.d2h_gbs),
             ("transfer_us", self.transfer_us),
+            ("switch_us", self.switch_us),
             ("d2h_pinned_gbs", self.d2h_pinned_gbs),
             ("cpu_fa_gflops", self.cpu_fa_gflops),
             ("gpu_fa_gflops", self.gpu_fa_gflops),
@@ -525,6 +535,7 @@ impl Profile {
                 "h2d_pageable_gbs" => &mut p.h2d_pageable_gbs,
                 "d2h_gbs" => &mut p.d2h_gbs,
                 "transfer_us" => &mut p.transfer_us,
+                "switch_us" => &mut p.switch_us,
                 "d2h_pinned_gbs" => &mut p.d2h_pinned_gbs,
                 "cpu_fa_gflops" => &mut p.cpu_fa_gflops,
                 "gpu_fa_gflops" => &mut p.gpu_fa_gflops,

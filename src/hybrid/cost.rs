@@ -158,6 +158,10 @@ pub struct Profile {
     pub d2h_gbs: f64,
     /// Latency of one transfer, µs.
     pub transfer_us: f64,
+    /// What a change of place between consecutive nodes costs besides moving data, µs: a
+    /// one-node graph on each device, launched and waited for (the GPU's stream synchronised
+    /// before the CPU reads, the CPU's threads woken, the GPU launched again).
+    pub switch_us: f64,
     /// Device to pinned host memory, GB/s (`d2h_gbs` is to pageable memory).
     pub d2h_pinned_gbs: f64,
     /// FLASH_ATTN_EXT throughput at a prompt-sized batch, GFLOP/s.
@@ -187,6 +191,7 @@ impl Profile {
             h2d_pageable_gbs: pcie_gbs / 3.0,
             d2h_gbs: pcie_gbs,
             transfer_us: 10.0,
+            switch_us: 10.0,
             d2h_pinned_gbs: pcie_gbs,
             cpu_fa_gflops: cpu_bw_gbs * 10.0,
             gpu_fa_gflops: gpu_bw_gbs * 100.0,
@@ -214,6 +219,7 @@ impl Profile {
             h2d_pageable_gbs: 8.0,
             d2h_gbs: 8.0,
             transfer_us: 15.0,
+            switch_us: 20.0,
             d2h_pinned_gbs: 20.0,
             cpu_fa_gflops: 150.0,
             gpu_fa_gflops: 20_000.0 * g,
@@ -241,6 +247,14 @@ impl Profile {
                 mm: &self.gpu_mm,
             },
         }
+    }
+
+    /// Whether the products of `class` on `place` were measured.
+    pub fn has_curve(&self, place: Place, class: TypeClass) -> bool {
+        self.side(place)
+            .mm
+            .iter()
+            .any(|c| c.class == class && !c.points.is_empty())
     }
 
     /// Product throughput (GFLOP/s) on `place` for weights of `class` at `n` columns.
@@ -467,7 +481,15 @@ impl CostModel {
                 n,
             } => {
                 let g = (self.profile.mm_gflops(place, class, n) * 1e3).max(1e-6);
-                (flops * scale / g).max(stream)
+                // A measured curve already holds the weight reads (its one-column point reads
+                // weights larger than the caches): a streaming ADD's bandwidth is no bound on it
+                // (on the H200 host an ADD streams at 26 GB/s, a matrix-vector product reads
+                // Q4_0 weights at 107 GB/s, and the bound made the CPU look 3x slower).
+                if self.profile.has_curve(place, class) {
+                    flops * scale / g
+                } else {
+                    (flops * scale / g).max(stream)
+                }
             }
             Work::Attention { flops, .. } => {
                 let g = (s.fa * 1e3).max(1e-6);

@@ -107,8 +107,17 @@ impl HybridScheduler {
             let ok = [f.cpu_ok || !gpu_can, gpu_can];
             let mut ext = [0.0f64; 2];
             let mut inside = 0usize;
+            let own = range(n);
             for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
                 let Some((p, len)) = range(&s) else { continue };
+                // The destination a node writes rows into (SET_ROWS' cache): not an input to
+                // move. A layer's cache follows its attention's place (brought over whole once
+                // when that place changes); charging it here made a cache written by the CPU
+                // once cost its whole size on the GPU at every later token, so SET_ROWS and the
+                // nodes around it left the GPU in every layer.
+                if own.is_some_and(|(o, ol)| o <= p && p + len <= o + ol) {
+                    continue;
+                }
                 if covered_by(&written, p, len, None) {
                     inside += len;
                     continue;
@@ -163,7 +172,7 @@ impl HybridScheduler {
                     (0.0, k)
                 } else {
                     let stay = dp[i - 1][k];
-                    let moved = dp[i - 1][1 - k] + switch[i][k];
+                    let moved = dp[i - 1][1 - k] + switch[i][k] + self.cost.profile.switch_us;
                     if stay <= moved {
                         (stay, k)
                     } else {
@@ -186,8 +195,13 @@ impl HybridScheduler {
                 let k = choice[i];
                 let place = places[k];
                 let moved = i > 0 && choice[i - 1] != k;
-                let predicted_us =
-                    compute[i][k] + external[i][k] + if moved { switch[i][k] } else { 0.0 };
+                let predicted_us = compute[i][k]
+                    + external[i][k]
+                    + if moved {
+                        switch[i][k] + self.cost.profile.switch_us
+                    } else {
+                        0.0
+                    };
                 let f = &facts[i];
                 let reason = if !(f.gpu_ok && f.gpu_mem_ok) {
                     self.why_not_gpu(f)
@@ -528,6 +542,7 @@ mod tests {
         let mut x = mk(GgmlType::F32, [D, 1, 1, 1], &mut at);
         x.op(op::GET_ROWS);
         let mut resident = Vec::new();
+        let mut everything = Vec::new();
         let mut nodes: Vec<*const Synth> = Vec::new();
         let mut layer_of = Vec::new();
         let mut cur: *const Synth = &*x;
@@ -537,6 +552,7 @@ mod tests {
                 if layer == 0 {
                     resident.push((t.t.data as usize, t.nbytes()));
                 }
+                everything.push((t.t.data as usize, t.nbytes()));
                 t
             };
             let wn = w([D, 1, 1, 1], GgmlType::F32, &mut at);
@@ -572,7 +588,11 @@ mod tests {
             let kr = step(kr, &mut keep);
             let mut sr = Box::new(Synth::new(GgmlType::F16, [1024, 512, 1, 1]));
             sr.set_data(cache.t.data as *mut u8);
-            sr.op(op::SET_ROWS).src(0, src(kr)).src(1, &idx);
+            // ggml's SET_ROWS: values, row indices, and the destination again as src[2].
+            sr.op(op::SET_ROWS)
+                .src(0, src(kr))
+                .src(1, &idx)
+                .src(2, &cache);
             step(sr, &mut keep);
             let mut att = mk(GgmlType::F32, [512, 1, 1, 1], &mut at);
             att.op(op::MUL_MAT).src(0, &cache).src(1, src(kr));
@@ -644,6 +664,29 @@ mod tests {
             .filter(|w| w[0] != w[1])
             .count();
         assert!(crossings <= 2, "{places}");
+        // Every weight in VRAM: the whole token on the GPU (one launch, replayed next time),
+        // although the CPU computes each small node sooner (2 against 5 us) and moving a few KB
+        // costs next to nothing: each change of place pays a synchronisation. Without that
+        // charge the plan leaves the GPU for them.
+        let view = View {
+            resident: everything,
+        };
+        let mut p = Profile::synthetic(100.0, 4000.0, 50.0);
+        p.transfer_us = 1.5;
+        let plan_with = |switch_us: f64| {
+            let mut p = p.clone();
+            p.switch_us = switch_us;
+            HybridScheduler::new(ExecutionStrategy::Automatic, CostModel::new(p))
+                .plan(&tensors, &facts, &view)
+                .iter()
+                .map(|p| if p.place == Place::Gpu { 'G' } else { 'C' })
+                .collect::<String>()
+        };
+        assert!(plan_with(0.0).contains('C'), "{}", plan_with(0.0));
+        assert!(!plan_with(12.0).contains('C'), "{}", plan_with(12.0));
+        // The caches are not on the GPU (View: not resident): SET_ROWS writing rows into one
+        // does not pay for moving it there, so a cheap change of place does not take it off.
+        assert!(!plan_with(5.0).contains('C'), "{}", plan_with(5.0));
         drop(keep);
         drop(x);
     }
