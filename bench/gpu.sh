@@ -11,14 +11,16 @@
 #                        gpu_smoke, test_llama_e2e, libggml-rocmforge.so, libggml-base.so*, libggml.so*,
 #                        libllama.so*, libggml-cpu.so
 #   smol-tokenizer.gguf  SmolLM2's tokenizer (make_model --tokenizer-only --tokenizer SmolLM2.gguf -o ...)
-#   ggml-src.tgz         the pinned llama.cpp sources, for step cuda; or libggml-cuda.so.xz, a build
-#                        of it from an earlier call (step cuda leaves one in $OUT)
+#   ggml-src.tgz         the pinned llama.cpp sources, for step cuda; or cuda-libs.tar.xz.part-*, a build
+#                        of it from an earlier call (step cuda leaves them in $OUT: libggml-cuda.so and
+#                        the icelake / sapphirerapids ggml-cpu variants, in parts of at most 15 MiB, the
+#                        size a device call hands back)
 #   optional: libggml-rocmforge-base.so (step ab), SmolLM2-135M-Instruct.Q4_1.gguf or its pieces
 #             model.part* (step e2e runs the real model too)
 #
 # Steps:
 #   cuda   build libggml-cuda.so from ggml-src.tgz (nvcc, cmake, ninja; sm_$CUDA_ARCH, default 90)
-#          unless libggml-cuda.so.xz is carried (then any step that needs it unpacks it)
+#          unless cuda-libs.tar.xz.part-* are carried (then any step that needs it unpacks it)
 #   membw  HBM read bandwidth (gpu_membw.cu); step 8b then prints the share of it each backend reaches
 #   ops    test_ops --gpus (every op and type RFGPU0 claims, against ggml-cpu)
 #   smoke  gpu_smoke, test_gpu_io and test_offload
@@ -56,6 +58,11 @@
 #          whole model fits) against RFGPU0; SmolLM2-shaped on RFHYBRID without a GPU (ROCMFORGE_GPU=0)
 #          against RFCPU; then one telemetry summary and a Chrome trace ($OUT/trace.json) of the
 #          budgeted run (FA as $HYBRID_FA, default off: ggml-cuda may be built without FA kernels)
+#   moe    MoE row: qwen3moe of Qwen3-30B-A3B's shapes (MOE_LAYERS, default 24 of 48) on RFHYBRID with a
+#          budget for all but the experts (each of $MOE_VRAM, default "1024MiB 2048MiB") against
+#          ggml-cuda + ggml-cpu --cpu-moe and RFGPU0 + RFCPU --cpu-moe; a telemetry summary
+#   fit    llama.cpp's automatic placement (common_fit_params, bench/fit_params.cpp, built here with
+#          llama-common) at each budget, ggml-cuda + ggml-cpu run with what it picks, against RFHYBRID
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -86,10 +93,34 @@ if need8b && [ ! -f 8b.gguf ]; then
     P8=$!
 fi
 wait8b() { [ -n "$P8" ] && wait "$P8"; P8=; }
+PM=
+if has moe && [ ! -f moe.gguf ]; then
+    (./make_model --preset moe --layers "${MOE_LAYERS:-24}" --type q4_0 --tokenizer smol-tokenizer.gguf -o moe.gguf \
+        >"$OUT/makemoe.log" 2>&1) &
+    PM=$!
+fi
+waitmoe() { [ -n "$PM" ] && wait "$PM"; PM=; }
+# Step fit: libllama and llama-common of the pinned tree (no GPU backend: the carried or built
+# libggml-cuda.so is loaded at run time) and bench/fit_params.cpp, built in the background.
+PF=
+if has fit; then
+    (
+        mkdir -p src && { [ -f src/llama.cpp/CMakeLists.txt ] || tar xzf "$CARRY/ggml-src.tgz" -C src; }
+        s=src; [ -f src/CMakeLists.txt ] || for c in src/*/CMakeLists.txt; do s=$(dirname "$c"); done
+        cmake -G Ninja -S "$s" -B fit-build -DCMAKE_BUILD_TYPE=Release -DGGML_BACKEND_DL=ON -DBUILD_SHARED_LIBS=ON \
+            -DGGML_NATIVE=OFF -DGGML_CPU=OFF -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_APP=OFF \
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >"$OUT/fit-build.log" 2>&1 &&
+            cmake --build fit-build --target llama-common -j"$(nproc)" >>"$OUT/fit-build.log" 2>&1 &&
+            g++ -O2 -std=c++17 -o fit_params "$R/bench/fit_params.cpp" -I"$s/common" -I"$s/include" -I"$s/ggml/include" \
+                -Lfit-build/bin -Wl,-rpath,"$PWD/fit-build/bin" $(find fit-build -name 'libllama-common*.a' -o -name 'libllama-common*.so' | sort -r) \
+                -lllama -lggml -lggml-base >>"$OUT/fit-build.log" 2>&1
+    ) &
+    PF=$!
+fi
 [ -f smol.gguf ] || ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf >/dev/null 2>&1
 
-if [ ! -s libggml-cuda.so ] && [ -f "$CARRY/libggml-cuda.so.xz" ]; then
-    xz -dc "$CARRY/libggml-cuda.so.xz" >libggml-cuda.so
+if [ ! -s libggml-cuda.so ] && ls "$CARRY"/cuda-libs.tar.xz.part-* >/dev/null 2>&1; then
+    cat "$CARRY"/cuda-libs.tar.xz.part-* | xz -dc | tar x
 fi
 # Built in the background while the tests run; the comparison steps wait for it.
 PC=
@@ -112,15 +143,16 @@ if has cuda && [ ! -s libggml-cuda.so ]; then
             exit 1
         fi
         cp cuda-build/bin/libggml-cpu-icelake.so cuda-build/bin/libggml-cpu-sapphirerapids.so .
-        cp cuda-build/bin/libggml-cuda.so libggml-cuda.tmp && strip libggml-cuda.tmp &&
-            xz -T0 -c libggml-cuda.tmp >"$OUT/libggml-cuda.so.xz" && mv libggml-cuda.tmp libggml-cuda.so
+        cp cuda-build/bin/libggml-cuda.so libggml-cuda.tmp && strip libggml-cuda.tmp && mv libggml-cuda.tmp libggml-cuda.so &&
+            tar c libggml-cuda.so libggml-cpu-icelake.so libggml-cpu-sapphirerapids.so | xz -T0 |
+            split -b 15M - "$OUT/cuda-libs.tar.xz.part-"
     ) &
     PC=$!
 fi
-quiet() { wait8b; [ -n "$PC" ] && { wait "$PC"; PC=; }; }  # nothing else loading the host
+quiet() { wait8b; waitmoe; [ -n "$PC" ] && { wait "$PC"; PC=; }; [ -n "$PF" ] && { wait "$PF"; PF=; }; }  # nothing else loading the host
 cuda_ok() {
     [ -n "$PC" ] && { wait "$PC"; PC=; }
-    [ -s libggml-cuda.so ] || { echo "no libggml-cuda.so: add step cuda (or carry libggml-cuda.so.xz)"; return 1; }
+    [ -s libggml-cuda.so ] || { echo "no libggml-cuda.so: add step cuda (or carry cuda-libs.tar.xz.part-*)"; return 1; }
 }
 
 if has membw; then
@@ -357,15 +389,20 @@ if has htest; then
     grep -E "fa=|FAIL|PASS" "$OUT/e2e-hybrid.log" | cut -c1-300
 fi
 
-if has hybrid && cuda_ok; then
-    quiet
+# ggml-cuda's CPU half: the best ggml-cpu variant that runs on this host.
+best_cpu() {
     CPU_SO=./libggml-cpu.so
     for v in icelake sapphirerapids; do
         [ -f libggml-cpu-$v.so ] && ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L ./libggml-cpu-$v.so \
             -m smol.gguf --device CUDA0 --ngl 0 -t "$THREADS" --pp 64 --tg 4 --reps 1 --fa off >/dev/null 2>&1 &&
             CPU_SO=./libggml-cpu-$v.so
     done
-    echo "hybrid: ggml-cuda's CPU half on $CPU_SO"
+    echo "ggml-cuda's CPU half: $CPU_SO"
+}
+
+if has hybrid && cuda_ok; then
+    quiet
+    best_cpu
     HV=${HYBRID_VRAM:-2048MiB 2600MiB} HF=${HYBRID_FA:-off}
     B="bench -m 8b.gguf -t $THREADS --pp 512 --tg 32 --reps 2 --fa $HF"
     for r in $(seq "$ROUNDS"); do
@@ -381,9 +418,60 @@ if has hybrid && cuda_ok; then
         echo "smol-cpu r$r RFHYBRID-noGPU $(ROCMFORGE_GPU=0 ./llama_run $S --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
     done | tee "$OUT/hybrid.txt"
     ROCMFORGE_HYBRID_VRAM=${HV%% *} ROCMFORGE_TELEMETRY=summary ROCMFORGE_TRACE="$OUT/trace.json" \
-        ./llama_run bench -m 8b.gguf -t "$THREADS" --pp 512 --tg 2 --reps 1 --fa "$HF" -b rocmforge \
+        ./llama_run bench -m 8b.gguf -t "$THREADS" --pp 512 --tg 8 --reps 1 --fa "$HF" -b rocmforge \
         -l ./libggml-rocmforge.so --device RFHYBRID >"$OUT/telemetry.log" 2>&1
     grep -A40 "RFHYBRID telemetry" "$OUT/telemetry.log" | tail -42
     grep "RFHYBRID:" "$OUT/telemetry.log" | head -5
     xz -T0 "$OUT/trace.json" 2>/dev/null
+fi
+
+# The MoE row: a qwen3moe of Qwen3-30B-A3B's shapes (MOE_LAYERS of its 48 layers, default 24: 8 GB
+# of Q4_0) on RFHYBRID with a budget for everything but the experts (each of $MOE_VRAM) against
+# ggml-cuda + ggml-cpu with the experts on the CPU (--cpu-moe, llama.cpp's override
+# "\.ffn_(up|down|gate)_exps=CPU") and RFGPU0 + RFCPU the same way.
+if has moe && cuda_ok; then
+    waitmoe
+    quiet
+    best_cpu
+    MV=${MOE_VRAM:-1024MiB 2048MiB}
+    B="bench -m moe.gguf -t $THREADS --pp 512 --tg 32 --reps 2 --fa off"
+    for r in $(seq "$ROUNDS"); do
+        echo "moe r$r ggml-cuda-cpu-moe $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 --cpu-moe 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        for mv in $MV; do
+            echo "moe r$r RFHYBRID-$mv $(ROCMFORGE_HYBRID_VRAM=$mv ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        done
+        echo "moe r$r RFGPU0-cpu-moe $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 --cpu-moe 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+    done | tee "$OUT/moe.txt"
+    ROCMFORGE_HYBRID_VRAM=${MV%% *} ROCMFORGE_TELEMETRY=summary ./llama_run bench -m moe.gguf -t "$THREADS" \
+        --pp 512 --tg 8 --reps 1 --fa off -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID >"$OUT/telemetry-moe.log" 2>&1
+    grep -A30 "RFHYBRID telemetry" "$OUT/telemetry-moe.log" | tail -32
+    grep "RFHYBRID:" "$OUT/telemetry-moe.log" | head -3
+fi
+
+# llama.cpp's own automatic placement: common_fit_params (the pinned tree's common/fit.cpp) fits
+# --ngl and tensor overrides to the GPU budget (bench/fit_params.cpp); ggml-cuda + ggml-cpu run with
+# what it picks, against RFHYBRID at the same budget (8B-class at each of $HYBRID_VRAM, and the MoE
+# at each of $MOE_VRAM when step moe ran).
+if has fit && cuda_ok; then
+    [ -n "$PF" ] && { wait "$PF"; PF=; }
+    if [ ! -x fit_params ]; then
+        echo "fit_params build failed: $OUT/fit-build.log"; tail -5 "$OUT/fit-build.log"
+    else
+        quiet
+        best_cpu
+        fitrun() {  # MODEL BUDGET
+            local a
+            a=$(LD_LIBRARY_PATH=$PWD/fit-build/bin ./fit_params "$1" "${2%MiB}" 560 ./libggml-cuda.so "$CPU_SO" 2>>"$OUT/fit.log") ||
+                { echo "fit $1 $2: common_fit_params failed"; return; }
+            echo "fit $1 $2: llama_run $a"
+            B="bench -m $1 -t $THREADS --pp 512 --tg 32 --reps 2 --fa off"
+            for r in $(seq "$ROUNDS"); do
+                # shellcheck disable=SC2086
+                echo "fit $1 r$r ggml-cuda-fit-$2 $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 $a 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+                echo "fit $1 r$r RFHYBRID-$2 $(ROCMFORGE_HYBRID_VRAM=$2 ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+            done
+        }
+        for hv in ${HYBRID_VRAM:-2048MiB 2600MiB}; do fitrun 8b.gguf "$hv"; done | tee "$OUT/fit.txt"
+        if [ -f moe.gguf ]; then for mv in ${MOE_VRAM:-1024MiB 2048MiB}; do fitrun moe.gguf "$mv"; done | tee -a "$OUT/fit.txt"; fi
+    fi
 fi

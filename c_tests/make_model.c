@@ -54,7 +54,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
-            "       make_model --preset 8b|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
+            "       make_model --preset 8b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
     exit(2);
 }
@@ -271,6 +271,10 @@ int main(int argc, char ** argv) {
     if (preset) {
         if (!strcmp(preset, "8b")) {
             s = (struct shape) { "llama", 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 500000.0f, 1e-5f, 0 };
+            wtype = parse_type(type_s ? type_s : "q4_0");
+        } else if (!strcmp(preset, "moe")) {
+            // Qwen3-30B-A3B's shapes: 128 experts of FFN 768, 8 used, 48 layers, GQA 32:4.
+            s = (struct shape) { "qwen3moe", 2048, 48, 32, 4, 128, 6144, 8192, 128, 8, 768, 1000000.0f, 1e-6f, 0 };
             wtype = parse_type(type_s ? type_s : "q4_0");
         } else if (!strcmp(preset, "smollm2")) {
             s = (struct shape) { "llama", 576, 30, 9, 3, 64, 1536, 8192, 0, 0, 0, 100000.0f, 1e-5f, 1, GGML_TYPE_Q8_0 };

@@ -11,6 +11,7 @@
 //       N tokens of context; --ctx defaults: libllama's default context parameters (n_ctx 512, n_batch
 //       2048, n_ubatch 512, flash attention auto) instead of n_ctx = pp + tg, n_batch = n_ubatch = pp
 //
+// -ot PATTERN=BUFT and --cpu-moe: llama.cpp's tensor overrides (experts on the CPU device).
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
 // between devices; --ngl N puts only N layers there, as llama.cpp's -ngl); without it all runs on the
@@ -61,6 +62,11 @@ struct opts {
     // --ctx defaults: libllama's default context parameters (n_ctx, n_batch, n_ubatch, flash
     // attention auto, F16 caches) with only the threads set, as a plain host gets them.
     int ctx_defaults;
+    // -ot PATTERN=BUFT (repeatable; llama.cpp's --override-tensor): tensors whose names match
+    // the regular expression go to the named buffer type ("CPU": the CPU device's), e.g.
+    // "\\.ffn_(up|down|gate)_exps=CPU", which is what --cpu-moe sets.
+    const char * ot[64];
+    int n_ot;
 };
 
 static void usage(void) {
@@ -78,6 +84,10 @@ static struct opts parse(int argc, char ** argv) {
     o.ngl = -1; o.n_predict = 32; o.threads = 2; o.fa = 1; o.positions = 64; o.gen = 16; o.pp = 512; o.tg = 128; o.reps = 2;
     for (int i = 2; i < argc; i++) {
         const char * a = argv[i];
+        if (!strcmp(a, "--cpu-moe")) {
+            if (o.n_ot < 64) o.ot[o.n_ot++] = "\\.ffn_(up|down|gate)_exps=CPU";
+            continue;
+        }
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
         if      (!strcmp(a, "-b")) o.backend = v;
@@ -101,6 +111,7 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "--depth")) o.depth = atoi(v);
         else if (!strcmp(a, "--ngl")) o.ngl = atoi(v);
         else if (!strcmp(a, "--ctx")) o.ctx_defaults = !strcmp(v, "defaults");
+        else if (!strcmp(a, "-ot") && o.n_ot < 64) o.ot[o.n_ot++] = v;
         else usage();
         i++;
     }
@@ -222,6 +233,29 @@ int main(int argc, char ** argv) {
         mp.devices = devs;
         mp.n_gpu_layers = o.ngl;
     }
+    // -ot / --cpu-moe: a buffer type by name, "CPU" being the CPU device's.
+    struct llama_model_tensor_buft_override ots[65];
+    static char ot_pat[64][256];
+    for (int i = 0; i < o.n_ot; i++) {
+        const char * eq = strrchr(o.ot[i], '=');
+        if (!eq || eq == o.ot[i] || (size_t) (eq - o.ot[i]) >= sizeof ot_pat[i]) { fprintf(stderr, "llama_run: -ot %s: want PATTERN=BUFT\n", o.ot[i]); return 1; }
+        snprintf(ot_pat[i], sizeof ot_pat[i], "%.*s", (int) (eq - o.ot[i]), o.ot[i]);
+        ggml_backend_buffer_type_t bt = NULL;
+        if (!strcmp(eq + 1, "CPU")) {
+            ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+            bt = cpu ? ggml_backend_dev_buffer_type(cpu) : NULL;
+        } else {
+            for (size_t d = 0; d < ggml_backend_dev_count() && !bt; d++) {
+                ggml_backend_buffer_type_t b = ggml_backend_dev_buffer_type(ggml_backend_dev_get(d));
+                if (!strcmp(ggml_backend_buft_name(b), eq + 1)) bt = b;
+            }
+        }
+        if (!bt) { fprintf(stderr, "llama_run: -ot: no buffer type %s\n", eq + 1); return 1; }
+        fprintf(stderr, "llama_run: tensors matching %s go to %s\n", ot_pat[i], ggml_backend_buft_name(bt));
+        ots[i] = (struct llama_model_tensor_buft_override) { ot_pat[i], bt };
+    }
+    ots[o.n_ot] = (struct llama_model_tensor_buft_override) { NULL, NULL };
+    if (o.n_ot) mp.tensor_buft_overrides = ots;
     struct llama_model * model = llama_model_load_from_file(o.model, mp);
     if (!model) { fprintf(stderr, "llama_run: cannot load model %s\n", o.model); return 1; }
     const struct llama_vocab * vocab = llama_model_get_vocab(model);
