@@ -423,6 +423,12 @@ if has hybrid && cuda_ok; then
     grep -A40 "RFHYBRID telemetry" "$OUT/telemetry.log" | tail -42
     grep "RFHYBRID:" "$OUT/telemetry.log" | head -5
     xz -T0 "$OUT/trace.json" 2>/dev/null
+    # The whole model in VRAM: five prompts (the first three timed node by node) and 8 tokens.
+    ROCMFORGE_TELEMETRY=summary ROCMFORGE_TRACE="$OUT/trace-full.json" ./llama_run bench -m 8b.gguf -t "$THREADS" \
+        --pp 512 --tg 8 --reps 5 --fa "$HF" -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID \
+        >"$OUT/telemetry-full.log" 2>&1
+    grep -A12 "RFHYBRID telemetry" "$OUT/telemetry-full.log" | tail -14
+    xz -T0 "$OUT/trace-full.json" 2>/dev/null
 fi
 
 # The MoE row: a qwen3moe of Qwen3-30B-A3B's shapes (MOE_LAYERS of its 48 layers, default 24: 8 GB

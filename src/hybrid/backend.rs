@@ -946,8 +946,11 @@ impl HybridBackend {
                             self.sync_gpus()?;
                         }
                     }
-                    // The node's own time: without the copies made for it.
-                    let us = (t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied)).max(0.0);
+                    // The node's own time: without the copies made for it, nor what running
+                    // one node as a graph of its own adds (a launch and a wait).
+                    let all = t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied);
+                    let alone = self.sched.cost.profile.alone_us(place);
+                    let us = (all - alone).max(0.25 * all).max(0.0);
                     self.sched.cost.observe(n, place, us);
                     if telemetry {
                         self.record_segment(std::slice::from_ref(n), &plan[a + o..=a + o], us);

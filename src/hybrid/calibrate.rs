@@ -85,6 +85,7 @@ pub fn measure(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile {
     match measure_device(cpu, &CPU_PLAN, &format!("CPU, {threads} threads")) {
         Some(d) => {
             cpu_one_us = Some(d.one_graph_us);
+            p.cpu_alone_us = (d.one_graph_us - d.node_us).max(0.0);
             p.cpu_node_us = d.node_us;
             p.cpu_bw_gbs = d.bw_gbs;
             p.cpu_gflops = d.gflops;
@@ -104,6 +105,7 @@ pub fn measure(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile {
                 if let Some(c) = cpu_one_us {
                     p.switch_us = c + d.one_graph_us;
                 }
+                p.gpu_alone_us = (d.one_graph_us - d.node_us).max(0.0);
                 p.gpu_node_us = d.node_us;
                 p.gpu_bw_gbs = d.bw_gbs;
                 p.gpu_gflops = d.gflops;
@@ -444,7 +446,7 @@ fn measure_transfers(dev: &dyn Device, p: &mut Profile) {
 const HEADER: &str = "rocmforge-hybrid-profile 1";
 
 impl Profile {
-    fn scalars(&self) -> [(&'static str, f64); 16] {
+    fn scalars(&self) -> [(&'static str, f64); 18] {
         [
             ("cpu_node_us", self.cpu_node_us),
             ("gpu_node_us", self.gpu_node_us),
@@ -457,6 +459,8 @@ impl Profile {
             ("d2h_gbs", self.d2h_gbs),
             ("transfer_us", self.transfer_us),
             ("switch_us", self.switch_us),
+            ("cpu_alone_us", self.cpu_alone_us),
+            ("gpu_alone_us", self.gpu_alone_us),
             ("d2h_pinned_gbs", self.d2h_pinned_gbs),
             ("cpu_fa_gflops", self.cpu_fa_gflops),
             ("gpu_fa_gflops", self.gpu_fa_gflops),
@@ -536,6 +540,8 @@ impl Profile {
                 "d2h_gbs" => &mut p.d2h_gbs,
                 "transfer_us" => &mut p.transfer_us,
                 "switch_us" => &mut p.switch_us,
+                "cpu_alone_us" => &mut p.cpu_alone_us,
+                "gpu_alone_us" => &mut p.gpu_alone_us,
                 "d2h_pinned_gbs" => &mut p.d2h_pinned_gbs,
                 "cpu_fa_gflops" => &mut p.cpu_fa_gflops,
                 "gpu_fa_gflops" => &mut p.gpu_fa_gflops,

@@ -162,6 +162,11 @@ pub struct Profile {
     /// one-node graph on each device, launched and waited for (the GPU's stream synchronised
     /// before the CPU reads, the CPU's threads woken, the GPU launched again).
     pub switch_us: f64,
+    /// What a graph of one node costs beyond the node on each device, µs (a GPU's launch and
+    /// wait, a CPU's thread wake-up): taken off a node timed alone before it is compared with
+    /// its prediction, which is of the node inside a graph.
+    pub cpu_alone_us: f64,
+    pub gpu_alone_us: f64,
     /// Device to pinned host memory, GB/s (`d2h_gbs` is to pageable memory).
     pub d2h_pinned_gbs: f64,
     /// FLASH_ATTN_EXT throughput at a prompt-sized batch, GFLOP/s.
@@ -192,6 +197,8 @@ impl Profile {
             d2h_gbs: pcie_gbs,
             transfer_us: 10.0,
             switch_us: 10.0,
+            cpu_alone_us: 0.0,
+            gpu_alone_us: 0.0,
             d2h_pinned_gbs: pcie_gbs,
             cpu_fa_gflops: cpu_bw_gbs * 10.0,
             gpu_fa_gflops: gpu_bw_gbs * 100.0,
@@ -220,6 +227,8 @@ impl Profile {
             d2h_gbs: 8.0,
             transfer_us: 15.0,
             switch_us: 20.0,
+            cpu_alone_us: 0.0,
+            gpu_alone_us: 0.0,
             d2h_pinned_gbs: 20.0,
             cpu_fa_gflops: 150.0,
             gpu_fa_gflops: 20_000.0 * g,
@@ -246,6 +255,14 @@ impl Profile {
                 fa: self.gpu_fa_gflops,
                 mm: &self.gpu_mm,
             },
+        }
+    }
+
+    /// What a graph of one node costs on `place` beyond the node, µs.
+    pub fn alone_us(&self, place: Place) -> f64 {
+        match place {
+            Place::Cpu => self.cpu_alone_us,
+            Place::Gpu => self.gpu_alone_us,
         }
     }
 
