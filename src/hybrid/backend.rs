@@ -8,6 +8,7 @@ use super::placement::{choose_resident, layer_of, weight_value, Candidate};
 use super::residency::{copy_in_pieces, Copy, RegionKind, Residency};
 use super::scheduler::{range, DataView, HybridScheduler, NodeFacts};
 use super::telemetry::{EventKind, ExecutionEvent};
+use super::{usage, USAGE_COMPUTE, USAGE_WEIGHTS};
 use super::{BackendSelection, ExecutionStrategy, Place, SelectionReason};
 use crate::device::{Backend, Error, Result};
 use crate::ffi::abi::{ggml_tensor, GGML_MAX_SRC};
@@ -21,8 +22,6 @@ use std::time::Instant;
 /// ggml's tensor flag: the host reads the tensor after the graph.
 const FLAG_OUTPUT: i32 = 2;
 /// `ggml_backend_buffer_usage` values.
-const USAGE_WEIGHTS: i32 = 1;
-const USAGE_COMPUTE: i32 = 2;
 /// GPU backends kept per RFHYBRID backend, one per GPU segment of a graph (each keeps its own
 /// captured graph, so a split model's token replays every segment).
 const MAX_GPU_STREAMS: usize = 8;
@@ -128,11 +127,6 @@ impl Uses {
         }
         Uses { last_use }
     }
-}
-
-/// The usage ggml's host set on the buffer holding `t` (None: no buffer).
-fn usage(t: &Tensor) -> Option<i32> {
-    unsafe { t.raw().buffer.as_ref().map(|b| b.usage) }
 }
 
 /// Whether the node may leave bytes of its output range unwritten (a view, rows of a cache,

@@ -22,6 +22,15 @@ pub mod scheduler;
 pub mod synth;
 pub mod telemetry;
 
+/// ggml's buffer usages (`ggml_backend_buffer_usage`).
+pub const USAGE_WEIGHTS: i32 = 1;
+pub const USAGE_COMPUTE: i32 = 2;
+
+/// The usage ggml's host set on the buffer holding `t` (None: no buffer).
+pub fn usage(t: &crate::tensor::Tensor) -> Option<i32> {
+    unsafe { t.raw().buffer.as_ref().map(|b| b.usage) }
+}
+
 /// Where a node runs, or where a copy of some data lives.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 pub enum Place {
