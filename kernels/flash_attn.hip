@@ -314,6 +314,7 @@ RF_DEVICE void fa_prefetch_l2(const char* k, const char* v, const char* mask, i6
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q, \
         f16_acc, part, split_keys, counters, xq, xds
 
+#if RF_UNTYPED
 RF_KERNEL void flash_attn_f16_f16(FA_ARGS) {
     fa_prefetch_l2(FA_PREFETCH(64, 64));
     rf_grid_begin();
@@ -329,3 +330,4 @@ RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) {
     rf_grid_begin();
     flash_attn<w_q8_0, w_q8_0>(FA_PASS);
 }
+#endif
