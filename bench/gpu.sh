@@ -56,6 +56,10 @@
 #          whole model fits) against RFGPU0; SmolLM2-shaped on RFHYBRID without a GPU (ROCMFORGE_GPU=0)
 #          against RFCPU; then one telemetry summary and a Chrome trace ($OUT/trace.json) of the
 #          budgeted run (FA as $HYBRID_FA, default off: ggml-cuda may be built without FA kernels)
+#   start  first start: seconds from ggml_backend_load to the first token (sampled after the prompt)
+#          and the second (after the first one-token graph) of SmolLM2-shaped Q4_1 on RFGPU0
+#          (llama_run generate, fa on), 3 times with an empty kernel cache then 3 times warm; the
+#          kernel group lines of the first cold run; libggml-rocmforge-base.so once cold where carried
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -386,4 +390,22 @@ if has hybrid && cuda_ok; then
     grep -A40 "RFHYBRID telemetry" "$OUT/telemetry.log" | tail -42
     grep "RFHYBRID:" "$OUT/telemetry.log" | head -5
     xz -T0 "$OUT/trace.json" 2>/dev/null
+fi
+if has start; then
+    # ROCMFORGE_CACHE_DIR of its own: emptied for each cold run, kept for the warm ones.
+    G="./llama_run generate -b rocmforge -m smol.gguf --device RFGPU0 -t $THREADS --fa on -n 16"
+    for r in 1 2 3 w1 w2 w3; do
+        case $r in w*) kind=warm ;; *) kind=cold; rm -rf /tmp/rfc-start ;; esac
+        ROCMFORGE_CACHE_DIR=/tmp/rfc-start timeout 300 $G -l ./libggml-rocmforge.so >/dev/null 2>"$OUT/start-$r.log"
+        echo "start $kind $r: $(grep -o 'first token.*' "$OUT/start-$r.log" || echo failed)" \
+            "| $(grep -o '[0-9]* groups compiled.*' "$OUT/start-$r.log" | tr '\n' ';')"
+    done
+    echo "kernel groups of the first cold run:"
+    grep -E "kernel group|GPU kernels" "$OUT/start-1.log"
+    if [ -f libggml-rocmforge-base.so ]; then
+        rm -rf /tmp/rfc-start
+        ROCMFORGE_CACHE_DIR=/tmp/rfc-start timeout 300 $G -l ./libggml-rocmforge-base.so >/dev/null 2>"$OUT/start-base.log"
+        echo "start cold base: $(grep -o 'first token.*' "$OUT/start-base.log" || echo "no timing line (older llama_run)")"
+        grep -E "compiled GPU kernels" "$OUT/start-base.log"
+    fi
 fi

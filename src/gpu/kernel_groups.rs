@@ -384,6 +384,30 @@ pub fn groups() -> &'static [Group] {
     &TABLE.groups
 }
 
+/// The group of `family` with `tag`.
+pub fn find(family: &str, tag: Option<&str>) -> Option<usize> {
+    groups()
+        .iter()
+        .position(|g| g.family == family && g.tag.as_deref() == tag)
+}
+
+/// Groups that a host launching group `g` (a prompt's) is about to need for generating: the
+/// integer-dot matrix-vector kernels of the weight type (and the fused kernels beside them), the
+/// generation attention of the KV type and head size. Built with the prompt's groups, they are
+/// ready when the first generated token's graph comes instead of compiling then.
+pub fn companions(g: usize) -> Vec<usize> {
+    let group = &groups()[g];
+    let tag = group.tag.as_deref();
+    let found: Vec<Option<usize>> = match (group.family, tag) {
+        ("mul_mat", Some(t)) => vec![find("mmvq", Some(t)), find("mmvq", None)],
+        ("flash_attn", Some(t)) => vec![t
+            .strip_prefix("pp_")
+            .and_then(|t| find("flash_attn", Some(t)))],
+        _ => Vec::new(),
+    };
+    found.into_iter().flatten().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,6 +475,17 @@ mod tests {
         );
         assert_eq!(label("flash_attn_split_combine"), "flash_attn");
         assert_eq!(label("binary_f32"), "elementwise");
+        let next: Vec<String> = companions(group_of("mul_mat_tiled_q4_1").unwrap())
+            .into_iter()
+            .map(|g| groups()[g].label())
+            .collect();
+        assert_eq!(next, ["mmvq q4_1", "mmvq"]);
+        let fa = companions(group_of("flash_attn_mma_f16_d64_w4").unwrap());
+        assert_eq!(groups()[fa[0]].label(), "flash_attn f16_d64");
+        assert!(
+            companions(group_of("mul_mat_tiled_bf16").unwrap()).len() == 1,
+            "no mmvq bf16"
+        );
         assert!(groups().len() >= 30, "{} groups", groups().len());
         for g in groups() {
             let src = g.source();

@@ -5,7 +5,7 @@
 
 use super::api::{DeviceInfo, Function, GpuApi};
 use super::kernel_cache::Cache;
-use super::kernel_groups::{group_of, groups, Group};
+use super::kernel_groups::{companions, group_of, groups, Group};
 use once_cell::sync::OnceCell;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -439,10 +439,13 @@ impl Kernels {
         }
     }
 
-    /// Starts building the groups of `names` not asked for yet on up to MAX_COMPILE_THREADS
-    /// threads (largest family first); returns how many groups it asked for.
+    /// Starts building the groups of `names` not asked for yet, and their `companions`, on up
+    /// to MAX_COMPILE_THREADS threads (largest family first); returns how many groups it asked
+    /// for.
     pub fn prefetch<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
         let mut wanted: Vec<usize> = names.into_iter().filter_map(group_of).collect();
+        let more: Vec<usize> = wanted.iter().flat_map(|&g| companions(g)).collect();
+        wanted.extend(more);
         wanted.sort_unstable();
         wanted.dedup();
         let sh = &self.shared;
