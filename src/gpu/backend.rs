@@ -776,6 +776,9 @@ impl Drop for GpuBackend {
             self.ctx.api.free(self.ctx.ord, self.fa_counters);
         }
         self.ctx.api.stream_destroy(self.ctx.ord, self.stream);
+        // A host may unload the library once its backends are freed: no compile thread may
+        // still be running its code then.
+        self.ctx.kernels.quiesce();
     }
 }
 

@@ -295,6 +295,14 @@ enum State {
     Failed(String),
 }
 
+/// How a group's build ended (for the progress lines).
+enum Built {
+    Cached,
+    /// Compiled: the image's bytes.
+    Compiled(usize),
+    Failed,
+}
+
 struct Slot {
     state: Mutex<State>,
     changed: Condvar,
@@ -485,6 +493,27 @@ impl Kernels {
         fresh.len()
     }
 
+    /// Takes back the groups still queued (they are built on first use instead) and waits for
+    /// the compile threads to finish the ones they are on and exit.
+    pub fn quiesce(&self) {
+        let sh = &self.shared;
+        let queued: Vec<usize> = std::mem::take(&mut lock(&sh.work).queue).into();
+        let mut taken = 0;
+        for g in queued {
+            let mut st = lock(&sh.slots[g].state);
+            if matches!(*st, State::Queued) {
+                *st = State::Idle;
+                taken += 1;
+            }
+        }
+        if taken > 0 {
+            sh.progress(None, taken);
+        }
+        while lock(&sh.work).threads > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// How many groups a launch had to ask for itself (no prefetch had).
     pub fn misses(&self) -> usize {
         self.shared.misses.load(Ordering::Relaxed)
@@ -614,7 +643,11 @@ impl Shared {
         let secs = t0.elapsed().as_secs_f64();
         let state = match outcome {
             Ok((image, cached)) => {
-                self.progress(group, secs, Some(cached), image.len());
+                let how = match cached {
+                    true => Built::Cached,
+                    false => Built::Compiled(image.len()),
+                };
+                self.progress(Some((group, secs, how)), 0);
                 State::Built { image, cached }
             }
             Err(e) => {
@@ -624,7 +657,7 @@ impl Shared {
                     self.info.arch
                 );
                 self.any_failed.store(true, Ordering::Relaxed);
-                self.progress(group, secs, None, 0);
+                self.progress(Some((group, secs, Built::Failed)), 0);
                 State::Failed(e)
             }
         };
@@ -634,30 +667,34 @@ impl Shared {
     }
 
     /// One line per compiled group, and a summary when every group asked for is done.
-    /// `cached`: None = failed.
-    fn progress(&self, group: &Group, secs: f64, cached: Option<bool>, bytes: usize) {
+    /// `done`: None where only `cancelled` groups were taken back from the queue.
+    fn progress(&self, done: Option<(&Group, f64, Built)>, cancelled: usize) {
         let mut w = lock(&self.work);
-        w.done += 1;
-        match cached {
-            Some(true) => w.cached += 1,
-            Some(false) => w.compiled += 1,
-            None => w.failed += 1,
+        w.asked -= cancelled;
+        if let Some((group, secs, how)) = done {
+            w.done += 1;
+            match how {
+                Built::Cached => {
+                    w.cached += 1;
+                    crate::log_debug!(
+                        "kernel group {} from the cache ({secs:.3} s)",
+                        group.label()
+                    );
+                }
+                Built::Compiled(bytes) => {
+                    w.compiled += 1;
+                    crate::log_info!(
+                        "compiled {}/{} kernel groups for {} ({}: {secs:.1} s, {bytes} bytes)",
+                        w.done,
+                        w.asked,
+                        self.info.arch,
+                        group.label()
+                    );
+                }
+                Built::Failed => w.failed += 1,
+            }
         }
-        if cached == Some(false) {
-            crate::log_info!(
-                "compiled {}/{} kernel groups for {} ({}: {secs:.1} s, {bytes} bytes)",
-                w.done,
-                w.asked,
-                self.info.arch,
-                group.label()
-            );
-        } else if cached == Some(true) {
-            crate::log_debug!(
-                "kernel group {} from the cache ({secs:.3} s)",
-                group.label()
-            );
-        }
-        if w.done == w.asked {
+        if w.done == w.asked && w.since.is_some() {
             let wall = w.since.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
             crate::log_info!(
                 "GPU kernels for {} ({}): {} groups compiled, {} loaded from cache, {} failed, {wall:.2} s",

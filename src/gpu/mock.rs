@@ -664,6 +664,36 @@ mod tests {
         let mut c = api.compiled.lock().unwrap().clone();
         c.sort();
         assert_eq!(c, ["cpy.hip", "mmvq.hip", "norm.hip", "rows.hip"]);
+        // A backend freed while groups are queued: the queue is taken back and no compile
+        // thread runs afterwards (the host may unload the library); the groups still build on
+        // first use, each once.
+        let names = [
+            "get_rows_q5_0",
+            "get_rows_q8_0",
+            "mul_mat_vec_bf16",
+            "mul_mat_vec_q4_0",
+        ];
+        assert_eq!(
+            k.prefetch(names),
+            7,
+            "4 mul_mat groups, with mmvq q5_0, q8_0 and q4_0"
+        );
+        k.quiesce();
+        let after = api.compiles.load(Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        assert_eq!(
+            api.compiles.load(Ordering::SeqCst),
+            after,
+            "a compile after quiesce"
+        );
+        for n in names.into_iter().chain(["mul_mat_vec_q1_q8_0"]) {
+            assert!(k.get(n).is_ok());
+        }
+        let c = api.compiled.lock().unwrap().clone();
+        let mut unique = c.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(c.len(), unique.len(), "a group compiled twice: {c:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
