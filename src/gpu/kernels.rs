@@ -429,6 +429,7 @@ impl Kernels {
                             }
                             *st = State::Building;
                             drop(st);
+                            sh.asked(1);
                             sh.build(g, false);
                             st = lock(&slot.state);
                         }
@@ -671,7 +672,7 @@ impl Shared {
     /// `done`: None where only `cancelled` groups were taken back from the queue.
     fn progress(&self, done: Option<(&Group, f64, Built)>, cancelled: usize) {
         let mut w = lock(&self.work);
-        w.asked -= cancelled;
+        w.asked = w.asked.saturating_sub(cancelled);
         if let Some((group, secs, how)) = done {
             w.done += 1;
             match how {
