@@ -451,6 +451,41 @@ mod tests {
         );
     }
 
+    /// A new graph's kernel groups are found by the dry run and built ahead (no launch has to
+    /// build one itself), only those, and a repeat of the graph asks for nothing.
+    #[test]
+    fn a_graph_prefetches_exactly_its_groups() {
+        let dir = cache_dir("graph");
+        let api = Arc::new(MockApi::new(0));
+        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
+        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let base = buf.base();
+        let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        x.t.data = at(0);
+        let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        a.op(op::ADD).src(0, &x).src(1, &x);
+        a.t.data = at(4096);
+        let mut c = TT::new(GgmlType::F16, [64, 4, 1, 1]);
+        c.op(op::CPY).src(0, &a);
+        c.t.data = at(8192);
+        let nodes = [a.tensor(), c.tensor()];
+        for _ in 0..3 {
+            be.repeats_last(&nodes);
+            be.compute(&nodes).unwrap();
+            be.synchronize().unwrap();
+        }
+        let mut built = api.compiled.lock().unwrap().clone();
+        built.sort();
+        assert_eq!(built, ["cpy.hip", "elementwise.hip"]);
+        assert_eq!(ctx.kernels.misses(), 0, "a launch had to build its group");
+        drop(be);
+        drop(buf);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn clean_run_works_and_leaks_nothing() {
         let api = Arc::new(MockApi::new(0));
@@ -584,6 +619,27 @@ mod tests {
             1,
             "compiled in the next process"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A group that fails to build fails its kernels only: the others still build, and the
+    /// device keeps claiming ops (it declines them only when nothing builds at all).
+    #[test]
+    fn one_failed_group_leaves_the_others_working() {
+        let dir = cache_dir("onefail");
+        let api = Arc::new(MockApi::new(1)); // call 1: the first compile
+        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
+        let k = &ctx.kernels;
+        let err = k.get("binary_f32").unwrap_err();
+        assert!(err.contains("elementwise"), "{err}");
+        assert!(
+            ctx.kernels_failed(),
+            "nothing built yet: the device declines ops"
+        );
+        assert!(k.get("soft_max_f32").is_ok());
+        assert!(k.any_failed() && !ctx.kernels_failed());
+        assert!(k.get("scale_f32").is_err(), "the failed group stays failed");
+        assert_eq!(*api.compiled.lock().unwrap(), ["rows.hip"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
