@@ -287,11 +287,9 @@ enum State {
     Building,
     /// Image ready (compiled, or read from the cache: `cached`), module not loaded yet: the
     /// driver calls happen on the thread that launches (with its device current).
-    Built {
-        image: Vec<u8>,
-        cached: bool,
-    },
-    Loaded(HashMap<String, Function>),
+    Built { image: Vec<u8>, cached: bool },
+    /// Loaded: the functions are in `Slot::funcs`.
+    Loaded,
     /// Compile or load failed: remembered for this process (not on disk).
     Failed(String),
 }
@@ -307,6 +305,8 @@ enum Built {
 struct Slot {
     state: Mutex<State>,
     changed: Condvar,
+    /// The group's functions once loaded: read without the lock on every launch.
+    funcs: OnceCell<HashMap<String, Function>>,
 }
 
 /// Progress of the groups asked for since the work last drained (the progress lines).
@@ -361,6 +361,7 @@ impl Kernels {
             .map(|_| Slot {
                 state: Mutex::new(State::Idle),
                 changed: Condvar::new(),
+                funcs: OnceCell::new(),
             })
             .collect();
         Kernels {
@@ -385,14 +386,23 @@ impl Kernels {
         let g = group_of(name).ok_or_else(|| format!("kernel {name} is not in the kernel list"))?;
         let sh = &self.shared;
         let slot = &sh.slots[g];
+        let find = |funcs: &HashMap<String, Function>| {
+            funcs
+                .get(name)
+                .copied()
+                .ok_or_else(|| format!("kernel {name} missing from its group"))
+        };
+        if let Some(funcs) = slot.funcs.get() {
+            return find(funcs);
+        }
         let mut st = lock(&slot.state);
         loop {
             match &mut *st {
-                State::Loaded(funcs) => {
-                    return funcs
-                        .get(name)
-                        .copied()
-                        .ok_or_else(|| format!("kernel {name} missing from its group"));
+                State::Loaded => {
+                    return slot
+                        .funcs
+                        .get()
+                        .map_or_else(|| Err("kernel group lost".into()), find);
                 }
                 State::Failed(e) => {
                     return Err(format!("kernel group {}: {e}", groups()[g].label()));
@@ -415,7 +425,8 @@ impl Kernels {
                     match sh.load(g, &image) {
                         Ok(funcs) => {
                             sh.any_loaded.store(true, Ordering::Relaxed);
-                            *st = State::Loaded(funcs);
+                            let _ = slot.funcs.set(funcs);
+                            *st = State::Loaded;
                         }
                         Err(e) if cached => {
                             // A cached file that loads but is not this group's (stale or
