@@ -63,6 +63,10 @@
 #          ggml-cuda + ggml-cpu --cpu-moe and RFGPU0 + RFCPU --cpu-moe; a telemetry summary
 #   fit    llama.cpp's automatic placement (common_fit_params, bench/fit_params.cpp, built here with
 #          llama-common) at each budget, ggml-cuda + ggml-cpu run with what it picks, against RFHYBRID
+#   start  first start: seconds from ggml_backend_load to the first token (sampled after the prompt)
+#          and the second (after the first one-token graph) of SmolLM2-shaped Q4_1 on RFGPU0
+#          (llama_run generate, fa on), 3 times with an empty kernel cache then 3 times warm; the
+#          kernel group lines of the first cold run; libggml-rocmforge-base.so once cold where carried
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -479,5 +483,23 @@ if has fit && cuda_ok; then
         }
         for hv in ${HYBRID_VRAM:-2048MiB 2600MiB}; do fitrun 8b.gguf "$hv"; done | tee "$OUT/fit.txt"
         if [ -f moe.gguf ]; then for mv in ${MOE_VRAM:-1024MiB 2048MiB}; do fitrun moe.gguf "$mv"; done | tee -a "$OUT/fit.txt"; fi
+    fi
+fi
+if has start; then
+    # ROCMFORGE_CACHE_DIR of its own: emptied for each cold run, kept for the warm ones.
+    G="./llama_run generate -b rocmforge -m smol.gguf --device RFGPU0 -t $THREADS --fa on -n 16"
+    for r in 1 2 3 w1 w2 w3; do
+        case $r in w*) kind=warm ;; *) kind=cold; rm -rf /tmp/rfc-start ;; esac
+        ROCMFORGE_CACHE_DIR=/tmp/rfc-start timeout 300 $G -l ./libggml-rocmforge.so >/dev/null 2>"$OUT/start-$r.log"
+        echo "start $kind $r: $(grep -o 'first token.*' "$OUT/start-$r.log" || echo failed)" \
+            "| $(grep -o '[0-9]* groups compiled.*' "$OUT/start-$r.log" | tr '\n' ';')"
+    done
+    echo "kernel groups of the first cold run:"
+    grep -E "kernel group|GPU kernels" "$OUT/start-1.log"
+    if [ -f libggml-rocmforge-base.so ]; then
+        rm -rf /tmp/rfc-start
+        ROCMFORGE_CACHE_DIR=/tmp/rfc-start timeout 300 $G -l ./libggml-rocmforge-base.so >/dev/null 2>"$OUT/start-base.log"
+        echo "start cold base: $(grep -o 'first token.*' "$OUT/start-base.log" || echo "no timing line (older llama_run)")"
+        grep -E "compiled GPU kernels" "$OUT/start-base.log"
     fi
 fi

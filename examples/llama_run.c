@@ -3,7 +3,9 @@
 // would after ggml_backend_load().
 //
 //   llama_run generate -b rocmforge|ggml-cpu -l LIB -m MODEL [-p PROMPT] [-n N] [-t THREADS] [--fa on|off]
-//       prompt in, text out, prompt and generation tokens/s printed
+//       prompt in, text out, prompt and generation tokens/s printed; on stderr, the seconds from
+//       ggml_backend_load to the first token (sampled after the prompt) and to the second (after
+//       the first one-token graph): what a first start costs (kernels compiled or read from a cache)
 //   llama_run logits   -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N] [--gen N]
 //       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
 //   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R] [--depth N]
@@ -189,6 +191,7 @@ int main(int argc, char ** argv) {
     ggml_log_set(log_cb, NULL);
 
     // Exactly the named backend libraries: no ggml_backend_load_all(), so nothing else is registered.
+    const double t_start = now_s();
     ggml_backend_reg_t reg = ggml_backend_load(o.lib);
     if (!reg) { fprintf(stderr, "llama_run: cannot load %s\n", o.lib); return 1; }
     if (o.lib2 && !ggml_backend_load(o.lib2)) { fprintf(stderr, "llama_run: cannot load %s\n", o.lib2); return 1; }
@@ -276,6 +279,8 @@ int main(int argc, char ** argv) {
         double t1 = now_s();
         int n_gen = 0;
         llama_token tok = llama_sampler_sample(smpl, ctx, -1);
+        const double t_first = now_s();
+        double t_second = 0;
         while (n_gen < o.n_predict && !llama_vocab_is_eog(vocab, tok)) {
             char piece[256];
             int n = llama_token_to_piece(vocab, tok, piece, sizeof piece, 0, true);
@@ -283,7 +288,10 @@ int main(int argc, char ** argv) {
             n_gen++;
             if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
             tok = llama_sampler_sample(smpl, ctx, -1);
+            if (n_gen == 1) t_second = now_s();
         }
+        fprintf(stderr, "llama_run: first token %.3f s after ggml_backend_load (prompt %.3f s), second %.3f s\n",
+                t_first - t_start, t1 - t0, t_second > 0 ? t_second - t_start : 0.0);
         double t2 = now_s();
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

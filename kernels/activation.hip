@@ -83,9 +83,12 @@ RF_DEVICE void unary_rows(int a, const char* x, char* d, i64 ne0, i64 ne1, i64 n
     int a, const char *x, char *d, i64 ne0, i64 ne1, i64 ne2, i64 n, i64 nbx1, i64 nbx2, i64 nbx3, i64 nbd1, \
         i64 nbd2, i64 nbd3, float p0, float p1
 #define UNARY_ROWS_PASS a, x, d, ne0, ne1, ne2, n, nbx1, nbx2, nbx3, nbd1, nbd2, nbd3, p0, p1
+#if RF_UNTYPED
 RF_KERNEL void unary_rows_f32(UNARY_ROWS_ARGS) { rf_grid_begin(); unary_rows<float>(UNARY_ROWS_PASS); }
 RF_KERNEL void unary_rows_f16(UNARY_ROWS_ARGS) { rf_grid_begin(); unary_rows<f16_bits>(UNARY_ROWS_PASS); }
+#endif
 
+#if RF_UNTYPED
 // n contiguous floats.
 RF_KERNEL void unary_f32(int a, const float* x, float* d, i64 n) {
     rf_grid_begin();
@@ -93,6 +96,7 @@ RF_KERNEL void unary_f32(int a, const float* x, float* d, i64 n) {
         d[i] = act(a, x[i]);
     }
 }
+#endif
 
 // Row r of dst (nc values, row stride nbd1) = act(x row r) * g row r; x and g start at
 // their own byte pointers with their own row strides. F16 is computed in f32, rounded once.
@@ -107,6 +111,7 @@ RF_DEVICE void glu(int a, const char* x, const char* g, char* d, i64 nc, i64 nro
     }
 }
 
+#if RF_UNTYPED
 RF_KERNEL void glu_f32(int a, const char* x, const char* g, char* d, i64 nc, i64 nrows, i64 nbx1, i64 nbg1, i64 nbd1) {
     rf_grid_begin();
     glu<float>(a, x, g, d, nc, nrows, nbx1, nbg1, nbd1);
@@ -115,3 +120,4 @@ RF_KERNEL void glu_f16(int a, const char* x, const char* g, char* d, i64 nc, i64
     rf_grid_begin();
     glu<f16_bits>(a, x, g, d, nc, nrows, nbx1, nbg1, nbd1);
 }
+#endif

@@ -37,21 +37,9 @@ RF_DEVICE void dequant_f16(const char* w, f16_bits* out, i64 K, i64 M, i64 ne2, 
 #define DEQUANT_KERNEL(NAME, W) \
     RF_KERNEL void dequant_f16_##NAME(DEQUANT_ARGS) { rf_grid_begin(); dequant_f16<W>(w, out, K, M, ne2, n_rows, nb01, nb02, nb03); }
 
-DEQUANT_KERNEL(f32, w_f32)
-DEQUANT_KERNEL(f16, w_f16)
-DEQUANT_KERNEL(q4_0, w_q4_0)
-DEQUANT_KERNEL(q4_1, w_q4_1)
-DEQUANT_KERNEL(q5_0, w_q5_0)
-DEQUANT_KERNEL(q5_1, w_q5_1)
-DEQUANT_KERNEL(q8_0, w_q8_0)
-DEQUANT_KERNEL(iq4_nl, w_iq4_nl)
-DEQUANT_KERNEL(q4_k, w_q4_k)
-DEQUANT_KERNEL(q6_k, w_q6_k)
-DEQUANT_KERNEL(bf16, w_bf16)
-DEQUANT_KERNEL(q2_k, w_q2_k)
-DEQUANT_KERNEL(q3_k, w_q3_k)
-DEQUANT_KERNEL(q5_k, w_q5_k)
+RF_EACH_WEIGHT_TYPE(DEQUANT_KERNEL)
 
+#if RF_UNTYPED
 // src1 rows (i1, i2, i3) -> out[((i3 * ne12 + i2) * N + i1) * K + k] as f16, first rounded the
 // way ggml-cpu rounds activations for the weight type (round_src1's modes: 0/3 = Q8_0/Q8_1
 // blocks of 32, 1 = Q8_K blocks of 256, 4 = bf16, else none), so the BLAS product sees the
@@ -84,3 +72,4 @@ RF_KERNEL void src1_to_f16(const char* x, f16_bits* out, int mode, i64 K, i64 N,
         }
     }
 }
+#endif

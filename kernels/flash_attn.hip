@@ -314,18 +314,24 @@ RF_DEVICE void fa_prefetch_l2(const char* k, const char* v, const char* mask, i6
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q, \
         f16_acc, part, split_keys, counters, xq, xds
 
+#if RF_ALL || RF_T_f16
 RF_KERNEL void flash_attn_f16_f16(FA_ARGS) {
     fa_prefetch_l2(FA_PREFETCH(64, 64));
     rf_grid_begin();
     flash_attn<w_f16, w_f16>(FA_PASS);
 }
+#endif
+#if RF_ALL || RF_T_f32
 RF_KERNEL void flash_attn_f32_f32(FA_ARGS) {
     fa_prefetch_l2(FA_PREFETCH(128, 128));
     rf_grid_begin();
     flash_attn<w_f32, w_f32>(FA_PASS);
 }
+#endif
+#if RF_ALL || RF_T_q8_0
 RF_KERNEL void flash_attn_q8_0_q8_0(FA_ARGS) {
     fa_prefetch_l2(FA_PREFETCH(34, 34));
     rf_grid_begin();
     flash_attn<w_q8_0, w_q8_0>(FA_PASS);
 }
+#endif

@@ -352,11 +352,19 @@ RF_DEVICE void flash_attn_mma(const char* q, const char* k, const char* v, const
         rf_grid_begin();                                                                                  \
         flash_attn_mma<D, NW, Q8>(FT_PASS, part, split_keys);                                             \
     }
+#if RF_ALL || RF_T_pp_f16_d64
 FM_KERNEL(f16, false, 64, 2)
 FM_KERNEL(f16, false, 64, 4)
+#endif
+#if RF_ALL || RF_T_pp_f16_d128
 FM_KERNEL(f16, false, 128, 2)
 FM_KERNEL(f16, false, 128, 4)
+#endif
+#if RF_ALL || RF_T_pp_q8_0_d64
 FM_KERNEL(q8_0, true, 64, 2)
 FM_KERNEL(q8_0, true, 64, 4)
+#endif
+#if RF_ALL || RF_T_pp_q8_0_d128
 FM_KERNEL(q8_0, true, 128, 2)
 FM_KERNEL(q8_0, true, 128, 4)
+#endif

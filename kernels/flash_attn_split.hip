@@ -223,16 +223,35 @@ RF_DEVICE void flash_attn_split(const char* q, const char* k, const char* v, con
 
 // _dN: head sizes up to N (values per lane fixed at compile time).
 #define FAS_NJ(N) ((N) / RF_WARP_SIZE > 0 ? (N) / RF_WARP_SIZE : 1)
+#if RF_ALL || RF_T_f16_d64
 RF_KERNEL void flash_attn_split_f16_f16_d64(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f16, w_f16, FAS_NJ(64)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_f16_d128
 RF_KERNEL void flash_attn_split_f16_f16_d128(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f16, w_f16, FAS_NJ(128)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_f16_d256
 RF_KERNEL void flash_attn_split_f16_f16_d256(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f16, w_f16, FAS_NJ(256)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_f32_d64
 RF_KERNEL void flash_attn_split_f32_f32_d64(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f32, w_f32, FAS_NJ(64)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_f32_d128
 RF_KERNEL void flash_attn_split_f32_f32_d128(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f32, w_f32, FAS_NJ(128)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_f32_d256
 RF_KERNEL void flash_attn_split_f32_f32_d256(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_f32, w_f32, FAS_NJ(256)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_q8_0_d64
 RF_KERNEL void flash_attn_split_q8_0_q8_0_d64(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(64)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_q8_0_d128
 RF_KERNEL void flash_attn_split_q8_0_q8_0_d128(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(128)>(FAS_PASS); }
+#endif
+#if RF_ALL || RF_T_q8_0_d256
 RF_KERNEL void flash_attn_split_q8_0_q8_0_d256(FAS_ARGS) { rf_grid_begin(); flash_attn_split<w_q8_0, w_q8_0, FAS_NJ(256)>(FAS_PASS); }
+#endif
 
+#if RF_UNTYPED
 // One block per row: its warps take the row's partials in turn (online merge), then the
 // warps are merged, the sink (one more logit per head, with no value row) added and the
 // row normalized into dst [DV, n_head, n_q, n_seq]. xq != NULL (dst contiguous, DV % 32 == 0):
@@ -267,3 +286,4 @@ RF_KERNEL void flash_attn_split_combine(const float* part, const float* sinks, c
     if (warp != 0) return;
     fa_finish_row<FAS_PER_LANE>(m, s, acc, r, sinks, d, DV, n_q, n_head, nbd1, xq, xds);
 }
+#endif

@@ -188,6 +188,7 @@ RF_DEVICE void flash_attn_tile(const char* q, const char* k, const char* v, cons
         nbv2, nbv3, mne2, mne3, nbm1, nbm2, nbm3, nbd1, scale, softcap, max_bias, m0, m1, n_head_log2, round_q
 
 // flash_attn_tiled_{K}_{V}_d{DP}_q{BQ}: BQ = 16 (128 threads) or 32 (256 threads).
+#if RF_ALL || RF_T_pp_f16_d64
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f16_f16_d64_q16(FT_ARGS) {
     rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 64, 8>(FT_PASS);
@@ -196,6 +197,8 @@ RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d64_q32(FT_ARGS) 
     rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 64, 16>(FT_PASS);
 }
+#endif
+#if RF_ALL || RF_T_pp_f16_d128
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f16_f16_d128_q16(FT_ARGS) {
     rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 128, 8>(FT_PASS);
@@ -204,6 +207,8 @@ RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f16_f16_d128_q32(FT_ARGS)
     rf_grid_begin();
     flash_attn_tile<w_f16, w_f16, 128, 16>(FT_PASS);
 }
+#endif
+#if RF_ALL || RF_T_pp_f32_d64
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f32_f32_d64_q16(FT_ARGS) {
     rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 64, 8>(FT_PASS);
@@ -212,6 +217,8 @@ RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d64_q32(FT_ARGS) 
     rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 64, 16>(FT_PASS);
 }
+#endif
+#if RF_ALL || RF_T_pp_f32_d128
 RF_KERNEL __launch_bounds__(128) void flash_attn_tiled_f32_f32_d128_q16(FT_ARGS) {
     rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 128, 8>(FT_PASS);
@@ -220,3 +227,4 @@ RF_KERNEL __launch_bounds__(256) void flash_attn_tiled_f32_f32_d128_q32(FT_ARGS)
     rf_grid_begin();
     flash_attn_tile<w_f32, w_f32, 128, 16>(FT_PASS);
 }
+#endif

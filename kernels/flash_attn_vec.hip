@@ -322,13 +322,25 @@ RF_DEVICE void fav_prefetch_l2(const char* k, const char* v, const char* mask, i
         rf_grid_begin();                                             \
         flash_attn_vec<D, RM, Q8>(FA_PASS);                          \
     }
+#if RF_ALL || RF_T_f16_d64
 FAV_KERNEL(f16, false, 64, 64, 4)
 FAV_KERNEL(f16, false, 64, 64, 16)
+#endif
+#if RF_ALL || RF_T_f16_d128
 FAV_KERNEL(f16, false, 64, 128, 4)
 FAV_KERNEL(f16, false, 64, 128, 8)
+#endif
+#if RF_ALL || RF_T_f16_d256
 FAV_KERNEL(f16, false, 64, 256, 4)
+#endif
+#if RF_ALL || RF_T_q8_0_d64
 FAV_KERNEL(q8_0, true, 34, 64, 4)
 FAV_KERNEL(q8_0, true, 34, 64, 16)
+#endif
+#if RF_ALL || RF_T_q8_0_d128
 FAV_KERNEL(q8_0, true, 34, 128, 4)
 FAV_KERNEL(q8_0, true, 34, 128, 8)
+#endif
+#if RF_ALL || RF_T_q8_0_d256
 FAV_KERNEL(q8_0, true, 34, 256, 4)
+#endif

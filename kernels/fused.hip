@@ -22,6 +22,7 @@
 // Longest chunk of rot_qkv (the host fuses rotations of up to this many values).
 #define ROT_QKV_MAX 256
 
+#if RF_UNTYPED
 RF_KERNEL __launch_bounds__(1024) void fused_rms_norm(const float* a, const float* b, float* sum, const float* w,
                                                       float* out, signed char* xq, float2* xds, int qmode, i64 ne0,
                                                       float eps) {
@@ -96,6 +97,7 @@ RF_KERNEL __launch_bounds__(1024) void fused_rms_norm(const float* a, const floa
         for (i64 bk = group; bk < ne0 / 256; bk += ngroups) quantize_block256(y, xq + r * ne0, xds + r * (ne0 / 32), bk, lane);
     }
 }
+#endif
 
 // Dot products of NM weight rows (r0, and r1 when NM == 2) with one quantized src1 column
 // (xq, xds) by one warp; every lane gets them in acc.
@@ -214,7 +216,7 @@ RF_DEVICE void glu_q8_prefetch_l2(const char* wg, const char* wu, i64 nb01g, i64
     const char *wg, const char *wu, const signed char *xq, const float2 *xds, float *out, signed char *oq, \
         float2 *ods, int act_code, i64 K, i64 M, i64 nb01g, i64 nb01u, i64 pf_rows, const float *ssq, float eps
 #define MVQ_GLU_PASS wg, wu, xq, xds, out, oq, ods, act_code, K, M, nb01g, nb01u, ssq, eps
-#define MVQ_GLU_KERNEL(NAME)                                                                                  \
+#define MVQ_GLU_KERNEL(NAME, W)                                                                               \
     RF_KERNEL void mul_mat_vec_q_glu_##NAME(MVQ_GLU_ARGS) { rf_grid_begin(); mul_mat_vec_q_glu<mq_##NAME>(MVQ_GLU_PASS); } \
     RF_KERNEL __launch_bounds__(1024) void mul_mat_vec_q_glu_q8_##NAME(MVQ_GLU_ARGS) {                       \
         glu_q8_prefetch_l2(wg, wu, nb01g, nb01u, pf_rows);                                                           \
@@ -222,14 +224,7 @@ RF_DEVICE void glu_q8_prefetch_l2(const char* wg, const char* wu, i64 nb01g, i64
         mul_mat_vec_q_glu_q8<mq_##NAME>(MVQ_GLU_PASS);                                                      \
     }
 
-MVQ_GLU_KERNEL(q4_0)
-MVQ_GLU_KERNEL(q4_1)
-MVQ_GLU_KERNEL(q5_0)
-MVQ_GLU_KERNEL(q5_1)
-MVQ_GLU_KERNEL(q8_0)
-MVQ_GLU_KERNEL(iq4_nl)
-MVQ_GLU_KERNEL(q4_k)
-MVQ_GLU_KERNEL(q6_k)
+RF_EACH_MVQ_TYPE(MVQ_GLU_KERNEL)
 
 // MUL_MAT(w, x) -> ADD(res) -> RMS_NORM -> MUL(nw) for one quantized src1 column (xq, xds), with
 // the norm's division left to the kernel that reads the result: 32 rows per block (M % 32 ==
@@ -264,7 +259,7 @@ RF_DEVICE void mul_mat_vec_q_add_norm(const char* w, const signed char* xq, cons
         if (threadIdx.x == 0) ssq[blockIdx.x] = q;
     }
 }
-#define MVQ_ADD_NORM_KERNEL(NAME)                                                                                  \
+#define MVQ_ADD_NORM_KERNEL(NAME, W)                                                                               \
     RF_KERNEL __launch_bounds__(1024) void mul_mat_vec_q_add_norm_##NAME(                                          \
         const char* w, const signed char* xq, const float2* xds, const float* res, float* sum, const float* nw,    \
         signed char* oq, float2* ods, float* ssq, i64 K, i64 nb01, i64 pf_rows) {                                  \
@@ -272,14 +267,7 @@ RF_DEVICE void mul_mat_vec_q_add_norm(const char* w, const signed char* xq, cons
         rf_grid_begin();                                                                                            \
         mul_mat_vec_q_add_norm<mq_##NAME>(w, xq, xds, res, sum, nw, oq, ods, ssq, K, nb01);                         \
     }
-MVQ_ADD_NORM_KERNEL(q4_0)
-MVQ_ADD_NORM_KERNEL(q4_1)
-MVQ_ADD_NORM_KERNEL(q5_0)
-MVQ_ADD_NORM_KERNEL(q5_1)
-MVQ_ADD_NORM_KERNEL(q8_0)
-MVQ_ADD_NORM_KERNEL(iq4_nl)
-MVQ_ADD_NORM_KERNEL(q4_k)
-MVQ_ADD_NORM_KERNEL(q6_k)
+RF_EACH_MVQ_TYPE(MVQ_ADD_NORM_KERNEL)
 
 // [ROPE(q) ->] ROPE(k) -> SET_ROWS(k cache) [-> SET_ROWS(v cache)] of F32 rows, normal or neox
 // rope, one block per row: blocks [0, nq) rope a row of q (nq = q_ne1 * q_ne2, rows (head i1,
@@ -291,6 +279,7 @@ RF_DEVICE i64 fused_row_id(const char* idx, int idx64, i64 t, i64 nbi0) {
     return idx64 ? *(const i64*)p : (i64) * (const int*)p;
 }
 
+#if RF_UNTYPED
 RF_KERNEL void fused_rope_kv(const char* qa, char* qd, i64 q_ne1, i64 nq, i64 nbqa1, i64 nbqa2, i64 nbqd1, i64 nbqd2,
                              const char* ka, i64 k_ne1, i64 nbka1, i64 nbka2, char* kc, const char* kidx, int kidx64,
                              i64 nbki0, int kc_f16, i64 nbkc1, i64 kc_rows, const char* va, i64 nv_vals, i64 nbva1,
@@ -337,6 +326,7 @@ RF_KERNEL void fused_rope_kv(const char* qa, char* qd, i64 q_ne1, i64 nq, i64 nb
         }
     }
 }
+#endif
 
 // Q, K and V of one token (attention's input products of one quantized activation) in one
 // launch, together with what llama's graph does next with them: ROPE(Q) into ROPE's tensor,
@@ -449,7 +439,7 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
         ((float*)dst)[r0 + stride] = y1;
     }
 }
-#define QKV_KERNEL(NAME)                                                                                           \
+#define QKV_KERNEL(NAME, W)                                                                                        \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_qkv_##NAME(                                   \
         const char* wq, const char* wk, const char* wv, const signed char* xq, const float2* xds, i64 K, i64 Mq,   \
         i64 Mk, i64 Mv, i64 nb01q, i64 nb01k, i64 nb01v, float* qd, char* kc, const char* kidx, int kidx64,        \
@@ -465,15 +455,9 @@ RF_DEVICE void mul_mat_vec_q1_qkv(const char* wq, const char* wk, const char* wv
                                       ext_factor,                                                                  \
                                       attn_factor, corr0, corr1, ssq, eps);                                        \
     }
-QKV_KERNEL(q4_0)
-QKV_KERNEL(q4_1)
-QKV_KERNEL(q5_0)
-QKV_KERNEL(q5_1)
-QKV_KERNEL(q8_0)
-QKV_KERNEL(iq4_nl)
-QKV_KERNEL(q4_k)
-QKV_KERNEL(q6_k)
+RF_EACH_MVQ_TYPE(QKV_KERNEL)
 
+#if RF_UNTYPED
 // Attention's input rotations for quantized KV caches, after mul_mat_vec_q1_qkv: llama.cpp
 // multiplies roped Q and roped K by the Hadamard matrix of nk (and V by that of nv) before K and V
 // go into the cache. The Q/K/V launch wrote roped Q, roped K and V as F32 rows into the
@@ -512,3 +496,4 @@ RF_KERNEL void rot_qkv(float* q, i64 Mq, float* k, i64 Mk, i64 nk, float sk, flo
     char* dst = (which == 1 ? kc + row * nbkc1 : vc + row * nbvc1) + (b * n / 32) * qz_unit_bytes(dt);
     for (int u = threadIdx.x; u < n / 32; u += blockDim.x) quantize_unit((const char*)s, 0, dst, dt, u);
 }
+#endif

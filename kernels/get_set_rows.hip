@@ -23,20 +23,7 @@ RF_DEVICE void get_rows(const char* a, const char* ids, char* d, i64 ne0, i64 an
 #define GET_ROWS_KERNEL(NAME, W) \
     RF_KERNEL void get_rows_##NAME(GET_ROWS_ARGS) { rf_grid_begin(); get_rows<W>(GET_ROWS_PASS); }
 
-GET_ROWS_KERNEL(f32, w_f32)
-GET_ROWS_KERNEL(f16, w_f16)
-GET_ROWS_KERNEL(q4_0, w_q4_0)
-GET_ROWS_KERNEL(q4_1, w_q4_1)
-GET_ROWS_KERNEL(q5_0, w_q5_0)
-GET_ROWS_KERNEL(q5_1, w_q5_1)
-GET_ROWS_KERNEL(q8_0, w_q8_0)
-GET_ROWS_KERNEL(iq4_nl, w_iq4_nl)
-GET_ROWS_KERNEL(q4_k, w_q4_k)
-GET_ROWS_KERNEL(q6_k, w_q6_k)
-GET_ROWS_KERNEL(bf16, w_bf16)
-GET_ROWS_KERNEL(q2_k, w_q2_k)
-GET_ROWS_KERNEL(q3_k, w_q3_k)
-GET_ROWS_KERNEL(q5_k, w_q5_k)
+RF_EACH_WEIGHT_TYPE(GET_ROWS_KERNEL)
 
 // dst row ids[i, i02 % ine1, i03 % ine2] of matrix (i02, i03) = src0 row (i, i02, i03).
 #define SET_ROWS_ARGS                                                                                          \
@@ -62,6 +49,7 @@ RF_DEVICE void set_rows_value(const char* src, char* dst, int src_f16, int dst_f
 }
 #define SET_ROWS_PASS a, ids, d, src_f16, dst_f16, ids_i64, ne0, ane1, ane2, ine1, ine2, dne1, nba1, nba2, nba3, nbi0, nbi1, nbi2, nbd1, nbd2, nbd3
 
+#if RF_UNTYPED
 // A block per source row.
 RF_KERNEL void set_rows(SET_ROWS_ARGS) {
     rf_grid_begin();
@@ -70,7 +58,9 @@ RF_KERNEL void set_rows(SET_ROWS_ARGS) {
     if (!dst) return;
     for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) set_rows_value(src, dst, src_f16, dst_f16, k);
 }
+#endif
 
+#if RF_UNTYPED
 // Rows shorter than a warp (llama's V cache transposed, without flash attention: one value a
 // row, a whole prompt's worth of rows): a thread per value (n of them), grid-stride. A block
 // per row took 0.63 ms for 512 tokens of an 8B layer on an H100.
@@ -82,3 +72,4 @@ RF_KERNEL void set_rows_short(SET_ROWS_ARGS, i64 n) {
         if (dst) set_rows_value(src, dst, src_f16, dst_f16, t % ne0);
     }
 }
+#endif

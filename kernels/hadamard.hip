@@ -27,6 +27,7 @@ RF_DEVICE void rf_hadamard_shared(float* s, int n) {
     __syncthreads();
 }
 
+#if RF_UNTYPED
 // One block per row (grid-stride): src rows of n F32 or F16 values (dense) at byte strides
 // nbx1..3 over ne1 x ne2 x ..., dst rows of F32 at nbd1..3. scale = 1/sqrt(n) as ggml-cpu
 // computes it (passed by the host). xq != NULL: dst (contiguous, n a multiple of 32) is also
@@ -52,5 +53,6 @@ RF_KERNEL void hadamard_rows(const char* x, int x_f16, char* d, i64 n, float sca
         }
     }
 }
+#endif
 
 #endif

@@ -502,7 +502,7 @@ RF_DEVICE void mv1_pair_prefetch_l2(const char* wa, const char* wb, i64 Ma, i64 
         i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3
 #define MVQ_PASS w, xq, xds, d, K, M, N, ne12, r2, r3, nb01, nb02, nb03, nb1, nb2, nb3
 #define MVQ_PREFETCH(ROWS) w, M, ROWS, ne12, r2, r3, nb01, nb02, nb03
-#define MVQ_KERNEL(NAME)                                                                    \
+#define MVQ_KERNEL(NAME, W)                                                                  \
     RF_KERNEL void mul_mat_vec_q_##NAME(MVQ_ARGS) { rf_grid_begin(); mul_mat_vec_q<mq_##NAME>(MVQ_PASS); } \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1_##NAME(MVQ_ARGS) {                  \
         mv1_prefetch_l2(MVQ_PREFETCH(MV1_ROWS_DEF));                                        \
@@ -525,7 +525,8 @@ RF_DEVICE void mv1_pair_prefetch_l2(const char* wa, const char* wb, i64 Ma, i64 
         mul_mat_id_q<mq_##NAME>(w, xq, xds, ids, d, K, M, n_as, ne11, nb01, nb02, nbi0, nbi1, nb1, nb2); \
     }
 
-MVQ_KERNEL(q4_0)
+RF_EACH_MVQ_TYPE(MVQ_KERNEL)
+#if RF_ALL || RF_T_q4_0
 // Other shapes of the one-column kernel for Q4_0, for measuring (ROCMFORGE_GPU_MV1=rows,unroll,warps).
 #define MV1X_KERNEL(R, U)                                                                                     \
     RF_KERNEL __launch_bounds__(MV1_MAX_THREADS) void mul_mat_vec_q1x_q4_0_r##R##_u##U(MVQ_ARGS) {                 \
@@ -539,13 +540,7 @@ MV1X_KERNEL(2, 2)
 MV1X_KERNEL(2, 8)
 MV1X_KERNEL(4, 2)
 MV1X_KERNEL(4, 4)
-MVQ_KERNEL(q4_1)
-MVQ_KERNEL(q5_0)
-MVQ_KERNEL(q5_1)
-MVQ_KERNEL(q8_0)
-MVQ_KERNEL(iq4_nl)
-MVQ_KERNEL(q4_k)
-MVQ_KERNEL(q6_k)
+#endif
 
 // One block of 32 values of row xr (quantize_vals32 in quants.h).
 RF_DEVICE void quantize_block32(const float* xr, signed char* q, float2* ds, i64 b, int lane) {
@@ -575,6 +570,7 @@ RF_DEVICE void quantize_block256(const float* xr, signed char* q, float2* ds, i6
     if (lane < 8) ds[b * 8 + lane] = make_float2(amax != 0.0f ? 1.0f / iscale : 0.0f, 0.0f);
 }
 
+#if RF_UNTYPED
 // src1 rows quantized for the kernels above, as ggml-cpu quantizes them (mode 0: blocks of
 // 32, mode 1: blocks of 256). Grid: (src1 rows, value chunks); blocks of 256 threads, a
 // group of 32 threads per block of values.
@@ -593,3 +589,4 @@ RF_KERNEL void quantize_q8(const char* x, signed char* xq, float2* xds, int mode
         quantize_block256(xr, xq + row * K, xds + row * (K / 32), b, lane);
     }
 }
+#endif

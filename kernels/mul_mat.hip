@@ -155,21 +155,9 @@ RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M
     RF_KERNEL void mul_mat_vec_##NAME(MUL_MAT_ARGS) { rf_grid_begin(); mul_mat_vec<W>(MUL_MAT_PASS); } \
     RF_KERNEL void mul_mat_tiled_##NAME(MUL_MAT_ARGS) { rf_grid_begin(); mul_mat_tiled<W>(MUL_MAT_PASS); }
 
-MUL_MAT_KERNELS(f32, w_f32)
-MUL_MAT_KERNELS(f16, w_f16)
-MUL_MAT_KERNELS(q4_0, w_q4_0)
-MUL_MAT_KERNELS(q4_1, w_q4_1)
-MUL_MAT_KERNELS(q5_0, w_q5_0)
-MUL_MAT_KERNELS(q5_1, w_q5_1)
-MUL_MAT_KERNELS(q8_0, w_q8_0)
-MUL_MAT_KERNELS(iq4_nl, w_iq4_nl)
-MUL_MAT_KERNELS(q4_k, w_q4_k)
-MUL_MAT_KERNELS(q6_k, w_q6_k)
-MUL_MAT_KERNELS(bf16, w_bf16)
-MUL_MAT_KERNELS(q2_k, w_q2_k)
-MUL_MAT_KERNELS(q3_k, w_q3_k)
-MUL_MAT_KERNELS(q5_k, w_q5_k)
+RF_EACH_WEIGHT_TYPE(MUL_MAT_KERNELS)
 
+#if RF_UNTYPED
 // src1 rounded the way ggml-cpu feeds it to its dot products, written densely to `out`
 // (K floats per row, rows in (i1, i2, i3) order): mode 0 = quantized to 8-bit blocks of 32
 // with an f16 scale (Q8_0 / Q8_1, for Q4_0/Q4_1/Q5_x/Q8_0/IQ4_NL weights), mode 1 = 8-bit
@@ -216,3 +204,4 @@ RF_KERNEL void round_src1(const char* x, float* out, float* corr, int mode, i64 
         for (int t = 0; t < 8; t++) o[b * 256 + lane + 32 * t] = r[t];
     }
 }
+#endif

@@ -53,21 +53,9 @@ RF_DEVICE void mul_mat_id(const char* w, const char* x, const char* ids, char* d
 #define MUL_MAT_ID_KERNEL(NAME, W) \
     RF_KERNEL void mul_mat_id_##NAME(MMID_ARGS) { rf_grid_begin(); mul_mat_id<W>(MMID_PASS); }
 
-MUL_MAT_ID_KERNEL(f32, w_f32)
-MUL_MAT_ID_KERNEL(f16, w_f16)
-MUL_MAT_ID_KERNEL(bf16, w_bf16)
-MUL_MAT_ID_KERNEL(q4_0, w_q4_0)
-MUL_MAT_ID_KERNEL(q4_1, w_q4_1)
-MUL_MAT_ID_KERNEL(q5_0, w_q5_0)
-MUL_MAT_ID_KERNEL(q5_1, w_q5_1)
-MUL_MAT_ID_KERNEL(q8_0, w_q8_0)
-MUL_MAT_ID_KERNEL(iq4_nl, w_iq4_nl)
-MUL_MAT_ID_KERNEL(q2_k, w_q2_k)
-MUL_MAT_ID_KERNEL(q3_k, w_q3_k)
-MUL_MAT_ID_KERNEL(q4_k, w_q4_k)
-MUL_MAT_ID_KERNEL(q5_k, w_q5_k)
-MUL_MAT_ID_KERNEL(q6_k, w_q6_k)
+RF_EACH_WEIGHT_TYPE(MUL_MAT_ID_KERNEL)
 
+#if RF_UNTYPED
 // ADD_ID: dst row (i1, i2) = a row (i1, i2) + b row ids[i1, i2]; all F32, one block per row.
 RF_KERNEL void add_id_f32(const char* a, const char* b, const char* ids, char* d, i64 ne0, i64 ne1, i64 ne2,
                           i64 nb_rows, i64 nba1, i64 nba2, i64 nba3, i64 nbb1, i64 nbi0, i64 nbi1, i64 nbd1,
@@ -81,3 +69,4 @@ RF_KERNEL void add_id_f32(const char* a, const char* b, const char* ids, char* d
     const float* bias = id >= 0 && id < nb_rows ? (const float*)(b + id * nbb1) : 0;
     for (i64 i = threadIdx.x; i < ne0; i += blockDim.x) y[i] = bias ? x[i] + bias[i] : x[i];
 }
+#endif

@@ -29,6 +29,16 @@
 #endif
 #endif
 
+// Kernel groups (src/gpu/kernel_groups.rs): each group is compiled as a program of its own.
+// RF_GROUP=1: a family's kernels of no tag; RF_GROUP=2 with RF_T_<tag>=1: one tag's kernels (a
+// weight type, or a KV type and head size). Kernels are gated by `#if RF_UNTYPED` or
+// `#if RF_ALL || RF_T_<tag>`; without RF_GROUP (the offline check of whole files) all compile.
+#ifndef RF_GROUP
+#define RF_GROUP 0
+#endif
+#define RF_ALL (RF_GROUP == 0)
+#define RF_UNTYPED (RF_GROUP != 2)
+
 #define RF_KERNEL extern "C" __global__
 #define RF_DEVICE static __device__ __forceinline__
 // Explicit template specializations may not repeat the storage class.

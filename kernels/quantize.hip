@@ -61,6 +61,7 @@ RF_DEVICE void quantize_unit(const char* src, int src_f16, char* dst, int dt, i6
     }
 }
 
+#if RF_UNTYPED
 // SET_ROWS: dst row ids[i, i02 % ine1, i03 % ine2] of matrix (i02, i03) = src0 row (i, i02,
 // i03); `units` per row. Grid-stride over all units of all source rows.
 RF_KERNEL void set_rows_q(const char* a, const char* ids, char* d, int src_f16, int dt, int ids_i64, i64 units,
@@ -76,7 +77,9 @@ RF_KERNEL void set_rows_q(const char* a, const char* ids, char* d, int src_f16, 
         quantize_unit(a + i * nba1 + i02 * nba2 + i03 * nba3, src_f16, d + row * nbd1 + i02 * nbd2 + i03 * nbd3, dt, u);
     }
 }
+#endif
 
+#if RF_UNTYPED
 // CPY with dense rows of the same length: flat row r of src (shape sne1, sne2) into flat
 // row r of dst (shape dne1, dne2).
 RF_KERNEL void cpy_rows_q(const char* s, char* d, int src_f16, int dt, i64 units, i64 n, i64 sne1, i64 sne2,
@@ -89,3 +92,4 @@ RF_KERNEL void cpy_rows_q(const char* s, char* d, int src_f16, int dt, i64 units
         quantize_unit(sr, src_f16, dr, dt, u);
     }
 }
+#endif

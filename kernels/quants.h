@@ -32,6 +32,82 @@ struct w_q2_k {};
 struct w_q3_k {};
 struct w_q5_k {};
 
+// The weight types a program stamps out per-type kernels for, as X(suffix, loader): every type,
+// or only a kernel group's own (RF_T_<suffix>, see prelude.h).
+#if RF_ALL || RF_T_f32
+#define RF_X_f32(X) X(f32, w_f32)
+#else
+#define RF_X_f32(X)
+#endif
+#if RF_ALL || RF_T_f16
+#define RF_X_f16(X) X(f16, w_f16)
+#else
+#define RF_X_f16(X)
+#endif
+#if RF_ALL || RF_T_q4_0
+#define RF_X_q4_0(X) X(q4_0, w_q4_0)
+#else
+#define RF_X_q4_0(X)
+#endif
+#if RF_ALL || RF_T_q4_1
+#define RF_X_q4_1(X) X(q4_1, w_q4_1)
+#else
+#define RF_X_q4_1(X)
+#endif
+#if RF_ALL || RF_T_q5_0
+#define RF_X_q5_0(X) X(q5_0, w_q5_0)
+#else
+#define RF_X_q5_0(X)
+#endif
+#if RF_ALL || RF_T_q5_1
+#define RF_X_q5_1(X) X(q5_1, w_q5_1)
+#else
+#define RF_X_q5_1(X)
+#endif
+#if RF_ALL || RF_T_q8_0
+#define RF_X_q8_0(X) X(q8_0, w_q8_0)
+#else
+#define RF_X_q8_0(X)
+#endif
+#if RF_ALL || RF_T_iq4_nl
+#define RF_X_iq4_nl(X) X(iq4_nl, w_iq4_nl)
+#else
+#define RF_X_iq4_nl(X)
+#endif
+#if RF_ALL || RF_T_q4_k
+#define RF_X_q4_k(X) X(q4_k, w_q4_k)
+#else
+#define RF_X_q4_k(X)
+#endif
+#if RF_ALL || RF_T_q6_k
+#define RF_X_q6_k(X) X(q6_k, w_q6_k)
+#else
+#define RF_X_q6_k(X)
+#endif
+#if RF_ALL || RF_T_bf16
+#define RF_X_bf16(X) X(bf16, w_bf16)
+#else
+#define RF_X_bf16(X)
+#endif
+#if RF_ALL || RF_T_q2_k
+#define RF_X_q2_k(X) X(q2_k, w_q2_k)
+#else
+#define RF_X_q2_k(X)
+#endif
+#if RF_ALL || RF_T_q3_k
+#define RF_X_q3_k(X) X(q3_k, w_q3_k)
+#else
+#define RF_X_q3_k(X)
+#endif
+#if RF_ALL || RF_T_q5_k
+#define RF_X_q5_k(X) X(q5_k, w_q5_k)
+#else
+#define RF_X_q5_k(X)
+#endif
+#define RF_EACH_WEIGHT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_bf16(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_q5_k(X)
+// Types with an integer-dot matrix-vector kernel (mmvq.hip's mq_* loaders).
+#define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X)
+
 // f32 -> bf16 bits as ggml rounds (nearest even; NaN stays a quiet NaN), and the value back.
 RF_DEVICE unsigned short rf_f32_to_bf16(float f) {
     const unsigned u = __float_as_uint(f);

@@ -96,5 +96,7 @@ RF_DEVICE void rope(const char* a, const int* pos, const float* ff, char* d, i64
     a, pos, ff, d, ne0, ne1, ne2, nba1, nba2, nba3, nbd1, nbd2, nbd3, n_dims, neox, n_offs, theta_scale, freq_scale, \
         ext_factor, attn_factor, corr0, corr1, multi, s0, s1, s2, s3
 
+#if RF_UNTYPED
 RF_KERNEL void rope_f32(ROPE_ARGS) { rf_grid_begin(); rope<float>(ROPE_PASS); }
 RF_KERNEL void rope_f16(ROPE_ARGS) { rf_grid_begin(); rope<f16_bits>(ROPE_PASS); }
+#endif

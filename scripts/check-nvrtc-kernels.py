@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
-"""Compiles the GPU kernels as the library does on NVIDIA (the program text comes from the
-library itself: src/gpu/kernels.rs's program_source(), written out by the ignored unit test
-write_program_source) with an nvrtc found here, for the architectures given (default sm_90
-sm_80), and reports errors. No GPU is needed; exit 2 (skipped) when no nvrtc can be had.
+"""Compiles the GPU kernels as the library does on NVIDIA, each kernel group on its own (the
+programs and their -D options come from the library itself: src/gpu/kernel_groups.rs, written
+out by the ignored unit test write_group_sources) with an nvrtc found here, for the
+architectures given (default sm_90 sm_80), on all cores, and reports errors and each group's
+compile time. No GPU is needed; exit 2 (skipped) when no nvrtc can be had.
 nvrtc: $NVRTC_LIB, or the pip wheel nvidia-cuda-nvrtc-cu12 under $NVRTC_DIR (default .nvrtc/,
 fetched with pip download when missing)."""
-import ctypes, glob, os, subprocess, sys, tempfile, time
+import concurrent.futures, ctypes, glob, os, subprocess, sys, tempfile, time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def program_source():
+def group_sources():
+    """[(label, source bytes, [options])] of every kernel group."""
     with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "rocmforge.hip")
-        env = dict(os.environ, ROCMFORGE_KERNEL_SOURCE_OUT=out)
-        subprocess.check_call([os.environ.get("CARGO", "cargo"), "test", "-q", "--release", "--lib", "gpu::kernels::tests::write_program_source",
+        env = dict(os.environ, ROCMFORGE_KERNEL_GROUPS_OUT=d)
+        subprocess.check_call([os.environ.get("CARGO", "cargo"), "test", "-q", "--release", "--lib", "gpu::kernel_groups::tests::write_group_sources",
                                "--", "--ignored", "--exact"], cwd=root, env=env, stdout=subprocess.DEVNULL)
-        with open(out, "rb") as f:
-            return f.read()
+        out = []
+        for path in sorted(glob.glob(os.path.join(d, "*.hip"))):
+            with open(path, "rb") as f:
+                src = f.read()
+            with open(path[:-4] + ".opts") as f:
+                opts = f.read().split()
+            out.append((os.path.basename(path)[:-4], src, opts))
+        return out
 
 
 def find_nvrtc():
@@ -42,30 +49,40 @@ def find_nvrtc():
     return hits[0]
 
 
+def compile_one(nv, label, src, opts, arch):
+    """(ok, seconds, log) of one group for one architecture."""
+    t0 = time.time()
+    prog = ctypes.c_void_p()
+    assert nv.nvrtcCreateProgram(ctypes.byref(prog), src, (label + ".hip").encode(), 0, None, None) == 0
+    args = [f"--gpu-architecture={arch}".encode(), b"-DRF_WARP_SIZE=32"] + [o.encode() for o in opts]
+    arr = (ctypes.c_char_p * len(args))(*args)
+    r = nv.nvrtcCompileProgram(prog, len(args), arr)
+    size = ctypes.c_size_t()
+    nv.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    nv.nvrtcGetProgramLog(prog, log)
+    nv.nvrtcDestroyProgram(ctypes.byref(prog))
+    return r == 0, time.time() - t0, log.value.decode(errors="replace").strip()
+
+
 def main():
     archs = sys.argv[1:] or ["sm_90", "sm_80"]
     nv = ctypes.CDLL(find_nvrtc())
     major, minor = ctypes.c_int(), ctypes.c_int()
     nv.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    src = program_source()
+    groups = group_sources()
+    jobs = [(g, arch) for arch in archs for g in groups]
     failed = 0
-    for arch in archs:
-        t0 = time.time()
-        prog = ctypes.c_void_p()
-        assert nv.nvrtcCreateProgram(ctypes.byref(prog), src, b"rocmforge.hip", 0, None, None) == 0
-        opts = [f"--gpu-architecture={arch}".encode(), b"-DRF_WARP_SIZE=32"]
-        arr = (ctypes.c_char_p * len(opts))(*opts)
-        r = nv.nvrtcCompileProgram(prog, len(opts), arr)
-        size = ctypes.c_size_t()
-        nv.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-        log = ctypes.create_string_buffer(size.value)
-        nv.nvrtcGetProgramLog(prog, log)
-        text = log.value.decode(errors="replace").strip()
-        print(f"{'ok  ' if r == 0 else 'FAIL'}  nvrtc {major.value}.{minor.value} {arch} ({time.time() - t0:.0f} s)")
-        if text:
-            print(text[:20000])
-        failed += r != 0
-        nv.nvrtcDestroyProgram(ctypes.byref(prog))
+    t0 = time.time()
+    # nvrtc compiles one program per thread; ctypes lets go of the GIL during the call.
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        done = pool.map(lambda j: (j, compile_one(nv, j[0][0], j[0][1], j[0][2], j[1])), jobs)
+        for ((label, _, _), arch), (ok, secs, text) in done:
+            print(f"{'ok  ' if ok else 'FAIL'}  nvrtc {major.value}.{minor.value} {arch} {label:24} {secs:5.1f} s")
+            if text:
+                print(text[:20000])
+            failed += not ok
+    print(f"{len(jobs)} compiles in {time.time() - t0:.0f} s")
     sys.exit(1 if failed else 0)
 
 

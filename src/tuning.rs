@@ -4,7 +4,7 @@
 //! checks that the page names every one); "user" knobs are for people running the library,
 //! "measuring" knobs for A/B runs and profiling (docs/tuning.md says which bench step uses them).
 //!
-//! Test inputs that only ignored tests read (ROCMFORGE_QCHECK, ROCMFORGE_KERNEL_SOURCE_OUT)
+//! Test inputs that only ignored tests read (ROCMFORGE_QCHECK, ROCMFORGE_KERNEL_GROUPS_OUT)
 //! are not knobs and stay in those tests.
 
 use std::path::PathBuf;
@@ -326,7 +326,7 @@ mod tests {
                 let reads = line.contains("env::var(\"ROCMFORGE_")
                     || line.contains("env::var_os(\"ROCMFORGE_");
                 let test_input = line.contains("ROCMFORGE_QCHECK")
-                    || line.contains("ROCMFORGE_KERNEL_SOURCE_OUT");
+                    || line.contains("ROCMFORGE_KERNEL_GROUPS_OUT");
                 assert!(!reads || test_input, "{}:{}: {line}", f.display(), i + 1);
             }
         }

@@ -38,6 +38,9 @@ pub struct GpuBackend {
     /// Whether the graph `repeats_last` was just asked about matched `last_key`: the
     /// `compute` that follows takes the answer instead of walking the graph again.
     known_repeat: Option<bool>,
+    /// Kernels::misses() when a dry run last found no kernel group to compile ahead: new
+    /// graphs skip the dry run until a launch had to compile a group by itself again.
+    prefetch_settled: Option<usize>,
     /// The executable graph last captured, and whether it was captured for `last_key` (a
     /// stale one is re-pointed at the next capture, which is cheaper than a new one).
     exec: Option<GraphExec>,
@@ -269,6 +272,7 @@ impl GpuBackend {
             last_key: Vec::new(),
             key: Vec::new(),
             known_repeat: None,
+            prefetch_settled: None,
             exec: None,
             exec_current: false,
             exec_nodes: None,
@@ -497,9 +501,10 @@ impl GpuBackend {
             }
         }
         let ctx = self.ctx.clone();
-        let kernels = ctx.kernels().map_err(Error::Device)?;
+        let kernels = &ctx.kernels;
         let t1 = std::time::Instant::now();
-        let lc = ops::LaunchCtx {
+        let wants = std::cell::RefCell::new(Vec::new());
+        let mut lc = ops::LaunchCtx {
             api: ctx.api.as_ref(),
             ord: ctx.ord,
             stream: self.stream,
@@ -513,7 +518,26 @@ impl GpuBackend {
             q8_next: Default::default(),
             fuse: self.fuse,
             mma: ops::arch_has_mma(&ctx.info.arch),
+            wants: None,
         };
+        if !repeated && self.prefetch_settled != Some(kernels.misses()) {
+            // The kernel groups this graph launches, compiled together on a few threads
+            // instead of one after another as the launches reach them.
+            lc.wants = Some(&wants);
+            let uses = ops::Uses::of(nodes);
+            let mut i = 0;
+            while i < nodes.len() {
+                i += ops::launch_at(nodes, i, &uses, &lc).unwrap_or(1).max(1);
+            }
+            // What the dry run noted about the scratch's contents is not true.
+            (lc.wants, lc.q8, lc.q8_next) = (None, Default::default(), Default::default());
+            let names = wants.take();
+            if kernels.prefetch(names.iter().map(String::as_str)) == 0 {
+                self.prefetch_settled = Some(kernels.misses());
+            } else {
+                self.prefetch_settled = None;
+            }
+        }
         // A new graph's key is taken after the scratch grew (its address is in the key).
         if self.graphs_ok && !repeated {
             graph_key(&mut self.key, nodes, self.scratch.0);
@@ -752,6 +776,9 @@ impl Drop for GpuBackend {
             self.ctx.api.free(self.ctx.ord, self.fa_counters);
         }
         self.ctx.api.stream_destroy(self.ctx.ord, self.stream);
+        // A host may unload the library once its backends are freed: no compile thread may
+        // still be running its code then.
+        self.ctx.kernels.quiesce();
     }
 }
 

@@ -933,15 +933,19 @@ mod tests {
             eprintln!("skipped: no hiprtc");
             return;
         };
-        let src = crate::gpu::kernels::program_source();
-        for (arch, wave) in [("gfx90a", 64), ("gfx1030", 32)] {
-            let opts = vec![format!("-DRF_WARP_SIZE={wave}")];
-            let r = hiprtc_compile(&rtc, &src, "rocmforge.hip", arch, &opts);
-            assert!(
-                r.as_ref().is_ok_and(|b| !b.is_empty()),
-                "hiprtc for {arch}: {:?}",
-                r.err()
-            );
+        for g in crate::gpu::kernel_groups::groups() {
+            let src = g.source();
+            for (arch, wave) in [("gfx90a", 64), ("gfx1030", 32)] {
+                let mut opts = vec![format!("-DRF_WARP_SIZE={wave}")];
+                opts.extend(g.options());
+                let r = hiprtc_compile(&rtc, &src, "rocmforge.hip", arch, &opts);
+                assert!(
+                    r.as_ref().is_ok_and(|b| !b.is_empty()),
+                    "hiprtc for {arch}, group {}: {:?}",
+                    g.label(),
+                    r.err()
+                );
+            }
         }
     }
 

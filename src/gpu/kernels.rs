@@ -1,69 +1,16 @@
-//! The GPU kernels: HIP C++ sources embedded in the library, compiled on first use for the
-//! device's architecture by the vendor's run-time compiler, and cached on disk keyed by a
-//! hash of (vendor, arch, compiler version, options, source) (checked files: kernel_cache.rs).
+//! The GPU kernels: HIP C++ sources embedded in the library, compiled in groups
+//! (kernel_groups.rs) on first use for the device's architecture by the vendor's run-time
+//! compiler, several groups at once, and cached on disk one file per group keyed by a hash of
+//! (vendor, arch, compiler version, options, group source) (checked files: kernel_cache.rs).
 
-use super::api::{DeviceInfo, Function, GpuApi, Module};
+use super::api::{DeviceInfo, Function, GpuApi};
 use super::kernel_cache::Cache;
-use std::collections::HashMap;
+use super::kernel_groups::{companions, group_of, groups, Group};
+use once_cell::sync::OnceCell;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-
-const PRELUDE: &str = include_str!("../../kernels/prelude.h");
-/// Shared device code (weight loaders) that several kernel files include.
-const HEADERS: &[(&str, &str)] = &[("quants.h", include_str!("../../kernels/quants.h"))];
-
-/// Every kernel file, compiled together as one program (one module per device).
-const SOURCES: &[(&str, &str)] = &[
-    ("mul_mat.hip", include_str!("../../kernels/mul_mat.hip")),
-    ("mmvq.hip", include_str!("../../kernels/mmvq.hip")),
-    (
-        "elementwise.hip",
-        include_str!("../../kernels/elementwise.hip"),
-    ),
-    ("cpy.hip", include_str!("../../kernels/cpy.hip")),
-    ("rows.hip", include_str!("../../kernels/rows.hip")),
-    (
-        "get_set_rows.hip",
-        include_str!("../../kernels/get_set_rows.hip"),
-    ),
-    ("rope.hip", include_str!("../../kernels/rope.hip")),
-    (
-        "activation.hip",
-        include_str!("../../kernels/activation.hip"),
-    ),
-    (
-        "flash_attn.hip",
-        include_str!("../../kernels/flash_attn.hip"),
-    ),
-    (
-        "flash_attn_split.hip",
-        include_str!("../../kernels/flash_attn_split.hip"),
-    ),
-    (
-        "flash_attn_vec.hip",
-        include_str!("../../kernels/flash_attn_vec.hip"),
-    ),
-    (
-        "mul_mat_id.hip",
-        include_str!("../../kernels/mul_mat_id.hip"),
-    ),
-    ("norm.hip", include_str!("../../kernels/norm.hip")),
-    ("reduce.hip", include_str!("../../kernels/reduce.hip")),
-    ("layout.hip", include_str!("../../kernels/layout.hip")),
-    ("quantize.hip", include_str!("../../kernels/quantize.hip")),
-    ("dequant.hip", include_str!("../../kernels/dequant.hip")),
-    (
-        "flash_attn_tiled.hip",
-        include_str!("../../kernels/flash_attn_tiled.hip"),
-    ),
-    (
-        "flash_attn_mma.hip",
-        include_str!("../../kernels/flash_attn_mma.hip"),
-    ),
-    ("hadamard.hip", include_str!("../../kernels/hadamard.hip")),
-    // Last: it uses mmvq.hip's, activation.hip's, rope.hip's, quantize.hip's and hadamard.hip's
-    // device functions.
-    ("fused.hip", include_str!("../../kernels/fused.hip")),
-];
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Weight types with a loader in quants.h, by kernel-name suffix.
 pub const WEIGHT_TYPES: &[(crate::ggml_types::GgmlType, &str)] = {
@@ -243,27 +190,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "rot_qkv",
 ];
 
-/// One translation unit: the prelude, the shared headers, then each file with its local
-/// `#include "..."` lines removed (the run-time compilers get no include path) and a `#line`
-/// so errors name the file.
-pub fn program_source() -> String {
-    let mut s = String::with_capacity(64 * 1024);
-    s.push_str("#line 1 \"prelude.h\"\n");
-    s.push_str(PRELUDE);
-    for (name, text) in HEADERS.iter().chain(SOURCES.iter()) {
-        s.push_str(&format!("\n#line 1 \"{name}\"\n"));
-        for line in text.lines() {
-            if line.trim_start().starts_with("#include \"") {
-                s.push('\n'); // keep line numbers
-            } else {
-                s.push_str(line);
-                s.push('\n');
-            }
-        }
-    }
-    s
-}
-
 /// FNV-1a, 64 bits: a stable hash (std's hasher may change between Rust releases).
 pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -299,10 +225,11 @@ pub fn compile_options(info: &DeviceInfo) -> Vec<String> {
     v
 }
 
-/// Name of the cached binary for this program on this target.
+/// Name of the cached binary of one kernel group (label "mul_mat q4_1") on this target.
 pub fn cache_file_name(
     vendor: &str,
     arch: &str,
+    group: &str,
     compiler: &str,
     options: &[String],
     source: &str,
@@ -315,132 +242,17 @@ pub fn cache_file_name(
         opts.as_bytes(),
         source.as_bytes(),
     ]);
-    let arch_safe: String = arch
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect()
+    };
     format!(
-        "kernels-{}-{}-{:016x}.bin",
+        "kernels-{}-{}-{}-{:016x}.bin",
         vendor.to_ascii_lowercase(),
-        arch_safe,
+        safe(arch),
+        safe(group),
         key
-    )
-}
-
-/// The loaded module of one device and its entry points.
-pub struct Kernels {
-    _module: Module,
-    funcs: HashMap<String, Function>,
-}
-
-impl Kernels {
-    /// The loaded entry point `name` (every name of kernel_names() was resolved at load; any
-    /// other is a launcher bug, reported as an error rather than a panic).
-    pub fn get(&self, name: &str) -> Result<Function, String> {
-        self.funcs
-            .get(name)
-            .copied()
-            .ok_or_else(|| format!("kernel {name} is not in the kernel list"))
-    }
-
-    /// Compiles (or finds in the cache in `dir`, usually `cache_dir()`) and loads the kernels
-    /// on device `ord`.
-    pub fn load(
-        api: &dyn GpuApi,
-        ord: usize,
-        info: &DeviceInfo,
-        dir: Option<&std::path::Path>,
-    ) -> Result<Kernels, String> {
-        let source = program_source();
-        let options = compile_options(info);
-        let compiler = api.compiler_version();
-        let (name, key) = cache_entry(api, info);
-        let cache = dir.and_then(|d| match Cache::open(d) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                crate::log_warn!("kernel cache not used ({e}); compiling in memory");
-                None
-            }
-        });
-        if let Some(c) = &cache {
-            let cached = c.load(&name, &key).and_then(|image| match image {
-                Some(image) => Self::from_image(api, ord, &image).map(Some),
-                None => Ok(None),
-            });
-            match cached {
-                Ok(Some(k)) => {
-                    crate::log_debug!(
-                        "GPU kernels for {} from cache {}",
-                        info.arch,
-                        c.path(&name).display()
-                    );
-                    return Ok(k);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    crate::log_warn!("cached GPU kernels unusable ({e}); removed, recompiling");
-                    c.evict(&name);
-                }
-            }
-        }
-        crate::log_info!(
-            "compiling GPU kernels for {} ({}) with {} ...",
-            info.name,
-            info.arch,
-            compiler
-        );
-        let t0 = std::time::Instant::now();
-        let image = api.compile(&source, "rocmforge.hip", &info.arch, &options)?;
-        crate::log_info!(
-            "compiled GPU kernels for {} in {:.2} s ({} bytes)",
-            info.arch,
-            t0.elapsed().as_secs_f64(),
-            image.len()
-        );
-        if let Some(c) = &cache {
-            if let Err(e) = c.store(&name, &key, &image) {
-                crate::log_warn!("{e} (kernels are compiled again next time)");
-            }
-        }
-        Self::from_image(api, ord, &image)
-    }
-
-    /// Loads `image` and resolves every kernel; a module missing one is unloaded again (a
-    /// cached one is then evicted and the program compiled again).
-    fn from_image(api: &dyn GpuApi, ord: usize, image: &[u8]) -> Result<Kernels, String> {
-        if image.is_empty() {
-            return Err("empty kernel image".into());
-        }
-        let module = api.module_load(ord, image)?;
-        let mut funcs = HashMap::new();
-        for name in kernel_names() {
-            match api.module_function(ord, module, &name) {
-                Ok(f) => {
-                    funcs.insert(name, f);
-                }
-                Err(e) => {
-                    api.module_unload(ord, module);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(Kernels {
-            _module: module,
-            funcs,
-        })
-    }
-}
-
-/// The cache file name and key of the program for this device.
-pub fn cache_entry(api: &dyn GpuApi, info: &DeviceInfo) -> (String, Vec<u8>) {
-    let (source, options, compiler) = (
-        program_source(),
-        compile_options(info),
-        api.compiler_version(),
-    );
-    (
-        cache_file_name(api.vendor(), &info.arch, &compiler, &options, &source),
-        cache_key(api.vendor(), &info.arch, &compiler, &options, &source),
     )
 }
 
@@ -458,59 +270,481 @@ pub fn cache_key(
         .into_bytes()
 }
 
+/// Most threads compiling kernel groups at once. nvrtc/hiprtc compile one program on one
+/// core; a model's first graphs need about a dozen groups (one weight type, one KV type and
+/// head size), the largest a few seconds each, so 8 threads finish them in about the time of
+/// the largest while leaving a 16-core host cores for loading the model (and bounding the
+/// compilers' memory: about 120 MB each for nvrtc 12.9 on the largest group).
+const MAX_COMPILE_THREADS: usize = 8;
+
+/// Where one group stands on one device.
+enum State {
+    /// Not asked for yet.
+    Idle,
+    /// Waiting for a compile thread (or the first `get`, which takes it over).
+    Queued,
+    /// Being read from the cache or compiled.
+    Building,
+    /// Image ready (compiled, or read from the cache: `cached`), module not loaded yet: the
+    /// driver calls happen on the thread that launches (with its device current).
+    Built { image: Vec<u8>, cached: bool },
+    /// Loaded: the functions are in `Slot::funcs`.
+    Loaded,
+    /// Compile or load failed: remembered for this process (not on disk).
+    Failed(String),
+}
+
+/// How a group's build ended (for the progress lines).
+enum Built {
+    Cached,
+    /// Compiled: the image's bytes.
+    Compiled(usize),
+    Failed,
+}
+
+struct Slot {
+    state: Mutex<State>,
+    changed: Condvar,
+    /// The group's functions once loaded: read without the lock on every launch.
+    funcs: OnceCell<HashMap<String, Function>>,
+}
+
+/// Progress of the groups asked for since the work last drained (the progress lines).
+#[derive(Default)]
+struct Work {
+    queue: VecDeque<usize>,
+    threads: usize,
+    asked: usize,
+    done: usize,
+    compiled: usize,
+    cached: usize,
+    failed: usize,
+    since: Option<std::time::Instant>,
+}
+
+struct Shared {
+    api: Arc<dyn GpuApi>,
+    ord: usize,
+    info: DeviceInfo,
+    dir: Option<PathBuf>,
+    /// Opened on first use (a failure logged once; then groups compile in memory).
+    cache: OnceCell<Option<Cache>>,
+    slots: Vec<Slot>,
+    work: Mutex<Work>,
+    /// Groups asked for by a launch that no prefetch had asked for.
+    misses: AtomicUsize,
+    /// Some group loaded / some group failed (all failing: the device can compute nothing).
+    any_loaded: AtomicBool,
+    any_failed: AtomicBool,
+}
+
+/// The kernels of one device: each group compiled (or read from the cache) on first use of
+/// one of its kernels, or ahead of it by `prefetch` on a few threads.
+pub struct Kernels {
+    shared: Arc<Shared>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Kernels {
+    /// Nothing is compiled yet; `dir` (usually `cache_dir()`) holds the cached groups.
+    pub fn new(
+        api: Arc<dyn GpuApi>,
+        ord: usize,
+        info: &DeviceInfo,
+        dir: Option<PathBuf>,
+    ) -> Kernels {
+        let slots = groups()
+            .iter()
+            .map(|_| Slot {
+                state: Mutex::new(State::Idle),
+                changed: Condvar::new(),
+                funcs: OnceCell::new(),
+            })
+            .collect();
+        Kernels {
+            shared: Arc::new(Shared {
+                api,
+                ord,
+                info: info.clone(),
+                dir,
+                cache: OnceCell::new(),
+                slots,
+                work: Mutex::new(Work::default()),
+                misses: AtomicUsize::new(0),
+                any_loaded: AtomicBool::new(false),
+                any_failed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The entry point `name`, its group compiled or loaded first where needed (on this
+    /// thread, or waiting for the thread already doing it). A failed group stays failed.
+    pub fn get(&self, name: &str) -> Result<Function, String> {
+        let g = group_of(name).ok_or_else(|| format!("kernel {name} is not in the kernel list"))?;
+        let sh = &self.shared;
+        let slot = &sh.slots[g];
+        let find = |funcs: &HashMap<String, Function>| {
+            funcs
+                .get(name)
+                .copied()
+                .ok_or_else(|| format!("kernel {name} missing from its group"))
+        };
+        if let Some(funcs) = slot.funcs.get() {
+            return find(funcs);
+        }
+        let mut st = lock(&slot.state);
+        loop {
+            match &mut *st {
+                State::Loaded => {
+                    return slot
+                        .funcs
+                        .get()
+                        .map_or_else(|| Err("kernel group lost".into()), find);
+                }
+                State::Failed(e) => {
+                    return Err(format!("kernel group {}: {e}", groups()[g].label()));
+                }
+                State::Building => {
+                    st = slot.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                State::Idle | State::Queued => {
+                    if matches!(*st, State::Idle) {
+                        sh.misses.fetch_add(1, Ordering::Relaxed);
+                        sh.asked(1);
+                    }
+                    *st = State::Building;
+                    drop(st);
+                    sh.build(g, true);
+                    st = lock(&slot.state);
+                }
+                State::Built { image, cached } => {
+                    let (image, cached) = (std::mem::take(image), *cached);
+                    match sh.load(g, &image) {
+                        Ok(funcs) => {
+                            sh.any_loaded.store(true, Ordering::Relaxed);
+                            let _ = slot.funcs.set(funcs);
+                            *st = State::Loaded;
+                        }
+                        Err(e) if cached => {
+                            // A cached file that loads but is not this group's (stale or
+                            // foreign): evicted, compiled again.
+                            crate::log_warn!(
+                                "cached GPU kernel group {} unusable ({e}); removed, recompiling",
+                                groups()[g].label()
+                            );
+                            if let Some(c) = sh.cache() {
+                                c.evict(&sh.entry(g).0);
+                            }
+                            *st = State::Building;
+                            drop(st);
+                            sh.asked(1);
+                            sh.build(g, false);
+                            st = lock(&slot.state);
+                        }
+                        Err(e) => {
+                            crate::log_error!(
+                                "GPU kernel group {} for {} could not be loaded: {e}",
+                                groups()[g].label(),
+                                sh.info.arch
+                            );
+                            sh.any_failed.store(true, Ordering::Relaxed);
+                            *st = State::Failed(e);
+                        }
+                    }
+                    slot.changed.notify_all();
+                }
+            }
+        }
+    }
+
+    /// Starts building the groups of `names` not asked for yet, and their `companions`, on up
+    /// to MAX_COMPILE_THREADS threads (largest family first); returns how many groups it asked
+    /// for.
+    pub fn prefetch<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
+        let mut wanted: Vec<usize> = names.into_iter().filter_map(group_of).collect();
+        let more: Vec<usize> = wanted.iter().flat_map(|&g| companions(g)).collect();
+        wanted.extend(more);
+        wanted.sort_unstable();
+        wanted.dedup();
+        let sh = &self.shared;
+        let mut fresh = Vec::new();
+        for g in wanted {
+            let mut st = lock(&sh.slots[g].state);
+            if matches!(*st, State::Idle) {
+                *st = State::Queued;
+                fresh.push(g);
+            }
+        }
+        if fresh.is_empty() {
+            return 0;
+        }
+        sh.asked(fresh.len());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let spawn = {
+            let mut w = lock(&sh.work);
+            w.queue.extend(fresh.iter().copied());
+            let want = cores
+                .min(MAX_COMPILE_THREADS)
+                .min(w.queue.len() + w.threads);
+            let n = want.saturating_sub(w.threads);
+            w.threads += n;
+            n
+        };
+        for _ in 0..spawn {
+            let sh = self.shared.clone();
+            let r = std::thread::Builder::new()
+                .name("rf-kernels".into())
+                .spawn(move || sh.compile_queued());
+            if r.is_err() {
+                // No thread: the groups stay queued and `get` builds them itself.
+                lock(&self.shared.work).threads -= 1;
+            }
+        }
+        fresh.len()
+    }
+
+    /// Takes back the groups still queued (they are built on first use instead) and waits for
+    /// the compile threads to finish the ones they are on and exit.
+    pub fn quiesce(&self) {
+        let sh = &self.shared;
+        let queued: Vec<usize> = std::mem::take(&mut lock(&sh.work).queue).into();
+        let mut taken = 0;
+        for g in queued {
+            let mut st = lock(&sh.slots[g].state);
+            if matches!(*st, State::Queued) {
+                *st = State::Idle;
+                taken += 1;
+            }
+        }
+        if taken > 0 {
+            sh.progress(None, taken);
+        }
+        while lock(&sh.work).threads > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// How many groups a launch had to ask for itself (no prefetch had).
+    pub fn misses(&self) -> usize {
+        self.shared.misses.load(Ordering::Relaxed)
+    }
+
+    /// Groups failed and none ever loaded: the compiler or driver does not work at all.
+    pub fn all_failed(&self) -> bool {
+        let sh = &self.shared;
+        sh.any_failed.load(Ordering::Relaxed) && !sh.any_loaded.load(Ordering::Relaxed)
+    }
+
+    /// Some group failed (its ops' launches fail).
+    pub fn any_failed(&self) -> bool {
+        self.shared.any_failed.load(Ordering::Relaxed)
+    }
+
+    /// The cache file name and key of group `g` on this device.
+    pub fn cache_entry(&self, g: usize) -> (String, Vec<u8>) {
+        self.shared.entry(g)
+    }
+}
+
+impl Shared {
+    fn cache(&self) -> Option<&Cache> {
+        self.cache
+            .get_or_init(|| {
+                self.dir.as_deref().and_then(|d| match Cache::open(d) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        crate::log_warn!("kernel cache not used ({e}); compiling in memory");
+                        None
+                    }
+                })
+            })
+            .as_ref()
+    }
+
+    fn options(&self, g: usize) -> Vec<String> {
+        let mut o = compile_options(&self.info);
+        o.extend(groups()[g].options());
+        o
+    }
+
+    fn entry(&self, g: usize) -> (String, Vec<u8>) {
+        let (source, options, compiler) = (
+            groups()[g].source(),
+            self.options(g),
+            self.api.compiler_version(),
+        );
+        let (vendor, arch) = (self.api.vendor(), &self.info.arch);
+        let label = groups()[g].label();
+        (
+            cache_file_name(vendor, arch, &label, &compiler, &options, &source),
+            cache_key(vendor, arch, &compiler, &options, &source),
+        )
+    }
+
+    fn asked(&self, n: usize) {
+        let mut w = lock(&self.work);
+        w.asked += n;
+        w.since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// A compile thread: builds queued groups until none are left.
+    fn compile_queued(&self) {
+        loop {
+            let next = {
+                let mut w = lock(&self.work);
+                match w.queue.pop_front() {
+                    Some(g) => g,
+                    None => {
+                        w.threads -= 1;
+                        return;
+                    }
+                }
+            };
+            let mut st = lock(&self.slots[next].state);
+            if matches!(*st, State::Queued) {
+                *st = State::Building;
+                drop(st);
+                self.build(next, true);
+            }
+        }
+    }
+
+    /// Group `g` (marked Building by the caller) from the cache (`use_cache`) or compiled, to
+    /// Built or Failed; logs the progress.
+    fn build(&self, g: usize, use_cache: bool) {
+        let group = &groups()[g];
+        let t0 = std::time::Instant::now();
+        let (name, key) = self.entry(g);
+        let cache = self.cache();
+        let mut outcome = None;
+        if let (true, Some(c)) = (use_cache, cache) {
+            match c.load(&name, &key) {
+                Ok(Some(image)) => outcome = Some(Ok((image, true))),
+                Ok(None) => {}
+                Err(e) => {
+                    crate::log_warn!("cached GPU kernels unusable ({e}); removed, recompiling");
+                    c.evict(&name);
+                }
+            }
+        }
+        let outcome = outcome.unwrap_or_else(|| {
+            let label = group.label();
+            let r = self
+                .api
+                .compile(
+                    &group.source(),
+                    &format!("{}.hip", label.replace(' ', "_")),
+                    &self.info.arch,
+                    &self.options(g),
+                )
+                .and_then(|image| {
+                    if image.is_empty() {
+                        return Err("empty kernel image".to_string());
+                    }
+                    Ok(image)
+                });
+            if let (Ok(image), Some(c)) = (&r, cache) {
+                if let Err(e) = c.store(&name, &key, image) {
+                    crate::log_warn!("{e} (kernels are compiled again next time)");
+                }
+            }
+            r.map(|image| (image, false))
+        });
+        let secs = t0.elapsed().as_secs_f64();
+        let state = match outcome {
+            Ok((image, cached)) => {
+                let how = match cached {
+                    true => Built::Cached,
+                    false => Built::Compiled(image.len()),
+                };
+                self.progress(Some((group, secs, how)), 0);
+                State::Built { image, cached }
+            }
+            Err(e) => {
+                crate::log_error!(
+                    "GPU kernel group {} for {} could not be built: {e}",
+                    group.label(),
+                    self.info.arch
+                );
+                self.any_failed.store(true, Ordering::Relaxed);
+                self.progress(Some((group, secs, Built::Failed)), 0);
+                State::Failed(e)
+            }
+        };
+        let slot = &self.slots[g];
+        *lock(&slot.state) = state;
+        slot.changed.notify_all();
+    }
+
+    /// One line per compiled group, and a summary when every group asked for is done.
+    /// `done`: None where only `cancelled` groups were taken back from the queue.
+    fn progress(&self, done: Option<(&Group, f64, Built)>, cancelled: usize) {
+        let mut w = lock(&self.work);
+        w.asked = w.asked.saturating_sub(cancelled);
+        if let Some((group, secs, how)) = done {
+            w.done += 1;
+            match how {
+                Built::Cached => {
+                    w.cached += 1;
+                    crate::log_debug!(
+                        "kernel group {} from the cache ({secs:.3} s)",
+                        group.label()
+                    );
+                }
+                Built::Compiled(bytes) => {
+                    w.compiled += 1;
+                    crate::log_info!(
+                        "compiled {}/{} kernel groups for {} ({}: {secs:.1} s, {bytes} bytes)",
+                        w.done,
+                        w.asked,
+                        self.info.arch,
+                        group.label()
+                    );
+                }
+                Built::Failed => w.failed += 1,
+            }
+        }
+        if w.done == w.asked && w.since.is_some() {
+            let wall = w.since.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
+            crate::log_info!(
+                "GPU kernels for {} ({}): {} groups compiled, {} loaded from cache, {} failed, {wall:.2} s",
+                self.info.name,
+                self.info.arch,
+                w.compiled,
+                w.cached,
+                w.failed
+            );
+            (w.asked, w.done, w.compiled, w.cached, w.failed) = (0, 0, 0, 0, 0);
+        }
+    }
+
+    /// Loads `image` and resolves the group's kernels; a module missing one is unloaded again.
+    fn load(&self, g: usize, image: &[u8]) -> Result<HashMap<String, Function>, String> {
+        let (api, ord) = (self.api.as_ref(), self.ord);
+        let module = api.module_load(ord, image)?;
+        let mut funcs = HashMap::new();
+        for name in &groups()[g].kernels {
+            match api.module_function(ord, module, name) {
+                Ok(f) => {
+                    funcs.insert(name.clone(), f);
+                }
+                Err(e) => {
+                    api.module_unload(ord, module);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(funcs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn source_has_every_kernel_and_no_includes() {
-        let s = program_source();
-        for name in kernel_names() {
-            let direct = s.contains(&format!("void {name}("));
-            // Per-type kernels are stamped out by macros: SOME_KERNELS(suffix, loader).
-            let stamped = WEIGHT_TYPES.iter().any(|(_, suf)| {
-                name.ends_with(&format!("_{suf}")) && s.contains(&format!("({suf}, w_{suf})"))
-            }) || MVQ_TYPES.iter().any(|suf| {
-                [
-                    format!("mul_mat_vec_q_{suf}"),
-                    format!("mul_mat_vec_q1_{suf}"),
-                    format!("mul_mat_id_q_{suf}"),
-                ]
-                .contains(&name)
-                    && s.contains(&format!("MVQ_KERNEL({suf})"))
-            }) || MVQ_TYPES.iter().any(|suf| {
-                (name == format!("mul_mat_vec_q_glu_{suf}")
-                    || name == format!("mul_mat_vec_q_glu_q8_{suf}"))
-                    && s.contains(&format!("MVQ_GLU_KERNEL({suf})"))
-            }) || MVQ_TYPES.iter().any(|suf| {
-                name == format!("mul_mat_vec_q_add_norm_{suf}")
-                    && s.contains(&format!("MVQ_ADD_NORM_KERNEL({suf})"))
-            });
-            let mv1x = MV1X_SHAPES.iter().any(|(r, u)| {
-                name == format!("mul_mat_vec_q1x_q4_0_r{r}_u{u}")
-                    && s.contains(&format!("MV1X_KERNEL({r}, {u})"))
-            });
-            let fav = [("f16", "false, 64"), ("q8_0", "true, 34")]
-                .iter()
-                .any(|(kv, rest)| {
-                    FAV_SHAPES.iter().any(|(d, r)| {
-                        name == format!("flash_attn_vec_{kv}_d{d}_r{r}")
-                            && s.contains(&format!("FAV_KERNEL({kv}, {rest}, {d}, {r})"))
-                    })
-                });
-            let fm = [("f16", "false"), ("q8_0", "true")].iter().any(|(kv, q8)| {
-                FM_SHAPES.iter().any(|(d, w)| {
-                    name == format!("flash_attn_mma_{kv}_d{d}_w{w}")
-                        && s.contains(&format!("FM_KERNEL({kv}, {q8}, {d}, {w})"))
-                })
-            });
-            assert!(
-                direct || stamped || mv1x || fav || fm,
-                "kernel {name} missing from the sources"
-            );
-        }
-        assert!(!s.contains("#include \""));
-    }
+    use crate::gpu::kernel_groups::SOURCES;
 
     /// The host launches kernels with programmatic dependent launch on sm_90+: a kernel that
     /// touched memory before rf_grid_begin() could read its inputs before they are written
@@ -559,34 +793,42 @@ mod tests {
         assert!(count > 70, "found only {count} kernels");
     }
 
-    /// Not a check: writes the program exactly as the library compiles it to the file named by
-    /// ROCMFORGE_KERNEL_SOURCE_OUT, for scripts/check-nvrtc-kernels.py (run with --ignored).
-    #[test]
-    #[ignore]
-    fn write_program_source() {
-        let path = std::env::var_os("ROCMFORGE_KERNEL_SOURCE_OUT")
-            .expect("ROCMFORGE_KERNEL_SOURCE_OUT names the output file");
-        std::fs::write(path, program_source()).unwrap();
-    }
-
     #[test]
     fn cache_key_changes_with_every_input() {
         let o = vec!["-DRF_WARP_SIZE=32".to_string()];
-        let a = cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &o, "src");
-        assert_eq!(a, cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &o, "src"));
-        assert_ne!(a, cache_file_name("CUDA", "sm_80", "nvrtc 13.0", &o, "src"));
-        assert_ne!(a, cache_file_name("CUDA", "sm_90", "nvrtc 12.4", &o, "src"));
+        let a = cache_file_name("CUDA", "sm_90", "g", "nvrtc 13.0", &o, "src");
         assert_ne!(
             a,
-            cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &o, "src2")
+            cache_file_name("CUDA", "sm_90", "h", "nvrtc 13.0", &o, "src")
+        );
+        assert_eq!(
+            a,
+            cache_file_name("CUDA", "sm_90", "g", "nvrtc 13.0", &o, "src")
         );
         assert_ne!(
             a,
-            cache_file_name("CUDA", "sm_90", "nvrtc 13.0", &[], "src")
+            cache_file_name("CUDA", "sm_80", "g", "nvrtc 13.0", &o, "src")
         );
-        assert!(
-            cache_file_name("HIP", "gfx90a:sramecc+:xnack-", "hiprtc 6.2", &o, "s")
-                .starts_with("kernels-hip-gfx90a_sramecc__xnack_-")
+        assert_ne!(
+            a,
+            cache_file_name("CUDA", "sm_90", "g", "nvrtc 12.4", &o, "src")
         );
+        assert_ne!(
+            a,
+            cache_file_name("CUDA", "sm_90", "g", "nvrtc 13.0", &o, "src2")
+        );
+        assert_ne!(
+            a,
+            cache_file_name("CUDA", "sm_90", "g", "nvrtc 13.0", &[], "src")
+        );
+        assert!(cache_file_name(
+            "HIP",
+            "gfx90a:sramecc+:xnack-",
+            "mul_mat q4_1",
+            "hiprtc 6.2",
+            &o,
+            "s"
+        )
+        .starts_with("kernels-hip-gfx90a_sramecc__xnack_-mul_mat_q4_1-"));
     }
 }

@@ -43,6 +43,10 @@ pub struct MockApi {
     /// What `compile` returns.
     pub image: Vec<u8>,
     pub compiles: AtomicUsize,
+    /// The program names compiled (one per kernel group), in order.
+    pub compiled: Mutex<Vec<String>>,
+    /// Milliseconds each compile takes (to make concurrent callers overlap).
+    pub compile_ms: AtomicUsize,
     handles: AtomicUsize,
     /// Every host_register fails (a driver that cannot pin this memory).
     pub refuse_register: AtomicBool,
@@ -63,6 +67,8 @@ impl MockApi {
             hollow_image: Mutex::new(Vec::new()),
             image: b"mock kernel image".to_vec(),
             compiles: AtomicUsize::new(0),
+            compiled: Mutex::new(Vec::new()),
+            compile_ms: AtomicUsize::new(0),
             handles: AtomicUsize::new(1),
             refuse_register: AtomicBool::new(false),
         }
@@ -151,9 +157,12 @@ impl GpuApi for MockApi {
     fn compiler_version(&self) -> String {
         "mock 1.0".into()
     }
-    fn compile(&self, _: &str, _: &str, _: &str, _: &[String]) -> ApiResult<Vec<u8>> {
+    fn compile(&self, _: &str, name: &str, _: &str, _: &[String]) -> ApiResult<Vec<u8>> {
         self.tick("compile")?;
+        let ms = self.compile_ms.load(Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(ms as u64));
         self.compiles.fetch_add(1, Ordering::SeqCst);
+        self.compiled.lock().unwrap().push(name.to_string());
         Ok(self.image.clone())
     }
     fn module_load(&self, _ord: usize, image: &[u8]) -> ApiResult<Module> {
@@ -411,7 +420,7 @@ mod tests {
                 .map(|_| ()),
         );
         note(be.synchronize());
-        seen.usable = ctx.kernels().is_ok();
+        seen.usable = !ctx.kernels.any_failed();
         seen.tail_from = api.log.lock().unwrap().len();
         // More graphs until one works: a failure at a synchronize is reported by the next
         // compute (queued work failed), so with one failure the backend works again within
@@ -440,6 +449,41 @@ mod tests {
             0,
             "bad frees (call {k})"
         );
+    }
+
+    /// A new graph's kernel groups are found by the dry run and built ahead (no launch has to
+    /// build one itself), only those, and a repeat of the graph asks for nothing.
+    #[test]
+    fn a_graph_prefetches_exactly_its_groups() {
+        let dir = cache_dir("graph");
+        let api = Arc::new(MockApi::new(0));
+        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
+        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let base = buf.base();
+        let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        x.t.data = at(0);
+        let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        a.op(op::ADD).src(0, &x).src(1, &x);
+        a.t.data = at(4096);
+        let mut c = TT::new(GgmlType::F16, [64, 4, 1, 1]);
+        c.op(op::CPY).src(0, &a);
+        c.t.data = at(8192);
+        let nodes = [a.tensor(), c.tensor()];
+        for _ in 0..3 {
+            be.repeats_last(&nodes);
+            be.compute(&nodes).unwrap();
+            be.synchronize().unwrap();
+        }
+        let mut built = api.compiled.lock().unwrap().clone();
+        built.sort();
+        assert_eq!(built, ["cpy.hip", "elementwise.hip"]);
+        assert_eq!(ctx.kernels.misses(), 0, "a launch had to build its group");
+        drop(be);
+        drop(buf);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -517,23 +561,34 @@ mod tests {
         assert!(tried > 40, "only {tried} calls tried");
     }
 
-    /// A cached module that loads but lacks a kernel (stale or foreign file with a valid
-    /// header) is evicted and the program compiled and stored again, instead of the GPU being
+    /// A fresh cache directory for one test.
+    fn cache_dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("rf-mock-cache-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn kernels(api: &Arc<MockApi>, dir: &std::path::Path) -> crate::gpu::kernels::Kernels {
+        let api: Arc<dyn GpuApi> = api.clone();
+        crate::gpu::kernels::Kernels::new(api, 0, &MockApi::info(), Some(dir.to_path_buf()))
+    }
+
+    /// A cached group that loads but lacks a kernel (stale or foreign file with a valid
+    /// header) is evicted and the group compiled and stored again, instead of the GPU being
     /// disabled; the next process then loads it from the cache. A failed compile is not
     /// remembered on disk: the next process compiles again.
     #[test]
     fn cache_recovers_from_a_hollow_module_and_a_failed_build() {
         use crate::gpu::kernel_cache::Cache;
-        use crate::gpu::kernels::{cache_entry, Kernels};
-        let dir = std::env::temp_dir().join(format!("rf-mock-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let info = MockApi::info();
-        let api = MockApi::new(0);
-        let (name, key) = cache_entry(&api, &info);
+        use crate::gpu::kernel_groups::group_of;
+        let dir = cache_dir("hollow");
+        let g = group_of("binary_f32").unwrap();
+        let api = Arc::new(MockApi::new(0));
+        let (name, key) = kernels(&api, &dir).cache_entry(g);
         let cache = Cache::open(&dir).unwrap();
         cache.store(&name, &key, b"hollow image").unwrap();
         *api.hollow_image.lock().unwrap() = b"hollow image".to_vec();
-        assert!(Kernels::load(&api, 0, &info, Some(&dir)).is_ok());
+        assert!(kernels(&api, &dir).get("binary_f32").is_ok());
         assert_eq!(api.compiles.load(Ordering::SeqCst), 1, "compiled again");
         assert_eq!(
             api.live.modules.load(Ordering::SeqCst),
@@ -542,21 +597,159 @@ mod tests {
         );
         assert_eq!(cache.load(&name, &key).unwrap(), Some(api.image.clone()));
 
-        let next = MockApi::new(0);
-        assert!(Kernels::load(&next, 0, &info, Some(&dir)).is_ok());
+        let next = Arc::new(MockApi::new(0));
+        assert!(kernels(&next, &dir).get("binary_f32").is_ok());
         assert_eq!(next.compiles.load(Ordering::SeqCst), 0, "from the cache");
 
         cache.evict(&name);
-        let failing = MockApi::new(1); // call 1: the compile
-        assert!(Kernels::load(&failing, 0, &info, Some(&dir)).is_err());
+        let failing = Arc::new(MockApi::new(1)); // call 1: the compile
+        let k = kernels(&failing, &dir);
+        assert!(k.get("binary_f32").is_err());
+        assert!(
+            k.get("binary_f32").is_err(),
+            "failure remembered in the process"
+        );
+        assert_eq!(failing.compiles.load(Ordering::SeqCst), 0);
+        assert!(k.all_failed());
         assert_eq!(cache.load(&name, &key).unwrap(), None);
-        let retry = MockApi::new(0);
-        assert!(Kernels::load(&retry, 0, &info, Some(&dir)).is_ok());
+        let retry = Arc::new(MockApi::new(0));
+        assert!(kernels(&retry, &dir).get("binary_f32").is_ok());
         assert_eq!(
             retry.compiles.load(Ordering::SeqCst),
             1,
             "compiled in the next process"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A group that fails to build fails its kernels only: the others still build, and the
+    /// device keeps claiming ops (it declines them only when nothing builds at all).
+    #[test]
+    fn one_failed_group_leaves_the_others_working() {
+        let dir = cache_dir("onefail");
+        let api = Arc::new(MockApi::new(1)); // call 1: the first compile
+        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
+        let k = &ctx.kernels;
+        let err = k.get("binary_f32").unwrap_err();
+        assert!(err.contains("elementwise"), "{err}");
+        assert!(
+            ctx.kernels_failed(),
+            "nothing built yet: the device declines ops"
+        );
+        assert!(k.get("soft_max_f32").is_ok());
+        assert!(k.any_failed() && !ctx.kernels_failed());
+        assert!(k.get("scale_f32").is_err(), "the failed group stays failed");
+        assert_eq!(*api.compiled.lock().unwrap(), ["rows.hip"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A launch compiles only its kernel's group, once; each group is its own cache file, and
+    /// a corrupt one is compiled again alone.
+    #[test]
+    fn groups_compile_lazily_and_cache_separately() {
+        use crate::gpu::kernel_groups::{group_of, groups};
+        let dir = cache_dir("groups");
+        let api = Arc::new(MockApi::new(0));
+        let k = kernels(&api, &dir);
+        let names = ["binary_f32", "mul_mat_vec_q1_q4_1", "get_rows_q4_1"];
+        let mut funcs = Vec::new();
+        for n in names {
+            funcs.push(k.get(n).unwrap());
+        }
+        assert_eq!(
+            k.get("mul_mat_vec_q1_q4_1").unwrap(),
+            funcs[1],
+            "same function"
+        );
+        assert_eq!(
+            *api.compiled.lock().unwrap(),
+            ["elementwise.hip", "mmvq_q4_1.hip", "mul_mat_q4_1.hip"],
+            "only the groups launched, once each"
+        );
+        let files = |d: &std::path::Path| std::fs::read_dir(d).unwrap().count();
+        assert_eq!(files(&dir), 3, "a cache file per group");
+        // One group's file corrupted: the next process compiles that group only.
+        let (corrupt, _) = k.cache_entry(group_of("get_rows_q4_1").unwrap());
+        let path = dir.join(&corrupt);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        let next = Arc::new(MockApi::new(0));
+        let k2 = kernels(&next, &dir);
+        for n in names {
+            assert!(k2.get(n).is_ok());
+        }
+        assert_eq!(*next.compiled.lock().unwrap(), ["mul_mat_q4_1.hip"]);
+        assert_eq!(files(&dir), 3);
+        assert!(groups().len() > 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Threads asking for one group at once compile it once; a prefetch builds the groups on
+    /// its own threads, and a launch then only loads them.
+    #[test]
+    fn concurrent_gets_and_prefetch_compile_each_group_once() {
+        let dir = cache_dir("concurrent");
+        let api = Arc::new(MockApi::new(0));
+        api.compile_ms.store(50, Ordering::SeqCst);
+        let k = kernels(&api, &dir);
+        std::thread::scope(|s| {
+            for _ in 0..6 {
+                s.spawn(|| assert!(k.get("soft_max_f32").is_ok()));
+            }
+        });
+        assert_eq!(*api.compiled.lock().unwrap(), ["rows.hip"]);
+        let asked = k.prefetch([
+            "rope_f32",
+            "norm_f32",
+            "soft_max_f32",
+            "cpy_f32_f16",
+            "norm_f32",
+        ]);
+        assert_eq!(asked, 3, "rows was built already; norm asked once");
+        assert_eq!(k.prefetch(["norm_f32"]), 0);
+        for n in ["rope_f32", "norm_f32", "cpy_f32_f16"] {
+            assert!(k.get(n).is_ok());
+        }
+        assert_eq!(
+            k.misses(),
+            1,
+            "only the first get had to build its group itself"
+        );
+        let mut c = api.compiled.lock().unwrap().clone();
+        c.sort();
+        assert_eq!(c, ["cpy.hip", "mmvq.hip", "norm.hip", "rows.hip"]);
+        // A backend freed while groups are queued: the queue is taken back and no compile
+        // thread runs afterwards (the host may unload the library); the groups still build on
+        // first use, each once.
+        let names = [
+            "get_rows_q5_0",
+            "get_rows_q8_0",
+            "mul_mat_vec_bf16",
+            "mul_mat_vec_q4_0",
+        ];
+        assert_eq!(
+            k.prefetch(names),
+            7,
+            "4 mul_mat groups, with mmvq q5_0, q8_0 and q4_0"
+        );
+        k.quiesce();
+        let after = api.compiles.load(Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        assert_eq!(
+            api.compiles.load(Ordering::SeqCst),
+            after,
+            "a compile after quiesce"
+        );
+        for n in names.into_iter().chain(["mul_mat_vec_q1_q8_0"]) {
+            assert!(k.get(n).is_ok());
+        }
+        let c = api.compiled.lock().unwrap().clone();
+        let mut unique = c.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(c.len(), unique.len(), "a group compiled twice: {c:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

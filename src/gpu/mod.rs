@@ -10,6 +10,7 @@ pub mod buffer;
 pub mod cuda;
 pub mod hip;
 pub mod kernel_cache;
+pub mod kernel_groups;
 pub mod kernels;
 #[cfg(test)]
 mod mock;
@@ -24,7 +25,6 @@ use crate::device::{
 use crate::tensor::Tensor;
 use api::{DevPtr, DeviceInfo, GpuApi};
 use kernels::Kernels;
-use once_cell::sync::OnceCell;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,9 +45,8 @@ pub struct GpuCtx {
     pub api: Arc<dyn GpuApi>,
     pub ord: usize,
     pub info: DeviceInfo,
-    kernels: OnceCell<std::result::Result<Kernels, String>>,
-    /// Where compiled kernels are cached (None: compiled in memory every time).
-    cache_dir: Option<std::path::PathBuf>,
+    /// Compiled group by group on first use (kernels.rs).
+    pub kernels: Kernels,
     /// Live allocations (base -> size, kind): kernels only ever get addresses inside these.
     allocs: Mutex<BTreeMap<DevPtr, (usize, Memory)>>,
     /// The host's reads and writes of device memory (made on first use; see `Io`).
@@ -80,34 +79,20 @@ impl GpuCtx {
         cache_dir: Option<std::path::PathBuf>,
     ) -> Arc<GpuCtx> {
         Arc::new(GpuCtx {
+            kernels: Kernels::new(api.clone(), 0, &info, cache_dir),
             api,
             ord: 0,
             info,
-            kernels: OnceCell::new(),
-            cache_dir,
             allocs: Mutex::new(BTreeMap::new()),
             io: Mutex::new(None),
             staged: AtomicU64::new(0),
         })
     }
 
-    /// The compiled kernels, compiling them on first use; a failure is remembered.
-    pub fn kernels(&self) -> std::result::Result<&Kernels, String> {
-        self.kernels
-            .get_or_init(|| {
-                let dir = self.cache_dir.as_deref();
-                Kernels::load(self.api.as_ref(), self.ord, &self.info, dir).map_err(|e| {
-                    crate::log_error!("GPU kernels for {} could not be built: {e}", self.info.arch);
-                    e
-                })
-            })
-            .as_ref()
-            .map_err(|e| e.clone())
-    }
-
-    /// Kernels were tried and failed: the device can then compute nothing.
+    /// Kernel groups were tried and every one failed: the device can then compute nothing
+    /// (one failed group only fails the graphs that launch its kernels).
     pub fn kernels_failed(&self) -> bool {
-        matches!(self.kernels.get(), Some(Err(_)))
+        self.kernels.all_failed()
     }
 
     /// The I/O stream and staging, made on first use (a failure is not remembered).
@@ -315,11 +300,10 @@ impl GpuDevice {
         let name = CString::new(format!("RFGPU{index}")).unwrap();
         let description = CString::new(info.name.replace('\0', "")).unwrap_or_default();
         let ctx = Arc::new(GpuCtx {
+            kernels: Kernels::new(api.clone(), ord, &info, kernels::cache_dir()),
             api,
             ord,
             info,
-            kernels: OnceCell::new(),
-            cache_dir: kernels::cache_dir(),
             allocs: Mutex::new(BTreeMap::new()),
             io: Mutex::new(None),
             staged: AtomicU64::new(0),

@@ -292,6 +292,9 @@ pub(super) fn launch_mul_mat_blas(
         )?;
         (w16, k, m * k, wne[2] * m * k)
     };
+    if lc.dry() {
+        return Ok(()); // the library's own kernels need no compiling
+    }
     let (b_s2, b_s3) = (n * k, ne12 * n * k);
     // (columns, weight offset and batch stride, src1 offset and batch stride, dst byte offset
     // and batch stride in floats, batch)

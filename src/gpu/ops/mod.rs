@@ -143,6 +143,16 @@ pub struct LaunchCtx<'a> {
     /// Whether the device has the tensor-core instructions of flash_attn_mma.hip (NVIDIA sm_80+:
     /// mma.sync m16n8k16, ldmatrix, cp.async).
     pub mma: bool,
+    /// A dry run: kernel names are collected here instead of launched (and nothing else is
+    /// queued), so the groups a graph needs can be compiled ahead, together.
+    pub wants: Option<&'a std::cell::RefCell<Vec<String>>>,
+}
+
+impl LaunchCtx<'_> {
+    /// A dry run (`wants`): nothing may be queued.
+    pub fn dry(&self) -> bool {
+        self.wants.is_some()
+    }
 }
 
 /// Whether a device of this compiler target runs flash_attn_mma.hip's tensor-core kernels.
@@ -168,6 +178,10 @@ fn skipped(kernel: &str) -> bool {
 impl LaunchCtx<'_> {
     fn run(&self, kernel: &str, grid: [usize; 3], block: u32, args: Args) -> ApiResult<()> {
         if skipped(kernel) {
+            return Ok(());
+        }
+        if let Some(w) = self.wants {
+            w.borrow_mut().push(kernel.to_string());
             return Ok(());
         }
         let mut slots = args.0;
