@@ -4,7 +4,7 @@
 //! which bytes must be copied before each segment and records what each segment wrote.
 
 use super::device::Shared;
-use super::placement::{choose_resident, layer_of, weight_value, Candidate};
+use super::placement::{choose_resident, weight_value, Candidate};
 use super::residency::{copy_in_pieces, Copy, RegionKind, Residency};
 use super::scheduler::{range, DataView, HybridScheduler, NodeFacts};
 use super::telemetry::{EventKind, ExecutionEvent};
@@ -392,7 +392,6 @@ impl HybridBackend {
                     host: p,
                     len,
                     value: weight_value(n, i),
-                    layer: layer_of(&s.name()),
                 });
             }
         }
