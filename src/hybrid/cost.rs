@@ -226,7 +226,7 @@ impl Profile {
             h2d_pageable_gbs: 8.0,
             d2h_gbs: 8.0,
             transfer_us: 15.0,
-            switch_us: 20.0,
+            switch_us: 70.0,
             cpu_alone_us: 0.0,
             gpu_alone_us: 0.0,
             d2h_pinned_gbs: 20.0,
