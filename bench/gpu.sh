@@ -67,6 +67,8 @@
 #          and the second (after the first one-token graph) of SmolLM2-shaped Q4_1 on RFGPU0
 #          (llama_run generate, fa on), 3 times with an empty kernel cache then 3 times warm; the
 #          kernel group lines of the first cold run; libggml-rocmforge-base.so once cold where carried
+#   cpu    RFCPU against ggml-cpu's best variant on this host (issue 23): 8B-shaped (CPU_LAYERS of 32,
+#          default 8) and 1B-shaped Q4_0 / Q4_K, pp512 / tg32 at each of $CPU_THREADS (default "4 16")
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -502,4 +504,25 @@ if has start; then
         echo "start cold base: $(grep -o 'first token.*' "$OUT/start-base.log" || echo "no timing line (older llama_run)")"
         grep -E "compiled GPU kernels" "$OUT/start-base.log"
     fi
+fi
+
+# RFCPU against ggml-cpu's best variant on this host (issue 23): 8B-shaped (CPU_LAYERS of 32 layers,
+# default 8) and 1B-shaped models, Q4_0 and Q4_K, pp512 / tg32, at each of $CPU_THREADS (default "4
+# 16"), both interleaved; no GPU used (ROCMFORGE_GPU=0). Needs the ggml-cpu variants of step cuda.
+if has cpu; then
+    quiet
+    [ -s libggml-cuda.so ] && best_cpu
+    for t in q4_0 q4_k; do
+        [ -f cpu8b-$t.gguf ] || ./make_model --preset 8b --layers "${CPU_LAYERS:-8}" --type $t --tokenizer smol-tokenizer.gguf -o cpu8b-$t.gguf >/dev/null 2>&1
+        [ -f cpu1b-$t.gguf ] || ./make_model --preset 1b --type $t --tokenizer smol-tokenizer.gguf -o cpu1b-$t.gguf >/dev/null 2>&1
+    done
+    for th in ${CPU_THREADS:-4 16}; do
+        for m in cpu8b-q4_0 cpu8b-q4_k cpu1b-q4_0 cpu1b-q4_k; do
+            B="bench -m $m.gguf -t $th --pp 512 --tg 32 --reps 2"
+            for r in $(seq "$ROUNDS"); do
+                echo "cpu $m t$th r$r ggml-cpu($(basename "${CPU_SO:-./libggml-cpu.so}" .so)) $(./llama_run $B -b ggml-cpu -l "${CPU_SO:-./libggml-cpu.so}" 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+                echo "cpu $m t$th r$r RFCPU $(ROCMFORGE_GPU=0 ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+            done
+        done
+    done | tee "$OUT/cpu.txt"
 fi
