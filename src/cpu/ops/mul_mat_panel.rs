@@ -1,0 +1,199 @@
+//! MUL_MAT of Q4_0 weights by many activation columns on AVX-512 VNNI, through weight panels
+//! (`quants/panel.rs`): the activations are quantized once to Q8_0 and laid out as the kernel
+//! reads them (with −8·Σy per block), then each thread packs 16 weight rows at a time into its
+//! own panel (L2-resident: 258 KiB at k = 14336) and runs every column over it. Threads split
+//! the panels, so 2 and 16 threads get equal shares of the 256 panels of a 4096-row matrix.
+
+use super::Ctx;
+use crate::cpu::quants::panel::{self, ActBlock};
+use crate::cpu::types::traits;
+use crate::ggml_types::GgmlType;
+use crate::op_shapes::hadamard_len;
+use crate::tensor::{split_range, Tensor};
+
+/// Fewest columns the panels pay off at: packing a panel costs about what 2 columns of the
+/// kernel cost; below this the register tiles run.
+const MIN_COLS: usize = 4;
+
+/// Whether the panel path computes `node` (MUL_MAT's `supports` already holds).
+pub fn applies(node: &Tensor) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
+            return false;
+        };
+        w.dtype() == GgmlType::Q4_0
+            && x.dtype() != GgmlType::Q8_0
+            && node.ne()[1] >= MIN_COLS
+            && hadamard_len(node).is_none()
+            && panel::available()
+            && crate::tuning::get().gemm.as_deref() != Some("tiles")
+            && crate::cpu::quants::tile_isa(false) == Some(crate::cpu::quants::TileIsa::Avx512Vnni)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (node, hadamard_len, GgmlType::Q4_0);
+        false
+    }
+}
+
+/// Bytes of the converted activations (then 64 for alignment).
+fn act_bytes(node: &Tensor) -> usize {
+    let x = node.src(1).unwrap();
+    let nb = x.ne()[0] / 32;
+    x.nrows() * nb * size_of::<ActBlock>()
+}
+
+pub fn work_size(node: &Tensor, nth: usize) -> usize {
+    let nb = node.src(0).unwrap().ne()[0] / 32;
+    act_bytes(node) + 64 + nth * (panel::panel_bytes(nb) + 64)
+}
+
+pub fn compute(node: &Tensor, ctx: &Ctx) {
+    #[cfg(target_arch = "x86_64")]
+    compute_x86(node, ctx);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (node, ctx);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn compute_x86(node: &Tensor, ctx: &Ctx) {
+    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
+    let k = wne[0];
+    let nb = k / 32;
+    let align = |p: *mut u8| p.wrapping_add(p.align_offset(64));
+    let act = align(ctx.wdata) as *mut ActBlock;
+    let panel_at = align(unsafe { ctx.wdata.add(act_bytes(node) + 64) });
+    let panel_stride = panel::panel_bytes(nb) + 64;
+    let my_panel = unsafe { panel_at.add(ctx.ith * panel_stride) };
+
+    // Activations: Q8_0 as ggml-cpu quantizes them, then in the kernel's layout.
+    let tr = traits(GgmlType::Q4_0).unwrap();
+    let mut tmp = Vec::new();
+    let mut q8 = vec![0u8; tr.vec_dot_type.row_size(k)];
+    for r in split_range(x.nrows(), ctx.ith, ctx.nth) {
+        let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
+        unsafe {
+            let src = x.data().add(x.row_offset(i1, i2, i3));
+            super::mul_mat::convert_row(
+                x.dtype(),
+                src,
+                k,
+                tr.vec_dot_type,
+                q8.as_mut_ptr(),
+                &mut tmp,
+            );
+            panel::act_row(nb, q8.as_ptr(), act.add(r * nb));
+        }
+    }
+    if !ctx.sync() {
+        return;
+    }
+
+    let (r2, r3) = (xne[2] / wne[2], xne[3] / wne[3]);
+    let panels = dne[0].div_ceil(panel::ROWS);
+    let units = panels * dne[2] * dne[3];
+    let (wnb, dnb) = (w.nb(), node.nb());
+    let n = dne[1];
+    for u in split_range(units, ctx.ith, ctx.nth) {
+        let p = u % panels;
+        let batch = u / panels;
+        let (i2, i3) = (batch % dne[2], batch / dne[2]);
+        let row0 = p * panel::ROWS;
+        let rows = (dne[0] - row0).min(panel::ROWS);
+        unsafe {
+            let wp = w
+                .data()
+                .add((i2 / r2) * wnb[2] + (i3 / r3) * wnb[3] + row0 * wnb[1]);
+            panel::avx512::pack(nb, wp, wnb[1], rows, my_panel);
+            let acol = act.add((i3 * xne[2] + i2) * xne[1] * nb);
+            let db = node.data().add(i2 * dnb[2] + i3 * dnb[3] + row0 * 4);
+            for j in (0..n).step_by(panel::MAX_COLS) {
+                let cols = (n - j).min(panel::MAX_COLS);
+                panel::avx512::kernel_cols(
+                    nb,
+                    my_panel,
+                    acol.add(j * nb),
+                    nb,
+                    cols,
+                    db.add(j * dnb[1]),
+                    dnb[1],
+                    rows,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::cpu::quants::{f16_to_f32, q4_0::BlockQ4_0, q8_0, q8_0::BlockQ8_0};
+    use crate::ggml_types::{op, GgmlType};
+
+    /// dst[i, j] as ggml-cpu's repacked Q4_0 kernels sum it: x rounded to Q8_0, then per block
+    /// in order `acc = fma(Σ (q − 8)·y, dx·dy, acc)`.
+    fn blockwise(w: &TT, x: &TT) -> Vec<f32> {
+        let (wne, xne) = (w.ne(), x.ne());
+        let nb = wne[0] / 32;
+        let wd = w.tensor().data() as *const BlockQ4_0;
+        let mut y = vec![0u8; xne[1] * xne[2] * nb * 34];
+        unsafe { q8_0::from_f32(&x.get(), y.as_mut_ptr()) };
+        let y = y.as_ptr() as *const BlockQ8_0;
+        let r2 = xne[2] / wne[2];
+        let mut out = vec![];
+        for i2 in 0..xne[2] {
+            for j in 0..xne[1] {
+                for i in 0..wne[1] {
+                    let mut acc = 0f32;
+                    for b in 0..nb {
+                        let bx = unsafe { &*wd.add(((i2 / r2) * wne[1] + i) * nb + b) };
+                        let by = unsafe { &*y.add((i2 * xne[1] + j) * nb + b) };
+                        let s: i32 = (0..16)
+                            .map(|t| {
+                                ((bx.qs[t] & 15) as i32 - 8) * by.qs[t] as i32
+                                    + ((bx.qs[t] >> 4) as i32 - 8) * by.qs[t + 16] as i32
+                            })
+                            .sum();
+                        acc = (s as f32).mul_add(f16_to_f32(bx.d) * f16_to_f32(by.d), acc);
+                    }
+                    out.push(acc);
+                }
+            }
+        }
+        out
+    }
+
+    /// The panel path gives the blockwise sum to the bit: partial panels (37 rows), column
+    /// counts over and under the kernel's 8, broadcast batches, F32 and F16 activations, 1 and 3
+    /// threads.
+    #[test]
+    fn panels_give_the_blockwise_sum() {
+        for (m, n, k, b2, xt) in [
+            (37, 4, 64, 1, GgmlType::F32),
+            (16, 13, 256, 2, GgmlType::F32),
+            (40, 9, 96, 1, GgmlType::F16),
+        ] {
+            for nth in [1, 3] {
+                let mut w = TT::new(GgmlType::Q4_0, [k, m, 1, 1]);
+                w.set(&rand_vec(k * m, 61, -1.0, 1.0));
+                let mut x = TT::new(xt, [k, n, b2, 1]);
+                x.set(&rand_vec(k * n * b2, 62, -1.0, 1.0));
+                let mut d = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+                if !super::applies(&d.tensor()) {
+                    eprintln!("skipped: no AVX-512 VNNI panels here");
+                    return;
+                }
+                run(&d, nth);
+                let (got, want) = (d.get(), blockwise(&w, &x));
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "m={m} n={n} k={k} b2={b2} nth={nth}");
+            }
+        }
+    }
+}
