@@ -194,11 +194,11 @@ pub mod avx512 {
             _mm512_storeu_ps(pb as *mut f32, f16_lanes(base, ws));
             let q = transpose16x4(base.add(2), ws);
             let codes = pb.add(ROWS * 4);
-            for g in 0..4 {
-                _mm512_storeu_si512(codes.add(g * 64) as *mut _, _mm512_and_si512(q[g], lo));
+            for (g, q) in q.into_iter().enumerate() {
+                _mm512_storeu_si512(codes.add(g * 64) as *mut _, _mm512_and_si512(q, lo));
                 _mm512_storeu_si512(
                     codes.add((g + 4) * 64) as *mut _,
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(q[g]), lo),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(q), lo),
                 );
             }
         }
