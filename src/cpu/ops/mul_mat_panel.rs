@@ -1,11 +1,12 @@
-//! MUL_MAT of Q4_0 weights by many activation columns on AVX-512 VNNI, through weight panels
-//! (`quants/panel.rs`): the activations are quantized once to Q8_0 and laid out as the kernel
-//! reads them (with −8·Σy per block), then each thread packs 16 weight rows at a time into its
-//! own panel (L2-resident: 258 KiB at k = 14336) and runs every column over it. Threads split
-//! the panels, so 2 and 16 threads get equal shares of the 256 panels of a 4096-row matrix.
+//! MUL_MAT of Q4_0 and Q4_K weights by many activation columns on AVX-512 VNNI, through
+//! weight panels (`quants/panel.rs`, `quants/panel_q4_k.rs`): the activations are quantized once
+//! (Q8_0 / Q8_K, as ggml-cpu quantizes them) and laid out as the kernel reads them, then each
+//! thread packs 16 weight rows at a time into its own panel (L2-resident: 258 KiB for Q4_0 at
+//! k = 14336) and runs every column over it. Threads split the panels, so 2 and 16 threads get
+//! equal shares of the 256 panels of a 4096-row matrix.
 
 use super::Ctx;
-use crate::cpu::quants::panel::{self, ActBlock};
+use crate::cpu::quants::{panel, panel_q4_k};
 use crate::cpu::types::traits;
 use crate::ggml_types::GgmlType;
 use crate::op_shapes::hadamard_len;
@@ -15,76 +16,133 @@ use crate::tensor::{split_range, Tensor};
 /// kernel cost; below this the register tiles run.
 const MIN_COLS: usize = 4;
 
-/// Whether the panel path computes `node` (MUL_MAT's `supports` already holds).
-pub fn applies(node: &Tensor) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
-            return false;
-        };
-        w.dtype() == GgmlType::Q4_0
-            && x.dtype() != GgmlType::Q8_0
-            && node.ne()[1] >= MIN_COLS
-            && hadamard_len(node).is_none()
-            && panel::available()
-            && crate::tuning::get().gemm.as_deref() != Some("tiles")
-            && crate::cpu::quants::tile_isa(false) == Some(crate::cpu::quants::TileIsa::Avx512Vnni)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (node, hadamard_len, GgmlType::Q4_0);
-        false
-    }
-}
+type Pack = unsafe fn(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8);
+type Kernel = unsafe fn(
+    nb: usize,
+    panel: *const u8,
+    act: *const u8,
+    acs: usize,
+    cols: usize,
+    out: *mut u8,
+    os: usize,
+    rows: usize,
+);
 
-/// Bytes of the converted activations (then 64 for alignment).
-fn act_bytes(node: &Tensor) -> usize {
-    let x = node.src(1).unwrap();
-    let nb = x.ne()[0] / 32;
-    x.nrows() * nb * size_of::<ActBlock>()
-}
-
-pub fn work_size(node: &Tensor, nth: usize) -> usize {
-    let nb = node.src(0).unwrap().ne()[0] / 32;
-    act_bytes(node) + 64 + nth * (panel::panel_bytes(nb) + 64)
-}
-
-pub fn compute(node: &Tensor, ctx: &Ctx) {
-    #[cfg(target_arch = "x86_64")]
-    compute_x86(node, ctx);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (node, ctx);
+/// What differs between the formats' panels.
+struct Format {
+    /// Values per block (and per activation block).
+    blk: usize,
+    /// Bytes of one activation block in the kernel's layout.
+    act_block: usize,
+    /// Bytes of one panel block.
+    panel_block: usize,
+    max_cols: usize,
+    /// Converts `nb` blocks of the activation type into the kernel's layout.
+    act_row: unsafe fn(nb: usize, y: *const u8, dst: *mut u8),
+    pack: Pack,
+    kernel: Kernel,
 }
 
 #[cfg(target_arch = "x86_64")]
-fn compute_x86(node: &Tensor, ctx: &Ctx) {
+fn format(t: GgmlType) -> Option<Format> {
+    unsafe fn q4_0_act(nb: usize, y: *const u8, dst: *mut u8) {
+        panel::act_row(nb, y, dst as *mut panel::ActBlock)
+    }
+    unsafe fn q4_0_kernel(
+        nb: usize,
+        p: *const u8,
+        act: *const u8,
+        acs: usize,
+        cols: usize,
+        out: *mut u8,
+        os: usize,
+        rows: usize,
+    ) {
+        let blocks = acs / size_of::<panel::ActBlock>();
+        panel::avx512::kernel_cols(nb, p, act as *const _, blocks, cols, out, os, rows)
+    }
+    match t {
+        GgmlType::Q4_0 => Some(Format {
+            blk: 32,
+            act_block: size_of::<panel::ActBlock>(),
+            panel_block: panel::BLOCK_BYTES,
+            max_cols: panel::MAX_COLS,
+            act_row: q4_0_act,
+            pack: panel::avx512::pack,
+            kernel: q4_0_kernel,
+        }),
+        GgmlType::Q4_K => Some(Format {
+            blk: 256,
+            act_block: size_of::<panel_q4_k::ActBlockK>(),
+            panel_block: panel_q4_k::BLOCK_BYTES,
+            max_cols: panel_q4_k::MAX_COLS,
+            act_row: panel_q4_k::act_row,
+            pack: panel_q4_k::avx512::pack,
+            kernel: panel_q4_k::avx512::kernel_cols,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn format(_: GgmlType) -> Option<Format> {
+    None
+}
+
+/// Whether the panel path computes `node` (MUL_MAT's `supports` already holds).
+pub fn applies(node: &Tensor) -> bool {
+    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
+    #[cfg(target_arch = "x86_64")]
+    let best_isa =
+        crate::cpu::quants::tile_isa(false) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
+    #[cfg(not(target_arch = "x86_64"))]
+    let best_isa = false;
+    format(w.dtype()).is_some()
+        && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        && node.ne()[1] >= MIN_COLS
+        && hadamard_len(node).is_none()
+        && panel::available()
+        && best_isa
+        && crate::tuning::get().gemm.as_deref() != Some("tiles")
+}
+
+/// Bytes of the converted activations (then 64 for alignment).
+fn act_bytes(node: &Tensor, f: &Format) -> usize {
+    let x = node.src(1).unwrap();
+    x.nrows() * (x.ne()[0] / f.blk) * f.act_block
+}
+
+pub fn work_size(node: &Tensor, nth: usize) -> usize {
+    let f = format(node.src(0).unwrap().dtype()).unwrap();
+    let nb = node.src(0).unwrap().ne()[0] / f.blk;
+    act_bytes(node, &f) + 64 + nth * (nb * f.panel_block + 64)
+}
+
+pub fn compute(node: &Tensor, ctx: &Ctx) {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let f = format(w.dtype()).unwrap();
     let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
     let k = wne[0];
-    let nb = k / 32;
+    let nb = k / f.blk;
     let align = |p: *mut u8| p.wrapping_add(p.align_offset(64));
-    let act = align(ctx.wdata) as *mut ActBlock;
-    let panel_at = align(unsafe { ctx.wdata.add(act_bytes(node) + 64) });
-    let panel_stride = panel::panel_bytes(nb) + 64;
-    let my_panel = unsafe { panel_at.add(ctx.ith * panel_stride) };
+    let act = align(ctx.wdata);
+    let panel_at = align(unsafe { ctx.wdata.add(act_bytes(node, &f) + 64) });
+    let my_panel = unsafe { panel_at.add(ctx.ith * (nb * f.panel_block + 64)) };
+    let acs = nb * f.act_block;
 
-    // Activations: Q8_0 as ggml-cpu quantizes them, then in the kernel's layout.
-    let tr = traits(GgmlType::Q4_0).unwrap();
+    // Activations: quantized as ggml-cpu quantizes them, then in the kernel's layout.
+    let vdt = traits(w.dtype()).unwrap().vec_dot_type;
     let mut tmp = Vec::new();
-    let mut q8 = vec![0u8; tr.vec_dot_type.row_size(k)];
+    let mut q = vec![0u32; vdt.row_size(k).div_ceil(4)];
     for r in split_range(x.nrows(), ctx.ith, ctx.nth) {
         let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
         unsafe {
             let src = x.data().add(x.row_offset(i1, i2, i3));
-            super::mul_mat::convert_row(
-                x.dtype(),
-                src,
-                k,
-                tr.vec_dot_type,
-                q8.as_mut_ptr(),
-                &mut tmp,
-            );
-            panel::act_row(nb, q8.as_ptr(), act.add(r * nb));
+            let qp = q.as_mut_ptr() as *mut u8;
+            super::mul_mat::convert_row(x.dtype(), src, k, vdt, qp, &mut tmp);
+            (f.act_row)(nb, qp, act.add(r * acs));
         }
     }
     if !ctx.sync() {
@@ -106,16 +164,16 @@ fn compute_x86(node: &Tensor, ctx: &Ctx) {
             let wp = w
                 .data()
                 .add((i2 / r2) * wnb[2] + (i3 / r3) * wnb[3] + row0 * wnb[1]);
-            panel::avx512::pack(nb, wp, wnb[1], rows, my_panel);
-            let acol = act.add((i3 * xne[2] + i2) * xne[1] * nb);
+            (f.pack)(nb, wp, wnb[1], rows, my_panel);
+            let acol = act.add((i3 * xne[2] + i2) * xne[1] * acs);
             let db = node.data().add(i2 * dnb[2] + i3 * dnb[3] + row0 * 4);
-            for j in (0..n).step_by(panel::MAX_COLS) {
-                let cols = (n - j).min(panel::MAX_COLS);
-                panel::avx512::kernel_cols(
+            for j in (0..n).step_by(f.max_cols) {
+                let cols = (n - j).min(f.max_cols);
+                (f.kernel)(
                     nb,
                     my_panel,
-                    acol.add(j * nb),
-                    nb,
+                    acol.add(j * acs),
+                    acs,
                     cols,
                     db.add(j * dnb[1]),
                     dnb[1],
@@ -193,6 +251,54 @@ mod tests {
                     .zip(&want)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "m={m} n={n} k={k} b2={b2} nth={nth}");
+            }
+        }
+    }
+
+    /// Q4_K through the panels: within rounding of the one-row dot, the same bits on 1 and 3
+    /// threads, partial panels, column counts over and under the kernel's 4.
+    #[test]
+    fn q4_k_panels_agree_with_the_dot() {
+        let (m, n, k) = (37, 11, 512);
+        let mut w = TT::new(GgmlType::Q4_K, [k, m, 1, 1]);
+        w.set(&rand_vec(k * m, 71, -1.0, 1.0));
+        let mut x = TT::new(GgmlType::F32, [k, n, 1, 1]);
+        x.set(&rand_vec(k * n, 72, -1.0, 1.0));
+        let mut outs = vec![];
+        for nth in [1, 3] {
+            let mut d = TT::new(GgmlType::F32, [m, n, 1, 1]);
+            d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+            if !super::applies(&d.tensor()) {
+                eprintln!("skipped: no AVX-512 VNNI panels here");
+                return;
+            }
+            run(&d, nth);
+            outs.push(d.get());
+        }
+        let same = outs[0]
+            .iter()
+            .zip(&outs[1])
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "1 and 3 threads differ");
+        let nb = k / 256;
+        let mut y = vec![0u32; n * nb * 292 / 4];
+        let yp = y.as_mut_ptr() as *mut u8;
+        unsafe { crate::cpu::quants::q8_k::from_f32(&x.get(), yp) };
+        let wd = w.tensor().data();
+        for j in 0..n {
+            for i in 0..m {
+                let want = unsafe {
+                    crate::cpu::quants::q4_k::vec_dot_ref(
+                        k,
+                        wd.add(i * nb * 144),
+                        yp.add(j * nb * 292),
+                    )
+                };
+                let got = outs[0][j * m + i];
+                assert!(
+                    (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "({i}, {j}): {got} vs {want}"
+                );
             }
         }
     }
