@@ -48,6 +48,7 @@ fn format(t: GgmlType) -> Option<Format> {
     unsafe fn q4_0_act(nb: usize, y: *const u8, dst: *mut u8) {
         panel::act_row(nb, y, dst as *mut panel::ActBlock)
     }
+    #[allow(clippy::too_many_arguments)]
     unsafe fn q4_0_kernel(
         nb: usize,
         p: *const u8,

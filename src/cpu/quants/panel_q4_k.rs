@@ -81,8 +81,8 @@ unsafe fn pack_scales(b: usize, w: *const u8, ws: usize, rows: usize, pb: *mut u
         let (sc, mn) = bx.map_or(([0; 8], [0; 8]), |bx| unpack_scales(&bx.scales));
         *(pb as *mut f32).add(r) = bx.map_or(0.0, |bx| f16_to_f32(bx.d));
         *(pb.add(DMIN_AT) as *mut f32).add(r) = bx.map_or(0.0, |bx| f16_to_f32(bx.dmin));
-        for s in 0..8 {
-            *(pb.add(SC_AT) as *mut i32).add(s * ROWS + r) = sc[s] as i32;
+        for (s, &v) in sc.iter().enumerate() {
+            *(pb.add(SC_AT) as *mut i32).add(s * ROWS + r) = v as i32;
         }
         for p in 0..4 {
             *(pb.add(MN_AT) as *mut u32).add(p * ROWS + r) =
