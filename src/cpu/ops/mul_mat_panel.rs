@@ -6,7 +6,9 @@
 //! equal shares of the 256 panels of a 4096-row matrix.
 
 use super::Ctx;
-use crate::cpu::quants::{panel, panel_q4_k};
+use crate::cpu::quants::panel;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::quants::panel_q4_k;
 use crate::cpu::types::traits;
 use crate::ggml_types::GgmlType;
 use crate::op_shapes::hadamard_len;
