@@ -104,11 +104,17 @@ pub fn applies(node: &Tensor) -> bool {
     let best_isa = false;
     format(w.dtype()).is_some()
         && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-        && node.ne()[1] >= MIN_COLS
+        && (node.ne()[1] >= MIN_COLS || direct(&w))
         && hadamard_len(node).is_none()
         && panel::available()
         && best_isa
         && crate::tuning::get().gemm.as_deref() != Some("tiles")
+}
+
+/// Whether fewer than `MIN_COLS` columns read the weights in place (`panel::avx512::direct`):
+/// Q4_0 with whole panels.
+fn direct(w: &Tensor) -> bool {
+    w.dtype() == GgmlType::Q4_0 && w.ne()[1] % panel::ROWS == 0
 }
 
 /// Bytes of the converted activations (then 64 for alignment).
@@ -167,9 +173,19 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let wp = w
                 .data()
                 .add((i2 / r2) * wnb[2] + (i3 / r3) * wnb[3] + row0 * wnb[1]);
-            (f.pack)(nb, wp, wnb[1], rows, my_panel);
             let acol = act.add((i3 * xne[2] + i2) * xne[1] * acs);
             let db = node.data().add(i2 * dnb[2] + i3 * dnb[3] + row0 * 4);
+            #[cfg(target_arch = "x86_64")]
+            if n < MIN_COLS {
+                let f = [
+                    panel::avx512::direct::<1>,
+                    panel::avx512::direct::<2>,
+                    panel::avx512::direct::<3>,
+                ][n - 1];
+                f(nb, wp, wnb[1], acol as *const _, nb, db, dnb[1]);
+                continue;
+            }
+            (f.pack)(nb, wp, wnb[1], rows, my_panel);
             for j in (0..n).step_by(f.max_cols) {
                 let cols = (n - j).min(f.max_cols);
                 (f.kernel)(
@@ -233,6 +249,8 @@ mod tests {
     fn panels_give_the_blockwise_sum() {
         for (m, n, k, b2, xt) in [
             (37, 4, 64, 1, GgmlType::F32),
+            (32, 1, 64, 2, GgmlType::F32),
+            (48, 3, 128, 1, GgmlType::F16),
             (16, 13, 256, 2, GgmlType::F32),
             (40, 9, 96, 1, GgmlType::F16),
         ] {

@@ -251,6 +251,55 @@ pub mod avx512 {
         }
     }
 
+    /// `kernel_ref` for C < 4 columns of a full panel straight from the Q4_0 rows (`w`, `ws`
+    /// bytes apart): each block's codes transposed as `pack` does and used at once
+    /// (generation, where packing would cost more than the product).
+    ///
+    /// # Safety
+    /// As `pack` (16 rows) and `kernel_ref`; the CPU must have AVX-512 F, BW, VL and VNNI.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn direct<const C: usize>(
+        nb: usize,
+        w: *const u8,
+        ws: usize,
+        act: *const ActBlock,
+        acs: usize,
+        out: *mut u8,
+        os: usize,
+    ) {
+        let lo = _mm512_set1_epi8(0x0f);
+        let mut acc = [_mm512_setzero_ps(); C];
+        for b in 0..nb {
+            let base = w.add(b * size_of::<BlockQ4_0>());
+            // 16 row streams lose the hardware prefetcher: fetch 4 rows 256 bytes ahead per
+            // block, each row every 4 blocks (72 bytes).
+            for r in 4 * (b % 4)..4 * (b % 4) + 4 {
+                _mm_prefetch::<_MM_HINT_T0>(base.add(r * ws + 256) as *const i8);
+            }
+            let dx = f16_lanes(base, ws);
+            let q = transpose16x4(base.add(2), ws);
+            let mut wv = [_mm512_setzero_si512(); 8];
+            for g in 0..4 {
+                wv[g] = _mm512_and_si512(q[g], lo);
+                wv[g + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(q[g]), lo);
+            }
+            for c in 0..C {
+                let a = act.add(c * acs + b);
+                let q = (*a).qs.as_ptr() as *const i32;
+                let mut s = _mm512_set1_epi32((*a).corr);
+                for g in 0..8 {
+                    s = _mm512_dpbusd_epi32(s, wv[g], _mm512_set1_epi32(q.add(g).read_unaligned()));
+                }
+                let scale = _mm512_mul_ps(dx, _mm512_set1_ps((*a).d));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[c]);
+            }
+        }
+        for c in 0..C {
+            _mm512_storeu_ps(out.add(c * os) as *mut f32, acc[c]);
+        }
+    }
+
     /// `kernel::<C>` for a run-time C in 1..=`MAX_COLS`.
     ///
     /// # Safety
