@@ -114,7 +114,7 @@ pub fn applies(node: &Tensor) -> bool {
 /// Whether fewer than `MIN_COLS` columns read the weights in place (`panel::avx512::direct`):
 /// Q4_0 with whole panels.
 fn direct(w: &Tensor) -> bool {
-    w.dtype() == GgmlType::Q4_0 && w.ne()[1] % panel::ROWS == 0
+    w.dtype() == GgmlType::Q4_0 && w.ne()[1].is_multiple_of(panel::ROWS)
 }
 
 /// Bytes of the converted activations (then 64 for alignment).
