@@ -97,18 +97,23 @@ pub fn applies(node: &Tensor) -> bool {
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
         return false;
     };
+    // Prompts follow ROCMFORGE_GEMM, generation ROCMFORGE_GEMV: `tiles` or a lower instruction
+    // set there keeps the register tiles.
+    let gemv = node.ne()[1] < MIN_COLS;
+    let tuning = crate::tuning::get();
+    let knob = if gemv { &tuning.gemv } else { &tuning.gemm };
     #[cfg(target_arch = "x86_64")]
     let best_isa =
-        crate::cpu::quants::tile_isa(false) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
+        crate::cpu::quants::tile_isa(gemv) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
     #[cfg(not(target_arch = "x86_64"))]
     let best_isa = false;
     format(w.dtype()).is_some()
         && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-        && (node.ne()[1] >= MIN_COLS || direct(&w))
+        && (!gemv || direct(&w))
         && hadamard_len(node).is_none()
         && panel::available()
         && best_isa
-        && crate::tuning::get().gemm.as_deref() != Some("tiles")
+        && knob.as_deref() != Some("tiles")
 }
 
 /// Whether fewer than `MIN_COLS` columns read the weights in place (`panel::avx512::direct`):
