@@ -481,4 +481,72 @@ mod tests {
             }
         }
     }
+
+    /// Kernel speed, one thread, panel and columns in cache (k = 4096, 8 columns):
+    /// `cargo test --release -- --ignored bench_panel --nocapture`. Prints int8 multiply-adds
+    /// per second (×2 for ops) of the Q4_0 and Q4_K kernels and the packing's share.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_panel() {
+        use crate::cpu::quants::panel_q4_k as pk;
+        use std::time::Instant;
+        if !available() {
+            return;
+        }
+        let (k, n, reps) = (4096, 8, 4000);
+        let nb = k / 32;
+        let (w, _, act) = operands(16, n, k, 1);
+        let mut panel = vec![0u8; panel_bytes(nb)];
+        let mut out = vec![0f32; ROWS * n];
+        let op = out.as_mut_ptr() as *mut u8;
+        let t = Instant::now();
+        for _ in 0..reps {
+            unsafe { avx512::pack(nb, w.as_ptr(), nb * 18, ROWS, panel.as_mut_ptr()) };
+        }
+        let pack = t.elapsed().as_secs_f64() / reps as f64;
+        let t = Instant::now();
+        for _ in 0..reps {
+            unsafe {
+                avx512::kernel_cols(nb, panel.as_ptr(), act.as_ptr(), nb, n, op, ROWS * 4, ROWS)
+            };
+        }
+        let kern = t.elapsed().as_secs_f64() / reps as f64;
+        let macs = (ROWS * n * k) as f64;
+        eprintln!(
+            "Q4_0 panel kernel: {:.1} GMAC/s; pack {:.2} us = {:.0}% of one 8-column pass",
+            macs / kern / 1e9,
+            pack * 1e6,
+            pack / kern * 100.0
+        );
+        let nbk = k / 256;
+        let mut wk = vec![0u8; 16 * nbk * 144];
+        unsafe { crate::cpu::quants::q4_k::from_f32(&data(16 * k, 3), wk.as_mut_ptr()) };
+        let mut yk = vec![0u32; n * nbk * 292 / 4];
+        unsafe { crate::cpu::quants::q8_k::from_f32(&data(n * k, 4), yk.as_mut_ptr() as *mut u8) };
+        let mut ak = vec![0u32; n * nbk * 276 / 4];
+        for c in 0..n {
+            unsafe {
+                pk::act_row(
+                    nbk,
+                    (yk.as_ptr() as *const u8).add(c * nbk * 292),
+                    (ak.as_mut_ptr() as *mut u8).add(c * nbk * 276),
+                )
+            };
+        }
+        let mut pkp = vec![0u32; pk::panel_bytes(nbk) / 4];
+        let pp = pkp.as_mut_ptr() as *mut u8;
+        unsafe { pk::avx512::pack(nbk, wk.as_ptr(), nbk * 144, ROWS, pp) };
+        let t = Instant::now();
+        for _ in 0..reps {
+            for j in (0..n).step_by(pk::MAX_COLS) {
+                unsafe {
+                    let a = (ak.as_ptr() as *const u8).add(j * nbk * 276);
+                    pk::avx512::kernel_cols(nbk, pp, a, nbk * 276, pk::MAX_COLS, op, ROWS * 4, ROWS)
+                };
+            }
+        }
+        let kern = t.elapsed().as_secs_f64() / reps as f64;
+        eprintln!("Q4_K panel kernel: {:.1} GMAC/s", macs / kern / 1e9);
+    }
 }
