@@ -61,7 +61,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_HYBRID_CALIBRATE", "cached", "cached | force | 0", "RFHYBRID's cost model: the cached calibration (measured at first use), measured again now, or the built-in guesses (no measuring)", Measuring),
     knob("ROCMFORGE_HYBRID_FAKE_GPU", "off", "1", "RFHYBRID's GPU side is a second RFCPU device with its own memory (tests of placement and residency without a GPU)", Measuring),
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512 | tiles", "instruction set of RFCPU's quantized matmul tiles for prompts; tiles: the register tiles instead of the Q4_0/Q4_K weight panels of AVX-512 VNNI machines", Measuring),
-    knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512 | tiles", "instruction set of RFCPU's quantized matmul tiles for generation; tiles: the register tiles instead of the in-place Q4_0 panel product of AVX-512 VNNI machines", Measuring),
+    knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512 | panel", "instruction set of RFCPU's quantized matmul tiles for generation; panel: Q4_0 on AVX-512 VNNI in place in the weight panels' order (ggml-cpu's repacked bits, slower)", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
     knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
     knob("ROCMFORGE_GPU_STAGING", "on", "0", "small synchronous writes copied synchronously instead of staged", Measuring),

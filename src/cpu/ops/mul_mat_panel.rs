@@ -97,10 +97,15 @@ pub fn applies(node: &Tensor) -> bool {
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
         return false;
     };
-    // Prompts follow ROCMFORGE_GEMM, generation ROCMFORGE_GEMV: `tiles` or a lower instruction
-    // set there keeps the register tiles.
+    // Prompts follow ROCMFORGE_GEMM (`tiles` or a lower instruction set keeps the register
+    // tiles). Generation takes the in-place panel product only with ROCMFORGE_GEMV=panel: it
+    // gives ggml-cpu's repacked bits but streams 16 rows slower than the tiles' 8 (1B-shaped
+    // Q4_0, one thread: tg32 15.8-16.6 against 19.8 t/s; 8B-shaped: 21.6-22.0 against 22.2).
     let gemv = node.ne()[1] < MIN_COLS;
     let tuning = crate::tuning::get();
+    if gemv && tuning.gemv.as_deref() != Some("panel") {
+        return false;
+    }
     let knob = if gemv { &tuning.gemv } else { &tuning.gemm };
     #[cfg(target_arch = "x86_64")]
     let best_isa =
@@ -267,8 +272,10 @@ mod tests {
                 let mut d = TT::new(GgmlType::F32, [m, n, b2, 1]);
                 d.op(op::MUL_MAT).src(0, &w).src(1, &x);
                 if !super::applies(&d.tensor()) {
-                    eprintln!("skipped: no AVX-512 VNNI panels here");
-                    return;
+                    // No AVX-512 VNNI here, or generation without ROCMFORGE_GEMV=panel (its
+                    // kernel: `panel::tests::avx512_equals_reference`).
+                    assert!(n < super::MIN_COLS || !crate::cpu::quants::panel::available());
+                    continue;
                 }
                 run(&d, nth);
                 let (got, want) = (d.get(), blockwise(&w, &x));
