@@ -494,7 +494,7 @@ mod tests {
         if !available() {
             return;
         }
-        let (k, n, reps) = (4096, 8, 4000);
+        let (k, n, reps) = (4096, 8, 40000);
         let nb = k / 32;
         let (w, _, act) = operands(16, n, k, 1);
         let mut panel = vec![0u8; panel_bytes(nb)];
