@@ -3,8 +3,9 @@
 //
 //   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
-//   make_model --preset 8b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
-//       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB).
+//   make_model --preset 8b|1b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
+//       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
+//       1b: Llama-3.2-1B shapes (2048 wide, 16 layers, 32/8 heads, ffn 8192, tied output head).
 //   make_model --preset smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_1]
 //       SmolLM2-135M shapes and types (576 wide, 30 layers, 9/3 heads, ffn 1536, tied Q8_0 embeddings): the speed of the
 //       real model, for benchmarks on machines the 98 MB download cannot reach.
@@ -54,7 +55,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
-            "       make_model --preset 8b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
+            "       make_model --preset 8b|1b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
     exit(2);
 }
@@ -275,6 +276,10 @@ int main(int argc, char ** argv) {
         } else if (!strcmp(preset, "moe")) {
             // Qwen3-30B-A3B's shapes: 128 experts of FFN 768, 8 used, 48 layers, GQA 32:4.
             s = (struct shape) { "qwen3moe", 2048, 48, 32, 4, 128, 6144, 8192, 128, 8, 768, 1000000.0f, 1e-6f, 0 };
+            wtype = parse_type(type_s ? type_s : "q4_0");
+        } else if (!strcmp(preset, "1b")) {
+            // Llama-3.2-1B's shapes (tied output head).
+            s = (struct shape) { "llama", 2048, 16, 32, 8, 64, 8192, 8192, 0, 0, 0, 500000.0f, 1e-5f, 1 };
             wtype = parse_type(type_s ? type_s : "q4_0");
         } else if (!strcmp(preset, "smollm2")) {
             s = (struct shape) { "llama", 576, 30, 9, 3, 64, 1536, 8192, 0, 0, 0, 100000.0f, 1e-5f, 1, GGML_TYPE_Q8_0 };

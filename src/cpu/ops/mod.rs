@@ -10,6 +10,7 @@ mod glu;
 mod layout;
 mod mul_mat;
 mod mul_mat_id;
+mod mul_mat_panel;
 mod norm;
 mod reduce;
 mod rope;

@@ -95,8 +95,11 @@ pub unsafe fn convert_row(
     }
 }
 
-pub fn work_size(node: &Tensor, _nth: usize) -> usize {
+pub fn work_size(node: &Tensor, nth: usize) -> usize {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    if super::mul_mat_panel::applies(node) {
+        return super::mul_mat_panel::work_size(node, nth);
+    }
     if hadamard_len(node).is_some() || !needs_conversion(&w, &x) {
         return 0;
     }
@@ -108,6 +111,9 @@ pub fn work_size(node: &Tensor, _nth: usize) -> usize {
 pub fn compute(node: &Tensor, ctx: &Ctx) {
     if let Some(n) = hadamard_len(node) {
         return hadamard(node, n, ctx);
+    }
+    if super::mul_mat_panel::applies(node) {
+        return super::mul_mat_panel::compute(node, ctx);
     }
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let tr = traits(w.dtype()).unwrap();

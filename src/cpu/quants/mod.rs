@@ -9,6 +9,8 @@ pub mod avx512;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod kquant_search;
+pub mod panel;
+pub mod panel_q4_k;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;

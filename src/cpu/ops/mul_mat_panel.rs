@@ -1,0 +1,338 @@
+//! MUL_MAT of Q4_0 and Q4_K weights by many activation columns on AVX-512 VNNI, through
+//! weight panels (`quants/panel.rs`, `quants/panel_q4_k.rs`): the activations are quantized once
+//! (Q8_0 / Q8_K, as ggml-cpu quantizes them) and laid out as the kernel reads them, then each
+//! thread packs 16 weight rows at a time into its own panel (L2-resident: 258 KiB for Q4_0 at
+//! k = 14336) and runs every column over it. Threads split the panels, so 2 and 16 threads get
+//! equal shares of the 256 panels of a 4096-row matrix.
+
+use super::Ctx;
+use crate::cpu::quants::panel;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::quants::panel_q4_k;
+use crate::cpu::types::traits;
+use crate::ggml_types::GgmlType;
+use crate::op_shapes::hadamard_len;
+use crate::tensor::{split_range, Tensor};
+
+/// Fewest columns the panels pay off at: packing a panel costs about what 2 columns of the
+/// kernel cost; below this the register tiles run.
+const MIN_COLS: usize = 4;
+
+type Pack = unsafe fn(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8);
+type Kernel = unsafe fn(
+    nb: usize,
+    panel: *const u8,
+    act: *const u8,
+    acs: usize,
+    cols: usize,
+    out: *mut u8,
+    os: usize,
+    rows: usize,
+);
+
+/// What differs between the formats' panels.
+struct Format {
+    /// Values per block (and per activation block).
+    blk: usize,
+    /// Bytes of one activation block in the kernel's layout.
+    act_block: usize,
+    /// Bytes of one panel block.
+    panel_block: usize,
+    max_cols: usize,
+    /// Converts `nb` blocks of the activation type into the kernel's layout.
+    act_row: unsafe fn(nb: usize, y: *const u8, dst: *mut u8),
+    pack: Pack,
+    kernel: Kernel,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn format(t: GgmlType) -> Option<Format> {
+    unsafe fn q4_0_act(nb: usize, y: *const u8, dst: *mut u8) {
+        panel::act_row(nb, y, dst as *mut panel::ActBlock)
+    }
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn q4_0_kernel(
+        nb: usize,
+        p: *const u8,
+        act: *const u8,
+        acs: usize,
+        cols: usize,
+        out: *mut u8,
+        os: usize,
+        rows: usize,
+    ) {
+        let blocks = acs / size_of::<panel::ActBlock>();
+        panel::avx512::kernel_cols(nb, p, act as *const _, blocks, cols, out, os, rows)
+    }
+    match t {
+        GgmlType::Q4_0 => Some(Format {
+            blk: 32,
+            act_block: size_of::<panel::ActBlock>(),
+            panel_block: panel::BLOCK_BYTES,
+            max_cols: panel::MAX_COLS,
+            act_row: q4_0_act,
+            pack: panel::avx512::pack,
+            kernel: q4_0_kernel,
+        }),
+        GgmlType::Q4_K => Some(Format {
+            blk: 256,
+            act_block: size_of::<panel_q4_k::ActBlockK>(),
+            panel_block: panel_q4_k::BLOCK_BYTES,
+            max_cols: panel_q4_k::MAX_COLS,
+            act_row: panel_q4_k::act_row,
+            pack: panel_q4_k::avx512::pack,
+            kernel: panel_q4_k::avx512::kernel_cols,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn format(_: GgmlType) -> Option<Format> {
+    None
+}
+
+/// Whether the panel path computes `node` (MUL_MAT's `supports` already holds).
+pub fn applies(node: &Tensor) -> bool {
+    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
+    // Prompts follow ROCMFORGE_GEMM (`tiles` or a lower instruction set keeps the register
+    // tiles). Generation takes the in-place panel product only with ROCMFORGE_GEMV=panel: it
+    // gives ggml-cpu's repacked bits but streams 16 rows slower than the tiles' 8 (1B-shaped
+    // Q4_0, one thread: tg32 15.8-16.6 against 19.8 t/s; 8B-shaped: 21.6-22.0 against 22.2).
+    let gemv = node.ne()[1] < MIN_COLS;
+    let tuning = crate::tuning::get();
+    if gemv && tuning.gemv.as_deref() != Some("panel") {
+        return false;
+    }
+    let knob = if gemv { &tuning.gemv } else { &tuning.gemm };
+    #[cfg(target_arch = "x86_64")]
+    let best_isa =
+        crate::cpu::quants::tile_isa(gemv) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
+    #[cfg(not(target_arch = "x86_64"))]
+    let best_isa = false;
+    format(w.dtype()).is_some()
+        && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        && (!gemv || direct(&w))
+        && hadamard_len(node).is_none()
+        && panel::available()
+        && best_isa
+        && knob.as_deref() != Some("tiles")
+}
+
+/// Whether fewer than `MIN_COLS` columns read the weights in place (`panel::avx512::direct`):
+/// Q4_0 with whole panels.
+fn direct(w: &Tensor) -> bool {
+    w.dtype() == GgmlType::Q4_0 && w.ne()[1].is_multiple_of(panel::ROWS)
+}
+
+/// Bytes of the converted activations (then 64 for alignment).
+fn act_bytes(node: &Tensor, f: &Format) -> usize {
+    let x = node.src(1).unwrap();
+    x.nrows() * (x.ne()[0] / f.blk) * f.act_block
+}
+
+pub fn work_size(node: &Tensor, nth: usize) -> usize {
+    let f = format(node.src(0).unwrap().dtype()).unwrap();
+    let nb = node.src(0).unwrap().ne()[0] / f.blk;
+    act_bytes(node, &f) + 64 + nth * (nb * f.panel_block + 64)
+}
+
+pub fn compute(node: &Tensor, ctx: &Ctx) {
+    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let f = format(w.dtype()).unwrap();
+    let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
+    let k = wne[0];
+    let nb = k / f.blk;
+    let align = |p: *mut u8| p.wrapping_add(p.align_offset(64));
+    let act = align(ctx.wdata);
+    let panel_at = align(unsafe { ctx.wdata.add(act_bytes(node, &f) + 64) });
+    let my_panel = unsafe { panel_at.add(ctx.ith * (nb * f.panel_block + 64)) };
+    let acs = nb * f.act_block;
+
+    // Activations: quantized as ggml-cpu quantizes them, then in the kernel's layout.
+    let vdt = traits(w.dtype()).unwrap().vec_dot_type;
+    let mut tmp = Vec::new();
+    let mut q = vec![0u32; vdt.row_size(k).div_ceil(4)];
+    for r in split_range(x.nrows(), ctx.ith, ctx.nth) {
+        let (i1, i2, i3) = super::cpy::unflatten3(r, xne[1], xne[2]);
+        unsafe {
+            let src = x.data().add(x.row_offset(i1, i2, i3));
+            let qp = q.as_mut_ptr() as *mut u8;
+            super::mul_mat::convert_row(x.dtype(), src, k, vdt, qp, &mut tmp);
+            (f.act_row)(nb, qp, act.add(r * acs));
+        }
+    }
+    if !ctx.sync() {
+        return;
+    }
+
+    let (r2, r3) = (xne[2] / wne[2], xne[3] / wne[3]);
+    let panels = dne[0].div_ceil(panel::ROWS);
+    let units = panels * dne[2] * dne[3];
+    let (wnb, dnb) = (w.nb(), node.nb());
+    let n = dne[1];
+    for u in split_range(units, ctx.ith, ctx.nth) {
+        let p = u % panels;
+        let batch = u / panels;
+        let (i2, i3) = (batch % dne[2], batch / dne[2]);
+        let row0 = p * panel::ROWS;
+        let rows = (dne[0] - row0).min(panel::ROWS);
+        unsafe {
+            let wp = w
+                .data()
+                .add((i2 / r2) * wnb[2] + (i3 / r3) * wnb[3] + row0 * wnb[1]);
+            let acol = act.add((i3 * xne[2] + i2) * xne[1] * acs);
+            let db = node.data().add(i2 * dnb[2] + i3 * dnb[3] + row0 * 4);
+            #[cfg(target_arch = "x86_64")]
+            if n < MIN_COLS {
+                let f = [
+                    panel::avx512::direct::<1>,
+                    panel::avx512::direct::<2>,
+                    panel::avx512::direct::<3>,
+                ][n - 1];
+                f(nb, wp, wnb[1], acol as *const _, nb, db, dnb[1]);
+                continue;
+            }
+            (f.pack)(nb, wp, wnb[1], rows, my_panel);
+            for j in (0..n).step_by(f.max_cols) {
+                let cols = (n - j).min(f.max_cols);
+                (f.kernel)(
+                    nb,
+                    my_panel,
+                    acol.add(j * acs),
+                    acs,
+                    cols,
+                    db.add(j * dnb[1]),
+                    dnb[1],
+                    rows,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::cpu::quants::{f16_to_f32, q4_0::BlockQ4_0, q8_0, q8_0::BlockQ8_0};
+    use crate::ggml_types::{op, GgmlType};
+
+    /// dst[i, j] as ggml-cpu's repacked Q4_0 kernels sum it: x rounded to Q8_0, then per block
+    /// in order `acc = fma(Σ (q − 8)·y, dx·dy, acc)`.
+    fn blockwise(w: &TT, x: &TT) -> Vec<f32> {
+        let (wne, xne) = (w.ne(), x.ne());
+        let nb = wne[0] / 32;
+        let wd = w.tensor().data() as *const BlockQ4_0;
+        let mut y = vec![0u8; xne[1] * xne[2] * nb * 34];
+        unsafe { q8_0::from_f32(&x.get(), y.as_mut_ptr()) };
+        let y = y.as_ptr() as *const BlockQ8_0;
+        let r2 = xne[2] / wne[2];
+        let mut out = vec![];
+        for i2 in 0..xne[2] {
+            for j in 0..xne[1] {
+                for i in 0..wne[1] {
+                    let mut acc = 0f32;
+                    for b in 0..nb {
+                        let bx = unsafe { &*wd.add(((i2 / r2) * wne[1] + i) * nb + b) };
+                        let by = unsafe { &*y.add((i2 * xne[1] + j) * nb + b) };
+                        let s: i32 = (0..16)
+                            .map(|t| {
+                                ((bx.qs[t] & 15) as i32 - 8) * by.qs[t] as i32
+                                    + ((bx.qs[t] >> 4) as i32 - 8) * by.qs[t + 16] as i32
+                            })
+                            .sum();
+                        acc = (s as f32).mul_add(f16_to_f32(bx.d) * f16_to_f32(by.d), acc);
+                    }
+                    out.push(acc);
+                }
+            }
+        }
+        out
+    }
+
+    /// The panel path gives the blockwise sum to the bit: partial panels (37 rows), column
+    /// counts over and under the kernel's 8, broadcast batches, F32 and F16 activations, 1 and 3
+    /// threads.
+    #[test]
+    fn panels_give_the_blockwise_sum() {
+        for (m, n, k, b2, xt) in [
+            (37, 4, 64, 1, GgmlType::F32),
+            (32, 1, 64, 2, GgmlType::F32),
+            (48, 3, 128, 1, GgmlType::F16),
+            (16, 13, 256, 2, GgmlType::F32),
+            (40, 9, 96, 1, GgmlType::F16),
+        ] {
+            for nth in [1, 3] {
+                let mut w = TT::new(GgmlType::Q4_0, [k, m, 1, 1]);
+                w.set(&rand_vec(k * m, 61, -1.0, 1.0));
+                let mut x = TT::new(xt, [k, n, b2, 1]);
+                x.set(&rand_vec(k * n * b2, 62, -1.0, 1.0));
+                let mut d = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+                if !super::applies(&d.tensor()) {
+                    // No AVX-512 VNNI here, or generation without ROCMFORGE_GEMV=panel (its
+                    // kernel: `panel::tests::avx512_equals_reference`).
+                    assert!(n < super::MIN_COLS || !crate::cpu::quants::panel::available());
+                    continue;
+                }
+                run(&d, nth);
+                let (got, want) = (d.get(), blockwise(&w, &x));
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "m={m} n={n} k={k} b2={b2} nth={nth}");
+            }
+        }
+    }
+
+    /// Q4_K through the panels: within rounding of the one-row dot, the same bits on 1 and 3
+    /// threads, partial panels, column counts over and under the kernel's 4.
+    #[test]
+    fn q4_k_panels_agree_with_the_dot() {
+        let (m, n, k) = (37, 11, 512);
+        let mut w = TT::new(GgmlType::Q4_K, [k, m, 1, 1]);
+        w.set(&rand_vec(k * m, 71, -1.0, 1.0));
+        let mut x = TT::new(GgmlType::F32, [k, n, 1, 1]);
+        x.set(&rand_vec(k * n, 72, -1.0, 1.0));
+        let mut outs = vec![];
+        for nth in [1, 3] {
+            let mut d = TT::new(GgmlType::F32, [m, n, 1, 1]);
+            d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+            if !super::applies(&d.tensor()) {
+                eprintln!("skipped: no AVX-512 VNNI panels here");
+                return;
+            }
+            run(&d, nth);
+            outs.push(d.get());
+        }
+        let same = outs[0]
+            .iter()
+            .zip(&outs[1])
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "1 and 3 threads differ");
+        let nb = k / 256;
+        let mut y = vec![0u32; n * nb * 292 / 4];
+        let yp = y.as_mut_ptr() as *mut u8;
+        unsafe { crate::cpu::quants::q8_k::from_f32(&x.get(), yp) };
+        let wd = w.tensor().data();
+        for j in 0..n {
+            for i in 0..m {
+                let want = unsafe {
+                    crate::cpu::quants::q4_k::vec_dot_ref(
+                        k,
+                        wd.add(i * nb * 144),
+                        yp.add(j * nb * 292),
+                    )
+                };
+                let got = outs[0][j * m + i];
+                assert!(
+                    (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "({i}, {j}): {got} vs {want}"
+                );
+            }
+        }
+    }
+}
