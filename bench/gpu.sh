@@ -476,10 +476,11 @@ if has fit && cuda_ok; then
             a=$(LD_LIBRARY_PATH=$PWD/fit-build/bin ./fit_params "$1" "${2%MiB}" 560 ./libggml-cuda.so "$CPU_SO" 2>>"$OUT/fit.log") ||
                 { echo "fit $1 $2: common_fit_params failed"; return; }
             echo "fit $1 $2: llama_run $a"
+            local -a fitted
+            read -ra fitted <<<"$a"  # split on spaces, the patterns' * and ( ) never globbed
             B="bench -m $1 -t $THREADS --pp 512 --tg 32 --reps 2 --fa off"
             for r in $(seq "$ROUNDS"); do
-                # shellcheck disable=SC2086
-                echo "fit $1 r$r ggml-cuda-fit-$2 $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 $a 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+                echo "fit $1 r$r ggml-cuda-fit-$2 $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 "${fitted[@]}" 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
                 echo "fit $1 r$r RFHYBRID-$2 $(ROCMFORGE_HYBRID_VRAM=$2 ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
             done
         }
