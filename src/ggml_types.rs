@@ -28,6 +28,7 @@ pub enum GgmlType {
     I64 = 27,
     F64 = 28,
     BF16 = 30,
+    MXFP4 = 39,
 }
 
 impl GgmlType {
@@ -56,6 +57,7 @@ impl GgmlType {
             27 => I64,
             28 => F64,
             30 => BF16,
+            39 => MXFP4,
             _ => return None,
         })
     }
@@ -64,7 +66,7 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         use GgmlType::*;
         match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL => 32,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 => 32,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => 256,
             _ => 1,
         }
@@ -92,6 +94,7 @@ impl GgmlType {
             Q8_K => 292,
             IQ4_NL => 18,
             IQ4_XS => 136,
+            MXFP4 => 17,
         }
     }
 
@@ -129,6 +132,7 @@ impl GgmlType {
             I64 => "i64",
             F64 => "f64",
             BF16 => "bf16",
+            MXFP4 => "mxfp4",
         }
     }
 }
