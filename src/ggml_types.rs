@@ -22,12 +22,14 @@ pub enum GgmlType {
     Q8_K = 15,
     IQ4_NL = 20,
     IQ4_XS = 23,
+    TQ2_0 = 35,
     I8 = 24,
     I16 = 25,
     I32 = 26,
     I64 = 27,
     F64 = 28,
     BF16 = 30,
+    MXFP4 = 39,
 }
 
 impl GgmlType {
@@ -50,12 +52,14 @@ impl GgmlType {
             15 => Q8_K,
             20 => IQ4_NL,
             23 => IQ4_XS,
+            35 => TQ2_0,
             24 => I8,
             25 => I16,
             26 => I32,
             27 => I64,
             28 => F64,
             30 => BF16,
+            39 => MXFP4,
             _ => return None,
         })
     }
@@ -64,8 +68,8 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         use GgmlType::*;
         match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => 256,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 => 32,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS | TQ2_0 => 256,
             _ => 1,
         }
     }
@@ -92,6 +96,8 @@ impl GgmlType {
             Q8_K => 292,
             IQ4_NL => 18,
             IQ4_XS => 136,
+            TQ2_0 => 66,
+            MXFP4 => 17,
         }
     }
 
@@ -123,12 +129,14 @@ impl GgmlType {
             Q8_K => "q8_K",
             IQ4_NL => "iq4_nl",
             IQ4_XS => "iq4_xs",
+            TQ2_0 => "tq2_0",
             I8 => "i8",
             I16 => "i16",
             I32 => "i32",
             I64 => "i64",
             F64 => "f64",
             BF16 => "bf16",
+            MXFP4 => "mxfp4",
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod avx512;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod kquant_search;
+pub mod mxfp4;
 pub mod panel;
 pub mod panel_q4_k;
 pub mod q2_k;
@@ -23,6 +24,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod tq2_0;
 
 use super::types::TypeTraits;
 use crate::ggml_types::GgmlType;
@@ -232,6 +234,24 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
             from_f32: None,
             vec_dot_type: Q8_K,
             vec_dot: Some(iq4_xs::vec_dot_fn()),
+            gemm: None,
+            gemv: None,
+        }),
+        // Weight-only, as IQ4_XS: no quantizer (see mxfp4.rs).
+        MXFP4 => Some(TypeTraits {
+            to_f32: Some(mxfp4::to_f32),
+            from_f32: None,
+            vec_dot_type: Q8_0,
+            vec_dot: Some(mxfp4::vec_dot_fn()),
+            gemm: None,
+            gemv: None,
+        }),
+        // Weight-only, as IQ4_XS: no quantizer (see tq2_0.rs).
+        TQ2_0 => Some(TypeTraits {
+            to_f32: Some(tq2_0::to_f32),
+            from_f32: None,
+            vec_dot_type: Q8_K,
+            vec_dot: Some(tq2_0::vec_dot_fn()),
             gemm: None,
             gemv: None,
         }),
