@@ -22,6 +22,7 @@ pub enum GgmlType {
     Q8_K = 15,
     IQ4_NL = 20,
     IQ4_XS = 23,
+    TQ1_0 = 34,
     TQ2_0 = 35,
     I8 = 24,
     I16 = 25,
@@ -52,6 +53,7 @@ impl GgmlType {
             15 => Q8_K,
             20 => IQ4_NL,
             23 => IQ4_XS,
+            34 => TQ1_0,
             35 => TQ2_0,
             24 => I8,
             25 => I16,
@@ -69,7 +71,7 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS | TQ2_0 => 256,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS | TQ1_0 | TQ2_0 => 256,
             _ => 1,
         }
     }
@@ -96,6 +98,7 @@ impl GgmlType {
             Q8_K => 292,
             IQ4_NL => 18,
             IQ4_XS => 136,
+            TQ1_0 => 54,
             TQ2_0 => 66,
             MXFP4 => 17,
         }
@@ -129,6 +132,7 @@ impl GgmlType {
             Q8_K => "q8_K",
             IQ4_NL => "iq4_nl",
             IQ4_XS => "iq4_xs",
+            TQ1_0 => "tq1_0",
             TQ2_0 => "tq2_0",
             I8 => "i8",
             I16 => "i16",

@@ -24,6 +24,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod tq1_0;
 pub mod tq2_0;
 
 use super::types::TypeTraits;
@@ -243,6 +244,15 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
             from_f32: None,
             vec_dot_type: Q8_0,
             vec_dot: Some(mxfp4::vec_dot_fn()),
+            gemm: None,
+            gemv: None,
+        }),
+        // Weight-only, as TQ2_0: no quantizer (see tq1_0.rs).
+        TQ1_0 => Some(TypeTraits {
+            to_f32: Some(tq1_0::to_f32),
+            from_f32: None,
+            vec_dot_type: Q8_K,
+            vec_dot: Some(tq1_0::vec_dot_fn()),
             gemm: None,
             gemv: None,
         }),
