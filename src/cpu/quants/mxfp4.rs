@@ -187,30 +187,19 @@ mod tests {
     fn vec_dot_matches_dequantized() {
         for nb in [1, 2, 3, 7, 8, 33] {
             let n = nb * QK;
+            let dots = [vec_dot_fn(), vec_dot_ref as VecDot];
             let qx = raw_blocks(n, nb as u32);
-            let mut next = xorshift(nb as u32 + 7);
-            let full: Vec<f32> = (0..n)
-                .map(|_| if next() & 1 != 0 { 1.0 } else { -1.0 })
-                .collect();
-            for yv in [data(n, nb as u32 + 100), full] {
-                let qy = quantize(GgmlType::Q8_0, q8_0::from_f32, &yv);
-                let dx = dequantize(to_f32, &qx, n);
-                let dy = dequantize(q8_0::to_f32, &qy, n);
-                let exact: f64 = dx.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum();
-                let mag: f64 = dx
-                    .iter()
-                    .zip(&dy)
-                    .map(|(a, b)| (*a as f64 * *b as f64).abs())
-                    .sum();
-                assert!(mag > 0.0);
-                for dot in [vec_dot_fn(), vec_dot_ref as VecDot] {
-                    let got = unsafe { dot(n, qx.as_ptr(), qy.as_ptr()) };
-                    assert!(
-                        (got as f64 - exact).abs() <= 1e-5 * mag + 1e-6,
-                        "n={n}: {got} vs {exact}"
-                    );
-                }
-            }
+            check_dots_dequantized(
+                &qx,
+                n,
+                to_f32,
+                GgmlType::Q8_0,
+                q8_0::from_f32,
+                q8_0::to_f32,
+                &dots,
+                &[],
+                nb as u32,
+            );
         }
     }
 

@@ -165,7 +165,6 @@ pub fn check_tiles(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 /// Random raw blocks (every code pattern; the f16 fields at byte offsets `f16_at` of each
 /// block finite) for `rows` rows of `n` elements.
 pub fn raw_rows(t: GgmlType, f16_at: &[usize], n: usize, rows: usize, seed: u32) -> Vec<u8> {
@@ -335,6 +334,47 @@ pub fn check_avx512_tiles(
         super::tile_isa(false),
         super::tile_isa(true)
     );
+}
+
+/// Each of `dots` approximates the product of the dequantized values (within 1e-5 of the sum
+/// of the products' magnitudes) for the raw weight bytes `qx` of `n` elements against the
+/// activations `acts`, quantized to `yt`, and a random and a ±1 activation of its own (codes
+/// ±127, where integer sums come closest to overflowing).
+#[allow(clippy::too_many_arguments)]
+pub fn check_dots_dequantized(
+    qx: &[u8],
+    n: usize,
+    to: ToF32,
+    yt: GgmlType,
+    yfrom: FromF32,
+    yto: ToF32,
+    dots: &[VecDot],
+    acts: &[Vec<f32>],
+    seed: u32,
+) {
+    let mut next = xorshift(seed + 7);
+    let full: Vec<f32> = (0..n)
+        .map(|_| if next() & 1 != 0 { 1.0 } else { -1.0 })
+        .collect();
+    let dx = dequantize(to, qx, n);
+    for yv in [data(n, seed + 100), full].iter().chain(acts) {
+        let qy = quantize(yt, yfrom, yv);
+        let dy = dequantize(yto, &qy, n);
+        let exact: f64 = dx.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum();
+        let mag: f64 = dx
+            .iter()
+            .zip(&dy)
+            .map(|(a, b)| (*a as f64 * *b as f64).abs())
+            .sum();
+        assert!(mag > 0.0);
+        for dot in dots {
+            let got = unsafe { dot(n, qx.as_ptr(), qy.as_ptr()) };
+            assert!(
+                (got as f64 - exact).abs() <= 1e-5 * mag + 1e-6,
+                "n={n}: {got} vs {exact}"
+            );
+        }
+    }
 }
 
 /// The dispatched dot equals the scalar reference (tightly) and approximates the dot of the

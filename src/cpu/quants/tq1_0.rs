@@ -192,19 +192,6 @@ mod tests {
         }
     }
 
-    /// Random TQ1_0 bytes (every byte value decodes to trits) with a finite scale per block.
-    fn raw_blocks(n: usize, seed: u32) -> Vec<u8> {
-        let mut next = xorshift(seed.wrapping_mul(0x9e37_79b9).max(1));
-        let mut q: Vec<u8> = (0..GgmlType::TQ1_0.row_size(n))
-            .map(|_| next() as u8)
-            .collect();
-        for block in q.chunks_exact_mut(54) {
-            let h = super::super::f32_to_f16((next() % 2001) as f32 / 1000.0 - 1.0);
-            block[52..54].copy_from_slice(&h.to_le_bytes());
-        }
-        q
-    }
-
     /// The dispatched (AVX2) dot and the scalar one approximate the product of the dequantized
     /// values, on raw random blocks against random and full-scale activations (Q8_K codes up to
     /// ±127, where the i16 sums come closest to overflowing). Both sum each block's exact
@@ -213,30 +200,20 @@ mod tests {
     fn vec_dot_matches_dequantized() {
         for nb in [1, 2, 3, 8] {
             let n = nb * QK_K;
-            let qx = raw_blocks(n, nb as u32);
-            let mut next = xorshift(nb as u32 + 7);
-            let full: Vec<f32> = (0..n)
-                .map(|_| if next() & 1 != 0 { 1.0 } else { -1.0 })
-                .collect();
-            for yv in [data(n, nb as u32 + 100), full, vec![-1.0; n]] {
-                let qy = quantize(GgmlType::Q8_K, q8_k::from_f32, &yv);
-                let dx = dequantize(to_f32, &qx, n);
-                let dy = dequantize(q8_k::to_f32, &qy, n);
-                let exact: f64 = dx.iter().zip(&dy).map(|(a, b)| *a as f64 * *b as f64).sum();
-                let mag: f64 = dx
-                    .iter()
-                    .zip(&dy)
-                    .map(|(a, b)| (*a as f64 * *b as f64).abs())
-                    .sum();
-                assert!(mag > 0.0);
-                for dot in [vec_dot_fn(), vec_dot_ref as VecDot] {
-                    let got = unsafe { dot(n, qx.as_ptr(), qy.as_ptr()) };
-                    assert!(
-                        (got as f64 - exact).abs() <= 1e-5 * mag + 1e-6,
-                        "n={n}: {got} vs {exact}"
-                    );
-                }
-            }
+            let dots = [vec_dot_fn(), vec_dot_ref as VecDot];
+            let qx = raw_rows(GgmlType::TQ1_0, &[52], n, 1, nb as u32);
+            let all_minus = vec![-1.0; n];
+            check_dots_dequantized(
+                &qx,
+                n,
+                to_f32,
+                GgmlType::Q8_K,
+                q8_k::from_f32,
+                q8_k::to_f32,
+                &dots,
+                &[all_minus],
+                nb as u32,
+            );
         }
     }
 
@@ -251,7 +228,7 @@ mod tests {
         }
         for seed in 1..40u32 {
             let n = (seed as usize % 3 + 1) * QK_K;
-            let mut qx = raw_blocks(n, seed);
+            let mut qx = raw_rows(GgmlType::TQ1_0, &[52], n, 1, seed);
             for block in qx.chunks_exact_mut(54) {
                 block[52..54].copy_from_slice(&super::super::f32_to_f16(0.5).to_le_bytes());
             }
