@@ -416,6 +416,7 @@ if has hybrid && cuda_ok; then
         for hv in $HV; do
             echo "8B-half r$r RFHYBRID-$hv $(ROCMFORGE_HYBRID_VRAM=$hv ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
         done
+        echo "8B-half r$r RFHYBRID-${HV%% *}-noprefetch $(ROCMFORGE_HYBRID_PREFETCH=0 ROCMFORGE_HYBRID_VRAM=${HV%% *} ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
         echo "8B-half r$r RFGPU0-ngl16 $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 --ngl 16 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
         echo "8B-full r$r RFGPU0 $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
         echo "8B-full r$r RFHYBRID $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
@@ -429,6 +430,12 @@ if has hybrid && cuda_ok; then
     grep -A40 "RFHYBRID telemetry" "$OUT/telemetry.log" | tail -42
     grep "RFHYBRID:" "$OUT/telemetry.log" | head -5
     xz -T0 "$OUT/trace.json" 2>/dev/null
+    # The budgeted split (prefetch groups included) against ggml-cpu, end to end.
+    mkdir -p e2e-8b
+    ROCMFORGE_HYBRID_VRAM=${HV%% *} timeout 240 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so \
+        8b.gguf e2e-8b --fa off --threads "$THREADS" --min-stable 0 --device RFHYBRID >"$OUT/e2e-8b-hybrid.log" 2>&1
+    echo "e2e 8B-class on RFHYBRID at ${HV%% *} rc=$?"
+    grep -E "fa=|FAIL|PASS" "$OUT/e2e-8b-hybrid.log" | cut -c1-300
     # The whole model in VRAM: five prompts (the first three timed node by node) and 8 tokens.
     ROCMFORGE_TELEMETRY=summary ROCMFORGE_TRACE="$OUT/trace-full.json" ./llama_run bench -m 8b.gguf -t "$THREADS" \
         --pp 512 --tg 8 --reps 5 --fa "$HF" -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID \

@@ -204,6 +204,59 @@ static void run_streaming(ggml_backend_dev_t dev) {
     }
 }
 
+// Three steps of s = soft_max(cur) (CPU on the stand-in), cur = W_2i s + W_2i+1 s (GPU), the
+// weights 64 KiB each, with budgets from 128 KiB to 1 MiB: where the weights stream, each GPU
+// segment's weights are copied in while the CPU segment before it runs (a prefetch, into one or
+// both halves of the arena). Five runs per budget (with telemetry on, the first three are timed
+// node by node, without prefetches); compared with ggml-cpu.
+static void run_prefetch(ggml_backend_dev_t dev) {
+    enum { NW = 6, KP = 128 };
+    ggml_backend_dev_t cpu_dev = rf_ggml_cpu_device();
+    ggml_backend_dev_t devs[2] = { dev, cpu_dev };
+    CHECK(set_strategy(dev, "gpu"), "strategy");
+    for (size_t budget = 128 << 10; budget <= (1 << 20); budget += 64 << 10) {
+        CHECK(set_budget(dev, budget), "budget");
+        float * res[2] = { NULL, NULL };
+        for (int k = 0; k < 2; k++) {
+            ggml_backend_t be = ggml_backend_dev_init(devs[k], NULL);
+            struct ggml_init_params ip = { ggml_tensor_overhead() * 40 + ggml_graph_overhead(), NULL, true };
+            struct ggml_context * wctx = ggml_init(ip);
+            struct ggml_tensor * w[NW];
+            for (int i = 0; i < NW; i++) w[i] = ggml_new_tensor_2d(wctx, GGML_TYPE_F32, KP, KP);
+            ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, ggml_backend_dev_buffer_type(devs[k]));
+            ggml_backend_buffer_set_usage(wbuf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+            for (int i = 0; i < NW; i++) rf_fill_tensor(w[i], 500 + i, -1, 1);
+            struct ggml_context * ctx = ggml_init(ip);
+            struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, KP, N);
+            ggml_set_input(x);
+            struct ggml_tensor * cur = x;
+            for (int i = 0; i < NW; i += 2) {
+                struct ggml_tensor * s = ggml_soft_max(ctx, cur);
+                cur = ggml_add(ctx, ggml_mul_mat(ctx, w[i], s), ggml_mul_mat(ctx, w[i + 1], s));
+            }
+            ggml_set_output(cur);
+            struct ggml_cgraph * gf = ggml_new_graph(ctx);
+            ggml_build_forward_expand(gf, cur);
+            ggml_gallocr_t alloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
+            ggml_gallocr_alloc_graph(alloc, gf);
+            for (int r = 0; r < 5; r++) {
+                rf_fill_tensor(x, 600 + r, -1, 1);
+                CHECK(rf_compute(be, gf) == GGML_STATUS_SUCCESS, "prefetch, budget %zu, run %d", budget, r);
+            }
+            res[k] = rf_tensor_to_float(cur);
+            ggml_gallocr_free(alloc);
+            ggml_free(ctx);
+            ggml_backend_buffer_free(wbuf);
+            ggml_free(wctx);
+            ggml_backend_free(be);
+        }
+        double e = rf_nmse(res[0], res[1], (size_t) KP * N);
+        CHECK(e <= 1e-6, "prefetch, budget %zu: nmse %.3g", budget, e);
+        free(res[0]);
+        free(res[1]);
+    }
+}
+
 static char * dev_json(json_dev_fn f, ggml_backend_dev_t dev) {
     size_t n = f(dev, NULL, 0);
     char * buf = malloc(n + 1);
@@ -267,6 +320,7 @@ int main(int argc, char ** argv) {
         }
     }
     run_streaming(dev);
+    run_prefetch(dev);
     // Telemetry saw both devices (with a GPU) and the reasons.
     char * json = dev_json(telemetry_json, dev);
     CHECK(strstr(json, "\"events\"") && strstr(json, "\"stats\""), "telemetry JSON: %.200s", json);
@@ -275,6 +329,11 @@ int main(int argc, char ** argv) {
         CHECK(strstr(json, "\"device\":\"GPU\""), "no GPU event");
         CHECK(strstr(json, "\"kind\":\"transfer\""), "no transfer event");
         CHECK(strstr(json, "user-preference") && strstr(json, "memory-constraint"), "reasons missing");
+        // The stand-in declines SOFT_MAX: run_prefetch's GPU segments follow CPU segments.
+        const char * fake = getenv("ROCMFORGE_HYBRID_FAKE_GPU");
+        if (fake && strcmp(fake, "1") == 0) {
+            CHECK(strstr(json, "\"to-GPU-prefetch\""), "no prefetch");
+        }
     } else {
         CHECK(strstr(json, "gpu-unavailable"), "reason gpu-unavailable missing");
     }

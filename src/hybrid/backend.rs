@@ -79,6 +79,9 @@ pub struct HybridBackend {
     n_threads: usize,
     /// Telemetry is on for the graph being computed (copies are then timed).
     telemetry: bool,
+    /// The next GPU segment's weights were queued on the copy stream before the CPU segment
+    /// ran (`prefetch`), and whether they fill both halves of the arena.
+    prefetched: Option<bool>,
 }
 
 /// Events ordering the copy stream and the segments' streams around the arena's halves:
@@ -154,7 +157,9 @@ fn graph_words(nodes: &[Tensor], epoch: u64, out: &mut Vec<u64>) {
     }
 }
 
-struct ResView<'a>(&'a Residency, usize);
+/// The residency map for the planner, the arena's half size, and the half size prefetches may
+/// use (0: none).
+struct ResView<'a>(&'a Residency, usize, usize);
 
 impl DataView for ResView<'_> {
     fn missing(&self, p: usize, len: usize, to: Place) -> usize {
@@ -166,6 +171,12 @@ impl DataView for ResView<'_> {
     }
     fn pinned(&self, p: usize, len: usize) -> bool {
         self.0.buffer_of(p, len).is_some_and(|(_, b)| b.pinned)
+    }
+    fn streams(&self, p: usize, len: usize) -> bool {
+        self.0.region_of(p, len).is_none() && len <= self.1
+    }
+    fn prefetch_half(&self) -> usize {
+        self.2
     }
 }
 
@@ -198,6 +209,7 @@ impl HybridBackend {
             shadow_of: HashMap::new(),
             n_threads: 0,
             telemetry: false,
+            prefetched: None,
         })
     }
 
@@ -240,6 +252,21 @@ impl HybridBackend {
             let _ = self.sync_gpus();
             Instant::now()
         });
+        self.queue_uploads(res, k, copies)?;
+        if let Some(t0) = t0 {
+            self.sync_gpus()?;
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            self.copy_us += us;
+            if self.telemetry {
+                self.record_copies(copies, us);
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues host-to-device copies on GPU stream `k` (made at once where it has no
+    /// asynchronous copy).
+    fn queue_uploads(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
         for c in copies {
             let g = &mut self.gpus[k];
             let queued = copy_in_pieces(c, &mut |c: &Copy| {
@@ -253,19 +280,17 @@ impl HybridBackend {
                 Shared::copy_sync(res, std::slice::from_ref(c))?;
             }
         }
-        if let Some(t0) = t0 {
-            self.sync_gpus()?;
-            let us = t0.elapsed().as_secs_f64() * 1e6;
-            self.copy_us += us;
-            if self.telemetry {
-                self.record_copies(copies, us);
-            }
-        }
         Ok(())
     }
 
     /// One transfer event for a batch of copies in one direction.
     fn record_copies(&self, copies: &[Copy], us: f64) {
+        self.record_transfer(copies, us, false);
+    }
+
+    /// One transfer event; `prefetch`: weights copied while a CPU segment ran (`us`: until
+    /// they were done, at most the segment's time when the copy was hidden).
+    fn record_transfer(&self, copies: &[Copy], us: f64, prefetch: bool) {
         let Some(first) = copies.first() else { return };
         let bytes: usize = copies.iter().map(|c| c.len).sum();
         let predicted: f64 = copies
@@ -277,9 +302,10 @@ impl HybridBackend {
         t.record(ExecutionEvent {
             graph: self.graphs,
             node: format!("{} copies", copies.len()),
-            op: match first.to {
-                Place::Gpu => "to-GPU",
-                Place::Cpu => "to-CPU",
+            op: match (first.to, prefetch) {
+                (Place::Gpu, true) => "to-GPU-prefetch",
+                (Place::Gpu, false) => "to-GPU",
+                (Place::Cpu, _) => "to-CPU",
             },
             kind: EventKind::Transfer { to: first.to },
             place: first.to,
@@ -567,7 +593,8 @@ impl HybridBackend {
             self.copier_waits_for_halves()?;
         }
         let (mut start, mut i) = (0, 0);
-        let mut weights_queued = false;
+        // Weights queued before the CPU segment: the first launch waits for them too.
+        let mut weights_queued = self.prefetched.is_some();
         while i < nodes.len() {
             let n = &nodes[i];
             let srcs: Vec<(usize, usize)> = (0..GGML_MAX_SRC)
@@ -669,12 +696,19 @@ impl HybridBackend {
         }
         self.launch(nodes, res, k, outputs)?;
         if overlap {
-            let h = res.arena_half;
+            // The first launch after a prefetch reads what it copied (into both halves, maybe).
+            let both = self.prefetched.take() == Some(true);
             let ev = self.events.as_mut().unwrap();
-            if self.gpus[k].record_event(ev.done[h].as_ref())? {
-                ev.recorded[h] = true;
-            } else {
-                self.sync_gpus()?;
+            for h in 0..2 {
+                if h != res.arena_half && !both {
+                    continue;
+                }
+                if self.gpus[k].record_event(ev.done[h].as_ref())? {
+                    ev.recorded[h] = true;
+                } else {
+                    self.sync_gpus()?;
+                    break;
+                }
             }
         }
         Ok(())
@@ -719,8 +753,14 @@ impl HybridBackend {
         Ok(())
     }
 
-    /// A CPU segment: waits for the GPU, copies back what only the GPU holds, runs.
-    fn run_cpu(&mut self, nodes: &[Tensor], res: &mut Residency) -> Result<()> {
+    /// A CPU segment: waits for the GPU, copies back what only the GPU holds, starts copying
+    /// the weights of the GPU segment `next` (if any), runs.
+    fn run_cpu(
+        &mut self,
+        nodes: &[Tensor],
+        res: &mut Residency,
+        next: Option<&[Tensor]>,
+    ) -> Result<()> {
         self.sync_gpus()?;
         let mut copies = Vec::new();
         for n in nodes {
@@ -737,7 +777,59 @@ impl HybridBackend {
             }
         }
         self.download(res, &copies)?;
-        self.cpu.compute(nodes)
+        let t0 = Instant::now();
+        let prefetched = match next {
+            Some(next) => self.prefetch(next, res)?,
+            None => Vec::new(),
+        };
+        let r = self.cpu.compute(nodes);
+        if self.telemetry && !prefetched.is_empty() {
+            // Until the copies are done: at most the CPU segment's time when they were hidden.
+            self.gpus[COPIER].synchronize()?;
+            self.record_transfer(&prefetched, t0.elapsed().as_secs_f64() * 1e6, true);
+        }
+        r
+    }
+
+    /// Queues on the copy stream the weights GPU segment `next` streams, in its order, into
+    /// the arena's halves while they have room (the GPU is idle: both are free). The segment's
+    /// first launch waits for them (`prefetched`). Returns the copies.
+    fn prefetch(&mut self, next: &[Tensor], res: &mut Residency) -> Result<Vec<Copy>> {
+        if !crate::tuning::get().hybrid_prefetch
+            || !self.overlap_ready()?
+            || res.arena_half_size() == 0
+        {
+            return Ok(Vec::new());
+        }
+        res.reset_arena();
+        let mut copies = Vec::new();
+        'nodes: for n in next {
+            for s in (0..GGML_MAX_SRC).filter_map(|j| n.src(j)) {
+                let Some((p, len)) = range(&s) else { continue };
+                if usage(&s) != Some(USAGE_WEIGHTS) || res.region_of(p, len).is_some() {
+                    continue;
+                }
+                if !res.add_stream_region(p, len) {
+                    if res.arena_half == 1 {
+                        break 'nodes;
+                    }
+                    res.flip_arena();
+                    if !res.add_stream_region(p, len) {
+                        break 'nodes;
+                    }
+                }
+                copies.extend(res.make_current(p, len, Place::Gpu));
+            }
+        }
+        if copies.is_empty() {
+            res.reset_arena();
+            return Ok(copies);
+        }
+        let c = self.gpu_backend(COPIER)?;
+        self.queue_uploads(res, c, &copies)?;
+        self.streamed = true;
+        self.prefetched = Some(res.arena_half == 1);
+        Ok(copies)
     }
 
     fn plan(&mut self, nodes: &[Tensor], res: &mut Residency) -> Result<Vec<BackendSelection>> {
@@ -746,9 +838,13 @@ impl HybridBackend {
         for n in nodes {
             facts.push(self.facts(n, res)?);
         }
-        Ok(self
-            .sched
-            .plan(nodes, &facts, &ResView(res, res.arena_half_size())))
+        let prefetch = if crate::tuning::get().hybrid_prefetch && self.overlap_ready()? {
+            res.arena_half_size()
+        } else {
+            0
+        };
+        let view = ResView(res, res.arena_half_size(), prefetch);
+        Ok(self.sched.plan(nodes, &facts, &view))
     }
 
     /// Whether `nodes` are the graph computed last (compared word by word; kept for `compute`).
@@ -932,7 +1028,7 @@ impl HybridBackend {
                     let t = Instant::now();
                     let copied = self.copy_us;
                     match place {
-                        Place::Cpu => self.run_cpu(std::slice::from_ref(n), res)?,
+                        Place::Cpu => self.run_cpu(std::slice::from_ref(n), res, None)?,
                         Place::Gpu => {
                             let k = self.gpu_backend(PROBE)?;
                             self.run_gpu(std::slice::from_ref(n), res, k, &|_: &Tensor| true)?;
@@ -952,7 +1048,13 @@ impl HybridBackend {
                 self.time_copies = false;
             } else {
                 match place {
-                    Place::Cpu => self.run_cpu(seg, res)?,
+                    Place::Cpu => {
+                        let mut e = j;
+                        while e < nodes.len() && plan[e].place == Place::Gpu {
+                            e += 1;
+                        }
+                        self.run_cpu(seg, res, (e > j).then(|| &nodes[j..e]))?
+                    }
                     Place::Gpu => {
                         let k = self.gpu_backend(gpu_segment.min(MAX_GPU_STREAMS - 1))?;
                         self.run_gpu(seg, res, k, &outputs)?;
@@ -968,7 +1070,10 @@ impl HybridBackend {
             if place == Place::Gpu {
                 gpu_segment += 1;
             }
-            res.reset_arena();
+            // A CPU segment's prefetch stays for the GPU segment after it.
+            if self.prefetched.is_none() {
+                res.reset_arena();
+            }
             i = j;
         }
         Ok(())

@@ -17,6 +17,7 @@ pub mod cost;
 pub mod device;
 pub mod fake;
 pub mod placement;
+pub mod prefetch;
 pub mod residency;
 pub mod scheduler;
 pub mod synth;

@@ -214,7 +214,7 @@ type HostLog = (u64, Vec<(usize, usize)>, bool);
 const HOST_LOG_MAX: usize = 1024;
 
 /// Alignment of streamed tensors inside the arena.
-const ARENA_ALIGN: usize = 256;
+pub const ARENA_ALIGN: usize = 256;
 
 impl Residency {
     pub fn new(budget: usize) -> Residency {

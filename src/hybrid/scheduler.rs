@@ -3,6 +3,7 @@
 //! compute and transfer time given where each input's current data is.
 
 use super::cost::CostModel;
+use super::prefetch;
 use super::{BackendSelection, ExecutionStrategy, Place, SelectionReason};
 use crate::ffi::abi::GGML_MAX_SRC;
 use crate::tensor::Tensor;
@@ -23,6 +24,16 @@ pub struct NodeFacts {
 pub trait DataView {
     fn missing(&self, ptr: usize, len: usize, to: Place) -> usize;
     fn pinned(&self, ptr: usize, len: usize) -> bool;
+    /// Whether on the GPU the range would stream through the staging arena (it has no copy
+    /// of its own there).
+    fn streams(&self, _ptr: usize, _len: usize) -> bool {
+        false
+    }
+    /// Bytes of one half of the arena that a GPU segment's weights can be copied into while
+    /// the CPU segment before it runs (0: no prefetch).
+    fn prefetch_half(&self) -> usize {
+        0
+    }
 }
 
 pub struct HybridScheduler {
@@ -102,10 +113,13 @@ impl HybridScheduler {
         let mut external = Vec::with_capacity(nodes.len());
         let mut switch = Vec::with_capacity(nodes.len());
         let mut allowed = Vec::with_capacity(nodes.len());
+        let mut streams = Vec::with_capacity(nodes.len());
+        let mut stream_us = Vec::with_capacity(nodes.len());
         for (n, f) in nodes.iter().zip(facts) {
             let gpu_can = f.gpu_ok && f.gpu_mem_ok;
             let ok = [f.cpu_ok || !gpu_can, gpu_can];
             let mut ext = [0.0f64; 2];
+            let (mut lens, mut lens_us) = (Vec::new(), 0.0);
             let mut inside = 0usize;
             let own = range(n);
             for s in (0..GGML_MAX_SRC).filter_map(|i| n.src(i)) {
@@ -126,10 +140,17 @@ impl HybridScheduler {
                 for (k, &pl) in places.iter().enumerate() {
                     let bytes = view.missing(p, len, pl);
                     if bytes > 0 {
-                        ext[k] += self.cost.transfer_us(bytes, pl, view.pinned(p, len)) / share;
+                        let us = self.cost.transfer_us(bytes, pl, view.pinned(p, len)) / share;
+                        ext[k] += us;
+                        if pl == Place::Gpu && view.streams(p, len) {
+                            lens.push(len);
+                            lens_us += us;
+                        }
                     }
                 }
             }
+            streams.push(lens);
+            stream_us.push(lens_us);
             let c = [
                 self.cost.compute_us(n, Place::Cpu),
                 if gpu_can {
@@ -190,13 +211,22 @@ impl HybridScheduler {
                 choice[i - 1] = from[i][choice[i]];
             }
         }
+        let costs = prefetch::Costs {
+            compute: &compute,
+            external: &external,
+            switch: &switch,
+            allowed: &allowed,
+            streams: &streams,
+            stream_us: &stream_us,
+            switch_us: self.cost.profile.switch_us,
+        };
+        let (_, hidden) = prefetch::place_groups(&mut choice, &costs, view.prefetch_half());
         (0..n)
             .map(|i| {
                 let k = choice[i];
                 let place = places[k];
                 let moved = i > 0 && choice[i - 1] != k;
-                let predicted_us = compute[i][k]
-                    + external[i][k]
+                let predicted_us = compute[i][k] + external[i][k] - hidden[i]
                     + if moved {
                         switch[i][k] + self.cost.profile.switch_us
                     } else {
@@ -211,7 +241,7 @@ impl HybridScheduler {
                     CostModel {
                         cpu_us: compute[i][0] + external[i][0],
                         gpu_us: compute[i][1],
-                        transfer_us: external[i][1],
+                        transfer_us: external[i][1] - hidden[i],
                     }
                 };
                 BackendSelection {
@@ -383,6 +413,8 @@ mod tests {
     /// when listed as resident.
     struct View {
         resident: Vec<(usize, usize)>,
+        /// The arena half a prefetch may fill (0: none).
+        half: usize,
     }
     impl DataView for View {
         fn missing(&self, p: usize, len: usize, to: Place) -> usize {
@@ -398,6 +430,12 @@ mod tests {
         }
         fn pinned(&self, _: usize, _: usize) -> bool {
             true
+        }
+        fn streams(&self, p: usize, len: usize) -> bool {
+            self.missing(p, len, Place::Gpu) > 0
+        }
+        fn prefetch_half(&self) -> usize {
+            self.half
         }
     }
 
@@ -427,7 +465,10 @@ mod tests {
     fn every_strategy_and_reason() {
         let (_w, _x, y) = product(4096, 4096, 1, 1 << 20);
         let nodes = [y.tensor()];
-        let view = View { resident: vec![] };
+        let view = View {
+            resident: vec![],
+            half: 0,
+        };
         let pick = |s, f: NodeFacts| sched(s).plan(&nodes, &[f], &view)[0];
         use ExecutionStrategy::*;
         use SelectionReason::*;
@@ -469,7 +510,10 @@ mod tests {
     /// the GPU; a prompt's product streams the weights.
     #[test]
     fn automatic_weighs_transfers() {
-        let view = View { resident: vec![] };
+        let view = View {
+            resident: vec![],
+            half: 0,
+        };
         let s = sched(ExecutionStrategy::Automatic);
         let (_w, _x, tok) = product(4096, 14336, 1, 1 << 20);
         let sel = s.plan(&[tok.tensor()], &[ALL], &view)[0];
@@ -477,6 +521,7 @@ mod tests {
         assert!(matches!(sel.reason, SelectionReason::CostModel { .. }));
         let resident = View {
             resident: vec![(1 << 20, 4096 * 14336)],
+            half: 0,
         };
         let sel = s.plan(&[tok.tensor()], &[ALL], &resident)[0];
         assert_eq!(sel.place, Place::Gpu, "{sel:?}");
@@ -490,6 +535,7 @@ mod tests {
     fn later_nodes_see_where_earlier_ones_wrote() {
         let view = View {
             resident: vec![(1 << 20, 64 * 64)],
+            half: 0,
         };
         let s = sched(ExecutionStrategy::Automatic);
         let (_w, _x, y) = product(64, 64, 64, 1 << 20);
@@ -515,13 +561,20 @@ mod tests {
         }
     }
 
-    /// A token through two 8B-shaped layers, the first layer's weights resident in VRAM, the
-    /// second's only on the host (a model split by the budget): each product runs where its
-    /// weights are, and the small nodes (norms, positions, cache rows) follow their layer
-    /// instead of crossing back and forth (at most: into the GPU at the first layer's input,
-    /// out of it at the second layer).
-    #[test]
-    fn a_split_token_crosses_once() {
+    /// A token through `layers` 8B-shaped layers (fake addresses), the first `resident_layers`
+    /// layers' weights listed as resident in VRAM.
+    struct Token {
+        // Boxed: the nodes point at them while the vector grows.
+        #[allow(clippy::vec_box)]
+        keep: Vec<Box<Synth>>,
+        _x: Box<Synth>,
+        nodes: Vec<*const Synth>,
+        layer_of: Vec<usize>,
+        resident: Vec<(usize, usize)>,
+        everything: Vec<(usize, usize)>,
+    }
+
+    fn token(layers: usize, resident_layers: usize) -> Token {
         const D: usize = 4096;
         const F: usize = 14336;
         let mut next = 1usize << 32;
@@ -546,10 +599,10 @@ mod tests {
         let mut nodes: Vec<*const Synth> = Vec::new();
         let mut layer_of = Vec::new();
         let mut cur: *const Synth = &*x;
-        for layer in 0..2 {
+        for layer in 0..layers {
             let mut w = |ne: [usize; 4], ty: GgmlType, at: &mut dyn FnMut(usize) -> *mut u8| {
                 let t = mk(ty, ne, at);
-                if layer == 0 {
+                if layer < resident_layers {
                     resident.push((t.t.data as usize, t.nbytes()));
                 }
                 everything.push((t.t.data as usize, t.nbytes()));
@@ -632,9 +685,34 @@ mod tests {
                 keep.push(t);
             }
         }
+        Token {
+            keep,
+            _x: x,
+            nodes,
+            layer_of,
+            resident,
+            everything,
+        }
+    }
+
+    /// A token through two 8B-shaped layers, the first layer's weights resident in VRAM, the
+    /// second's only on the host (a model split by the budget): each product runs where its
+    /// weights are, and the small nodes (norms, positions, cache rows) follow their layer
+    /// instead of crossing back and forth (at most: into the GPU at the first layer's input,
+    /// out of it at the second layer).
+    #[test]
+    fn a_split_token_crosses_once() {
+        let Token {
+            keep,
+            _x: x,
+            nodes,
+            layer_of,
+            resident,
+            everything,
+        } = token(2, 1);
         let tensors: Vec<Tensor> = nodes.iter().map(|&p| unsafe { &*p }.tensor()).collect();
         let facts = vec![ALL; tensors.len()];
-        let view = View { resident };
+        let view = View { resident, half: 0 };
         // H200-like: CPU 100 GB/s, GPU 4 TB/s, PCIe 50 GB/s.
         let s = HybridScheduler::new(
             ExecutionStrategy::Automatic,
@@ -670,6 +748,7 @@ mod tests {
         // charge the plan leaves the GPU for them.
         let view = View {
             resident: everything,
+            half: 0,
         };
         let mut p = Profile::synthetic(100.0, 4000.0, 50.0);
         p.transfer_us = 1.5;
@@ -689,6 +768,76 @@ mod tests {
         assert!(!plan_with(5.0).contains('C'), "{}", plan_with(5.0));
         drop(keep);
         drop(x);
+    }
+
+    /// With room in the arena to copy a layer's feed-forward weights in while the CPU computes
+    /// the layers before it, some of the non-resident layers' products run on the GPU, their
+    /// copies hidden, and the token is predicted faster; each such group's copies take no
+    /// longer than the CPU work since the last GPU node. Without room, none moves.
+    #[test]
+    fn hidden_copies_move_some_cpu_layers_to_the_gpu() {
+        let t = token(8, 2);
+        let tensors: Vec<Tensor> = t.nodes.iter().map(|&p| unsafe { &*p }.tensor()).collect();
+        let facts = vec![ALL; tensors.len()];
+        // H200-like: CPU 100 GB/s, GPU 4 TB/s, PCIe 50 GB/s, 100 µs a change of device.
+        let mut p = Profile::synthetic(100.0, 4000.0, 50.0);
+        p.switch_us = 100.0;
+        let s = HybridScheduler::new(ExecutionStrategy::Automatic, CostModel::new(p));
+        let plan = |half: usize| {
+            let view = View {
+                resident: t.resident.clone(),
+                half,
+            };
+            s.plan(&tensors, &facts, &view)
+        };
+        let streamed_products = |plan: &[BackendSelection]| {
+            (0..tensors.len())
+                .filter(|&i| {
+                    t.layer_of[i] >= 2
+                        && tensors[i].op() == op::MUL_MAT
+                        && tensors[i].src(0).unwrap().ty() == Some(GgmlType::Q4_0)
+                })
+                .map(|i| plan[i].place)
+                .collect::<Vec<_>>()
+        };
+        let total = |plan: &[BackendSelection]| plan.iter().map(|p| p.predicted_us).sum::<f64>();
+        let (none, some) = (plan(0), plan(66 << 20));
+        assert!(streamed_products(&none).iter().all(|&p| p == Place::Cpu));
+        let moved = streamed_products(&some);
+        let on_gpu = moved.iter().filter(|&&p| p == Place::Gpu).count();
+        assert!(on_gpu > 0 && on_gpu < moved.len() / 2, "{moved:?}");
+        assert!(total(&some) < total(&none));
+        let places: String = some
+            .iter()
+            .map(|p| if p.place == Place::Gpu { 'G' } else { 'C' })
+            .collect();
+        // Every GPU run after the resident layers follows CPU work at least as long as its
+        // copies (the CPU nodes' predictions against the 50 GB/s it streams).
+        let mut i = 0;
+        while i < some.len() {
+            if some[i].place == Place::Gpu && i > 0 && some[i - 1].place == Place::Cpu {
+                let cpu: f64 = (0..i)
+                    .rev()
+                    .take_while(|&k| some[k].place == Place::Cpu)
+                    .map(|k| some[k].predicted_us)
+                    .sum();
+                let mut e = i;
+                let mut bytes = 0;
+                while e < some.len() && some[e].place == Place::Gpu {
+                    bytes += (0..GGML_MAX_SRC)
+                        .filter_map(|j| tensors[e].src(j))
+                        .filter(|w| w.ty() == Some(GgmlType::Q4_0))
+                        .map(|w| w.nbytes())
+                        .sum::<usize>();
+                    e += 1;
+                }
+                assert!(bytes as f64 / 50e3 <= cpu * 1.01, "{places}: at {i}");
+                i = e;
+            } else {
+                i += 1;
+            }
+        }
+        drop(t.keep);
     }
 
     #[test]
