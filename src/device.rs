@@ -93,6 +93,14 @@ pub trait Backend: Send {
     /// Computes every node of the graph in order (view ops and nodes without the compute flag
     /// are skipped by the caller's plan). Nodes were accepted by `supports_op`.
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()>;
+    /// Computes `nodes`, waits for them, and returns the time the device spent on them (µs)
+    /// where it measures that (a GPU's events: no launch or wait of the host in it). Default:
+    /// not measured (None).
+    fn compute_timed(&mut self, nodes: &[Tensor]) -> Result<Option<f64>> {
+        self.compute(nodes)?;
+        self.synchronize()?;
+        Ok(None)
+    }
     /// Whether `nodes` equal, in everything `supports_op` and the kernels depend on, the graph
     /// this backend computed last (which the caller checked node by node then). The caller
     /// then skips checking them again; `compute` must follow. Default: never claimed.

@@ -74,6 +74,8 @@ pub struct GpuBackend {
     staged_seen: u64,
     /// ROCMFORGE_GPU_TIMING=1: where a graph's time goes (see `Timing`).
     timing: Option<Timing>,
+    /// Timing events around a `compute_timed` (made on first use).
+    timer: Option<(Event, Event)>,
 }
 
 /// A timed graph not yet read: ((nodes, rows), start, end, host seconds inside compute, seconds
@@ -288,6 +290,7 @@ impl GpuBackend {
             failed: None,
             staged_seen: 0,
             timing,
+            timer: None,
         })
     }
 
@@ -763,6 +766,10 @@ impl Drop for GpuBackend {
         if let Some(e) = self.copy_event.take() {
             self.ctx.api.event_destroy(self.ctx.ord, e);
         }
+        if let Some((a, b)) = self.timer.take() {
+            self.ctx.api.event_destroy(self.ctx.ord, a);
+            self.ctx.api.event_destroy(self.ctx.ord, b);
+        }
         for e in std::mem::take(&mut self.profile_events) {
             self.ctx.api.event_destroy(self.ctx.ord, e);
         }
@@ -795,6 +802,30 @@ impl Backend for GpuBackend {
             t.phases[3] += t0.elapsed().as_secs_f64();
         }
         r
+    }
+
+    fn compute_timed(&mut self, nodes: &[Tensor]) -> Result<Option<f64>> {
+        let ctx = self.ctx.clone();
+        let (api, ord) = (&ctx.api, ctx.ord);
+        if self.timer.is_none() {
+            let a = api.event_create_timed(ord).map_err(Error::Device)?;
+            match api.event_create_timed(ord) {
+                Ok(b) => self.timer = Some((a, b)),
+                Err(e) => {
+                    api.event_destroy(ord, a);
+                    return Err(Error::Device(e));
+                }
+            }
+        }
+        let (a, b) = self.timer.unwrap();
+        api.event_record(ord, a, self.stream)
+            .map_err(Error::Device)?;
+        self.compute(nodes)?;
+        api.event_record(ord, b, self.stream)
+            .map_err(Error::Device)?;
+        self.synchronize()?;
+        let ms = api.event_elapsed_ms(ord, a, b).map_err(Error::Device)?;
+        Ok(Some(ms as f64 * 1e3))
     }
 
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {

@@ -79,6 +79,9 @@ pub struct HybridBackend {
     n_threads: usize,
     /// Telemetry is on for the graph being computed (copies are then timed).
     telemetry: bool,
+    /// Nodes timed alone: GPU launches measure their device time (`device_us`).
+    time_device: bool,
+    device_us: Option<f64>,
     /// The next GPU segment's weights were queued on the copy stream before the CPU segment
     /// ran (`prefetch`), and whether they fill both halves of the arena.
     prefetched: Option<bool>,
@@ -210,6 +213,8 @@ impl HybridBackend {
             n_threads: 0,
             telemetry: false,
             prefetched: None,
+            time_device: false,
+            device_us: None,
         })
     }
 
@@ -573,6 +578,10 @@ impl HybridBackend {
             .collect();
         self.pending[k] = true;
         self.launches += 1;
+        if self.time_device {
+            self.device_us = self.gpus[k].compute_timed(&shadows)?;
+            return Ok(());
+        }
         self.gpus[k].compute(&shadows)
     }
 
@@ -1031,15 +1040,23 @@ impl HybridBackend {
                         Place::Cpu => self.run_cpu(std::slice::from_ref(n), res, None)?,
                         Place::Gpu => {
                             let k = self.gpu_backend(PROBE)?;
-                            self.run_gpu(std::slice::from_ref(n), res, k, &|_: &Tensor| true)?;
+                            (self.time_device, self.device_us) = (true, None);
+                            let r =
+                                self.run_gpu(std::slice::from_ref(n), res, k, &|_: &Tensor| true);
+                            self.time_device = false;
+                            r?;
                             self.sync_gpus()?;
                         }
                     }
-                    // The node's own time: without the copies made for it, nor what running
-                    // one node as a graph of its own adds (a launch and a wait).
+                    // The node's own time: on the GPU what its events measured; else without
+                    // the copies made for it, nor what running one node as a graph of its own
+                    // adds (a launch and a wait).
                     let all = t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied);
                     let alone = self.sched.cost.profile.alone_us(place);
-                    let us = (all - alone).max(0.25 * all).max(0.0);
+                    let us = match self.device_us.take() {
+                        Some(d) if place == Place::Gpu => d,
+                        _ => (all - alone).max(0.25 * all).max(0.0),
+                    };
                     self.sched.cost.observe(n, place, us);
                     if telemetry {
                         self.record_segment(std::slice::from_ref(n), &plan[a + o..=a + o], us);
