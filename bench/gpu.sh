@@ -407,6 +407,8 @@ best_cpu() {
 }
 
 if has hybrid && cuda_ok; then
+    timeout 120 ./test_hybrid --need-gpu >"$OUT/hybrid-gpu.log" 2>&1
+    echo "test_hybrid (GPU) rc=$? $(tail -1 "$OUT/hybrid-gpu.log")"
     quiet
     best_cpu
     HV=${HYBRID_VRAM:-2048MiB 2600MiB} HF=${HYBRID_FA:-off}
