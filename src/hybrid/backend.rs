@@ -1034,6 +1034,13 @@ impl HybridBackend {
             if sample {
                 self.time_copies = true;
                 for (o, n) in seg.iter().enumerate() {
+                    // The model's prediction as it stands now (a repeated graph reuses its
+                    // plan, made before the last graph's measurements), the node's compute
+                    // alone: what is measured below.
+                    let sel = BackendSelection {
+                        predicted_us: self.sched.cost.compute_us(n, place),
+                        ..plan[a + o]
+                    };
                     let t = Instant::now();
                     let copied = self.copy_us;
                     match place {
@@ -1057,9 +1064,9 @@ impl HybridBackend {
                         Some(d) if place == Place::Gpu => d,
                         _ => (all - alone).max(0.25 * all).max(0.0),
                     };
-                    self.sched.cost.observe(n, place, us);
+                    let timed = self.sched.cost.observe(n, place, us);
                     if telemetry {
-                        self.record_segment(std::slice::from_ref(n), &plan[a + o..=a + o], us);
+                        self.record_node(n, &sel, us, timed);
                     }
                 }
                 self.time_copies = false;
@@ -1098,6 +1105,25 @@ impl HybridBackend {
 
     /// A segment timed as a whole: each node gets the share of the time its prediction has (a
     /// node timed alone, all of it).
+    /// A node timed alone; `timed` false: its time is not a measurement of it.
+    fn record_node(&self, n: &Tensor, sel: &BackendSelection, us: f64, timed: bool) {
+        let mut t = self.shared.telemetry();
+        let start_us = t.now_us() - us;
+        t.record(ExecutionEvent {
+            graph: self.graphs,
+            node: n.name(),
+            op: op::name(n.op()),
+            kind: EventKind::Compute,
+            place: sel.place,
+            reason: sel.reason.to_string(),
+            predicted_us: sel.predicted_us,
+            measured_us: us,
+            bytes_moved: 0,
+            start_us,
+            timed,
+        });
+    }
+
     fn record_segment(&self, seg: &[Tensor], sels: &[BackendSelection], us: f64) {
         let total: f64 = sels.iter().map(|s| s.predicted_us).sum();
         let mut t = self.shared.telemetry();

@@ -332,6 +332,8 @@ pub struct CostModel {
     pub profile: Profile,
     /// ln(measured / predicted), averaged.
     corr: HashMap<CorrKey, f64>,
+    /// Kinds of GPU node measured once already.
+    seen_gpu: std::collections::HashSet<CorrKey>,
 }
 
 fn nbytes(t: Option<Tensor>) -> f64 {
@@ -465,6 +467,7 @@ impl CostModel {
         CostModel {
             profile,
             corr: HashMap::new(),
+            seen_gpu: Default::default(),
         }
     }
 
@@ -542,25 +545,32 @@ impl CostModel {
     }
 
     /// A measured time for `node` on `place`: later predictions of its kind move towards it.
-    pub fn observe(&mut self, node: &Tensor, place: Place, measured_us: f64) {
+    /// False: not a measurement of the node (the first of its kind on the GPU, whose launch
+    /// may load kernels: cuBLAS loads its own at their first use; 102 ms for an 8B prompt's
+    /// first product on an H200), left out.
+    pub fn observe(&mut self, node: &Tensor, place: Place, measured_us: f64) -> bool {
+        let (work, bytes) = work_of(node);
+        if work == Work::View {
+            return true;
+        }
+        let key = self.key(node, &work, bytes, place);
+        if place == Place::Gpu && self.seen_gpu.insert(key) {
+            return false;
+        }
         // Below OBSERVE_MIN_US a node timed alone measures mostly its launch and wait: such
         // corrections made a GPU's small nodes look three times slower than in a stream and
         // took a token's attention off the GPU.
         if !(measured_us.is_finite() && measured_us >= OBSERVE_MIN_US) {
-            return;
-        }
-        let (work, bytes) = work_of(node);
-        if work == Work::View {
-            return;
+            return true;
         }
         let base = self.predict(&work, bytes, place);
         if !(base.is_finite() && base > 0.0) {
-            return;
+            return true;
         }
         let r = (measured_us / base).clamp(0.1, 10.0).ln();
-        let key = self.key(node, &work, bytes, place);
         let l = self.corr.entry(key).or_insert(0.0);
         *l += EMA_ALPHA * (r - *l);
+        true
     }
 
     /// The online correction factor applied to `node` on `place` (1: none yet).
@@ -886,5 +896,23 @@ mod tests {
             m.observe(&t, Place::Gpu, OBSERVE_MIN_US * 0.9);
         }
         assert_eq!(m.compute_us(&t, Place::Gpu), t0);
+    }
+
+    /// The first GPU measurement of a kind (its launch may have loaded kernels) is left out;
+    /// the next one counts. On the CPU the first counts.
+    #[test]
+    fn the_first_gpu_measurement_of_a_kind_is_left_out() {
+        let mut m = model();
+        let mm = Mm::new(GgmlType::Q4_0, 4096, 14336, 1);
+        let n = mm.node();
+        let n = n.tensor();
+        let g0 = m.compute_us(&n, Place::Gpu);
+        assert!(!m.observe(&n, Place::Gpu, 1000.0 * g0));
+        assert_eq!(m.compute_us(&n, Place::Gpu), g0);
+        assert!(m.observe(&n, Place::Gpu, 2.0 * g0));
+        assert!(m.compute_us(&n, Place::Gpu) > g0 * 1.1);
+        let c0 = m.compute_us(&n, Place::Cpu);
+        assert!(m.observe(&n, Place::Cpu, 2.0 * c0));
+        assert!(m.compute_us(&n, Place::Cpu) > c0 * 1.1);
     }
 }
