@@ -320,7 +320,9 @@ impl Buffer for HybridBuffer {
     }
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
         self.inner.fill(offset, len, value)?;
-        self.wrote(offset, len);
+        self.shared
+            .residency()
+            .host_filled(self.inner.base() as usize + offset, len, value);
         Ok(())
     }
     fn is_host(&self) -> bool {

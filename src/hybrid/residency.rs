@@ -540,6 +540,26 @@ impl Residency {
         }
     }
 
+    /// The host filled [p0, p0 + len) with `value` (a buffer clear): the device copies in
+    /// regions of their own are filled too and stay current, so a cleared KV cache is not
+    /// uploaded again (~70 MB before every prompt of an 8B-class model in a benchmark that
+    /// clears it). The GPU is idle between graphs. Elsewhere the host alone is current.
+    pub fn host_filled(&mut self, p0: usize, len: usize, value: u8) {
+        self.host_wrote(p0, len);
+        let end = p0 + len;
+        for r in self.regions.values_mut() {
+            let (a, b) = (r.host.max(p0), (r.host + r.len).min(end));
+            let Some(o) = r.owner.as_mut() else { continue };
+            if a >= b {
+                continue;
+            }
+            let off = r.dev_base - o.base() as usize + (a - r.host);
+            if o.fill(off, b - a, value).is_ok() {
+                r.valid.set(a - r.host, b - r.host, State::Both);
+            }
+        }
+    }
+
     /// The device address of host address `p` (inside a region).
     pub fn dev_addr(&self, p: usize, len: usize) -> Option<usize> {
         self.region_of(p, len).map(|r| r.dev_addr(p))
@@ -653,6 +673,28 @@ mod tests {
             r.log_host_access(i, 1);
         }
         assert!(r.take_log(b).1, "overflow");
+    }
+
+    /// A buffer clear fills the device copy too: nothing to upload afterwards, and the device
+    /// bytes hold the value (the stand-in "device" here is RFCPU memory).
+    #[test]
+    fn a_fill_fills_the_device_copy() {
+        let cpu = CpuDevice::new();
+        let bt = cpu.buffer_type();
+        let mut r = Residency::new(1 << 20);
+        r.add_buffer(4096, 1000, None);
+        assert!(r.add_region(bt, 4096, 1000, RegionKind::Mirror).unwrap());
+        r.make_current(4096, 1000, Place::Gpu);
+        r.written(4096, 1000, Place::Gpu);
+        r.host_filled(4096 + 200, 300, 7);
+        assert_eq!(r.bytes_missing(4096, 1000, Place::Gpu), 0);
+        assert!(r.holds(4096 + 200, 300, Place::Cpu));
+        assert!(!r.holds(4096, 200, Place::Cpu));
+        let dev = r.dev_addr(4096 + 200, 300).unwrap();
+        let got = unsafe { std::slice::from_raw_parts(dev as *const u8, 300) };
+        assert!(got.iter().all(|&b| b == 7));
+        // Outside any region: the host alone.
+        r.host_filled(9000, 10, 1);
     }
 
     #[test]
