@@ -460,7 +460,11 @@ fn bucket(work: &Work, bytes: f64) -> u8 {
         // on a small matrix (an 8B attention output beside its feed-forward products).
         Work::Product { n, .. } => {
             let cols = n.max(1.0).log(4.0).ceil().min(15.0);
-            let size = (bytes / (1 << 20) as f64).max(1.0).log(4.0).ceil().min(15.0);
+            let size = (bytes / (1 << 20) as f64)
+                .max(1.0)
+                .log(4.0)
+                .ceil()
+                .min(15.0);
             return (cols * 16.0 + size) as u8;
         }
         Work::Attention { n_q, .. } => n_q.max(1.0).log(4.0).ceil(),

@@ -109,13 +109,29 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             _ => groups.push((ex, i, i + 1)),
         }
     }
+    // Whole row groups through the one-column register tile MUL_MAT generates with (it
+    // prefetches the next rows; the same bits as `vec_dot`), the rest one dot at a time. One
+    // dot per row read the experts at half the host's bandwidth.
+    let tile = tr.gemv.filter(|t| t.cols == 1);
+    let wrow = w.nb()[1];
     for task in split_range(groups.len() * row_blocks, ctx.ith, ctx.nth) {
         let ((ex, a, b), rb) = (groups[task / row_blocks], task % row_blocks);
         let rows = rb * ROWS_PER_TASK..((rb + 1) * ROWS_PER_TASK).min(wne[1]);
         for &(_, e, t) in &slots[a..b] {
             let col = (e % xne[1]) + t * xne[1];
             let xp = unsafe { ctx.wdata.add(col * xrow) };
-            for i in rows.clone() {
+            let mut i = rows.start;
+            if let Some(tl) = tile {
+                while i + tl.rows <= rows.end {
+                    unsafe {
+                        let wp = w.data().add(w.row_offset(i, ex, 0));
+                        let dp = node.data().add(node.offset(i, e, t, 0));
+                        (tl.dot)(k, wp, wrow, xp, xrow, dp, 0);
+                    }
+                    i += tl.rows;
+                }
+            }
+            for i in i..rows.end {
                 unsafe {
                     let wp = w.data().add(w.row_offset(i, ex, 0));
                     *(node.data().add(node.offset(i, e, t, 0)) as *mut f32) = vec_dot(k, wp, xp);
