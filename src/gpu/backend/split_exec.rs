@@ -1,0 +1,314 @@
+//! Graphs with row-split MUL_MATs (`-sm row`, weights in a split buffer: `gpu/split.rs`).
+//! The main device runs the graph; at a split MUL_MAT every other GPU holding rows gets src1
+//! by peer copy on a stream of its own (a `Lane`, ordered after the main stream by an event),
+//! multiplies its rows, and copies its part of dst back; meanwhile the main device multiplies
+//! its own rows straight into dst. The main stream waits for the lanes' events, and where dst
+//! has several columns a copy kernel puts each lane's rows in place (the peer copy is flat).
+//! Such graphs are launched kernel by kernel (no captured graph spans devices).
+
+use super::{GpuBackend, GpuCtx};
+use crate::device::{Backend, Error, Result};
+use crate::ffi::abi::{ggml_tensor, GGML_MAX_SRC, GGML_TENSOR_FLAG_COMPUTE};
+use crate::ggml_types::{op, GgmlType};
+use crate::gpu::api::DevPtr;
+use crate::gpu::ops;
+use crate::gpu::split::{Part, SplitTensor};
+use crate::gpu::Memory;
+use crate::tensor::Tensor;
+use std::ffi::CString;
+use std::sync::Arc;
+
+/// The split weights of each node (None for a node without), or None for a graph without any.
+pub(super) fn split_sources(nodes: &[Tensor]) -> Option<Vec<Option<Arc<SplitTensor>>>> {
+    let mut any = false;
+    let v: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let s = (n.op() == op::MUL_MAT)
+                .then(|| n.src(0).and_then(|w| crate::ffi::split::split_tensor(&w)))
+                .flatten();
+            any |= s.is_some();
+            s
+        })
+        .collect();
+    any.then_some(v)
+}
+
+/// Device memory that grows on demand (freed after the device is idle: the driver's free
+/// waits, and the owner drains its stream first).
+struct Grown {
+    ctx: Arc<GpuCtx>,
+    ptr: DevPtr,
+    len: usize,
+}
+
+impl Grown {
+    fn new(ctx: Arc<GpuCtx>) -> Grown {
+        Grown {
+            ctx,
+            ptr: 0,
+            len: 0,
+        }
+    }
+
+    fn release(&mut self) {
+        if self.ptr != 0 {
+            let _ = self.ctx.api.device_sync(self.ctx.ord);
+            self.ctx.untrack(self.ptr);
+            self.ctx.api.free(self.ctx.ord, self.ptr);
+            (self.ptr, self.len) = (0, 0);
+        }
+    }
+
+    fn at_least(&mut self, bytes: usize) -> Result<DevPtr> {
+        if bytes > self.len {
+            self.release();
+            let size = bytes.next_power_of_two().max(1 << 16);
+            let p = self
+                .ctx
+                .api
+                .alloc(self.ctx.ord, size)
+                .map_err(Error::Alloc)?;
+            self.ctx.track(p, size, Memory::Device);
+            (self.ptr, self.len) = (p, size);
+        }
+        Ok(self.ptr)
+    }
+}
+
+impl Drop for Grown {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// What another GPU uses to compute its rows for this backend: its own backend (stream,
+/// scratch, kernels), src1 copied there, its part of dst, and room on the main device that
+/// part is copied back to.
+pub(super) struct Lane {
+    backend: GpuBackend,
+    x: Grown,
+    y: Grown,
+    back: Grown,
+}
+
+/// A tensor made here (a device's rows of a weight, a lane's part of dst): ggml's struct,
+/// zeroed, then the fields the kernels read.
+fn made(ty: GgmlType, ne: [usize; 4], nb: [usize; 4], data: DevPtr) -> Box<ggml_tensor> {
+    // SAFETY: ggml_tensor is plain data; all zeroes is a tensor without sources or name.
+    let mut t: Box<ggml_tensor> = Box::new(unsafe { std::mem::zeroed() });
+    t.type_ = ty as i32;
+    t.ne = ne.map(|v| v as i64);
+    t.nb = nb;
+    t.data = data as usize as *mut std::ffi::c_void;
+    t.flags = GGML_TENSOR_FLAG_COMPUTE;
+    t
+}
+
+fn contiguous(ty: GgmlType, ne: [usize; 4]) -> [usize; 4] {
+    let nb1 = ty.row_size(ne[0]);
+    [ty.type_size(), nb1, nb1 * ne[1], nb1 * ne[1] * ne[2]]
+}
+
+/// `part`'s rows of the weight `w` as a tensor of their own.
+fn rows_of(w: &Tensor, part: &Part) -> Box<ggml_tensor> {
+    let rows = part.rows.1 - part.rows.0;
+    let ne = [w.ne()[0], rows, 1, 1];
+    made(w.dtype(), ne, contiguous(w.dtype(), ne), part.ptr)
+}
+
+impl GpuBackend {
+    fn lane(&mut self, gpu: usize, ctx: &Arc<GpuCtx>) -> Result<&mut Lane> {
+        if self.lanes.len() <= gpu {
+            self.lanes.resize_with(gpu + 1, || None);
+        }
+        if self.lanes[gpu].is_none() {
+            let name = format!("RFGPU{gpu} for {}", self.name.to_string_lossy());
+            let backend = GpuBackend::new(ctx.clone(), CString::new(name).unwrap_or_default())?;
+            self.lanes[gpu] = Some(Lane {
+                backend,
+                x: Grown::new(ctx.clone()),
+                y: Grown::new(ctx.clone()),
+                back: Grown::new(self.ctx.clone()),
+            });
+        }
+        Ok(self.lanes[gpu].as_mut().unwrap())
+    }
+
+    /// Runs a graph some of whose MUL_MATs read row-split weights (`splits`, per node).
+    pub(super) fn compute_with_splits(
+        &mut self,
+        nodes: &[Tensor],
+        splits: &[Option<Arc<SplitTensor>>],
+    ) -> Result<()> {
+        self.abort_capture();
+        // The captured graph and its key stay as they are; this graph was not recorded.
+        self.known_repeat = None;
+        if let Some(e) = self.failed.take() {
+            return Err(Error::Device(format!(
+                "earlier work on this stream failed: {e}"
+            )));
+        }
+        self.after_staged_writes()?;
+        self.queued = true;
+        self.prepare(nodes)?;
+        for (n, s) in nodes.iter().zip(splits) {
+            match s {
+                None => self.check_memory(n)?,
+                Some(_) => self.check_split_node(n)?,
+            }
+        }
+        let ctx = self.ctx.clone();
+        let lc = ops::LaunchCtx {
+            api: ctx.api.as_ref(),
+            ord: ctx.ord,
+            stream: self.stream,
+            kernels: &ctx.kernels,
+            warp_size: ctx.info.warp_size,
+            compute_units: ctx.info.compute_units,
+            scratch: self.scratch.0,
+            scratch_len: self.scratch.1,
+            fa_counters: self.fa_counters,
+            q8: Default::default(),
+            q8_next: Default::default(),
+            fuse: self.fuse,
+            mma: ops::arch_has_mma(&ctx.info.arch),
+            wants: None,
+        };
+        let uses = ops::Uses::of(nodes);
+        let mut i = 0;
+        while i < nodes.len() {
+            let node = &nodes[i];
+            if let Some(st) = &splits[i] {
+                self.split_mul_mat(node, st, &lc)
+                    .map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?;
+                i += 1;
+                continue;
+            }
+            // Runs of ordinary nodes, fused as usual but never across a split node.
+            let end = splits[i..]
+                .iter()
+                .position(Option::is_some)
+                .map_or(nodes.len(), |p| i + p);
+            i += ops::launch_at(&nodes[..end], i, &uses, &lc)
+                .map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?
+                .max(1);
+        }
+        Ok(())
+    }
+
+    /// A split MUL_MAT's output and src1 are in this device's memory (its weights are in the
+    /// devices' slices, checked when they were placed).
+    fn check_split_node(&self, n: &Tensor) -> Result<()> {
+        let x = n
+            .src(1)
+            .ok_or_else(|| Error::Unsupported("MUL_MAT without src1".into()))?;
+        let (a, b) = n.data_range().map_err(Error::Unsupported)?;
+        let (c, d) = x.data_range().map_err(Error::Unsupported)?;
+        if !self.ctx.owns_writable(a as u64, b - a) || !self.ctx.owns_device(c as u64, d - c) {
+            return Err(Error::Unsupported(format!(
+                "'{}' or its src1 is not in {} memory",
+                n.name(),
+                self.name.to_string_lossy()
+            )));
+        }
+        Ok(())
+    }
+
+    /// One MUL_MAT whose weights are split: every GPU multiplies its rows (see the file's
+    /// comment); the result is in dst on this stream when it returns.
+    fn split_mul_mat(
+        &mut self,
+        node: &Tensor,
+        st: &SplitTensor,
+        lc: &ops::LaunchCtx,
+    ) -> Result<()> {
+        let (w, x) = match (node.src(0), node.src(1)) {
+            (Some(w), Some(x)) => (w, x),
+            _ => return Err(Error::Unsupported("MUL_MAT without sources".into())),
+        };
+        let api = self.ctx.api.clone();
+        let (mord, mstream) = (self.ctx.ord, self.stream);
+        let dev = |e: String| Error::Device(e);
+        let (dne, dnb) = (node.ne(), node.nb());
+        let cols = dne[1] * dne[2] * dne[3];
+        let x_bytes = x.nbytes();
+        let dst = node.data() as usize as DevPtr;
+        // Where this stream is now: the lanes start from here (src1 is written).
+        let start = self.copy_event()?;
+        api.event_record(mord, start, mstream).map_err(dev)?;
+        // (lane event, where its rows came back to, its rows) per other GPU.
+        let mut back = Vec::new();
+        for part in &st.parts {
+            if Arc::ptr_eq(&part.ctx, &self.ctx) {
+                continue;
+            }
+            let rows = part.rows.1 - part.rows.0;
+            let dord = part.ctx.ord;
+            let lane = self.lane(part.gpu, &part.ctx)?;
+            let ls = lane.backend.stream;
+            let xd = lane.x.at_least(x_bytes)?;
+            let yd = lane.y.at_least(rows * cols * 4)?;
+            api.stream_wait_event(dord, ls, start).map_err(dev)?;
+            api.copy_peer_async(
+                dord,
+                xd,
+                mord,
+                x.data() as usize as DevPtr,
+                x_bytes,
+                dord,
+                ls,
+            )
+            .map_err(dev)?;
+            let a = rows_of(&w, part);
+            let mut b = made(x.dtype(), x.ne(), x.nb(), xd);
+            b.op = op::NONE;
+            let yne = [rows, dne[1], dne[2], dne[3]];
+            let mut y = made(GgmlType::F32, yne, contiguous(GgmlType::F32, yne), yd);
+            y.op = op::MUL_MAT;
+            y.src[0] = &*a as *const ggml_tensor as *mut ggml_tensor;
+            y.src[1] = &*b as *const ggml_tensor as *mut ggml_tensor;
+            debug_assert!(y.src[2..GGML_MAX_SRC].iter().all(|s| s.is_null()));
+            // SAFETY: `y` and its sources live until the launches are queued.
+            let yt = unsafe { Tensor::from_ptr(&*y) }.unwrap();
+            lane.backend.compute(&[yt])?;
+            let to = if cols == 1 {
+                dst + (part.rows.0 * 4) as u64
+            } else {
+                lane.back.at_least(rows * cols * 4)?
+            };
+            api.copy_peer_async(mord, to, dord, yd, rows * cols * 4, dord, ls)
+                .map_err(dev)?;
+            let done = lane.backend.copy_event()?;
+            api.event_record(dord, done, ls).map_err(dev)?;
+            lane.backend.queued = true;
+            back.push((done, to, part.rows));
+        }
+        // This device's rows, straight into dst, while the lanes work.
+        if let Some(part) = st.parts.iter().find(|p| Arc::ptr_eq(&p.ctx, &self.ctx)) {
+            let a = rows_of(&w, part);
+            let yne = [part.rows.1 - part.rows.0, dne[1], dne[2], dne[3]];
+            let mut y = made(GgmlType::F32, yne, dnb, dst + (part.rows.0 * 4) as u64);
+            y.op = op::MUL_MAT;
+            y.src[0] = &*a as *const ggml_tensor as *mut ggml_tensor;
+            y.src[1] = x.as_ptr();
+            let yt = unsafe { Tensor::from_ptr(&*y) }.unwrap();
+            ops::launch(&yt, lc).map_err(dev)?;
+        }
+        for (done, from, rows) in back {
+            api.stream_wait_event(mord, mstream, done).map_err(dev)?;
+            if cols == 1 {
+                continue;
+            }
+            // The lane's rows, contiguous, into their place in each column of dst.
+            let yne = [rows.1 - rows.0, dne[1], dne[2], dne[3]];
+            let s = made(GgmlType::F32, yne, contiguous(GgmlType::F32, yne), from);
+            let mut d = made(GgmlType::F32, yne, dnb, dst + (rows.0 * 4) as u64);
+            d.op = op::DUP;
+            d.src[0] = &*s as *const ggml_tensor as *mut ggml_tensor;
+            let dt = unsafe { Tensor::from_ptr(&*d) }.unwrap();
+            ops::launch(&dt, lc).map_err(dev)?;
+        }
+        Ok(())
+    }
+}
