@@ -202,6 +202,12 @@ static void check_declines(int main, ggml_backend_buffer_type_t split) {
         CHECK(!ggml_backend_dev_supports_op(g_gpus[main], add), "ADD of split weights declined");
         CHECK(!ggml_backend_dev_supports_op(g_gpus[main], mm1), "MUL_MAT with split src1 declined");
         CHECK(ggml_backend_dev_supports_buft(g_gpus[main], split), "the main GPU takes its split buffer type");
+        // The weight itself (a leaf the scheduler places by asking who runs it): the main GPU only.
+        CHECK(ggml_backend_dev_supports_op(g_gpus[main], w), "the main GPU holds the split weight (op NONE)");
+        struct ggml_tensor * wv = ggml_view_1d(ac, w, 64, 0);
+        CHECK(!ggml_backend_dev_supports_op(g_gpus[main], wv), "a view of a split weight declined");
+        for (int o = 0; o < g_n; o++)
+            if (o != main) CHECK(!ggml_backend_dev_supports_op(g_gpus[o], w), "%s does not hold it", ggml_backend_dev_name(g_gpus[o]));
         for (int o = 0; o < g_n; o++)
             if (o != main) CHECK(!ggml_backend_dev_supports_buft(g_gpus[o], split), "%s does not", ggml_backend_dev_name(g_gpus[o]));
         CHECK(!ggml_backend_dev_supports_buft(g_cpu, split), "ggml-cpu does not");

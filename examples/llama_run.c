@@ -17,7 +17,7 @@
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
 // (PREFIX* names every device whose name starts so, e.g. RFGPU*; exit 3 where there is none)
-// between devices; --ngl N puts only N layers there, as llama.cpp's -ngl; --sm layer|row|none is
+// between devices; --ngl N puts only N layers there, as llama.cpp's -ngl; --sm layer|row|tensor|none is
 // llama.cpp's -sm: row spreads each weight matrix's rows over every GPU through the library's
 // split buffer type; --ts A,B,... its -ts, the share of each device, as llama.cpp's tensor_split); without it all runs on the
 // library's CPU device. --mmap off reads the file instead of mapping it (libllama then uploads
@@ -64,7 +64,7 @@ struct opts {
     // --ngl N with --device: only the last N layers on the device, the rest on the CPU device
     // (llama.cpp's -ngl); -1 (default): every layer.
     int ngl;
-    // --sm layer|row|none (llama.cpp's -sm; default layer) and --ts A,B,... (its -ts).
+    // --sm layer|row|tensor|none (llama.cpp's -sm; default layer) and --ts A,B,... (its -ts).
     enum llama_split_mode sm;
     const char * ts;
     // --ctx defaults: libllama's default context parameters (n_ctx, n_batch, n_ubatch, flash
@@ -119,7 +119,8 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
         else if (!strcmp(a, "--depth")) o.depth = atoi(v);
         else if (!strcmp(a, "--ngl")) o.ngl = atoi(v);
-        else if (!strcmp(a, "--sm")) o.sm = !strcmp(v, "row") ? LLAMA_SPLIT_MODE_ROW : !strcmp(v, "none") ? LLAMA_SPLIT_MODE_NONE : LLAMA_SPLIT_MODE_LAYER;
+        else if (!strcmp(a, "--sm")) o.sm = !strcmp(v, "row") ? LLAMA_SPLIT_MODE_ROW : !strcmp(v, "none") ? LLAMA_SPLIT_MODE_NONE
+                                          : !strcmp(v, "tensor") ? LLAMA_SPLIT_MODE_TENSOR : LLAMA_SPLIT_MODE_LAYER;
         else if (!strcmp(a, "--ts")) o.ts = v;
         else if (!strcmp(a, "--ctx")) o.ctx_defaults = !strcmp(v, "defaults");
         else if (!strcmp(a, "-ot") && o.n_ot < 64) o.ot[o.n_ot++] = v;
@@ -270,7 +271,7 @@ int main(int argc, char ** argv) {
         mp.tensor_split = ts;
     }
     if (o.sm != LLAMA_SPLIT_MODE_LAYER || o.ts)
-        fprintf(stderr, "llama_run: split mode %s%s%s\n", o.sm == LLAMA_SPLIT_MODE_ROW ? "row" : o.sm == LLAMA_SPLIT_MODE_NONE ? "none" : "layer",
+        fprintf(stderr, "llama_run: split mode %s%s%s\n", o.sm == LLAMA_SPLIT_MODE_ROW ? "row" : o.sm == LLAMA_SPLIT_MODE_NONE ? "none" : o.sm == LLAMA_SPLIT_MODE_TENSOR ? "tensor" : "layer",
                 o.ts ? ", tensor split " : "", o.ts ? o.ts : "");
     // -ot / --cpu-moe: a buffer type by name, "CPU" being the CPU device's.
     struct llama_model_tensor_buft_override ots[65];

@@ -127,6 +127,8 @@ pub struct Tuning {
     pub gpu_dump: bool,
     /// ROCMFORGE_GPU_PDL not 0.
     pub gpu_pdl: bool,
+    /// ROCMFORGE_GPU_PEER not 0: GPUs read each other's memory directly where they can.
+    pub gpu_peer: bool,
     /// ROCMFORGE_GPU_DEFINES: the -D options in it.
     pub gpu_defines: Vec<String>,
     /// ROCMFORGE_GPU_OFFLOAD_MIN_BATCH (default 32).
@@ -239,6 +241,7 @@ impl Tuning {
             gpu_fuse: on_unless_0("ROCMFORGE_GPU_FUSE"),
             gpu_dump: on_if_1("ROCMFORGE_GPU_DUMP"),
             gpu_pdl: on_unless_0("ROCMFORGE_GPU_PDL"),
+            gpu_peer: on_unless_0("ROCMFORGE_GPU_PEER"),
             gpu_defines: var("ROCMFORGE_GPU_DEFINES").map_or(Vec::new(), |v| {
                 v.split_whitespace()
                     .filter(|o| o.starts_with("-D"))

@@ -150,7 +150,7 @@ pub fn split_tensor(t: &Tensor) -> Option<Arc<SplitTensor>> {
 }
 
 /// Whether RFGPU`gpu` may claim `node` as far as split tensors go: a node reading no split
-/// tensor, or a MUL_MAT whose weights (src0, a whole contiguous matrix) are split with `gpu` as
+/// tensor, a split weight itself (op NONE) on its main GPU, or a MUL_MAT whose weights (src0, a whole contiguous matrix) are split with `gpu` as
 /// the main device, with contiguous activations and output in ordinary memory. libllama's
 /// placement probe puts every source of its test node in the split buffer with no data; such
 /// a src1 is let through, since a real graph's activations never live there.
@@ -159,7 +159,12 @@ pub fn split_reads_ok(node: &Tensor, gpu: usize) -> bool {
         .filter_map(|i| node.src(i).and_then(|s| split_main_of(&s).map(|m| (i, m))))
         .collect();
     if split_at.is_empty() {
-        return split_main_of(node).is_none();
+        return match split_main_of(node) {
+            None => true,
+            // A split weight itself (ggml's scheduler places leaves by asking who runs them):
+            // its main GPU holds it. Views of it would read the slices as one memory: declined.
+            Some(m) => node.op() == op::NONE && m == gpu,
+        };
     }
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
         return false;

@@ -308,6 +308,7 @@ impl CudaApi {
                 Err(e) => crate::log_warn!("CUDA device {i} skipped: {e}"),
             }
         }
+        enable_peer_access(&lib, &drv, &devices);
         let pdl_env = crate::tuning::get().gpu_pdl;
         let pdl = devices
             .iter()
@@ -403,6 +404,49 @@ impl CudaApi {
             unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
         };
         format!("{what}: {msg} ({r})")
+    }
+}
+
+/// Lets every GPU read and write every other's memory directly where the hardware allows
+/// (NVLink or PCIe peer to peer): peer copies (layer and row split) then go device to device
+/// instead of through host memory. Best effort: refused pairs keep the staged copy, logged.
+fn enable_peer_access(lib: &libloading::Library, drv: &Driver, devices: &[(CuDevice, usize)]) {
+    type CanAccess = unsafe extern "C" fn(*mut c_int, CuDevice, CuDevice) -> CuResult;
+    type Enable = unsafe extern "C" fn(CuContext, c_uint) -> CuResult;
+    if devices.len() < 2 || !crate::tuning::get().gpu_peer {
+        return;
+    }
+    // SAFETY: the driver's own signatures of these two functions.
+    let (Ok(can), Ok(enable)) = (
+        unsafe { sym::<CanAccess>(lib, "cuDeviceCanAccessPeer") },
+        unsafe { sym::<Enable>(lib, "cuCtxEnablePeerAccess") },
+    ) else {
+        return;
+    };
+    const ALREADY_ENABLED: CuResult = 704;
+    for (i, &(di, ci)) in devices.iter().enumerate() {
+        for (j, &(dj, cj)) in devices.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let mut ok: c_int = 0;
+            let r = unsafe { can(&mut ok, di, dj) };
+            if r != 0 || ok == 0 {
+                crate::log_info!("CUDA: device {i} cannot reach device {j} directly; copies between them go through the host");
+                continue;
+            }
+            let r = unsafe {
+                (drv.ctx_set_current)(ci as CuContext);
+                enable(cj as CuContext, 0)
+            };
+            if r != 0 && r != ALREADY_ENABLED {
+                crate::log_info!(
+                    "CUDA: peer access {i} -> {j} refused ({r}); copies go through the host"
+                );
+            } else {
+                crate::log_debug!("CUDA: peer access {i} -> {j} on");
+            }
+        }
     }
 }
 
