@@ -372,15 +372,18 @@ if has pin; then
     ROCMFORGE_DEBUG=1 $B -l ./libggml-rocmforge.so --tg 4 --reps 1 2>&1 | grep -m4 "pinned\|not pinned" | cut -c1-300 | sed 's/^/pin log: /'
 fi
 if has mgpu; then
+    # fa off by default: the carried ggml-cuda build may have no flash-attention kernels (its
+    # attention then runs on the CPU).
+    MFA=${MGPU_FA:-off}
     # mgpu_pair LABEL SM_CUDA SM_RF MODEL PP TG REPS: ggml-cuda over every CUDA device, then rocmforge
     # over every RFGPU, ROUNDS times; the rows are labelled with rocmforge's split mode.
     mgpu_pair() {
         local label=$1 smc=$2 smr=$3 model=$4 pp=$5 tg=$6 reps=$7 r
         for r in $(seq "$ROUNDS"); do
             ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L "${CPU_SO:-./libggml-cpu.so}" -m "$model" --device 'CUDA*' \
-                --sm "$smc" --fa on -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" 2>>"$OUT/mgpu.err" | sed "s/^/$label $smr /"
+                --sm "$smc" --fa "$MFA" -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" 2>>"$OUT/mgpu.err" | sed "s/^/$label $smr /"
             ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m "$model" --device 'RFGPU*' \
-                --sm "$smr" --fa on -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" 2>>"$OUT/mgpu.err" | sed "s/^/$label $smr /"
+                --sm "$smr" --fa "$MFA" -t "$THREADS" --pp "$pp" --tg "$tg" --reps "$reps" 2>>"$OUT/mgpu.err" | sed "s/^/$label $smr /"
         done | tee -a "$OUT/mgpu-pairs.txt"
     }
     nvidia-smi topo -m 2>/dev/null | head -4
@@ -396,19 +399,22 @@ if has mgpu; then
         quiet
         {
             mgpu_pair 8B-Q4_0-all-GPUs layer layer 8b.gguf 512 64 2
-            mgpu_pair 8B-Q4_0-all-GPUs tensor row 8b.gguf 512 64 2
-            mgpu_pair 8B-Q4_0-all-GPUs tensor tensor 8b.gguf 512 64 2
+            mgpu_pair 8B-Q4_0-all-GPUs row row 8b.gguf 512 64 2
+            # The row split without peer access (copies through host memory, no direct reads).
+            ROCMFORGE_GPU_PEER=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device 'RFGPU*' \
+                --sm row --fa "$MFA" -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" |
+                sed "s/^/8B-Q4_0-all-GPUs row-peer-off /" | tee -a "$OUT/mgpu-pairs.txt"
             for r in $(seq "$ROUNDS"); do
                 ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L "${CPU_SO:-./libggml-cpu.so}" -m 8b.gguf --device CUDA0 \
-                    --fa on -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" | sed "s/^/8B-Q4_0-one-GPU none /"
+                    --fa "$MFA" -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" | sed "s/^/8B-Q4_0-one-GPU none /"
                 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device RFGPU0 \
-                    --fa on -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" | sed "s/^/8B-Q4_0-one-GPU none /"
+                    --fa "$MFA" -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" | sed "s/^/8B-Q4_0-one-GPU none /"
             done | tee -a "$OUT/mgpu-pairs.txt"
             if [ "${MGPU_70B:-0}" -gt 0 ]; then
                 [ -f 70b.gguf ] || ./make_model --preset 70b --layers "$MGPU_70B" --type q4_0 --tokenizer smol-tokenizer.gguf \
                     -o 70b.gguf >"$OUT/make70b.log" 2>&1
                 mgpu_pair "70B-shaped-${MGPU_70B}-layers-Q4_0" layer layer 70b.gguf 512 32 1
-                mgpu_pair "70B-shaped-${MGPU_70B}-layers-Q4_0" tensor row 70b.gguf 512 32 1
+                mgpu_pair "70B-shaped-${MGPU_70B}-layers-Q4_0" row row 70b.gguf 512 32 1
             fi
         } | RT_COL="split (rocmforge)" RT_RF="rocmforge" ratio_table
         # Row split's generation against one GPU (the issue's target: >= 1.3x).
@@ -427,13 +433,9 @@ one, row = tg.get(("none", "rocmforge")), tg.get(("row", "rocmforge"))
 if one and row:
     print(f"rocmforge 8B tg64: -sm row {max(row):.1f} t/s vs one GPU {max(one):.1f} t/s = {max(row) / max(one):.2f}x (target >= 1.3x)")
 PY
-        # ggml-cuda with only GPU 0 visible (its one-GPU number on a one-GPU machine), and what it
-        # logs about its devices and buffers when both are visible.
+        # ggml-cuda with only GPU 0 visible (its one-GPU number on a one-GPU machine).
         echo "ggml-cuda, CUDA_VISIBLE_DEVICES=0: $(CUDA_VISIBLE_DEVICES=0 ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so \
-            -L "${CPU_SO:-./libggml-cpu.so}" -m 8b.gguf --device CUDA0 --fa on -t "$THREADS" --pp 512 --tg 64 --reps 2 2>/dev/null)"
-        LLAMA_RUN_VERBOSE=1 ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so -L "${CPU_SO:-./libggml-cpu.so}" -m 8b.gguf \
-            --device CUDA0 --fa on -t "$THREADS" --pp 512 --tg 16 --reps 1 2>&1 |
-            grep -iE "ggml_cuda_init|Device [0-9]|model buffer|offloaded|compute buffer|peer|graph" | head -20
+            -L "${CPU_SO:-./libggml-cpu.so}" -m 8b.gguf --device CUDA0 --fa "$MFA" -t "$THREADS" --pp 512 --tg 64 --reps 2 2>/dev/null)"
         grep -iE "error|failed|abort" "$OUT/mgpu.err" | sort | uniq -c | sort -rn | head -8
     fi
 fi

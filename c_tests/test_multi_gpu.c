@@ -7,7 +7,9 @@
 //      all GPUs, every GPU in turn the main device, several tensor_split choices (equal, free
 //      memory, everything on one GPU, a GPU given nothing); MUL_MAT with its weights in a split
 //      buffer for several weight types and edge shapes (odd rows, fewer rows than the rounding,
-//      one column and many) against ggml-cpu; the weights read back gather the rows set; other
+//      one column and many) against ggml-cpu, each graph three times (launched, captured, replayed;
+//      few columns read and write across devices directly where peer access is on, many columns
+//      copy both ways); the weights read back gather the rows set; other
 //      ops and other devices decline split weights. With one GPU this is the single-GPU run of
 //      the row-split path.
 // Without a GPU it prints "skipped: no GPU" and exits 0; part 2 needs two.
@@ -156,7 +158,8 @@ static void run_split_mm(int main, ggml_backend_buffer_type_t split, const char 
         CHECK(ggml_backend_dev_supports_op(g_gpus[main], y), "%s: the main GPU claims the split MUL_MAT", label);
         for (int o = 0; o < g_n; o++)
             if (o != main) CHECK(!ggml_backend_dev_supports_op(g_gpus[o], y), "%s: %s declines it", label, ggml_backend_dev_name(g_gpus[o]));
-        for (int rep = 0; rep < 2; rep++) {
+        // Run 0 launches directly, run 1 (the same graph) is captured, run 2 replays it.
+        for (int rep = 0; rep < 3; rep++) {
             float * zeros = calloc(1, ggml_nbytes(y));
             ggml_backend_tensor_set(y, zeros, 0, ggml_nbytes(y));
             free(zeros);

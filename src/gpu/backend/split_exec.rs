@@ -4,13 +4,16 @@
 //! multiplies its rows, and copies its part of dst back; meanwhile the main device multiplies
 //! its own rows straight into dst. The main stream waits for the lanes' events, and where dst
 //! has several columns a copy kernel puts each lane's rows in place (the peer copy is flat).
-//! Such graphs are launched kernel by kernel (no captured graph spans devices).
+//! A graph seen twice in a row is captured, the lanes' streams joining the main stream's capture
+//! through the events, into one runtime graph over every device, and replayed from then on
+//! (token generation); a lane's memory that moved makes the next graph a new one.
 
 use super::{GpuBackend, GpuCtx};
-use crate::device::{Backend, Error, Result};
+use crate::device::{Error, Result};
 use crate::ffi::abi::{ggml_tensor, GGML_MAX_SRC, GGML_TENSOR_FLAG_COMPUTE};
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::DevPtr;
+use crate::gpu::api::GraphExec;
 use crate::gpu::ops;
 use crate::gpu::split::{Part, SplitTensor};
 use crate::gpu::Memory;
@@ -40,6 +43,8 @@ struct Grown {
     ctx: Arc<GpuCtx>,
     ptr: DevPtr,
     len: usize,
+    /// Reallocated since last asked (a captured graph holding the old address is stale).
+    moved: bool,
 }
 
 impl Grown {
@@ -48,6 +53,7 @@ impl Grown {
             ctx,
             ptr: 0,
             len: 0,
+            moved: false,
         }
     }
 
@@ -70,7 +76,7 @@ impl Grown {
                 .alloc(self.ctx.ord, size)
                 .map_err(Error::Alloc)?;
             self.ctx.track(p, size, Memory::Device);
-            (self.ptr, self.len) = (p, size);
+            (self.ptr, self.len, self.moved) = (p, size, true);
         }
         Ok(self.ptr)
     }
@@ -83,14 +89,30 @@ impl Drop for Grown {
 }
 
 /// What another GPU uses to compute its rows for this backend: its own backend (stream,
-/// scratch, kernels), src1 copied there, its part of dst, and room on the main device that
-/// part is copied back to.
+/// events, ordering after the host's writes there), a scratch, src1 copied there, its part of
+/// dst, and room on the main device that part is copied back to.
 pub(super) struct Lane {
     backend: GpuBackend,
+    scratch: Grown,
     x: Grown,
     y: Grown,
     back: Grown,
 }
+
+impl Lane {
+    /// Whether any of the lane's memory moved since last asked.
+    fn take_moved(&mut self) -> bool {
+        let mut m = false;
+        for g in [&mut self.scratch, &mut self.x, &mut self.y, &mut self.back] {
+            m |= std::mem::take(&mut g.moved);
+        }
+        m
+    }
+}
+
+/// Products of at most this many columns read src1 and write dst across devices directly
+/// where peer access is on (a token's: the copies cost more than the kernels' remote reads).
+const DIRECT_COLS: usize = 16;
 
 /// A tensor made here (a device's rows of a weight, a lane's part of dst): ggml's struct,
 /// zeroed, then the fields the kernels read.
@@ -127,6 +149,7 @@ impl GpuBackend {
             let backend = GpuBackend::new(ctx.clone(), CString::new(name).unwrap_or_default())?;
             self.lanes[gpu] = Some(Lane {
                 backend,
+                scratch: Grown::new(ctx.clone()),
                 x: Grown::new(ctx.clone()),
                 y: Grown::new(ctx.clone()),
                 back: Grown::new(self.ctx.clone()),
@@ -135,15 +158,14 @@ impl GpuBackend {
         Ok(self.lanes[gpu].as_mut().unwrap())
     }
 
-    /// Runs a graph some of whose MUL_MATs read row-split weights (`splits`, per node).
+    /// Runs a graph some of whose MUL_MATs read row-split weights (`splits`, per node):
+    /// launched directly the first time, captured the second, replayed after.
     pub(super) fn compute_with_splits(
         &mut self,
         nodes: &[Tensor],
         splits: &[Option<Arc<SplitTensor>>],
     ) -> Result<()> {
         self.abort_capture();
-        // The captured graph and its key stay as they are; this graph was not recorded.
-        self.known_repeat = None;
         if let Some(e) = self.failed.take() {
             return Err(Error::Device(format!(
                 "earlier work on this stream failed: {e}"
@@ -151,13 +173,100 @@ impl GpuBackend {
         }
         self.after_staged_writes()?;
         self.queued = true;
-        self.prepare(nodes)?;
-        for (n, s) in nodes.iter().zip(splits) {
-            match s {
-                None => self.check_memory(n)?,
-                Some(_) => self.check_split_node(n)?,
+        let graphs = self.graphs_ok && self.split_graphs;
+        let repeated = match self.known_repeat.take() {
+            Some(r) => r && self.split_graphs,
+            None => graphs && self.is_last_graph(nodes),
+        };
+        if !repeated {
+            self.prepare(nodes)?;
+            for (n, s) in nodes.iter().zip(splits) {
+                match s {
+                    None => self.check_memory(n)?,
+                    Some(_) => self.check_split_node(n)?,
+                }
+            }
+            if graphs {
+                super::graph_key(&mut self.key, nodes, self.scratch.0);
+            }
+            self.exec_current = false;
+            let r = self.launch_splits(nodes, splits);
+            if graphs {
+                std::mem::swap(&mut self.last_key, &mut self.key);
+                // A lane's memory that moved is not in the key: the next graph is a new one.
+                let moved = self.lanes.iter_mut().flatten().any(|l| l.take_moved());
+                if moved || r.is_err() {
+                    self.last_key.clear();
+                }
+            }
+            return r;
+        }
+        let (api, ord) = (self.ctx.api.clone(), self.ctx.ord);
+        if !self.exec_current {
+            match self.capture_splits(nodes, splits) {
+                Ok(e) => {
+                    if let Some(old) = self.exec.replace(e) {
+                        api.graph_exec_destroy(ord, old);
+                    }
+                    // Made from a capture over several devices: never updated in place.
+                    (self.exec_current, self.exec_nodes) = (true, None);
+                }
+                Err(e) => {
+                    crate::log_warn!(
+                        "{}: capturing a graph with row-split products failed, launching them one by one from now on: {e}",
+                        self.name.to_string_lossy()
+                    );
+                    self.split_graphs = false;
+                    self.last_key.clear();
+                    return self.launch_splits(nodes, splits);
+                }
             }
         }
+        match self.exec {
+            Some(e) => api.graph_launch(ord, e, self.stream).map_err(Error::Device),
+            None => self.launch_splits(nodes, splits),
+        }
+    }
+
+    /// Captures `launch_splits` into an executable graph (every stream drained first).
+    fn capture_splits(
+        &mut self,
+        nodes: &[Tensor],
+        splits: &[Option<Arc<SplitTensor>>],
+    ) -> Result<GraphExec> {
+        let (api, ord) = (self.ctx.api.clone(), self.ctx.ord);
+        for lane in self.lanes.iter().flatten() {
+            let c = &lane.backend.ctx;
+            api.stream_sync(c.ord, lane.backend.stream)
+                .map_err(Error::Device)?;
+        }
+        api.stream_sync(ord, self.stream).map_err(Error::Device)?;
+        api.capture_begin(ord, self.stream).map_err(Error::Device)?;
+        self.capturing = true;
+        let launched = self.launch_splits(nodes, splits);
+        let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
+        self.capturing = false;
+        let graph = match (launched, graph) {
+            (Ok(()), Ok(g)) => g,
+            (Err(e), g) => {
+                if let Ok(g) = g {
+                    api.graph_destroy(ord, g);
+                }
+                return Err(e);
+            }
+            (Ok(()), Err(e)) => return Err(e),
+        };
+        let exec = api.graph_instantiate(ord, graph).map_err(Error::Device);
+        api.graph_destroy(ord, graph);
+        exec
+    }
+
+    /// Queues every node: runs of ordinary nodes as usual, split MUL_MATs over the devices.
+    fn launch_splits(
+        &mut self,
+        nodes: &[Tensor],
+        splits: &[Option<Arc<SplitTensor>>],
+    ) -> Result<()> {
         let ctx = self.ctx.clone();
         let lc = ops::LaunchCtx {
             api: ctx.api.as_ref(),
@@ -237,7 +346,7 @@ impl GpuBackend {
         // Where this stream is now: the lanes start from here (src1 is written).
         let start = self.copy_event()?;
         api.event_record(mord, start, mstream).map_err(dev)?;
-        // (lane event, where its rows came back to, its rows) per other GPU.
+        // Per other GPU: its event, and where its rows came back to and which (None: in place).
         let mut back = Vec::new();
         for part in &st.parts {
             if Arc::ptr_eq(&part.ctx, &self.ctx) {
@@ -246,32 +355,78 @@ impl GpuBackend {
             let rows = part.rows.1 - part.rows.0;
             let dord = part.ctx.ord;
             let lane = self.lane(part.gpu, &part.ctx)?;
+            // After the host's writes to that device (its weights); nothing to wait for once
+            // they were waited for, which keeps a capture free of outside events.
+            lane.backend.after_staged_writes()?;
             let ls = lane.backend.stream;
-            let xd = lane.x.at_least(x_bytes)?;
-            let yd = lane.y.at_least(rows * cols * 4)?;
             api.stream_wait_event(dord, ls, start).map_err(dev)?;
-            api.copy_peer_async(
-                dord,
-                xd,
-                mord,
-                x.data() as usize as DevPtr,
-                x_bytes,
-                dord,
-                ls,
-            )
-            .map_err(dev)?;
+            // Few columns with peer access: the lane's kernels read src1 and write their rows of
+            // dst in this device's memory directly (no copies); else copies both ways.
+            let direct = cols <= DIRECT_COLS && api.peer_access(dord, mord);
+            let (xd, yd) = if direct {
+                (x.data() as usize as DevPtr, dst + (part.rows.0 * 4) as u64)
+            } else {
+                let xd = lane.x.at_least(x_bytes)?;
+                let yd = lane.y.at_least(rows * cols * 4)?;
+                api.copy_peer_async(
+                    dord,
+                    xd,
+                    mord,
+                    x.data() as usize as DevPtr,
+                    x_bytes,
+                    dord,
+                    ls,
+                )
+                .map_err(dev)?;
+                (xd, yd)
+            };
             let a = rows_of(&w, part);
             let mut b = made(x.dtype(), x.ne(), x.nb(), xd);
             b.op = op::NONE;
             let yne = [rows, dne[1], dne[2], dne[3]];
-            let mut y = made(GgmlType::F32, yne, contiguous(GgmlType::F32, yne), yd);
+            let ynb = if direct {
+                dnb
+            } else {
+                contiguous(GgmlType::F32, yne)
+            };
+            let mut y = made(GgmlType::F32, yne, ynb, yd);
             y.op = op::MUL_MAT;
             y.src[0] = &*a as *const ggml_tensor as *mut ggml_tensor;
             y.src[1] = &*b as *const ggml_tensor as *mut ggml_tensor;
             debug_assert!(y.src[2..GGML_MAX_SRC].iter().all(|s| s.is_null()));
             // SAFETY: `y` and its sources live until the launches are queued.
             let yt = unsafe { Tensor::from_ptr(&*y) }.unwrap();
-            lane.backend.compute(&[yt])?;
+            let need = ops::scratch_bytes(&yt);
+            let scratch = if need > 0 {
+                lane.scratch.at_least(need)?
+            } else {
+                lane.scratch.ptr
+            };
+            let lctx = part.ctx.clone();
+            let llc = ops::LaunchCtx {
+                api: lctx.api.as_ref(),
+                ord: dord,
+                stream: ls,
+                kernels: &lctx.kernels,
+                warp_size: lctx.info.warp_size,
+                compute_units: lctx.info.compute_units,
+                scratch,
+                scratch_len: lane.scratch.len,
+                fa_counters: 0,
+                q8: Default::default(),
+                q8_next: Default::default(),
+                fuse: false,
+                mma: ops::arch_has_mma(&lctx.info.arch),
+                wants: None,
+            };
+            ops::launch(&yt, &llc).map_err(dev)?;
+            let done = lane.backend.copy_event()?;
+            if direct {
+                api.event_record(dord, done, ls).map_err(dev)?;
+                lane.backend.queued = true;
+                back.push((done, None));
+                continue;
+            }
             let to = if cols == 1 {
                 dst + (part.rows.0 * 4) as u64
             } else {
@@ -279,10 +434,9 @@ impl GpuBackend {
             };
             api.copy_peer_async(mord, to, dord, yd, rows * cols * 4, dord, ls)
                 .map_err(dev)?;
-            let done = lane.backend.copy_event()?;
             api.event_record(dord, done, ls).map_err(dev)?;
             lane.backend.queued = true;
-            back.push((done, to, part.rows));
+            back.push((done, (cols > 1).then_some((to, part.rows))));
         }
         // This device's rows, straight into dst, while the lanes work.
         if let Some(part) = st.parts.iter().find(|p| Arc::ptr_eq(&p.ctx, &self.ctx)) {
@@ -295,11 +449,11 @@ impl GpuBackend {
             let yt = unsafe { Tensor::from_ptr(&*y) }.unwrap();
             ops::launch(&yt, lc).map_err(dev)?;
         }
-        for (done, from, rows) in back {
+        for (done, gather) in back {
             api.stream_wait_event(mord, mstream, done).map_err(dev)?;
-            if cols == 1 {
+            let Some((from, rows)) = gather else {
                 continue;
-            }
+            };
             // The lane's rows, contiguous, into their place in each column of dst.
             let yne = [rows.1 - rows.0, dne[1], dne[2], dne[3]];
             let s = made(GgmlType::F32, yne, contiguous(GgmlType::F32, yne), from);
