@@ -79,9 +79,9 @@ pub struct GpuBackend {
     /// Row split: per other GPU (by RFGPU number), the stream and buffers that compute its
     /// rows of split MUL_MATs (`split_exec`); made on first use.
     lanes: Vec<Option<split_exec::Lane>>,
-    /// False once capturing a graph with split MUL_MATs failed: such graphs then run launch by
-    /// launch (the others keep their captured graphs).
-    split_graphs: bool,
+    /// Shapes (`shape_key`) of graphs with split MUL_MATs whose capture failed (a prompt's peer
+    /// copies cannot be captured): those run launch by launch, other graphs are still captured.
+    split_uncaptured: Vec<u64>,
 }
 
 /// A timed graph not yet read: ((nodes, rows), start, end, host seconds inside compute, seconds
@@ -297,7 +297,7 @@ impl GpuBackend {
             staged_seen: 0,
             timing,
             lanes: Vec::new(),
-            split_graphs: true,
+            split_uncaptured: Vec::new(),
         })
     }
 

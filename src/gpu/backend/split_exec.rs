@@ -6,7 +6,9 @@
 //! has several columns a copy kernel puts each lane's rows in place (the peer copy is flat).
 //! A graph seen twice in a row is captured, the lanes' streams joining the main stream's capture
 //! through the events, into one runtime graph over every device, and replayed from then on
-//! (token generation); a lane's memory that moved makes the next graph a new one.
+//! (token generation); a lane's memory that moved makes the next graph a new one. A graph
+//! whose capture fails (peer copies, taken for products of many columns, cannot be captured)
+//! runs launch by launch, and so do later graphs of its shape; other shapes are still captured.
 
 use super::{GpuBackend, GpuCtx};
 use crate::device::{Error, Result};
@@ -173,9 +175,9 @@ impl GpuBackend {
         }
         self.after_staged_writes()?;
         self.queued = true;
-        let graphs = self.graphs_ok && self.split_graphs;
+        let graphs = self.graphs_ok;
         let repeated = match self.known_repeat.take() {
-            Some(r) => r && self.split_graphs,
+            Some(r) => r,
             None => graphs && self.is_last_graph(nodes),
         };
         if !repeated {
@@ -203,6 +205,10 @@ impl GpuBackend {
         }
         let (api, ord) = (self.ctx.api.clone(), self.ctx.ord);
         if !self.exec_current {
+            let shape = super::shape_key(nodes);
+            if self.split_uncaptured.contains(&shape) {
+                return self.launch_splits(nodes, splits);
+            }
             match self.capture_splits(nodes, splits) {
                 Ok(e) => {
                     if let Some(old) = self.exec.replace(e) {
@@ -212,12 +218,14 @@ impl GpuBackend {
                     (self.exec_current, self.exec_nodes) = (true, None);
                 }
                 Err(e) => {
-                    crate::log_warn!(
-                        "{}: capturing a graph with row-split products failed, launching them one by one from now on: {e}",
+                    crate::log_info!(
+                        "{}: a graph with row-split products could not be captured, graphs of its shape run launch by launch: {e}",
                         self.name.to_string_lossy()
                     );
-                    self.split_graphs = false;
-                    self.last_key.clear();
+                    if self.split_uncaptured.len() >= 64 {
+                        self.split_uncaptured.remove(0);
+                    }
+                    self.split_uncaptured.push(shape);
                     return self.launch_splits(nodes, splits);
                 }
             }
@@ -464,5 +472,76 @@ impl GpuBackend {
             ops::launch(&dt, lc).map_err(dev)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::ops::testutil::TT;
+    use crate::device::{Backend, BufferType};
+    use crate::gpu::buffer::GpuBufferType;
+    use crate::gpu::mock::MockApi;
+    use crate::gpu::split::SplitBufferType;
+    use std::sync::atomic::Ordering;
+
+    fn count(api: &MockApi, what: &str) -> usize {
+        api.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|&&c| c == what)
+            .count()
+    }
+
+    /// A graph whose capture fails (a prompt's product: peer copies, which CUDA cannot capture)
+    /// runs launch by launch, and a graph of another shape (a token's product: the other GPU
+    /// reads and writes across directly) is still captured and then replayed. A failed capture
+    /// used to turn capturing off for the backend, every token then launched product by product.
+    #[test]
+    fn a_failed_capture_leaves_other_shapes_captured() {
+        let api = Arc::new(MockApi::new(0));
+        api.peer.store(true, Ordering::SeqCst);
+        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
+        let sb = ty.alloc(1 << 20);
+        let w = TT::new(GgmlType::Q4_0, [256, 128, 1, 1]);
+        sb.init_tensor(&w.tensor()).unwrap();
+        let st = sb.tensor(&w.tensor()).unwrap();
+        assert_eq!(st.parts.len(), 2, "rows on both devices");
+        let bt = GpuBufferType::new(c0.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let at = |off: usize| buf.base().wrapping_add(off) as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(c0.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let splits = [Some(st.clone())];
+        let mut run = |cols: usize, times: usize| {
+            let mut x = TT::new(GgmlType::F32, [256, cols, 1, 1]);
+            x.t.data = at(0);
+            let mut y = TT::new(GgmlType::F32, [128, cols, 1, 1]);
+            y.op(op::MUL_MAT).src(0, &w).src(1, &x);
+            y.t.data = at(512 << 10);
+            let nodes = [y.tensor()];
+            for _ in 0..times {
+                // As the ffi layer does: ask whether it repeats, then compute.
+                be.repeats_last(&nodes);
+                be.compute_with_splits(&nodes, &splits).unwrap();
+            }
+        };
+        run(20, 3);
+        assert_eq!(
+            count(&api, "capture_begin"),
+            1,
+            "the prompt's graph tried once"
+        );
+        assert_eq!(count(&api, "graph_instantiate"), 0);
+        run(1, 3);
+        assert_eq!(
+            count(&api, "graph_instantiate"),
+            1,
+            "the token's graph captured"
+        );
+        assert_eq!(count(&api, "graph_launch"), 2, "and launched twice");
+        drop(be);
     }
 }
