@@ -108,6 +108,9 @@ pub unsafe extern "C" fn split_buffer_type(
 }
 
 /// Our split buffer type behind `buft`, if it is one.
+///
+/// # Safety
+/// `buft` is NULL or a ggml buffer type handle (only compared, never read).
 unsafe fn split_buft_of(buft: ggml_backend_buffer_type_t) -> Option<&'static SplitBuftEntry> {
     if buft.is_null() {
         return None;
@@ -128,6 +131,9 @@ pub unsafe fn split_buft_main(buft: ggml_backend_buffer_type_t) -> Option<usize>
 
 /// Our split buffer behind `buffer` (None also for ggml's empty stand-in of size 0, which
 /// has no context).
+///
+/// # Safety
+/// `buffer` is NULL or a live ggml buffer handle.
 unsafe fn split_buffer_of<'a>(buffer: ggml_backend_buffer_t) -> Option<&'a SplitBuffer> {
     let b = buffer.as_ref()?;
     split_buft_of(b.buft)?;
@@ -292,6 +298,9 @@ unsafe extern "C" fn split_buffer_init_tensor(
 
 /// The tensor whose slices hold `t`'s bytes and `t`'s byte offset in it (a view reads its
 /// source's slices).
+///
+/// # Safety
+/// `t` is NULL or a live ggml tensor whose `view_src` is NULL or live.
 unsafe fn base_of<'a>(t: *const ggml_tensor) -> Option<(Tensor<'a>, usize)> {
     let t = Tensor::from_ptr(t)?;
     match Tensor::from_ptr(t.raw().view_src) {
