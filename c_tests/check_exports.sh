@@ -11,7 +11,7 @@ for s in ggml_backend_init ggml_backend_score ggml_backend_rocmforge_reg ggml_ba
          ggml_backend_rocmforge_set_n_threads ggml_backend_rocmforge_cpu_buffer_type \
          ggml_backend_rocmforge_hybrid_set_strategy ggml_backend_rocmforge_hybrid_set_vram_budget \
          ggml_backend_rocmforge_hybrid_set_telemetry ggml_backend_rocmforge_hybrid_telemetry_json \
-         ggml_backend_rocmforge_capabilities_json; do
+         ggml_backend_rocmforge_capabilities_json ggml_backend_rocmforge_split_buffer_type; do
     grep -qx "$s" <<<"$syms" || { echo "missing export: $s"; fail=1; }
 done
 # Every exported ggml_backend_rocmforge_* / ggml_backend_is_rocmforge function is declared in the header.

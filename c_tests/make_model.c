@@ -3,9 +3,10 @@
 //
 //   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
-//   make_model --preset 8b|1b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
+//   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
-//       1b: Llama-3.2-1B shapes (2048 wide, 16 layers, 32/8 heads, ffn 8192, tied output head).
+//       1b: Llama-3.2-1B shapes (2048 wide, 16 layers, 32/8 heads, ffn 8192, tied output head);
+//       70b: Llama-3-70B shapes (8192 wide, 80 layers, 64/8 heads, ffn 28672; with --layers N fewer).
 //   make_model --preset smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_1]
 //       SmolLM2-135M shapes and types (576 wide, 30 layers, 9/3 heads, ffn 1536, tied Q8_0 embeddings): the speed of the
 //       real model, for benchmarks on machines the 98 MB download cannot reach.
@@ -55,7 +56,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
-            "       make_model --preset 8b|1b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
+            "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
     exit(2);
 }
@@ -272,6 +273,11 @@ int main(int argc, char ** argv) {
     if (preset) {
         if (!strcmp(preset, "8b")) {
             s = (struct shape) { "llama", 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 500000.0f, 1e-5f, 0 };
+            wtype = parse_type(type_s ? type_s : "q4_0");
+        } else if (!strcmp(preset, "70b")) {
+            // Llama-3-70B's shapes (8192 wide, 80 layers, 64/8 heads, ffn 28672): ~38 GB at Q4_0, so
+            // benchmarks take --layers N for a model of the same matrices that fits their time.
+            s = (struct shape) { "llama", 8192, 80, 64, 8, 128, 28672, 8192, 0, 0, 0, 500000.0f, 1e-5f, 0 };
             wtype = parse_type(type_s ? type_s : "q4_0");
         } else if (!strcmp(preset, "moe")) {
             // Qwen3-30B-A3B's shapes: 128 experts of FFN 768, 8 used, 48 layers, GQA 32:4.

@@ -1,6 +1,9 @@
 // End-to-end: a real model through libllama with only rocmforge loaded, against ggml's CPU backend.
 //
 //   test_llama_e2e LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--strict]
+//                  [--device NAME|PREFIX*] [--sm layer|row] [--ts A,B]
+// (--device RFGPU* --sm row: every GPU, each weight matrix's rows split over them; "skipped: no GPU"
+// and exit 0 where the pattern names no device)
 //
 // For each flash-attention setting, llama_run (one backend per process) writes the teacher-forced
 // logits of 64 positions and a 16-token greedy continuation, for:
@@ -96,21 +99,26 @@ static double agreement_within_noise(const struct logits * a, const struct logit
 }
 // The rocmforge device under test (--device NAME, e.g. RFGPU0); NULL = its CPU device.
 static const char * g_device = NULL;
+// --sm layer|row and --ts A,B: llama_run's split mode and shares for the rocmforge runs.
+static const char * g_sm = NULL, * g_ts = NULL;
 // KV cache type for every run (--kv q8_0 etc.; llama_run quantizes V only with flash attention).
 static const char * g_kv = "f16";
 
 static int produce(const char * exe, const char * backend, const char * lib, const char * model, const char * out,
                    int threads, int fa) {
     char cmd[4096], dev[256] = "";
-    if (g_device && !strcmp(backend, "rocmforge")) snprintf(dev, sizeof dev, " --device '%s'", g_device);
+    if (g_device && !strcmp(backend, "rocmforge"))
+        snprintf(dev, sizeof dev, " --device '%s'%s%s%s%s", g_device, g_sm ? " --sm " : "", g_sm ? g_sm : "",
+                 g_ts ? " --ts " : "", g_ts ? g_ts : "");
     snprintf(cmd, sizeof cmd, "'%s' logits -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --kv %s --positions 64 --gen 16%s",
              exe, backend, lib, model, out, threads, fa ? "on" : "off", g_kv, dev);
-    return run(cmd) == 0;
+    int rc = run(cmd);
+    return rc == 0 ? 1 : rc == 3 ? 3 : 0;
 }
 
 int main(int argc, char ** argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0] [--strict]\n", argv[0]);
+        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0] [--sm layer|row] [--ts A,B] [--strict]\n", argv[0]);
         return 2;
     }
     const char * exe = argv[1], * rf_so = argv[2], * cpu_so = argv[3], * model = argv[4], * dir = argv[5];
@@ -125,6 +133,8 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "--min-stable")) min_stable = atoi(v);
         else if (!strcmp(a, "--device")) g_device = v;
         else if (!strcmp(a, "--kv")) g_kv = v;
+        else if (!strcmp(a, "--sm")) g_sm = v;
+        else if (!strcmp(a, "--ts")) g_ts = v;
         else { fprintf(stderr, "unknown option %s\n", a); return 2; }
         i++;
     }
@@ -142,10 +152,16 @@ int main(int argc, char ** argv) {
         snprintf(ref1, sizeof ref1, "%s/ref1_fa%d.bin", dir, fa);
         snprintf(rf, sizeof rf, "%s/rf_fa%d.bin", dir, fa);
         snprintf(alt, sizeof alt, "%s/alt_fa%d.bin", dir, fa);
-        if (!produce(exe, "ggml-cpu", cpu_so, model, ref, threads, fa) ||
-            !produce(exe, "ggml-cpu", cpu_so, model, ref1, 1, fa) ||
-            !produce(exe, "ggml-cpu", cpu_so, model, alt, threads, !fa) ||
-            !produce(exe, "rocmforge", rf_so, model, rf, threads, fa)) {
+        // rocmforge first: a device pattern that names no device (RFGPU* without a GPU) skips.
+        int rf_ok = produce(exe, "rocmforge", rf_so, model, rf, threads, fa);
+        if (rf_ok == 3) {
+            printf("skipped: no GPU\n");
+            return 0;
+        }
+        if (rf_ok != 1 ||
+            produce(exe, "ggml-cpu", cpu_so, model, ref, threads, fa) != 1 ||
+            produce(exe, "ggml-cpu", cpu_so, model, ref1, 1, fa) != 1 ||
+            produce(exe, "ggml-cpu", cpu_so, model, alt, threads, !fa) != 1) {
             fprintf(stderr, "FAIL fa=%d: a llama_run invocation failed\n", fa);
             failures++;
             continue;

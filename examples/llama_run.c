@@ -16,7 +16,10 @@
 // -ot PATTERN=BUFT and --cpu-moe: llama.cpp's tensor overrides (experts on the CPU device).
 // Common options: --device NAME puts every layer and the KV cache on that device (e.g. RFGPU0
 // or CUDA0: devices = {NAME}, n_gpu_layers = -1, offload_kqv; NAME,NAME2 splits the layers
-// between devices; --ngl N puts only N layers there, as llama.cpp's -ngl); without it all runs on the
+// (PREFIX* names every device whose name starts so, e.g. RFGPU*; exit 3 where there is none)
+// between devices; --ngl N puts only N layers there, as llama.cpp's -ngl; --sm layer|row|tensor|none is
+// llama.cpp's -sm: row spreads each weight matrix's rows over every GPU through the library's
+// split buffer type; --ts A,B,... its -ts, the share of each device, as llama.cpp's tensor_split); without it all runs on the
 // library's CPU device. --mmap off reads the file instead of mapping it (libllama then uploads
 // GPU weights through the device's pinned host buffers and events, where it has them). -L LIB2 loads a second backend library, for hosts whose GPU library
 // has no CPU device of its own (ggml-cuda needs ggml-cpu beside it). --rpc HOST:PORT adds the devices
@@ -61,6 +64,9 @@ struct opts {
     // --ngl N with --device: only the last N layers on the device, the rest on the CPU device
     // (llama.cpp's -ngl); -1 (default): every layer.
     int ngl;
+    // --sm layer|row|tensor|none (llama.cpp's -sm; default layer) and --ts A,B,... (its -ts).
+    enum llama_split_mode sm;
+    const char * ts;
     // --ctx defaults: libllama's default context parameters (n_ctx, n_batch, n_ubatch, flash
     // attention auto, F16 caches) with only the threads set, as a plain host gets them.
     int ctx_defaults;
@@ -83,6 +89,7 @@ static struct opts parse(int argc, char ** argv) {
     o.backend = "rocmforge";
     o.prompt = DEFAULT_PROMPT;
     o.kv = GGML_TYPE_F16;
+    o.sm = LLAMA_SPLIT_MODE_LAYER;
     o.ngl = -1; o.n_predict = 32; o.threads = 2; o.fa = 1; o.positions = 64; o.gen = 16; o.pp = 512; o.tg = 128; o.reps = 2;
     for (int i = 2; i < argc; i++) {
         const char * a = argv[i];
@@ -112,6 +119,9 @@ static struct opts parse(int argc, char ** argv) {
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
         else if (!strcmp(a, "--depth")) o.depth = atoi(v);
         else if (!strcmp(a, "--ngl")) o.ngl = atoi(v);
+        else if (!strcmp(a, "--sm")) o.sm = !strcmp(v, "row") ? LLAMA_SPLIT_MODE_ROW : !strcmp(v, "none") ? LLAMA_SPLIT_MODE_NONE
+                                          : !strcmp(v, "tensor") ? LLAMA_SPLIT_MODE_TENSOR : LLAMA_SPLIT_MODE_LAYER;
+        else if (!strcmp(a, "--ts")) o.ts = v;
         else if (!strcmp(a, "--ctx")) o.ctx_defaults = !strcmp(v, "defaults");
         else if (!strcmp(a, "-ot") && o.n_ot < 64) o.ot[o.n_ot++] = v;
         else usage();
@@ -226,6 +236,19 @@ int main(int argc, char ** argv) {
     if (o.device) {
         char names[256];
         snprintf(names, sizeof names, "%s", o.device);
+        // PREFIX*: every device whose name starts so (RFGPU*: all GPUs); none: exit 3.
+        size_t plen = strlen(names);
+        if (plen > 0 && names[plen - 1] == '*') {
+            names[plen - 1] = 0;
+            char all[256] = "";
+            for (size_t d = 0; d < ggml_backend_dev_count(); d++) {
+                const char * dn = ggml_backend_dev_name(ggml_backend_dev_get(d));
+                if (!strncmp(dn, names, plen - 1) && strlen(all) + strlen(dn) + 2 < sizeof all)
+                    snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", all[0] ? "," : "", dn);
+            }
+            if (!all[0]) { printf("skipped: no GPU (no device named %s*)\n", names); return 3; }
+            snprintf(names, sizeof names, "%s", all);
+        }
         int n = 0;
         for (char * tok = strtok(names, ","); tok && n < 8; tok = strtok(NULL, ",")) {
             devs[n] = ggml_backend_dev_by_name(tok);
@@ -236,6 +259,20 @@ int main(int argc, char ** argv) {
         mp.devices = devs;
         mp.n_gpu_layers = o.ngl;
     }
+    mp.split_mode = o.sm;
+    // --ts: one share per device (the rest 0), as llama.cpp's -ts.
+    static float ts[128];
+    if (o.ts) {
+        char list[256];
+        snprintf(list, sizeof list, "%s", o.ts);
+        int n = 0;
+        for (char * tok = strtok(list, ","); tok && n < 128 && (size_t) n < llama_max_devices(); tok = strtok(NULL, ","))
+            ts[n++] = (float) atof(tok);
+        mp.tensor_split = ts;
+    }
+    if (o.sm != LLAMA_SPLIT_MODE_LAYER || o.ts)
+        fprintf(stderr, "llama_run: split mode %s%s%s\n", o.sm == LLAMA_SPLIT_MODE_ROW ? "row" : o.sm == LLAMA_SPLIT_MODE_NONE ? "none" : o.sm == LLAMA_SPLIT_MODE_TENSOR ? "tensor" : "layer",
+                o.ts ? ", tensor split " : "", o.ts ? o.ts : "");
     // -ot / --cpu-moe: a buffer type by name, "CPU" being the CPU device's.
     struct llama_model_tensor_buft_override ots[65];
     static char ot_pat[64][256];

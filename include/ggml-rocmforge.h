@@ -75,6 +75,20 @@ void ggml_backend_rocmforge_get_device_description(int device, char *description
 // `free` and `total` are each NULL or writable.
 void ggml_backend_rocmforge_get_device_memory(int device, size_t *free, size_t *total);
 
+// The row split (llama.cpp's `-sm row`): a buffer type whose weight matrices have their rows
+// spread over every GPU and whose MUL_MATs are computed by `main_device`, each GPU on its own
+// rows, the results gathered there. Also offered as "ggml_backend_split_buffer_type" through the
+// registry's get_proc_address (the name libllama asks for). `main_device` is the device's
+// index in the rocmforge registry (RFCPU is 0, RFGPU0 is 1, ...: what libllama passes);
+// `tensor_split` is NULL or one non-negative weight per GPU, RFGPU0 first (all zero: in
+// proportion to each GPU's free memory). The same arguments return the same buffer type.
+// Only MUL_MAT reads tensors of these buffers (other ops decline them). NULL where
+// `main_device` is not a GPU.
+//
+// # Safety
+// `tensor_split` is NULL or points to at least as many floats as there are GPUs.
+ggml_backend_buffer_type_t ggml_backend_rocmforge_split_buffer_type(int main_device, const float *tensor_split);
+
 // Sets the number of CPU threads a rocmforge backend uses (ignored for GPU backends and
 // for backends that are not rocmforge's). `n_threads` < 1 is treated as 1.
 // Also offered as "ggml_backend_set_n_threads" through the registry's get_proc_address.

@@ -349,6 +349,13 @@ unsafe extern "C" fn dev_supports_buft(
         if std::ptr::eq(buft, e.buft_ptr()) {
             return true;
         }
+        // A split buffer type (row split) belongs to its main GPU, which computes on it.
+        if let Some(main) = super::split::split_buft_main(buft) {
+            let gpus = entries().iter().filter(|x| std::ptr::eq(x.guid, &GUID_GPU));
+            return gpus
+                .enumerate()
+                .any(|(i, x)| i == main && std::ptr::eq(*x, e));
+        }
         // A CPU device reads any host buffer with ggml's standard layout, like ggml-cpu does.
         e.imp.kind() == DeviceKind::Cpu && (*buft).iface.is_host.map(|f| f(buft)).unwrap_or(false)
     })
@@ -984,7 +991,7 @@ unsafe extern "C" fn backend_synchronize(backend: ggml_backend_t) {
 }
 
 /// The buffer holding `t`'s data (a view's is its source's).
-unsafe fn tensor_buffer(t: *const ggml_tensor) -> ggml_backend_buffer_t {
+pub(super) unsafe fn tensor_buffer(t: *const ggml_tensor) -> ggml_backend_buffer_t {
     let Some(t) = t.as_ref() else {
         return null_mut();
     };

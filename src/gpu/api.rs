@@ -151,6 +151,11 @@ pub trait GpuApi: Send + Sync {
         size: usize,
         s: Stream,
     ) -> ApiResult<()>;
+    /// Whether kernels on device `from` may read and write device `to`'s memory at its own
+    /// addresses (peer access enabled). Default: no.
+    fn peer_access(&self, _from: usize, _to: usize) -> bool {
+        false
+    }
     /// Device `src_ord`'s memory to device `dst_ord`'s, queued on `s` (a stream of `stream_ord`).
     #[allow(clippy::too_many_arguments)]
     fn copy_peer_async(

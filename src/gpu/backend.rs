@@ -22,6 +22,8 @@ use crate::tensor::{node_words, Tensor, NODE_WORDS, TENSOR_WORDS};
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
+mod split_exec;
+
 pub struct GpuBackend {
     ctx: Arc<GpuCtx>,
     stream: Stream,
@@ -76,6 +78,12 @@ pub struct GpuBackend {
     timing: Option<Timing>,
     /// Timing events around a `compute_timed` (made on first use).
     timer: Option<(Event, Event)>,
+    /// Row split: per other GPU (by RFGPU number), the stream and buffers that compute its
+    /// rows of split MUL_MATs (`split_exec`); made on first use.
+    lanes: Vec<Option<split_exec::Lane>>,
+    /// Shapes (`shape_key`) of graphs with split MUL_MATs whose capture failed (a prompt's peer
+    /// copies cannot be captured): those run launch by launch, other graphs are still captured.
+    split_uncaptured: Vec<u64>,
 }
 
 /// A timed graph not yet read: ((nodes, rows), start, end, host seconds inside compute, seconds
@@ -291,6 +299,8 @@ impl GpuBackend {
             staged_seen: 0,
             timing,
             timer: None,
+            lanes: Vec::new(),
+            split_uncaptured: Vec::new(),
         })
     }
 
@@ -464,6 +474,30 @@ impl GpuBackend {
         }
     }
 
+    /// The scratch every node needs and the attention counters, made before a new graph runs.
+    fn prepare(&mut self, nodes: &[Tensor]) -> Result<()> {
+        let need = nodes.iter().map(ops::scratch_bytes).max().unwrap_or(0);
+        if need > 0 {
+            self.ensure_scratch(need)?;
+        }
+        if self.fa_counters == 0
+            && nodes
+                .iter()
+                .any(|n| n.op() == crate::ggml_types::op::FLASH_ATTN_EXT)
+        {
+            // Failure only costs the one-launch merge (the combine kernel runs instead).
+            let (api, ord) = (&self.ctx.api, self.ctx.ord);
+            if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
+                if self.ctx.fill_device(p, 0, ops::FA_COUNTERS * 4).is_ok() {
+                    self.fa_counters = p;
+                } else {
+                    api.free(ord, p);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Queues a graph's kernels (replayed as a captured graph where it repeats).
     fn compute_graph(&mut self, nodes: &[Tensor]) -> Result<()> {
         self.abort_capture();
@@ -483,25 +517,7 @@ impl GpuBackend {
             None => self.is_last_graph(nodes),
         };
         if !repeated {
-            let need = nodes.iter().map(ops::scratch_bytes).max().unwrap_or(0);
-            if need > 0 {
-                self.ensure_scratch(need)?;
-            }
-            if self.fa_counters == 0
-                && nodes
-                    .iter()
-                    .any(|n| n.op() == crate::ggml_types::op::FLASH_ATTN_EXT)
-            {
-                // Failure only costs the one-launch merge (the combine kernel runs instead).
-                let (api, ord) = (&self.ctx.api, self.ctx.ord);
-                if let Ok(p) = api.alloc(ord, ops::FA_COUNTERS * 4) {
-                    if self.ctx.fill_device(p, 0, ops::FA_COUNTERS * 4).is_ok() {
-                        self.fa_counters = p;
-                    } else {
-                        api.free(ord, p);
-                    }
-                }
-            }
+            self.prepare(nodes)?;
         }
         let ctx = self.ctx.clone();
         let kernels = &ctx.kernels;
@@ -734,6 +750,8 @@ impl GpuBackend {
 
 impl Drop for GpuBackend {
     fn drop(&mut self) {
+        // The lanes' work feeds this stream: they go first (each drains its own stream).
+        self.lanes.clear();
         if let Some(p) = &self.profile {
             let mut rows: Vec<_> = p.iter().collect();
             rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
@@ -829,6 +847,9 @@ impl Backend for GpuBackend {
     }
 
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
+        if let Some(splits) = split_exec::split_sources(nodes) {
+            return self.compute_with_splits(nodes, &splits);
+        }
         let Some(t) = self.timing.as_mut() else {
             return self.compute_graph(nodes);
         };

@@ -172,6 +172,8 @@ pub struct CudaApi {
     /// Per ordinal: launch with programmatic dependent launch (sm_90+, a driver with
     /// cuLaunchKernelEx, ROCMFORGE_GPU_PDL not 0). The kernels' rf_grid_begin() makes it safe.
     pdl: Vec<std::sync::atomic::AtomicBool>,
+    /// peer[i][j]: kernels on device i read and write device j's memory (`enable_peer_access`).
+    peer: Vec<Vec<bool>>,
     _libs: (libloading::Library, libloading::Library),
 }
 
@@ -308,6 +310,7 @@ impl CudaApi {
                 Err(e) => crate::log_warn!("CUDA device {i} skipped: {e}"),
             }
         }
+        let peer = enable_peer_access(&lib, &drv, &devices);
         let pdl_env = crate::tuning::get().gpu_pdl;
         let pdl = devices
             .iter()
@@ -330,6 +333,7 @@ impl CudaApi {
             rtc,
             devices,
             pdl,
+            peer,
             _libs: (lib, rlib),
         })
     }
@@ -404,6 +408,57 @@ impl CudaApi {
         };
         format!("{what}: {msg} ({r})")
     }
+}
+
+/// Lets every GPU read and write every other's memory directly where the hardware allows
+/// (NVLink or PCIe peer to peer): peer copies (layer and row split) then go device to device
+/// instead of through host memory, and kernels may use another GPU's memory. Best effort:
+/// refused pairs keep the staged copy, logged. Returns which pairs are on (`CudaApi::peer`).
+fn enable_peer_access(
+    lib: &libloading::Library,
+    drv: &Driver,
+    devices: &[(CuDevice, usize)],
+) -> Vec<Vec<bool>> {
+    let mut on = vec![vec![false; devices.len()]; devices.len()];
+    type CanAccess = unsafe extern "C" fn(*mut c_int, CuDevice, CuDevice) -> CuResult;
+    type Enable = unsafe extern "C" fn(CuContext, c_uint) -> CuResult;
+    if devices.len() < 2 || !crate::tuning::get().gpu_peer {
+        return on;
+    }
+    // SAFETY: the driver's own signatures of these two functions.
+    let (Ok(can), Ok(enable)) = (
+        unsafe { sym::<CanAccess>(lib, "cuDeviceCanAccessPeer") },
+        unsafe { sym::<Enable>(lib, "cuCtxEnablePeerAccess") },
+    ) else {
+        return on;
+    };
+    const ALREADY_ENABLED: CuResult = 704;
+    for (i, &(di, ci)) in devices.iter().enumerate() {
+        for (j, &(dj, cj)) in devices.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let mut ok: c_int = 0;
+            let r = unsafe { can(&mut ok, di, dj) };
+            if r != 0 || ok == 0 {
+                crate::log_info!("CUDA: device {i} cannot reach device {j} directly; copies between them go through the host");
+                continue;
+            }
+            let r = unsafe {
+                (drv.ctx_set_current)(ci as CuContext);
+                enable(cj as CuContext, 0)
+            };
+            if r != 0 && r != ALREADY_ENABLED {
+                crate::log_info!(
+                    "CUDA: peer access {i} -> {j} refused ({r}); copies go through the host"
+                );
+            } else {
+                crate::log_debug!("CUDA: peer access {i} -> {j} on");
+                on[i][j] = true;
+            }
+        }
+    }
+    on
 }
 
 fn cu_check(drv: &Driver, r: CuResult, what: &str) -> ApiResult<()> {
@@ -870,6 +925,14 @@ impl GpuApi for CudaApi {
             unsafe { (self.drv.io.memcpy_dtod_async)(dst, src, size, s.0 as CuStream) },
             "cuMemcpyDtoDAsync",
         )
+    }
+
+    fn peer_access(&self, from: usize, to: usize) -> bool {
+        self.peer
+            .get(from)
+            .and_then(|r| r.get(to))
+            .copied()
+            .unwrap_or(false)
     }
 
     fn copy_peer_async(

@@ -50,6 +50,10 @@ pub struct MockApi {
     handles: AtomicUsize,
     /// Every host_register fails (a driver that cannot pin this memory).
     pub refuse_register: AtomicBool,
+    /// What `peer_access` answers (kernels reach another device's memory).
+    pub peer: AtomicBool,
+    /// A capture is open: peer copies then fail, as CUDA's cuMemcpyPeerAsync does.
+    capturing: AtomicBool,
 }
 
 impl MockApi {
@@ -71,6 +75,8 @@ impl MockApi {
             compile_ms: AtomicUsize::new(0),
             handles: AtomicUsize::new(1),
             refuse_register: AtomicBool::new(false),
+            peer: AtomicBool::new(false),
+            capturing: AtomicBool::new(false),
         }
     }
 
@@ -204,9 +210,12 @@ impl GpuApi for MockApi {
         self.tick("launch")
     }
     fn capture_begin(&self, _ord: usize, _s: Stream) -> ApiResult<()> {
-        self.tick("capture_begin")
+        self.tick("capture_begin")?;
+        self.capturing.store(true, Ordering::SeqCst);
+        Ok(())
     }
     fn capture_end(&self, _ord: usize, _s: Stream) -> ApiResult<Graph> {
+        self.capturing.store(false, Ordering::SeqCst);
         self.tick("capture_end")?;
         self.live.graphs.fetch_add(1, Ordering::SeqCst);
         Ok(Graph(self.handle()))
@@ -307,7 +316,16 @@ impl GpuApi for MockApi {
         _: usize,
         _: Stream,
     ) -> ApiResult<()> {
-        self.tick("copy_peer_async")
+        self.tick("copy_peer_async")?;
+        if self.capturing.load(Ordering::SeqCst) {
+            return Err(
+                "cuMemcpyPeerAsync: operation not permitted when stream is capturing".into(),
+            );
+        }
+        Ok(())
+    }
+    fn peer_access(&self, _from: usize, _to: usize) -> bool {
+        self.peer.load(Ordering::SeqCst)
     }
     fn event_create(&self, _ord: usize) -> ApiResult<Event> {
         self.tick("event_create")?;

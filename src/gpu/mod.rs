@@ -17,6 +17,8 @@ mod mock;
 pub mod ops;
 pub mod pinned;
 pub mod sha256;
+pub mod split;
+pub mod split_rows;
 pub mod staging;
 
 use crate::device::{
@@ -287,6 +289,8 @@ impl Event for GpuEvent {
 
 pub struct GpuDevice {
     ctx: Arc<GpuCtx>,
+    /// n of RFGPUn.
+    index: usize,
     name: CString,
     /// "rocmforge-gpu<ordinal>": RFHYBRID over this GPU reports the same id.
     device_id: CString,
@@ -313,6 +317,7 @@ impl GpuDevice {
         let host_buffer_type = buffer::GpuHostBufferType::new(ctx.clone(), host_name);
         GpuDevice {
             ctx,
+            index,
             name,
             device_id: CString::new(format!("rocmforge-gpu{index}")).unwrap(),
             description,
@@ -367,7 +372,9 @@ impl Device for GpuDevice {
         offload_pays(node, offload_min_batch())
     }
     fn supports_op(&self, node: &Tensor) -> bool {
-        let ok = !self.ctx.kernels_failed() && ops::supports(node);
+        let ok = !self.ctx.kernels_failed()
+            && ops::supports(node)
+            && crate::ffi::split::split_reads_ok(node, self.index);
         if !ok && crate::ffi::log::debug_enabled() && node.types_known() {
             // ROCMFORGE_DEBUG: which nodes the scheduler has to place elsewhere, and why.
             let types: Vec<String> = (0..4)
@@ -469,6 +476,14 @@ fn wanted(vendor: &str) -> bool {
     }
 }
 
+/// The contexts of the GPUs `discover` found, in RFGPU order (the row split's devices).
+static CONTEXTS: once_cell::sync::OnceCell<Vec<Arc<GpuCtx>>> = once_cell::sync::OnceCell::new();
+
+/// Every GPU's context, RFGPU0 first; empty before discovery or without GPUs.
+pub fn contexts() -> &'static [Arc<GpuCtx>] {
+    CONTEXTS.get().map_or(&[], Vec::as_slice)
+}
+
 /// Finds every usable GPU. Never fails: what is missing is logged and skipped.
 pub fn discover() -> Vec<Box<dyn Device>> {
     let mut apis: Vec<Arc<dyn GpuApi>> = Vec::new();
@@ -485,6 +500,7 @@ pub fn discover() -> Vec<Box<dyn Device>> {
         }
     }
     let mut devices: Vec<Box<dyn Device>> = Vec::new();
+    let mut ctxs = Vec::new();
     for api in apis {
         for ord in 0..api.device_count() {
             match api.device_info(ord) {
@@ -498,12 +514,16 @@ pub fn discover() -> Vec<Box<dyn Device>> {
                         info.total_mem >> 20,
                         info.compute_units
                     );
-                    devices.push(Box::new(GpuDevice::new(api.clone(), ord, info, index)));
+                    let dev = GpuDevice::new(api.clone(), ord, info, index);
+                    ctxs.push(dev.ctx.clone());
+                    devices.push(Box::new(dev));
                 }
                 Err(e) => crate::log_warn!("{} device {ord} skipped: {e}", api.vendor()),
             }
         }
     }
+    // Discovery runs once (the registry's); a second call keeps the first list.
+    let _ = CONTEXTS.set(ctxs);
     devices
 }
 
