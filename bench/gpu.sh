@@ -506,6 +506,13 @@ if has hybrid && cuda_ok; then
     grep -A40 "RFHYBRID telemetry" "$OUT/telemetry.log" | tail -42
     grep "RFHYBRID:" "$OUT/telemetry.log" | head -5
     xz -T0 "$OUT/trace.json" 2>/dev/null
+    # Host time inside rocmforge's entry points, whole model: RFHYBRID against RFGPU0 (where the
+    # whole-model gap goes), 5 prompts and 8 tokens each.
+    for d in RFGPU0 RFHYBRID; do
+        ROCMFORGE_FFI_TIMING=1 ./llama_run bench -m 8b.gguf -t "$THREADS" --pp 512 --tg 8 --reps 5 --fa "$HF" \
+            -b rocmforge -l ./libggml-rocmforge.so --device $d 2>&1 | grep -E -A14 "pp512=|host time inside" |
+            grep -v "^--" | head -16 | sed "s/^/ffi-full-$d: /"
+    done
     # The budgeted split (prefetch groups included) against ggml-cpu, end to end.
     mkdir -p e2e-8b
     ROCMFORGE_HYBRID_VRAM=${HV%% *} timeout 240 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so \
