@@ -1,0 +1,126 @@
+//! What IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S share: each 32-value sub-block is 4 groups
+//! of 8 unsigned grid magnitudes with 8 sign bits each, and one or two 4-bit scales s
+//! (integer weight 2s + 1). A format file decodes a sub-block into `Sub`; the dequantizer
+//! and both dots here work on that. The float steps follow ggml: per super-block the exact
+//! integer sum times d * dy, then one factor (`SignGrid::MULT`) at the end.
+
+use super::q8_k::BlockQ8K;
+use super::{f16_to_f32, QK_K};
+
+/// One decoded sub-block of 32 values.
+pub struct Sub {
+    /// Magnitudes of values 8l..8l+7 in the bytes of `grid[l]`.
+    pub grid: [u64; 4],
+    /// Their signs, a byte each: 0xff negative, 0x01 positive (`grids::SIGN_BYTES`).
+    pub signs: [u64; 4],
+    /// The 4-bit scales of values 0..15 and 16..31.
+    pub s: [u8; 2],
+}
+
+/// A block format of this family.
+pub trait SignGrid {
+    /// ggml's factor applied to the whole dot at the end.
+    const MULT: f32;
+    /// The f16 bits of the super-block scale.
+    fn d(&self) -> u16;
+    /// Sub-block `ib` (0..8).
+    fn sub(&self, ib: usize) -> Sub;
+    /// The dequantization scale of a half sub-block from d and its 4-bit s, as ggml writes it.
+    fn db(d: f32, s: u8) -> f32;
+}
+
+#[inline(always)]
+fn byte(v: u64, j: usize) -> u8 {
+    (v >> (8 * j)) as u8
+}
+
+/// # Safety
+/// `src` must point to `dst.len() / QK_K` readable blocks of `B`.
+#[inline(always)]
+pub unsafe fn to_f32<B: SignGrid>(src: *const u8, dst: &mut [f32]) {
+    let blocks = src as *const B;
+    for (i, out) in dst.chunks_exact_mut(QK_K).enumerate() {
+        let b = &*blocks.add(i);
+        let d = f16_to_f32(b.d());
+        for (ib, o) in out.chunks_exact_mut(32).enumerate() {
+            let sub = b.sub(ib);
+            let db = [B::db(d, sub.s[0]), B::db(d, sub.s[1])];
+            for (k, v) in o.iter_mut().enumerate() {
+                let (l, j) = (k / 8, k % 8);
+                let sign = if byte(sub.signs[l], j) == 0xff {
+                    -1.0
+                } else {
+                    1.0
+                };
+                *v = db[k / 16] * byte(sub.grid[l], j) as f32 * sign;
+            }
+        }
+    }
+}
+
+/// ggml's portable order: per super-block the integer sum of each half sub-block's dot times
+/// its 2s + 1, times d * dy, summed in one f32; `MULT` times the total.
+///
+/// # Safety
+/// `x` must point to `n / QK_K` readable blocks of `B` and `y` to as many of Q8_K.
+#[inline(always)]
+pub unsafe fn vec_dot_ref<B: SignGrid>(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const B, y as *const BlockQ8K);
+    let mut sumf = 0f32;
+    for i in 0..n / QK_K {
+        let (bx, by) = (&*x.add(i), &*y.add(i));
+        let mut bsum = 0i32;
+        for ib in 0..QK_K / 32 {
+            let sub = bx.sub(ib);
+            for half in 0..2 {
+                let mut sumi = 0i32;
+                for k in 16 * half..16 * half + 16 {
+                    let (l, j) = (k / 8, k % 8);
+                    let sign = byte(sub.signs[l], j) as i8 as i32;
+                    sumi += byte(sub.grid[l], j) as i32 * by.qs[ib * 32 + k] as i32 * sign;
+                }
+                bsum += sumi * (2 * sub.s[half] as i32 + 1);
+            }
+        }
+        sumf += f16_to_f32(bx.d()) * by.d * bsum as f32;
+    }
+    B::MULT * sumf
+}
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2 {
+    use super::*;
+    use crate::cpu::quants::x86::*;
+    use std::arch::x86_64::*;
+
+    /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: per super-block 8 i32
+    /// lanes (lane k: values 4k..4k+3 of every sub-block, times their 2s + 1; exact), one
+    /// fused multiply-add by d * dy per lane; `MULT` times the lanes' sum at the end.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `x` must point to `n / QK_K` readable blocks of
+    /// `B` and `y` to as many of Q8_K.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot<B: SignGrid>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let (x, y) = (x as *const B, y as *const BlockQ8K);
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / QK_K {
+            let (bx, by) = (&*x.add(i), &*y.add(i));
+            let mut sumi = _mm256_setzero_si256();
+            for ib in 0..QK_K / 32 {
+                let sub = bx.sub(ib);
+                let g = _mm256_loadu_si256(sub.grid.as_ptr() as *const __m256i);
+                let s = _mm256_loadu_si256(sub.signs.as_ptr() as *const __m256i);
+                let q8 = _mm256_loadu_si256(by.qs.as_ptr().add(ib * 32) as *const __m256i);
+                // Magnitudes <= 62 times |q8| <= 127, in pairs: no i16 saturation.
+                let dot = _mm256_maddubs_epi16(g, _mm256_sign_epi8(q8, s));
+                let ls = |h: usize| _mm_set1_epi16(2 * sub.s[h] as i16 + 1);
+                let p = _mm256_madd_epi16(dot, _mm256_set_m128i(ls(1), ls(0)));
+                sumi = _mm256_add_epi32(sumi, p);
+            }
+            let d = _mm256_set1_ps(f16(bx.d()) * by.d);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        }
+        B::MULT * hsum_f32(acc)
+    }
+}
