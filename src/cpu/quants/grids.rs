@@ -33,6 +33,17 @@ pub const SIGN_BYTES: [u64; 256] = {
     t
 };
 
+/// `SIGN_BYTES` of each `KSIGNS` entry: one lookup per group of 8 in the dots.
+pub const KSIGN_BYTES: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = SIGN_BYTES[KSIGNS[i] as usize];
+        i += 1;
+    }
+    t
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -146,12 +146,10 @@ pub(super) mod avx2 {
             let (bx, by) = (&*x.add(i), &*y.add(i));
             let (mut sumi1, mut sumi2) = (_mm256_setzero_si256(), _mm256_setzero_si256());
             for ib in 0..QK_K / 32 {
-                let g: [u64; 4] = std::array::from_fn(|l| bx.grid(ib, l));
-                let g = _mm256_loadu_si256(g.as_ptr() as *const __m256i);
-                let dl: [u64; 4] = std::array::from_fn(|l| {
+                let g = set_u64x4(std::array::from_fn(|l| bx.grid(ib, l)));
+                let dl = set_u64x4(std::array::from_fn(|l| {
                     0x0101_0101_0101_0101 * (bx.delta(ib, l) as i8 as u8 as u64)
-                });
-                let dl = _mm256_loadu_si256(dl.as_ptr() as *const __m256i);
+                }));
                 let q8 = _mm256_loadu_si256(by.qs.as_ptr().add(ib * 32) as *const __m256i);
                 // |g| times q8 with g's sign, and q8 with the shift's sign, in pairs (i16).
                 let dot1 = _mm256_maddubs_epi16(_mm256_sign_epi8(g, g), _mm256_sign_epi8(q8, g));

@@ -128,8 +128,7 @@ pub(super) mod avx2 {
             let mut sumi = _mm256_setzero_si256();
             let mut sumi1 = 0i32;
             for ib in 0..QK_K / 32 {
-                let g: [u64; 4] = std::array::from_fn(|l| bx.grid(ib, l));
-                let g = _mm256_loadu_si256(g.as_ptr() as *const __m256i);
+                let g = set_u64x4(std::array::from_fn(|l| bx.grid(ib, l)));
                 let q8 = _mm256_loadu_si256(by.qs.as_ptr().add(ib * 32) as *const __m256i);
                 // |g| times q8 with g's sign, in pairs (i16, no saturation: |g| <= 1).
                 let dot = _mm256_maddubs_epi16(_mm256_sign_epi8(g, g), _mm256_sign_epi8(q8, g));

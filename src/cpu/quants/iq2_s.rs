@@ -5,8 +5,8 @@
 //! x = d * (0.5 + s) / 4 * magnitude * sign. Multiplied with Q8_K (ggml-cpu's vec_dot_type
 //! for it). Weight-only: no quantizer, so CPY and SET_ROWS into it are not claimed.
 
-use super::grids::{IQ2S_GRID, SIGN_BYTES};
-use super::sign_grid::{self, SignGrid, Sub};
+use super::grids::IQ2S_GRID;
+use super::sign_grid::{self, SignGrid, Signs, Sub};
 use super::{use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
@@ -34,7 +34,9 @@ impl SignGrid for BlockIq2S {
             grid: std::array::from_fn(|l| {
                 IQ2S_GRID[self.qs[4 * ib + l] as usize | (qh << (8 - 2 * l) & 0x300)]
             }),
-            signs: std::array::from_fn(|l| SIGN_BYTES[self.qs[32 + 4 * ib + l] as usize]),
+            signs: Signs::Bits(u32::from_le_bytes(
+                self.qs[32 + 4 * ib..][..4].try_into().unwrap(),
+            )),
             s: [sc & 0x0f, sc >> 4],
         }
     }

@@ -5,8 +5,8 @@
 //! vec_dot_type for it). Weight-only: no quantizer (ggml's needs an importance matrix), so
 //! CPY and SET_ROWS into it are not claimed.
 
-use super::grids::{IQ2XS_GRID, KSIGNS, SIGN_BYTES};
-use super::sign_grid::{self, SignGrid, Sub};
+use super::grids::{IQ2XS_GRID, KSIGN_BYTES};
+use super::sign_grid::{self, SignGrid, Signs, Sub};
 use super::{use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
@@ -30,7 +30,7 @@ impl SignGrid for BlockIq2Xs {
         let sc = self.scales[ib];
         Sub {
             grid: std::array::from_fn(|l| IQ2XS_GRID[(q[l] & 511) as usize]),
-            signs: std::array::from_fn(|l| SIGN_BYTES[KSIGNS[(q[l] >> 9) as usize] as usize]),
+            signs: Signs::Bytes(std::array::from_fn(|l| KSIGN_BYTES[(q[l] >> 9) as usize])),
             s: [sc & 0x0f, sc >> 4],
         }
     }

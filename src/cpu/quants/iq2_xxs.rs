@@ -5,8 +5,8 @@
 //! (ggml-cpu's vec_dot_type for it). Weight-only: no quantizer (ggml's needs an importance
 //! matrix), so CPY and SET_ROWS into it are not claimed.
 
-use super::grids::{IQ2XXS_GRID, KSIGNS, SIGN_BYTES};
-use super::sign_grid::{self, SignGrid, Sub};
+use super::grids::{IQ2XXS_GRID, KSIGN_BYTES};
+use super::sign_grid::{self, SignGrid, Signs, Sub};
 use super::{use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
@@ -31,9 +31,9 @@ impl SignGrid for BlockIq2Xxs {
         let s = (signs >> 28) as u8;
         Sub {
             grid: std::array::from_fn(|l| IQ2XXS_GRID[(idx >> (8 * l)) as usize & 0xff]),
-            signs: std::array::from_fn(|l| {
-                SIGN_BYTES[KSIGNS[(signs >> (7 * l)) as usize & 127] as usize]
-            }),
+            signs: Signs::Bytes(std::array::from_fn(|l| {
+                KSIGN_BYTES[(signs >> (7 * l)) as usize & 127]
+            })),
             s: [s, s],
         }
     }

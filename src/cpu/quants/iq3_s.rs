@@ -5,8 +5,8 @@
 //! (ggml-cpu's vec_dot_type for it). Weight-only: no quantizer, so CPY and SET_ROWS into it
 //! are not claimed.
 
-use super::grids::{IQ3S_GRID, SIGN_BYTES};
-use super::sign_grid::{self, SignGrid, Sub};
+use super::grids::IQ3S_GRID;
+use super::sign_grid::{self, SignGrid, Signs, Sub};
 use super::{use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
@@ -36,7 +36,9 @@ impl SignGrid for BlockIq3S {
             grid: std::array::from_fn(|l| {
                 IQ3S_GRID[idx(2 * l)] as u64 | (IQ3S_GRID[idx(2 * l + 1)] as u64) << 32
             }),
-            signs: std::array::from_fn(|l| SIGN_BYTES[self.signs[4 * ib + l] as usize]),
+            signs: Signs::Bits(u32::from_le_bytes(
+                self.signs[4 * ib..][..4].try_into().unwrap(),
+            )),
             s: [s, s],
         }
     }

@@ -5,8 +5,8 @@
 //! vec_dot_type for it). Weight-only: no quantizer, so CPY and SET_ROWS into it are not
 //! claimed.
 
-use super::grids::{IQ3XXS_GRID, KSIGNS, SIGN_BYTES};
-use super::sign_grid::{self, SignGrid, Sub};
+use super::grids::{IQ3XXS_GRID, KSIGN_BYTES};
+use super::sign_grid::{self, SignGrid, Signs, Sub};
 use super::{use_avx2, QK_K};
 use crate::cpu::types::VecDot;
 
@@ -34,9 +34,9 @@ impl SignGrid for BlockIq3Xxs {
                 IQ3XXS_GRID[q[2 * l] as usize] as u64
                     | (IQ3XXS_GRID[q[2 * l + 1] as usize] as u64) << 32
             }),
-            signs: std::array::from_fn(|l| {
-                SIGN_BYTES[KSIGNS[(aux >> (7 * l)) as usize & 127] as usize]
-            }),
+            signs: Signs::Bytes(std::array::from_fn(|l| {
+                KSIGN_BYTES[(aux >> (7 * l)) as usize & 127]
+            })),
             s: [s, s],
         }
     }

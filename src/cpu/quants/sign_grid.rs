@@ -11,10 +11,29 @@ use super::{f16_to_f32, QK_K};
 pub struct Sub {
     /// Magnitudes of values 8l..8l+7 in the bytes of `grid[l]`.
     pub grid: [u64; 4],
-    /// Their signs, a byte each: 0xff negative, 0x01 positive (`grids::SIGN_BYTES`).
-    pub signs: [u64; 4],
+    pub signs: Signs,
     /// The 4-bit scales of values 0..15 and 16..31.
     pub s: [u8; 2],
+}
+
+/// The signs of a sub-block's 32 values, in the form its format makes cheapest to expand.
+pub enum Signs {
+    /// A byte per value, 0xff negative, 0x01 positive (`grids::KSIGN_BYTES`: one lookup per 8
+    /// values for the formats that store 7 bits of each 8).
+    Bytes([u64; 4]),
+    /// Bit j of byte l set where value 8l + j is negative (formats that store all 8 bits).
+    Bits(u32),
+}
+
+impl Signs {
+    /// True where value `k` (0..32) is negative.
+    #[inline(always)]
+    pub fn negative(&self, k: usize) -> bool {
+        match self {
+            Signs::Bytes(b) => byte(b[k / 8], k % 8) == 0xff,
+            Signs::Bits(b) => b >> k & 1 != 0,
+        }
+    }
 }
 
 /// A block format of this family.
@@ -47,11 +66,7 @@ pub unsafe fn to_f32<B: SignGrid>(src: *const u8, dst: &mut [f32]) {
             let db = [B::db(d, sub.s[0]), B::db(d, sub.s[1])];
             for (k, v) in o.iter_mut().enumerate() {
                 let (l, j) = (k / 8, k % 8);
-                let sign = if byte(sub.signs[l], j) == 0xff {
-                    -1.0
-                } else {
-                    1.0
-                };
+                let sign = if sub.signs.negative(k) { -1.0 } else { 1.0 };
                 *v = db[k / 16] * byte(sub.grid[l], j) as f32 * sign;
             }
         }
@@ -76,7 +91,7 @@ pub unsafe fn vec_dot_ref<B: SignGrid>(n: usize, x: *const u8, y: *const u8) -> 
                 let mut sumi = 0i32;
                 for k in 16 * half..16 * half + 16 {
                     let (l, j) = (k / 8, k % 8);
-                    let sign = byte(sub.signs[l], j) as i8 as i32;
+                    let sign = if sub.signs.negative(k) { -1 } else { 1 };
                     sumi += byte(sub.grid[l], j) as i32 * by.qs[ib * 32 + k] as i32 * sign;
                 }
                 bsum += sumi * (2 * sub.s[half] as i32 + 1);
@@ -92,6 +107,25 @@ pub mod avx2 {
     use super::*;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
+
+    /// The 32 sign bits as bytes, -1 (set) or 1 (clear): byte l of `bits` spread over bytes
+    /// 8l..8l+7.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn signs_x32(bits: u32) -> __m256i {
+        // Byte l of the broadcast word to bytes 8l..8l+7 (the shuffle stays in 128-bit halves,
+        // each of which holds the whole word).
+        let spread = _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        );
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let neg = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+        _mm256_or_si256(neg, _mm256_set1_epi8(1))
+    }
 
     /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: per super-block 8 i32
     /// lanes (lane k: values 4k..4k+3 of every sub-block, times their 2s + 1; exact), one
@@ -109,8 +143,13 @@ pub mod avx2 {
             let mut sumi = _mm256_setzero_si256();
             for ib in 0..QK_K / 32 {
                 let sub = bx.sub(ib);
-                let g = _mm256_loadu_si256(sub.grid.as_ptr() as *const __m256i);
-                let s = _mm256_loadu_si256(sub.signs.as_ptr() as *const __m256i);
+                // Set from registers: a 32-byte load of 4 values just stored stalls (no store
+                // forwarding), which halved the speed.
+                let g = set_u64x4(sub.grid);
+                let s = match sub.signs {
+                    Signs::Bytes(b) => set_u64x4(b),
+                    Signs::Bits(b) => signs_x32(b),
+                };
                 let q8 = _mm256_loadu_si256(by.qs.as_ptr().add(ib * 32) as *const __m256i);
                 // Magnitudes <= 62 times |q8| <= 127, in pairs: no i16 saturation.
                 let dot = _mm256_maddubs_epi16(g, _mm256_sign_epi8(q8, s));
