@@ -44,6 +44,27 @@ pub const KSIGN_BYTES: [u64; 128] = {
     t
 };
 
+/// For the AVX2 dots: entry s0 | s1 << 4 holds 8 × (2 s0 + 1) then 8 × (2 s1 + 1) as i16, the
+/// multipliers of a 32-value sub-block's 16 byte-pair sums (one load instead of building the
+/// vector from two scalars, which costs the shuffle port the grid lookups need).
+#[repr(C, align(32))]
+pub struct Scales16(pub [[i16; 16]; 256]);
+
+pub static SCALES16: Scales16 = Scales16({
+    let mut t = [[0i16; 16]; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut k = 0;
+        while k < 16 {
+            let s = if k < 8 { i & 15 } else { i >> 4 };
+            t[i][k] = 2 * s as i16 + 1;
+            k += 1;
+        }
+        i += 1;
+    }
+    t
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,8 +127,54 @@ pub fn vec_dot_fn() -> VecDot {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use super::*;
+    use crate::cpu::quants::grids::SCALES16;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
+
+    /// Shift signs of a sub-block's 4 groups as bytes (0xff negative, 0x01 positive), indexed by
+    /// the 4 sign bits gathered (group l at bit l).
+    #[repr(C, align(32))]
+    struct Deltas([[u64; 4]; 16]);
+    static DELTAS: Deltas = Deltas({
+        let mut t = [[0u64; 4]; 16];
+        let mut i = 0;
+        while i < 16 {
+            let mut l = 0;
+            while l < 4 {
+                t[i][l] = if i >> l & 1 != 0 {
+                    u64::MAX
+                } else {
+                    0x0101_0101_0101_0101
+                };
+                l += 1;
+            }
+            i += 1;
+        }
+        t
+    });
+
+    /// One sub-block: the grid dot and the shift terms, each as 8 i32 lanes times the halves'
+    /// 2s + 1 (`w`: the sub-block's 6 scale bits in its low bits).
+    #[inline(always)]
+    unsafe fn sub_block(bx: &BlockIq1M, q8: *const i8, ib: usize, w: u16) -> (__m256i, __m256i) {
+        let (qs, qh) = (&bx.qs[4 * ib..4 * ib + 4], &bx.qh[2 * ib..2 * ib + 2]);
+        let (h0, h1) = (qh[0] as usize, qh[1] as usize);
+        let g = _mm256_set_epi64x(
+            IQ1S_GRID[qs[3] as usize | (h1 << 4 & 0x700)] as i64,
+            IQ1S_GRID[qs[2] as usize | (h1 << 8 & 0x700)] as i64,
+            IQ1S_GRID[qs[1] as usize | (h0 << 4 & 0x700)] as i64,
+            IQ1S_GRID[qs[0] as usize | (h0 << 8 & 0x700)] as i64,
+        );
+        let k = (h0 >> 3 & 1) | (h0 >> 6 & 2) | (h1 >> 1 & 4) | (h1 >> 4 & 8);
+        let dl = _mm256_load_si256(DELTAS.0[k].as_ptr() as *const __m256i);
+        let y = _mm256_loadu_si256(q8 as *const __m256i);
+        // |g| times q8 with g's sign, and q8 with the shift's sign, in pairs (i16).
+        let dot1 = _mm256_maddubs_epi16(_mm256_sign_epi8(g, g), _mm256_sign_epi8(y, g));
+        let dot2 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(y, dl));
+        let sc = SCALES16.0[((w & 7) | (w >> 3 & 7) << 4) as usize].as_ptr();
+        let sc = _mm256_load_si256(sc as *const __m256i);
+        (_mm256_madd_epi16(dot1, sc), _mm256_madd_epi16(dot2, sc))
+    }
 
     /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: the grid dot and the
     /// shift terms each in 8 i32 lanes (lane k: values 4k..4k+3 of every sub-block, times
@@ -145,19 +191,14 @@ pub(super) mod avx2 {
         for i in 0..n / QK_K {
             let (bx, by) = (&*x.add(i), &*y.add(i));
             let (mut sumi1, mut sumi2) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-            for ib in 0..QK_K / 32 {
-                let g = set_u64x4(std::array::from_fn(|l| bx.grid(ib, l)));
-                let dl = set_u64x4(std::array::from_fn(|l| {
-                    0x0101_0101_0101_0101 * (bx.delta(ib, l) as i8 as u8 as u64)
-                }));
-                let q8 = _mm256_loadu_si256(by.qs.as_ptr().add(ib * 32) as *const __m256i);
-                // |g| times q8 with g's sign, and q8 with the shift's sign, in pairs (i16).
-                let dot1 = _mm256_maddubs_epi16(_mm256_sign_epi8(g, g), _mm256_sign_epi8(q8, g));
-                let dot2 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(q8, dl));
-                let ls = |h: usize| _mm_set1_epi16(bx.ls(ib, h) as i16);
-                let sc = _mm256_set_m128i(ls(1), ls(0));
-                sumi1 = _mm256_add_epi32(sumi1, _mm256_madd_epi16(dot1, sc));
-                sumi2 = _mm256_add_epi32(sumi2, _mm256_madd_epi16(dot2, sc));
+            // Sub-blocks in pairs: one scale word holds both pairs' 3-bit scales.
+            for p in 0..QK_K / 64 {
+                let w = bx.sc(p);
+                for (ib, w) in [(2 * p, w), (2 * p + 1, w >> 6)] {
+                    let (p1, p2) = sub_block(bx, by.qs.as_ptr().add(32 * ib), ib, w);
+                    sumi1 = _mm256_add_epi32(sumi1, p1);
+                    sumi2 = _mm256_add_epi32(sumi2, p2);
+                }
             }
             let d = _mm256_set1_ps(by.d * f16(bx.d()));
             acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);

@@ -105,6 +105,7 @@ pub unsafe fn vec_dot_ref<B: SignGrid>(n: usize, x: *const u8, y: *const u8) -> 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {
     use super::*;
+    use crate::cpu::quants::grids::SCALES16;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
@@ -153,8 +154,8 @@ pub mod avx2 {
                 let q8 = _mm256_loadu_si256(by.qs.as_ptr().add(ib * 32) as *const __m256i);
                 // Magnitudes <= 62 times |q8| <= 127, in pairs: no i16 saturation.
                 let dot = _mm256_maddubs_epi16(g, _mm256_sign_epi8(q8, s));
-                let ls = |h: usize| _mm_set1_epi16(2 * sub.s[h] as i16 + 1);
-                let p = _mm256_madd_epi16(dot, _mm256_set_m128i(ls(1), ls(0)));
+                let sc = SCALES16.0[(sub.s[0] as usize | (sub.s[1] as usize) << 4) & 255].as_ptr();
+                let p = _mm256_madd_epi16(dot, _mm256_load_si256(sc as *const __m256i));
                 sumi = _mm256_add_epi32(sumi, p);
             }
             let d = _mm256_set1_ps(f16(bx.d()) * by.d);
