@@ -45,6 +45,10 @@ impl SignGrid for BlockIq3S {
     fn db(d: f32, s: u8) -> f32 {
         d * (1 + 2 * s as i32) as f32
     }
+    #[inline(always)]
+    fn grid4(&self, ib: usize) -> Option<(&'static [u32], *const u8, u8)> {
+        Some((&IQ3S_GRID, self.qs[8 * ib..].as_ptr(), self.qh[ib]))
+    }
 }
 
 /// # Safety
