@@ -156,15 +156,17 @@ pub(super) mod avx2 {
     /// One sub-block: the grid dot and the shift terms, each as 8 i32 lanes times the halves'
     /// 2s + 1 (`w`: the sub-block's 6 scale bits in its low bits).
     #[inline(always)]
-    unsafe fn sub_block(bx: &BlockIq1M, q8: *const i8, ib: usize, w: u16) -> (__m256i, __m256i) {
-        let (qs, qh) = (&bx.qs[4 * ib..4 * ib + 4], &bx.qh[2 * ib..2 * ib + 2]);
+    unsafe fn sub_block(
+        bx: &BlockIq1M,
+        q8: *const i8,
+        ib: usize,
+        w: u16,
+        idx: &[u32; 4],
+    ) -> (__m256i, __m256i) {
+        let qh = &bx.qh[2 * ib..2 * ib + 2];
         let (h0, h1) = (qh[0] as usize, qh[1] as usize);
-        let g = _mm256_set_epi64x(
-            IQ1S_GRID[qs[3] as usize | (h1 << 4 & 0x700)] as i64,
-            IQ1S_GRID[qs[2] as usize | (h1 << 8 & 0x700)] as i64,
-            IQ1S_GRID[qs[1] as usize | (h0 << 4 & 0x700)] as i64,
-            IQ1S_GRID[qs[0] as usize | (h0 << 8 & 0x700)] as i64,
-        );
+        let grid = |k: usize| IQ1S_GRID[idx[k] as usize & 2047] as i64;
+        let g = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
         let k = (h0 >> 3 & 1) | (h0 >> 6 & 2) | (h1 >> 1 & 4) | (h1 >> 4 & 8);
         let dl = _mm256_load_si256(DELTAS.0[k].as_ptr() as *const __m256i);
         let y = _mm256_loadu_si256(q8 as *const __m256i);
@@ -194,8 +196,20 @@ pub(super) mod avx2 {
             // Sub-blocks in pairs: one scale word holds both pairs' 3-bit scales.
             for p in 0..QK_K / 64 {
                 let w = bx.sc(p);
-                for (ib, w) in [(2 * p, w), (2 * p + 1, w >> 6)] {
-                    let (p1, p2) = sub_block(bx, by.qs.as_ptr().add(32 * ib), ib, w);
+                // The pair's 8 grid indices in-vector (fewer operations than 8 scalar ones),
+                // read back as scalars for the lookups.
+                let lo = _mm_loadl_epi64(bx.qs.as_ptr().add(8 * p) as *const __m128i);
+                let qh = u32::from_le_bytes(bx.qh[4 * p..4 * p + 4].try_into().unwrap());
+                let hi = _mm256_srlv_epi32(
+                    _mm256_set1_epi32(qh as i32),
+                    _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
+                );
+                let hi = _mm256_slli_epi32::<8>(_mm256_and_si256(hi, _mm256_set1_epi32(7)));
+                let idx = _mm256_or_si256(_mm256_cvtepu8_epi32(lo), hi);
+                let mut ix = [[0u32; 4]; 2];
+                _mm256_storeu_si256(ix.as_mut_ptr() as *mut __m256i, idx);
+                for (k, (ib, w)) in [(2 * p, w), (2 * p + 1, w >> 6)].into_iter().enumerate() {
+                    let (p1, p2) = sub_block(bx, by.qs.as_ptr().add(32 * ib), ib, w, &ix[k]);
                     sumi1 = _mm256_add_epi32(sumi1, p1);
                     sumi2 = _mm256_add_epi32(sumi2, p2);
                 }
