@@ -127,7 +127,6 @@ pub fn vec_dot_fn() -> VecDot {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use super::*;
-    use crate::cpu::quants::grids::SCALES16;
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
@@ -154,13 +153,13 @@ pub(super) mod avx2 {
     });
 
     /// One sub-block: the grid dot and the shift terms, each as 8 i32 lanes times the halves'
-    /// 2s + 1 (`w`: the sub-block's 6 scale bits in its low bits).
+    /// 2s + 1 (`sc`: 8 × the first half's, 8 × the second's, as i16; `idx`: the 4 grid indices).
     #[inline(always)]
     unsafe fn sub_block(
         bx: &BlockIq1M,
         q8: *const i8,
         ib: usize,
-        w: u16,
+        sc: __m256i,
         idx: &[u32; 4],
     ) -> (__m256i, __m256i) {
         let qh = &bx.qh[2 * ib..2 * ib + 2];
@@ -173,8 +172,6 @@ pub(super) mod avx2 {
         // |g| times q8 with g's sign, and q8 with the shift's sign, in pairs (i16).
         let dot1 = _mm256_maddubs_epi16(_mm256_sign_epi8(g, g), _mm256_sign_epi8(y, g));
         let dot2 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(y, dl));
-        let sc = SCALES16.0[((w & 7) | (w >> 3 & 7) << 4) as usize].as_ptr();
-        let sc = _mm256_load_si256(sc as *const __m256i);
         (_mm256_madd_epi16(dot1, sc), _mm256_madd_epi16(dot2, sc))
     }
 
@@ -193,9 +190,18 @@ pub(super) mod avx2 {
         for i in 0..n / QK_K {
             let (bx, by) = (&*x.add(i), &*y.add(i));
             let (mut sumi1, mut sumi2) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            // The 16 half sub-block scales 2s + 1 as i16, once per super-block: the 64-bit lanes
+            // shift the 4 scale words by 0, 6, 3, 9 (even sub-blocks' first halves, odd ones',
+            // then the second halves), so element w of a lane is sub-block 2w or 2w + 1's.
+            let words = u64::from_le_bytes(bx.scales);
+            let scales = _mm256_srlv_epi64(
+                _mm256_set1_epi64x(words as i64),
+                _mm256_setr_epi64x(0, 6, 3, 9),
+            );
+            let scales = _mm256_and_si256(scales, _mm256_set1_epi16(7));
+            let scales = _mm256_or_si256(_mm256_slli_epi16::<1>(scales), _mm256_set1_epi16(1));
             // Sub-blocks in pairs: one scale word holds both pairs' 3-bit scales.
             for p in 0..QK_K / 64 {
-                let w = bx.sc(p);
                 // The pair's 8 grid indices in-vector (fewer operations than 8 scalar ones),
                 // read back as scalars for the lookups.
                 let lo = _mm_loadl_epi64(bx.qs.as_ptr().add(8 * p) as *const __m128i);
@@ -208,8 +214,14 @@ pub(super) mod avx2 {
                 let idx = _mm256_or_si256(_mm256_cvtepu8_epi32(lo), hi);
                 let mut ix = [[0u32; 4]; 2];
                 _mm256_storeu_si256(ix.as_mut_ptr() as *mut __m256i, idx);
-                for (k, (ib, w)) in [(2 * p, w), (2 * p + 1, w >> 6)].into_iter().enumerate() {
-                    let (p1, p2) = sub_block(bx, by.qs.as_ptr().add(32 * ib), ib, w, &ix[k]);
+                for (k, ib) in [2 * p, 2 * p + 1].into_iter().enumerate() {
+                    // Element k * 4 + p of each half of `scales` to all 8 of that half.
+                    let e = (k * 4 + p) as i16;
+                    let sc = _mm256_shuffle_epi8(
+                        scales,
+                        _mm256_set1_epi16(((2 * e + 1) << 8) | (2 * e)),
+                    );
+                    let (p1, p2) = sub_block(bx, by.qs.as_ptr().add(32 * ib), ib, sc, &ix[k]);
                     sumi1 = _mm256_add_epi32(sumi1, p1);
                     sumi2 = _mm256_add_epi32(sumi2, p2);
                 }
