@@ -47,7 +47,7 @@ pub trait SignGrid {
     /// The dequantization scale of a half sub-block from d and its 4-bit s, as ggml writes it.
     fn db(d: f32, s: u8) -> f32;
     /// Formats with 4-value grid points (IQ3): their table, the low bytes of sub-block `ib`'s
-    /// 8 indices and the byte of their 9th bits (bit k: index k), for a gather in the AVX2 dot.
+    /// 8 indices and the byte of their 9th bits (bit k: index k), for the AVX2 dot.
     #[inline(always)]
     fn grid4(&self, _ib: usize) -> Option<(&'static [u32], *const u8, u8)> {
         None
@@ -153,15 +153,14 @@ pub mod avx2 {
                 // Set from registers: a 32-byte load of 4 values just stored stalls (no store
                 // forwarding), which halved the speed.
                 let g = match bx.grid4(ib) {
-                    // One gather of the 8 points: fewer operations on the shuffle port than
-                    // assembling them from scalars.
+                    // The 8 points of 4 values each straight into the vector's 32-bit lanes
+                    // (a gather, or pairing them into 64-bit values first, measured slower).
                     Some((table, lo, hi)) => {
-                        let idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(lo as *const __m128i));
-                        let shift = _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1);
-                        let bit9 = _mm256_sllv_epi32(_mm256_set1_epi32(hi as i32), shift);
-                        let idx =
-                            _mm256_or_si256(idx, _mm256_and_si256(bit9, _mm256_set1_epi32(256)));
-                        _mm256_i32gather_epi32::<4>(table.as_ptr() as *const i32, idx)
+                        let lo = std::slice::from_raw_parts(lo, 8);
+                        let hi = hi as usize;
+                        let g =
+                            |k: usize| table[(lo[k] as usize | (hi << (8 - k) & 256)) & 511] as i32;
+                        _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7))
                     }
                     None => set_u64x4(sub.grid),
                 };
