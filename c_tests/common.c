@@ -126,9 +126,17 @@ void rf_fill_tensor(struct ggml_tensor * t, uint64_t seed, float lo, float hi) {
         case GGML_TYPE_I64:
             for (int64_t i = 0; i < n; i++) ((int64_t *) buf)[i] = (int64_t) floorf(f[i]);
             break;
-        default:
-            ggml_quantize_chunk(t->type, f, buf, 0, ggml_nrows(t), t->ne[0], NULL);
+        default: {
+            // IQ2_XXS, IQ2_XS and IQ1_S quantize only with an importance matrix: a flat one.
+            float * imatrix = NULL;
+            if (ggml_quantize_requires_imatrix(t->type)) {
+                imatrix = malloc(sizeof(float) * (size_t) t->ne[0]);
+                for (int64_t i = 0; i < t->ne[0]; i++) imatrix[i] = 1.0f;
+            }
+            ggml_quantize_chunk(t->type, f, buf, 0, ggml_nrows(t), t->ne[0], imatrix);
+            free(imatrix);
             break;
+        }
     }
     ggml_backend_tensor_set(t, buf, 0, nbytes);
     free(buf);

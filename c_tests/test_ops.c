@@ -203,6 +203,7 @@ static struct ggml_tensor * b_mul_mat(struct ggml_context * ctx, const struct pa
         x = in_t(ctx, p->t1, p->b);
     }
     if (p->i[2] && g_building_ref) x = ggml_cast(ctx, x, GGML_TYPE_F32);
+    if (p->i[3] == 1) ggml_set_name(w, "raw");
     struct ggml_tensor * r = ggml_mul_mat(ctx, w, x);
     if (p->i[1] == 1) ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
     return r;
@@ -299,9 +300,11 @@ static struct ggml_tensor * b_simple(struct ggml_context * ctx, const struct par
     }
 }
 
-// Data t0 [ne0, n_rows, ne2, ne3] (a); i[0] number of indices; indices I32 [n_idx, ne2, ne3].
+// Data t0 [ne0, n_rows, ne2, ne3] (a); i[0] number of indices; indices I32 [n_idx, ne2, ne3];
+// i[1] = 1: raw random blocks (fill_raw) instead of quantized values.
 static struct ggml_tensor * b_get_rows(struct ggml_context * ctx, const struct params * p) {
     struct ggml_tensor * d = in_t(ctx, p->t0, p->a);
+    if (p->i[1] == 1) ggml_set_name(d, "raw");
     struct ggml_tensor * idx = in_idx(ctx, GGML_TYPE_I32, p->i[0], p->a[2], p->a[3], (int) p->a[1], false);
     return ggml_get_rows(ctx, d, idx);
 }
@@ -422,6 +425,27 @@ static bool dev_claims_graph(ggml_backend_dev_t dev, struct ggml_cgraph * gf) {
     return true;
 }
 
+// Random bytes for the i-quants' blocks (every grid index, sign and scale pattern, not only
+// what ggml's quantizer picks), with a finite f16 scale in each: at byte 0, or for IQ1_M in the
+// top nibbles of its 4 scale words.
+static void fill_raw(struct ggml_tensor * t, uint64_t seed) {
+    const size_t nb = ggml_nbytes(t), ts = ggml_type_size(t->type);
+    uint8_t * raw = malloc(nb);
+    uint64_t s = seed * 7919 + 3;
+    for (size_t i = 0; i < nb; i++) raw[i] = (uint8_t) rf_rand_u64(&s);
+    for (size_t b = 0; b < nb / ts; b++) {
+        const ggml_fp16_t h = ggml_fp32_to_fp16(rf_rand_uniform(&s, -1, 1));
+        uint8_t * blk = raw + b * ts;
+        if (t->type == GGML_TYPE_IQ1_M) {
+            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t) ((blk[49 + 2 * k] & 0x0f) | (((h >> (4 * k)) & 0xf) << 4));
+        } else {
+            memcpy(blk, &h, sizeof(h));
+        }
+    }
+    ggml_backend_tensor_set(t, raw, 0, nb);
+    free(raw);
+}
+
 static void fill_inputs(struct ggml_context * ctx, uint64_t case_seed) {
     uint64_t k = 0;
     for (struct ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t), k++) {
@@ -496,6 +520,8 @@ static void fill_inputs(struct ggml_context * ctx, uint64_t case_seed) {
                 ggml_backend_tensor_set(t, v, 0, ggml_nbytes(t));
             }
             free(v);
+        } else if (strcmp(name, "raw") == 0) {
+            fill_raw(t, seed);
         } else if (strncmp(name, "range:", 6) == 0) {
             float lo = -1, hi = 1;
             sscanf(name, "range:%f:%f", &lo, &hi);
@@ -624,7 +650,8 @@ static const enum ggml_type float_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML
 static const enum ggml_type weight_types[] = {
     GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
     GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
-    GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0,
+    GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
+    GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
 };
 #define N_FLOAT (sizeof(float_types) / sizeof(float_types[0]))
 #define N_WEIGHT (sizeof(weight_types) / sizeof(weight_types[0]))
@@ -1150,6 +1177,18 @@ static void cases_rows(void) {
     {
         struct params p = { .t0 = GGML_TYPE_I32, .a = SHAPE(8, 10, 1, 1), .i = { 5 } };
         run_case("GET_ROWS i32", b_get_rows, &p, 1e-7, CMP_NMSE);
+    }
+    // The i-quants on raw random blocks: ggml's quantizer reaches every grid point over many
+    // blocks, raw bytes reach every index, sign and scale pattern in a few (a wrong grid entry
+    // or sign table fails here). GET_ROWS (dequantization) and a 3-column MUL_MAT.
+    static const enum ggml_type iq[] = { GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS,
+                                         GGML_TYPE_IQ3_S,   GGML_TYPE_IQ1_S,  GGML_TYPE_IQ1_M };
+    for (size_t q = 0; q < sizeof(iq) / sizeof(iq[0]); q++) {
+        struct params p = { .t0 = iq[q], .a = SHAPE(512, 40, 1, 1), .i = { 40, 1 } };
+        run_case(LABEL("GET_ROWS %s raw blocks", ggml_type_name(iq[q])), b_get_rows, &p, 1e-7, CMP_NMSE);
+        struct params pm = { .t0 = iq[q], .t1 = GGML_TYPE_F32, .a = SHAPE(1024, 64, 1, 1), .b = SHAPE(1024, 3, 1, 1),
+                             .i = { 0, 0, 0, 1 } };
+        run_case(LABEL("MUL_MAT %s raw blocks", ggml_type_name(iq[q])), b_mul_mat, &pm, 1e-7, CMP_NMSE);
     }
     static const enum ggml_type dst_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                                                 GGML_TYPE_Q4_0 };

@@ -65,6 +65,8 @@ impl TypeClass {
             Q4_1 | Q5_0 | Q5_1 => TypeClass::Q4_1,
             Q8_0 | Q8_1 | Q8_K | I8 => TypeClass::Q8_0,
             Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS | TQ1_0 | TQ2_0 => TypeClass::Q4K,
+            // Super-blocks dotted with Q8_K, as the K-quants.
+            IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M => TypeClass::Q4K,
             Q6_K => TypeClass::Q6K,
             F16 | BF16 | I16 => TypeClass::F16,
             F32 | I32 | I64 | F64 => TypeClass::F32,

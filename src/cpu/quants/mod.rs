@@ -6,6 +6,14 @@
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
+pub mod grids;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod kquant_search;
@@ -24,6 +32,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod sign_grid;
 pub mod tq1_0;
 pub mod tq2_0;
 
@@ -201,6 +210,17 @@ pub fn tile_isa(gemv: bool) -> Option<TileIsa> {
 /// Kernels for a quantized type, or None where the CPU device does not handle it.
 pub fn traits(t: GgmlType) -> Option<TypeTraits> {
     use GgmlType::*;
+    // Weight-only formats (no quantizer: no CPY / SET_ROWS into them), dotted with Q8_K.
+    let weights_k = |to, dot| {
+        Some(TypeTraits {
+            to_f32: Some(to),
+            from_f32: None,
+            vec_dot_type: Q8_K,
+            vec_dot: Some(dot),
+            gemm: None,
+            gemv: None,
+        })
+    };
     let full = |to, from, vdt, dot| {
         Some(TypeTraits {
             to_f32: Some(to),
@@ -265,6 +285,14 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
             gemm: None,
             gemv: None,
         }),
+        // The i-quants: weight-only (ggml's quantizers need an importance matrix).
+        IQ2_XXS => weights_k(iq2_xxs::to_f32, iq2_xxs::vec_dot_fn()),
+        IQ2_XS => weights_k(iq2_xs::to_f32, iq2_xs::vec_dot_fn()),
+        IQ2_S => weights_k(iq2_s::to_f32, iq2_s::vec_dot_fn()),
+        IQ3_XXS => weights_k(iq3_xxs::to_f32, iq3_xxs::vec_dot_fn()),
+        IQ3_S => weights_k(iq3_s::to_f32, iq3_s::vec_dot_fn()),
+        IQ1_S => weights_k(iq1_s::to_f32, iq1_s::vec_dot_fn()),
+        IQ1_M => weights_k(iq1_m::to_f32, iq1_m::vec_dot_fn()),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits {
             to_f32: None,

@@ -31,6 +31,17 @@ pub unsafe fn f16(h: u16) -> f32 {
     _mm_cvtss_f32(f16_pair(h as u32))
 }
 
+/// The 4 values as one vector (element 0 lowest), built in registers: a 32-byte load of values
+/// just stored to memory waits for the stores to retire (no store forwarding).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn set_u64x4(v: [u64; 4]) -> __m256i {
+    _mm256_set_epi64x(v[3] as i64, v[2] as i64, v[1] as i64, v[0] as i64)
+}
+
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C (callers check `use_avx2()` first).
 #[inline]
