@@ -187,6 +187,9 @@ unsafe extern "C" fn reg_get_proc_address(
         match CStr::from_ptr(name).to_bytes() {
             b"ggml_backend_set_n_threads" => backend_set_n_threads as *mut c_void,
             b"ggml_backend_get_features" => get_features as *mut c_void,
+            b"ggml_backend_dev_get_extra_bufts" => {
+                super::vtables::dev_get_extra_bufts as *mut c_void
+            }
             b"ggml_backend_rocmforge_hybrid_set_strategy" => {
                 super::hybrid_exports::ggml_backend_rocmforge_hybrid_set_strategy as *mut c_void
             }

@@ -24,6 +24,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod repack_q4_0;
 pub mod tq1_0;
 pub mod tq2_0;
 
