@@ -21,6 +21,9 @@ pub struct CpuDevice {
 
 impl CpuDevice {
     pub fn new() -> CpuDevice {
+        if !repack::enabled() {
+            crate::log_info!("RFCPU_REPACK disabled: {}", repack::why_disabled());
+        }
         CpuDevice {
             description: CString::new(cpu_model_name()).unwrap_or_default(),
             buffer_type: buffer::HostBufferType,

@@ -41,6 +41,15 @@ pub fn enabled() -> bool {
     crate::tuning::get().cpu_repack && crate::cpu::quants::panel::available()
 }
 
+/// Why `enabled` is false (for the log line the device writes then).
+pub fn why_disabled() -> &'static str {
+    if !crate::tuning::get().cpu_repack {
+        "ROCMFORGE_CPU_REPACK=0"
+    } else {
+        "its kernels need AVX-512 VNNI"
+    }
+}
+
 /// Whether a tensor stored in a repack buffer is repacked: a whole (not a view), contiguous
 /// Q4_0 matrix (or stack of them).
 pub fn repackable(t: &Tensor) -> bool {
@@ -75,7 +84,12 @@ impl BufferType for RepackBufferType {
         c"RFCPU_REPACK"
     }
     fn alloc(&self, size: usize) -> Result<Box<dyn Buffer>> {
-        Ok(Box::new(RepackBuffer(HostBuffer::alloc(size)?)))
+        let b = HostBuffer::alloc(size)?;
+        // libllama allocates empty ones to ask supports_op about each weight: not news.
+        if size > 0 {
+            crate::log_info!("RFCPU_REPACK: {size} bytes for Q4_0 weights repacked at load");
+        }
+        Ok(Box::new(RepackBuffer(b)))
     }
     fn alignment(&self) -> usize {
         ALIGNMENT
