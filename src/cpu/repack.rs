@@ -1,7 +1,8 @@
 //! RFCPU's load-time repack buffer type, `RFCPU_REPACK`: the device offers it through
 //! `ggml_backend_dev_get_extra_bufts` (as ggml-cpu offers its CPU_REPACK), so libllama places the
-//! weight matrices the repacked products handle in it. `set_tensor` lays Q4_0 matrices out in
-//! 16-row groups (`quants/repack_q4_0.rs`), `get_tensor` gives ggml's layout back.
+//! weight matrices the repacked products handle in it. `set_tensor` lays Q4_0 and Q4_K matrices
+//! out in 16-row groups (`quants/repack_q4_0.rs`, `repack_q4_k.rs`), `get_tensor` gives ggml's
+//! layout back.
 //!
 //! Other ops must never read a repacked tensor: the buffer type is not host memory (ggml copies
 //! through `get_tensor` where another backend wants the data), the device accepts a node with a
@@ -51,10 +52,37 @@ pub fn why_disabled() -> &'static str {
 }
 
 /// Whether a tensor stored in a repack buffer is repacked: a whole (not a view), contiguous
-/// Q4_0 matrix (or stack of them).
+/// Q4_0 or Q4_K matrix (or stack of them).
 pub fn repackable(t: &Tensor) -> bool {
     let raw = t.raw();
-    raw.view_src.is_null() && t.ty() == Some(GgmlType::Q4_0) && t.is_contiguous()
+    raw.view_src.is_null()
+        && matches!(t.ty(), Some(GgmlType::Q4_0 | GgmlType::Q4_K))
+        && t.is_contiguous()
+}
+
+/// Bytes of one repacked matrix of `t` (whose type `repackable` accepted).
+pub fn matrix_bytes(t: &Tensor) -> usize {
+    let (rows, nb, _) = matrices(t);
+    match t.dtype() {
+        GgmlType::Q4_K => crate::cpu::quants::repack_q4_k::repacked_bytes(rows, nb),
+        _ => rows * nb * 18,
+    }
+}
+
+/// Repacks (or, with `back`, un-repacks) one matrix of `t` from `src` to `dst`.
+///
+/// # Safety
+/// `src` and `dst` must span the plain and the repacked bytes of one matrix of `t` (swapped
+/// with `back`) and not overlap.
+unsafe fn convert(t: &Tensor, back: bool, src: *const u8, dst: *mut u8) {
+    use crate::cpu::quants::{repack_q4_0 as r0, repack_q4_k as rk};
+    let (rows, nb, _) = matrices(t);
+    match (t.dtype(), back) {
+        (GgmlType::Q4_K, false) => rk::repack(rows, nb, src, dst),
+        (GgmlType::Q4_K, true) => rk::unrepack(rows, nb, src, dst),
+        (_, false) => r0::repack(rows, nb, src, dst),
+        (_, true) => r0::unrepack(rows, nb, src, dst),
+    }
 }
 
 /// Whether the device computes `node`, whose source `src` lives in a repack buffer: only as
@@ -74,7 +102,8 @@ pub fn product_ok(node: &Tensor, src: usize) -> bool {
 /// Rows and blocks per row of each matrix of `t`, and how many matrices.
 fn matrices(t: &Tensor) -> (usize, usize, usize) {
     let ne = t.ne();
-    (ne[1], ne[0] / 32, ne[2] * ne[3])
+    let blk = t.ty().map_or(32, |ty| ty.block_size());
+    (ne[1], ne[0] / blk, ne[2] * ne[3])
 }
 
 pub struct RepackBufferType;
@@ -87,7 +116,7 @@ impl BufferType for RepackBufferType {
         let b = HostBuffer::alloc(size)?;
         // libllama allocates empty ones to ask supports_op about each weight: not news.
         if size > 0 {
-            crate::log_info!("RFCPU_REPACK: {size} bytes for Q4_0 weights repacked at load");
+            crate::log_info!("RFCPU_REPACK: {size} bytes for Q4_0 / Q4_K weights repacked at load");
         }
         Ok(Box::new(RepackBuffer(b)))
     }
@@ -96,6 +125,15 @@ impl BufferType for RepackBufferType {
     }
     fn is_host(&self) -> bool {
         false
+    }
+    /// A repacked Q4_K matrix keeps its scales unpacked: 64 bytes more per 16-row super-block.
+    fn alloc_size(&self, t: &Tensor) -> usize {
+        if repackable(t) {
+            let (_, _, mats) = matrices(t);
+            (mats * matrix_bytes(t)).max(t.nbytes())
+        } else {
+            t.nbytes()
+        }
     }
 }
 
@@ -148,20 +186,13 @@ impl Buffer for RepackBuffer {
             return self.0.write(at, data);
         }
         Self::whole(t, offset, data.len())?;
-        let (rows, nb, mats) = matrices(t);
-        let (mb, base) = (rows * nb * 18, self.0.base());
-        if at + mats * mb > self.0.size() {
+        let (_, _, mats) = matrices(t);
+        let (pb, rb, base) = (t.nbytes() / mats.max(1), matrix_bytes(t), self.0.base());
+        if at + mats * rb > self.0.size() {
             return Err(Error::Unsupported("tensor outside its buffer".into()));
         }
         for m in 0..mats {
-            unsafe {
-                crate::cpu::quants::repack_q4_0::repack(
-                    rows,
-                    nb,
-                    data.as_ptr().add(m * mb),
-                    base.add(at + m * mb),
-                )
-            };
+            unsafe { convert(t, false, data.as_ptr().add(m * pb), base.add(at + m * rb)) };
         }
         Ok(())
     }
@@ -170,20 +201,13 @@ impl Buffer for RepackBuffer {
             return self.0.read(at, out);
         }
         Self::whole(t, offset, out.len())?;
-        let (rows, nb, mats) = matrices(t);
-        let (mb, base) = (rows * nb * 18, self.0.base());
-        if at + mats * mb > self.0.size() {
+        let (_, _, mats) = matrices(t);
+        let (pb, rb, base) = (t.nbytes() / mats.max(1), matrix_bytes(t), self.0.base());
+        if at + mats * rb > self.0.size() {
             return Err(Error::Unsupported("tensor outside its buffer".into()));
         }
         for m in 0..mats {
-            unsafe {
-                crate::cpu::quants::repack_q4_0::unrepack(
-                    rows,
-                    nb,
-                    base.add(at + m * mb),
-                    out.as_mut_ptr().add(m * mb),
-                )
-            };
+            unsafe { convert(t, true, base.add(at + m * rb), out.as_mut_ptr().add(m * pb)) };
         }
         Ok(())
     }

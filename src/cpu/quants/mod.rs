@@ -25,6 +25,7 @@ pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
 pub mod repack_q4_0;
+pub mod repack_q4_k;
 pub mod tq1_0;
 pub mod tq2_0;
 
