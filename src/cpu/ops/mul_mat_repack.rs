@@ -342,4 +342,77 @@ mod tests {
             }
         }
     }
+    /// One-column product speed, plain weights (the register tiles) against repacked ones, on
+    /// 8B-class shapes (4096 × 14336, 33 MB of Q4_0 or Q4_K, read from memory each time: 4 such
+    /// matrices in turn), best of 15 interleaved rounds, 1 and 2 threads:
+    /// `cargo test --release -- --ignored bench_repack_gemv --nocapture`. Prints GB/s of weights.
+    #[test]
+    #[ignore]
+    fn bench_repack_gemv() {
+        use crate::cpu::backend::CpuBackend;
+        use crate::device::Backend;
+        use std::time::Instant;
+        if !panel::available() {
+            return;
+        }
+        let (k, m, mats) = (4096, 14336, 4);
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
+            let mut x = TT::new(GgmlType::F32, [k, 1, 1, 1]);
+            x.set(&rand_vec(k, 3, -1.0, 1.0));
+            let (mut plain, mut packed) = (vec![], vec![]);
+            for i in 0..mats {
+                let mut w = TT::new(ty, [k, m, 1, 1]);
+                w.set(&rand_vec(k * m, 10 + i as u32, -1.0, 1.0));
+                let nb = k / ty.block_size();
+                let bytes =
+                    crate::cpu::quants::repack_q4_k::repacked_bytes(m, nb).max(w.tensor().nbytes());
+                let rs = ty.row_size(k);
+                let wr = TT::strided(
+                    ty,
+                    [k, m, 1, 1],
+                    [ty.type_size(), rs, m * rs, m * rs],
+                    bytes,
+                );
+                unsafe {
+                    let (s, d) = (w.tensor().data(), wr.tensor().data());
+                    if ty == GgmlType::Q4_K {
+                        crate::cpu::quants::repack_q4_k::repack(m, nb, s, d);
+                    } else {
+                        crate::cpu::quants::repack_q4_0::repack(m, nb, s, d);
+                    }
+                    crate::cpu::repack::set_mark(wr.tensor().as_ptr());
+                }
+                plain.push(w);
+                packed.push(wr);
+            }
+            for nth in [1, 2] {
+                let mut be = CpuBackend::new(nth).unwrap();
+                let mut best = [f64::MAX; 2];
+                for _ in 0..15 {
+                    for (v, ws) in [&plain, &packed].into_iter().enumerate() {
+                        let nodes: Vec<TT> = ws
+                            .iter()
+                            .map(|w| {
+                                let mut d = TT::new(GgmlType::F32, [m, 1, 1, 1]);
+                                d.op(op::MUL_MAT).src(0, w).src(1, &x);
+                                d
+                            })
+                            .collect();
+                        let t = Instant::now();
+                        for d in &nodes {
+                            be.compute(&[d.tensor()]).unwrap();
+                        }
+                        best[v] = best[v].min(t.elapsed().as_secs_f64());
+                    }
+                }
+                let gb = (mats * m * ty.row_size(k)) as f64 / 1e9;
+                eprintln!(
+                    "{ty:?} {nth} thread(s): plain {:.1} GB/s, repacked {:.1} GB/s ({:.2}x)",
+                    gb / best[0],
+                    gb / best[1],
+                    best[0] / best[1]
+                );
+            }
+        }
+    }
 }
