@@ -16,6 +16,10 @@
 #            tg16, best of 2, and the share of the machine's read bandwidth each reaches (every weight
 #            but the embedding table is read once a generated token)
 #   threads  SmolLM2 pp256 / tg64 at each of THREAD_LIST (default: 1 2 4 ... up to the cores)
+#   repack   RFCPU's load-time repack (RFCPU_REPACK) off and on against ggml-cpu, interleaved: an 8B-class
+#            llama with REPACK_LAYERS (8) of its 32 layers and the 1B-class one (16 layers), Q4_0 and Q4_K,
+#            pp PP (512) and tg TG (32), best of REPS (2), ROUNDS (2) rounds; the models are written once
+#            to REPACK_MODELS (default models/; 1.2 GB each for the 8B-class, 0.6 GB for the 1B-class)
 # Env: THREADS (default: the machine's cores), JOBS (build jobs, default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,6 +112,50 @@ if has 8b; then
         bench 8B-class-Q4_0 ggml-cpu "$ggml_cpu" "$m8" "$threads" 32 16 2
         bench 8B-class-Q4_0 rocmforge "$bin/libggml-rocmforge.so" "$m8" "$threads" 32 16 2
     } | tee /dev/stderr | table "$bw" "$bytes"
+fi
+
+if has repack; then
+    dir=${REPACK_MODELS:-models}
+    layers=${REPACK_LAYERS:-8}
+    rounds=${ROUNDS:-2}
+    for spec in "8b:$layers" "1b:16"; do
+        preset=${spec%%:*}
+        for t in q4_0 q4_k; do
+            m=$dir/llama-$preset-${spec#*:}l-$t.gguf
+            [ -f "$m" ] || "$bin/make_model" --preset "$preset" --layers "${spec#*:}" --type "$t" --tokenizer "$model" -o "$m"
+            label=$preset-class-${spec#*:}L-$t
+            for r in $(seq "$rounds"); do
+                bench "$label" ggml-cpu "$ggml_cpu" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"
+                ROCMFORGE_CPU_REPACK=0 bench "$label-plain" rocmforge "$bin/libggml-rocmforge.so" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"
+                ROCMFORGE_CPU_REPACK=1 bench "$label-repack" rocmforge "$bin/libggml-rocmforge.so" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"
+            done
+        done
+    done | tee /dev/stderr | python3 -c '
+# One row per (model, test, round): ggml-cpu, RFCPU with the repack off and on, the ratios.
+import sys
+rows, seen = [], {}
+for line in sys.stdin:
+    label, *kvs = line.split()
+    kv = dict(x.split("=", 1) for x in kvs if "=" in x)
+    base = label.rsplit("-", 1)[0] if label.endswith(("-plain", "-repack")) else label
+    who = "ggml" if kv["backend"] == "ggml-cpu" else label.rsplit("-", 1)[1]
+    for k, v in kv.items():
+        if k.startswith(("pp", "tg")):
+            key = (base, k)
+            n = seen.setdefault((key, who), 0)
+            seen[(key, who)] = n + 1
+            while len(rows) <= n or key not in rows[n]:
+                if len(rows) <= n: rows.append({})
+                else: rows[n][key] = {}
+            rows[n][key][who] = float(v)
+print("| model | test | round | ggml-cpu | RFCPU plain | RFCPU repack | plain/ggml | repack/ggml | repack/plain |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for n, rr in enumerate(rows):
+    for (base, test), r in rr.items():
+        g, p, q = r.get("ggml", 0), r.get("plain", 0), r.get("repack", 0)
+        f = lambda a, b: f"{a / b:.2f}x" if b else "-"
+        print(f"| {base} | {test} | {n + 1} | {g:.2f} | {p:.2f} | {q:.2f} | {f(p, g)} | {f(q, g)} | {f(q, p)} |")
+'
 fi
 
 if has threads; then

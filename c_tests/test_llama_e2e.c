@@ -1,9 +1,13 @@
 // End-to-end: a real model through libllama with only rocmforge loaded, against ggml's CPU backend.
 //
 //   test_llama_e2e LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--strict]
-//                  [--device NAME|PREFIX*] [--sm layer|row] [--ts A,B]
+//                  [--device NAME|PREFIX*] [--sm layer|row] [--ts A,B] [--against-plain]
 // (--device RFGPU* --sm row: every GPU, each weight matrix's rows split over them; "skipped: no GPU"
 // and exit 0 where the pattern names no device)
+//
+// --against-plain: the reference (ref, ref1) is rocmforge itself with ROCMFORGE_CPU_REPACK=0, the run under
+// test rocmforge with its load-time repack buffer type (RFCPU_REPACK), whose use its log must show; alt
+// stays ggml-cpu with flash attention toggled (the scale of rounding noise).
 //
 // For each flash-attention setting, llama_run (one backend per process) writes the teacher-forced
 // logits of 64 positions and a 16-token greedy continuation, for:
@@ -104,16 +108,35 @@ static const char * g_sm = NULL, * g_ts = NULL;
 // KV cache type for every run (--kv q8_0 etc.; llama_run quantizes V only with flash attention).
 static const char * g_kv = "f16";
 
-static int produce(const char * exe, const char * backend, const char * lib, const char * model, const char * out,
-                   int threads, int fa) {
-    char cmd[4096], dev[256] = "";
+// ENV: variable assignments for the run ("" for none); LOG: where its stderr goes (NULL: inherited).
+static int produce_env(const char * env, const char * log, const char * exe, const char * backend, const char * lib,
+                       const char * model, const char * out, int threads, int fa) {
+    char cmd[4096], dev[256] = "", redirect[1100] = "";
     if (g_device && !strcmp(backend, "rocmforge"))
         snprintf(dev, sizeof dev, " --device '%s'%s%s%s%s", g_device, g_sm ? " --sm " : "", g_sm ? g_sm : "",
                  g_ts ? " --ts " : "", g_ts ? g_ts : "");
-    snprintf(cmd, sizeof cmd, "'%s' logits -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --kv %s --positions 64 --gen 16%s",
-             exe, backend, lib, model, out, threads, fa ? "on" : "off", g_kv, dev);
+    if (log) snprintf(redirect, sizeof redirect, " 2>'%s'", log);
+    snprintf(cmd, sizeof cmd, "%s '%s' logits -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --kv %s --positions 64 --gen 16%s%s",
+             env, exe, backend, lib, model, out, threads, fa ? "on" : "off", g_kv, dev, redirect);
+    // 1: done; 3: the device pattern names no device (llama_run's exit 3); 0: failed.
     int rc = run(cmd);
     return rc == 0 ? 1 : rc == 3 ? 3 : 0;
+}
+
+static int produce(const char * exe, const char * backend, const char * lib, const char * model, const char * out,
+                   int threads, int fa) {
+    return produce_env("", NULL, exe, backend, lib, model, out, threads, fa);
+}
+
+// Whether the file at PATH contains NEEDLE.
+static int file_has(const char * path, const char * needle) {
+    FILE * f = fopen(path, "rb");
+    if (!f) return 0;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
 }
 
 int main(int argc, char ** argv) {
@@ -123,10 +146,11 @@ int main(int argc, char ** argv) {
     }
     const char * exe = argv[1], * rf_so = argv[2], * cpu_so = argv[3], * model = argv[4], * dir = argv[5];
     const char * fa_mode = "both";
-    int threads = 2, min_stable = 8, strict = 0;
+    int threads = 2, min_stable = 8, strict = 0, against_plain = 0;
     for (int i = 6; i < argc; i++) {
         const char * a = argv[i], * v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--strict")) { strict = 1; continue; }
+        if (!strcmp(a, "--against-plain")) { against_plain = 1; continue; }
         if (!v) { fprintf(stderr, "%s needs a value\n", a); return 2; }
         if (!strcmp(a, "--fa")) fa_mode = v;
         else if (!strcmp(a, "--threads")) threads = atoi(v);
@@ -153,16 +177,29 @@ int main(int argc, char ** argv) {
         snprintf(rf, sizeof rf, "%s/rf_fa%d.bin", dir, fa);
         snprintf(alt, sizeof alt, "%s/alt_fa%d.bin", dir, fa);
         // rocmforge first: a device pattern that names no device (RFGPU* without a GPU) skips.
-        int rf_ok = produce(exe, "rocmforge", rf_so, model, rf, threads, fa);
+        char rf_log[1100];
+        snprintf(rf_log, sizeof rf_log, "%s/rf_fa%d.log", dir, fa);
+        const char * ref_be = against_plain ? "rocmforge" : "ggml-cpu", * ref_so = against_plain ? rf_so : cpu_so;
+        const char * ref_env = against_plain ? "ROCMFORGE_CPU_REPACK=0" : "";
+        int rf_ok = produce_env("", rf_log, exe, "rocmforge", rf_so, model, rf, threads, fa);
         if (rf_ok == 3) {
             printf("skipped: no GPU\n");
             return 0;
         }
         if (rf_ok != 1 ||
-            produce(exe, "ggml-cpu", cpu_so, model, ref, threads, fa) != 1 ||
-            produce(exe, "ggml-cpu", cpu_so, model, ref1, 1, fa) != 1 ||
+            produce_env(ref_env, NULL, exe, ref_be, ref_so, model, ref, threads, fa) != 1 ||
+            produce_env(ref_env, NULL, exe, ref_be, ref_so, model, ref1, 1, fa) != 1 ||
             produce(exe, "ggml-cpu", cpu_so, model, alt, threads, !fa) != 1) {
             fprintf(stderr, "FAIL fa=%d: a llama_run invocation failed\n", fa);
+            failures++;
+            continue;
+        }
+        if (against_plain && !file_has(rf_log, "repacked at load")) {
+            if (file_has(rf_log, "RFCPU_REPACK disabled")) {
+                printf("skipped fa=%d: RFCPU offers no repack buffer type here (no AVX-512 VNNI)\n", fa);
+                continue;
+            }
+            fprintf(stderr, "FAIL fa=%d: the run's log (%s) shows no RFCPU_REPACK buffer\n", fa, rf_log);
             failures++;
             continue;
         }

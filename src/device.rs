@@ -59,6 +59,19 @@ pub trait Buffer: Send {
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
     /// The host can read and write the memory directly.
     fn is_host(&self) -> bool;
+    /// A tensor was placed in the buffer (`init_tensor`); a buffer that lays some tensors out
+    /// its own way marks them here.
+    fn init_tensor(&mut self, _t: &Tensor) -> Result<()> {
+        Ok(())
+    }
+    /// Writes `data` to `t`'s bytes from `offset` on, which lie at byte `at` of the buffer.
+    fn set_tensor(&mut self, _t: &Tensor, at: usize, _offset: usize, data: &[u8]) -> Result<()> {
+        self.write(at, data)
+    }
+    /// Reads `t`'s bytes from `offset` on, which lie at byte `at` of the buffer, into `out`.
+    fn get_tensor(&self, _t: &Tensor, at: usize, _offset: usize, out: &mut [u8]) -> Result<()> {
+        self.read(at, out)
+    }
     /// Copies `len` bytes at address `src`, inside another buffer of the same buffer type,
     /// to byte `offset` of this one without going through the host. Ok(false): not done
     /// (the caller falls back to a copy through the host).
@@ -173,6 +186,11 @@ pub trait Device: Send + Sync {
     fn kind(&self) -> DeviceKind;
     fn caps(&self) -> DeviceCaps;
     fn buffer_type(&self) -> &dyn BufferType;
+    /// A buffer type for weights laid out for this device's kernels, offered to hosts through
+    /// `ggml_backend_dev_get_extra_bufts` (RFCPU's `RFCPU_REPACK`). None: no such type.
+    fn extra_buffer_type(&self) -> Option<&dyn BufferType> {
+        None
+    }
     fn new_backend(&self) -> Result<Box<dyn Backend>>;
     /// Whether the device computes this node exactly as ggml's CPU backend does.
     fn supports_op(&self, node: &Tensor) -> bool;

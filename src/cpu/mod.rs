@@ -5,6 +5,7 @@ pub mod buffer;
 pub mod ops;
 pub mod pool;
 pub mod quants;
+pub mod repack;
 pub mod simd;
 pub mod types;
 
@@ -15,13 +16,18 @@ use std::ffi::{CStr, CString};
 pub struct CpuDevice {
     description: CString,
     buffer_type: buffer::HostBufferType,
+    repack_type: repack::RepackBufferType,
 }
 
 impl CpuDevice {
     pub fn new() -> CpuDevice {
+        if !repack::enabled() {
+            crate::log_info!("RFCPU_REPACK disabled: {}", repack::why_disabled());
+        }
         CpuDevice {
             description: CString::new(cpu_model_name()).unwrap_or_default(),
             buffer_type: buffer::HostBufferType,
+            repack_type: repack::RepackBufferType,
         }
     }
 }
@@ -91,6 +97,9 @@ impl Device for CpuDevice {
     }
     fn buffer_type(&self) -> &dyn BufferType {
         &self.buffer_type
+    }
+    fn extra_buffer_type(&self) -> Option<&dyn BufferType> {
+        repack::enabled().then_some(&self.repack_type as &dyn BufferType)
     }
     fn new_backend(&self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(backend::CpuBackend::new(default_threads())?))

@@ -190,6 +190,9 @@ unsafe extern "C" fn reg_get_proc_address(
             b"ggml_backend_split_buffer_type" | b"ggml_backend_rocmforge_split_buffer_type" => {
                 super::exports::ggml_backend_rocmforge_split_buffer_type as *mut c_void
             }
+            b"ggml_backend_dev_get_extra_bufts" => {
+                super::vtables::dev_get_extra_bufts as *mut c_void
+            }
             b"ggml_backend_rocmforge_hybrid_set_strategy" => {
                 super::hybrid_exports::ggml_backend_rocmforge_hybrid_set_strategy as *mut c_void
             }

@@ -23,6 +23,10 @@ pub struct DeviceEntry {
     pub dev: ggml_backend_device,
     pub buft: ggml_backend_buffer_type,
     pub host_buft: ggml_backend_buffer_type,
+    /// The device's extra buffer type (`Device::extra_buffer_type`), used only where it has one.
+    pub extra_buft: ggml_backend_buffer_type,
+    /// What `ggml_backend_dev_get_extra_bufts` returns: the extra type or nothing, then NULL.
+    extra_list: [ggml_backend_buffer_type_t; 2],
     pub imp: Box<dyn Device>,
     pub guid: &'static ggml_guid,
 }
@@ -53,6 +57,12 @@ impl DeviceEntry {
                 device: null_mut(),
                 context: null_mut(),
             },
+            extra_buft: ggml_backend_buffer_type {
+                iface: BUFT_IFACE,
+                device: null_mut(),
+                context: null_mut(),
+            },
+            extra_list: [null_mut(); 2],
             imp,
             guid,
         }));
@@ -62,6 +72,11 @@ impl DeviceEntry {
         entry.buft.context = p as *mut c_void;
         entry.host_buft.device = &mut entry.dev;
         entry.host_buft.context = p as *mut c_void;
+        entry.extra_buft.device = &mut entry.dev;
+        entry.extra_buft.context = p as *mut c_void;
+        if entry.imp.extra_buffer_type().is_some() {
+            entry.extra_list[0] = &mut entry.extra_buft;
+        }
         entry
     }
 
@@ -71,6 +86,11 @@ impl DeviceEntry {
 
     pub fn buft_ptr(&'static self) -> ggml_backend_buffer_type_t {
         &self.buft as *const _ as *mut _
+    }
+
+    /// The extra buffer type, NULL where the device has none.
+    pub fn extra_buft_ptr(&'static self) -> ggml_backend_buffer_type_t {
+        self.extra_list[0]
     }
 
     /// The pinned host buffer type, NULL where the device has none.
@@ -126,6 +146,34 @@ pub unsafe extern "C" fn backend_set_n_threads(backend: ggml_backend_t, n_thread
     })
 }
 
+/// `ggml_backend_dev_get_extra_bufts` (through the registry's get_proc_address): the device's
+/// extra buffer types, NULL-terminated (only RFCPU has one: `cpu::repack`).
+///
+/// # Safety
+/// `dev` is NULL or a ggml device handle.
+pub unsafe extern "C" fn dev_get_extra_bufts(
+    dev: ggml_backend_dev_t,
+) -> *mut ggml_backend_buffer_type_t {
+    static NONE: [usize; 1] = [0];
+    guard(
+        "dev_get_extra_bufts",
+        NONE.as_ptr() as *mut _,
+        || match entry_of_dev(dev).filter(|e| entries().iter().any(|x| std::ptr::eq(*x, *e))) {
+            Some(e) => e.extra_list.as_ptr() as *mut _,
+            None => NONE.as_ptr() as *mut _,
+        },
+    )
+}
+
+/// The device entry whose extra buffer type (repacked weights) holds `t`'s data, if any.
+unsafe fn extra_buft_entry(t: &Tensor) -> Option<&'static DeviceEntry> {
+    let buf = t.raw().buffer.as_ref()?;
+    entries()
+        .iter()
+        .copied()
+        .find(|e| !buf.buft.is_null() && std::ptr::eq(e.extra_buft_ptr(), buf.buft))
+}
+
 unsafe fn entry_of_dev(dev: ggml_backend_dev_t) -> Option<&'static DeviceEntry> {
     dev.as_ref()
         .and_then(|d| (d.context as *const DeviceEntry).as_ref())
@@ -144,6 +192,9 @@ unsafe fn buft_of(
         }
         if std::ptr::eq(e.host_buft_ptr(), buft) {
             return e.imp.host_buffer_type().map(|bt| (e, bt));
+        }
+        if std::ptr::eq(e.extra_buft_ptr(), buft) {
+            return e.imp.extra_buffer_type().map(|bt| (e, bt));
         }
     }
     None
@@ -304,10 +355,33 @@ unsafe extern "C" fn dev_buffer_from_host_ptr(
 unsafe extern "C" fn dev_supports_op(dev: ggml_backend_dev_t, node: *const ggml_tensor) -> bool {
     guard("dev_supports_op", false, || {
         match (entry_of_dev(dev), Tensor::from_ptr(node)) {
-            (Some(e), Some(t)) => geometry_ok(&t) && e.imp.supports_op(&t),
+            (Some(e), Some(t)) => geometry_ok(&t) && extra_bufts_ok(e, &t) && e.imp.supports_op(&t),
             _ => false,
         }
     })
+}
+
+/// No source of `t` lies in an extra buffer type (repacked weights) unless `e` is that
+/// buffer type's device and reads it there as the weights of a repacked product
+/// (`cpu::repack::product_ok`); a refusal is logged at debug level (libllama asks so for every
+/// weight while it picks buffer types).
+unsafe fn extra_bufts_ok(e: &'static DeviceEntry, t: &Tensor) -> bool {
+    for i in 0..GGML_MAX_SRC {
+        let Some(s) = t.src(i) else { continue };
+        let Some(owner) = extra_buft_entry(&s) else {
+            continue;
+        };
+        if !std::ptr::eq(owner, e) || !crate::cpu::repack::product_ok(t, i) {
+            log_debug!(
+                "op {} '{}' not supported: source {i} '{}' is repacked (RFCPU_REPACK)",
+                t.op(),
+                t.name(),
+                s.name()
+            );
+            return false;
+        }
+    }
+    true
 }
 
 /// The node's and its sources' shapes and strides can be computed on
@@ -346,7 +420,7 @@ unsafe extern "C" fn dev_supports_buft(
         if buft.is_null() {
             return false;
         }
-        if std::ptr::eq(buft, e.buft_ptr()) {
+        if std::ptr::eq(buft, e.buft_ptr()) || std::ptr::eq(buft, e.extra_buft_ptr()) {
             return true;
         }
         // A split buffer type (row split) belongs to its main GPU, which computes on it.
@@ -520,7 +594,7 @@ unsafe extern "C" fn buft_is_host(buft: ggml_backend_buffer_type_t) -> bool {
 const BUFFER_IFACE: ggml_backend_buffer_i = ggml_backend_buffer_i {
     free_buffer: Some(buffer_free),
     get_base: Some(buffer_get_base),
-    init_tensor: None,
+    init_tensor: Some(buffer_init_tensor),
     memset_tensor: Some(buffer_memset_tensor),
     set_tensor: Some(buffer_set_tensor),
     get_tensor: Some(buffer_get_tensor),
@@ -689,6 +763,24 @@ unsafe extern "C" fn buffer_get_base(buffer: ggml_backend_buffer_t) -> *mut c_vo
     })
 }
 
+unsafe extern "C" fn buffer_init_tensor(
+    buffer: ggml_backend_buffer_t,
+    t: *mut ggml_tensor,
+) -> ggml_status {
+    guard("buffer_init_tensor", GGML_STATUS_FAILED, || {
+        let (Some(c), Some(tt)) = (buffer_ctx(buffer), Tensor::from_ptr(t)) else {
+            return GGML_STATUS_FAILED;
+        };
+        match c.imp.init_tensor(&tt) {
+            Ok(()) => GGML_STATUS_SUCCESS,
+            Err(e) => {
+                log_error!("init_tensor '{}': {e}", tt.name());
+                GGML_STATUS_FAILED
+            }
+        }
+    })
+}
+
 unsafe extern "C" fn buffer_memset_tensor(
     buffer: ggml_backend_buffer_t,
     t: *mut ggml_tensor,
@@ -732,9 +824,15 @@ unsafe extern "C" fn buffer_set_tensor(
                 c.fail("set_tensor", "the data overlaps the destination")
             }
             Some(at) => {
-                let r = c
-                    .imp
-                    .write(at, std::slice::from_raw_parts(data as *const u8, size));
+                let r = match Tensor::from_ptr(t) {
+                    Some(tt) => c.imp.set_tensor(
+                        &tt,
+                        at,
+                        offset,
+                        std::slice::from_raw_parts(data as *const u8, size),
+                    ),
+                    None => Err(crate::device::Error::Unsupported("NULL tensor".into())),
+                };
                 c.check(r, "set_tensor")
             }
             None => c.fail(
@@ -765,11 +863,18 @@ unsafe extern "C" fn buffer_get_tensor(
             Some(at) if overlaps(c, at, data as *const u8, size) => {
                 c.fail("get_tensor", "the destination overlaps the data")
             }
-            Some(at) => c.check(
-                c.imp
-                    .read(at, std::slice::from_raw_parts_mut(data as *mut u8, size)),
-                "get_tensor",
-            ),
+            Some(at) => {
+                let r = match Tensor::from_ptr(t) {
+                    Some(tt) => c.imp.get_tensor(
+                        &tt,
+                        at,
+                        offset,
+                        std::slice::from_raw_parts_mut(data as *mut u8, size),
+                    ),
+                    None => Err(crate::device::Error::Unsupported("NULL tensor".into())),
+                };
+                c.check(r, "get_tensor")
+            }
             None => c.fail(
                 "get_tensor",
                 &format!("range +{offset}, {size} bytes outside the buffer"),
@@ -846,7 +951,10 @@ unsafe extern "C" fn buffer_cpy_tensor(
             );
             return false;
         }
-        match c.imp.write(at, std::slice::from_raw_parts(s.data(), n)) {
+        match c
+            .imp
+            .set_tensor(&d, at, 0, std::slice::from_raw_parts(s.data(), n))
+        {
             Ok(()) => true,
             Err(e) => {
                 c.fail("cpy_tensor", &e.to_string());

@@ -11,6 +11,7 @@ mod layout;
 mod mul_mat;
 mod mul_mat_id;
 mod mul_mat_panel;
+mod mul_mat_repack;
 mod norm;
 mod reduce;
 mod rope;

@@ -97,6 +97,9 @@ pub unsafe fn convert_row(
 
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    if crate::cpu::repack::is_repacked(&w) {
+        return super::mul_mat_repack::work_size(node, nth);
+    }
     if super::mul_mat_panel::applies(node) {
         return super::mul_mat_panel::work_size(node, nth);
     }
@@ -111,6 +114,9 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
 pub fn compute(node: &Tensor, ctx: &Ctx) {
     if let Some(n) = hadamard_len(node) {
         return hadamard(node, n, ctx);
+    }
+    if crate::cpu::repack::is_repacked(&node.src(0).unwrap()) {
+        return super::mul_mat_repack::compute(node, ctx);
     }
     if super::mul_mat_panel::applies(node) {
         return super::mul_mat_panel::compute(node, ctx);

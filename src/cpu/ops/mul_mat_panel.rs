@@ -214,14 +214,14 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::testutil::*;
     use crate::cpu::quants::{f16_to_f32, q4_0::BlockQ4_0, q8_0, q8_0::BlockQ8_0};
     use crate::ggml_types::{op, GgmlType};
 
     /// dst[i, j] as ggml-cpu's repacked Q4_0 kernels sum it: x rounded to Q8_0, then per block
     /// in order `acc = fma(Σ (q − 8)·y, dx·dy, acc)`.
-    fn blockwise(w: &TT, x: &TT) -> Vec<f32> {
+    pub(in crate::cpu::ops) fn blockwise(w: &TT, x: &TT) -> Vec<f32> {
         let (wne, xne) = (w.ne(), x.ne());
         let nb = wne[0] / 32;
         let wd = w.tensor().data() as *const BlockQ4_0;

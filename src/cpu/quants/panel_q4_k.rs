@@ -18,9 +18,9 @@ pub use super::panel::ROWS;
 /// Most activation columns one kernel call runs.
 pub const MAX_COLS: usize = 4;
 
-const DMIN_AT: usize = ROWS * 4;
-const SC_AT: usize = 2 * ROWS * 4;
-const MN_AT: usize = SC_AT + 8 * ROWS * 4;
+pub(crate) const DMIN_AT: usize = ROWS * 4;
+pub(crate) const SC_AT: usize = 2 * ROWS * 4;
+pub(crate) const MN_AT: usize = SC_AT + 8 * ROWS * 4;
 const CODES_AT: usize = MN_AT + 4 * ROWS * 4;
 /// Bytes of one super-block of a panel.
 pub const BLOCK_BYTES: usize = CODES_AT + QK_K * ROWS;
@@ -41,7 +41,7 @@ pub fn panel_bytes(nb: usize) -> usize {
 }
 
 /// Offset of code group g (4 values) of sub-block s in a panel super-block.
-const fn codes_at(s: usize, g: usize) -> usize {
+pub(crate) const fn codes_at(s: usize, g: usize) -> usize {
     CODES_AT + (s * 8 + g) * ROWS * 4
 }
 
