@@ -1,7 +1,7 @@
 // make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
-//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
@@ -54,7 +54,7 @@ static void die(const char * msg) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
@@ -119,7 +119,7 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
     const int64_t KV = (int64_t) s->head_dim * s->n_head_kv, F = s->n_ff;
     const float w = 0.02f, wqk = 0.1f;
     char name[128];
-    const int tied = s->tied || !strcmp(a, "qwen2") || !strcmp(a, "gemma3");
+    const int tied = s->tied || !strcmp(a, "qwen2") || !strcmp(a, "gemma3") || !strcmp(a, "gemma2");
 
     add_w(m, s->embd_type != GGML_TYPE_F32 ? s->embd_type : wtype, "token_embd.weight", E, n_vocab, 1, w);
     add_norm(m, "output_norm.weight", E);
@@ -128,9 +128,14 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
     for (int il = 0; il < s->n_layer; il++) {
 #define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
         add_norm(m, NAME("attn_norm.weight"), E);
-        add_w(m, wtype, NAME("attn_q.weight"), E, Q, 1, wqk);
-        add_w(m, wtype, NAME("attn_k.weight"), E, KV, 1, wqk);
-        add_w(m, wtype, NAME("attn_v.weight"), E, KV, 1, w);
+        if (!strcmp(a, "phi3")) {
+            // One fused Q|K|V projection (rows Q, then K, then V), as Phi-3 ships.
+            add_w(m, wtype, NAME("attn_qkv.weight"), E, Q + 2 * KV, 1, wqk);
+        } else {
+            add_w(m, wtype, NAME("attn_q.weight"), E, Q, 1, wqk);
+            add_w(m, wtype, NAME("attn_k.weight"), E, KV, 1, wqk);
+            add_w(m, wtype, NAME("attn_v.weight"), E, KV, 1, w);
+        }
         add_w(m, wtype, NAME("attn_output.weight"), Q, E, 1, w);
         if (!strcmp(a, "qwen2")) {
             add(m, NAME("attn_q.bias"), GGML_TYPE_F32, Q, 1, 1, 0.05f, 0.0f);
@@ -141,7 +146,7 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
             add_norm(m, NAME("attn_q_norm.weight"), D);
             add_norm(m, NAME("attn_k_norm.weight"), D);
         }
-        if (!strcmp(a, "gemma3")) add_norm(m, NAME("post_attention_norm.weight"), E);
+        if (!strcmp(a, "gemma3") || !strcmp(a, "gemma2")) add_norm(m, NAME("post_attention_norm.weight"), E);
         add_norm(m, NAME("ffn_norm.weight"), E);
         if (s->n_expert > 0) {
             const int64_t FE = s->n_ff_exp, X = s->n_expert;
@@ -149,12 +154,16 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
             add_w(m, wtype, NAME("ffn_gate_exps.weight"), E, FE, X, w);
             add_w(m, wtype, NAME("ffn_up_exps.weight"), E, FE, X, w);
             add_w(m, wtype, NAME("ffn_down_exps.weight"), FE, E, X, w);
+        } else if (!strcmp(a, "phi3")) {
+            // No ffn_gate: ffn_up is twice as wide and the graph splits it into gate and up halves.
+            add_w(m, wtype, NAME("ffn_up.weight"), E, 2 * F, 1, w);
+            add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
         } else {
             add_w(m, wtype, NAME("ffn_gate.weight"), E, F, 1, w);
             add_w(m, wtype, NAME("ffn_up.weight"), E, F, 1, w);
             add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
         }
-        if (!strcmp(a, "gemma3")) add_norm(m, NAME("post_ffw_norm.weight"), E);
+        if (!strcmp(a, "gemma3") || !strcmp(a, "gemma2")) add_norm(m, NAME("post_ffw_norm.weight"), E);
 #undef NAME
     }
 }
@@ -186,6 +195,13 @@ static void set_hparams(struct gguf_context * g, const struct shape * s, int n_v
         gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
         gguf_set_val_u32(g, KEY("attention.sliding_window_pattern"), 2);
         gguf_set_val_f32(g, KEY("rope.freq_base_swa"), 10000.0f);
+    }
+    if (!strcmp(s->arch, "gemma2")) {
+        // Gemma 2's caps (50 on attention logits, 30 on the output's) are far above what random weights
+        // reach; small caps put the tanh in its curved range. SWA on every other layer, 16 tokens wide.
+        gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
+        gguf_set_val_f32(g, KEY("attn_logit_softcapping"), 2.0f);
+        gguf_set_val_f32(g, KEY("final_logit_softcapping"), 1.0f);
     }
 #undef KEY
 }
@@ -299,6 +315,8 @@ int main(int argc, char ** argv) {
         if (!strcmp(arch, "llama")) { s.rope_base = 500000.0f; s.rms_eps = 1e-5f; }
         else if (!strcmp(arch, "qwen2") || !strcmp(arch, "qwen3")) { s.rope_base = 1000000.0f; }
         else if (!strcmp(arch, "gemma3")) { s.n_layer = 4; s.rope_base = 1000000.0f; }
+        else if (!strcmp(arch, "gemma2")) { s.rope_base = 10000.0f; }
+        else if (!strcmp(arch, "phi3")) { s.rms_eps = 1e-5f; }
         else if (!strcmp(arch, "qwen3moe")) {
             s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 1000000.0f;
         } else usage();
