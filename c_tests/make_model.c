@@ -1,7 +1,7 @@
 // make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
-//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
@@ -54,7 +54,7 @@ static void die(const char * msg) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
@@ -113,8 +113,49 @@ static void add_norm(struct model * m, const char * name, int64_t n) {
     add(m, name, GGML_TYPE_F32, n, 1, 1, 0.0f, 1.0f);
 }
 
+static void add_bias(struct model * m, const char * name, int64_t n) {
+    add(m, name, GGML_TYPE_F32, n, 1, 1, 0.05f, 0.0f);
+}
+
+// BERT (an encoder for embeddings): learned positions and token types, LayerNorms with biases after
+// attention and after the GELU feed-forward, biases on every projection; no output head.
+static void build_bert(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
+    const int64_t E = s->n_embd, F = s->n_ff;
+    const float w = 0.02f, wqk = 0.1f;
+    char name[128];
+    add_w(m, wtype, "token_embd.weight", E, n_vocab, 1, w);
+    add(m, "token_types.weight", GGML_TYPE_F32, E, 2, 1, w, 0.0f);
+    add_w(m, wtype, "position_embd.weight", E, s->n_ctx_train, 1, w);
+    add_norm(m, "token_embd_norm.weight", E);
+    add_bias(m, "token_embd_norm.bias", E);
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
+        add_w(m, wtype, NAME("attn_q.weight"), E, E, 1, wqk);
+        add_bias(m, NAME("attn_q.bias"), E);
+        add_w(m, wtype, NAME("attn_k.weight"), E, E, 1, wqk);
+        add_bias(m, NAME("attn_k.bias"), E);
+        add_w(m, wtype, NAME("attn_v.weight"), E, E, 1, w);
+        add_bias(m, NAME("attn_v.bias"), E);
+        add_w(m, wtype, NAME("attn_output.weight"), E, E, 1, w);
+        add_bias(m, NAME("attn_output.bias"), E);
+        add_norm(m, NAME("attn_output_norm.weight"), E);
+        add_bias(m, NAME("attn_output_norm.bias"), E);
+        add_w(m, wtype, NAME("ffn_up.weight"), E, F, 1, w);
+        add_bias(m, NAME("ffn_up.bias"), F);
+        add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
+        add_bias(m, NAME("ffn_down.bias"), E);
+        add_norm(m, NAME("layer_output_norm.weight"), E);
+        add_bias(m, NAME("layer_output_norm.bias"), E);
+#undef NAME
+    }
+}
+
 static void build(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
     const char * a = s->arch;
+    if (!strcmp(a, "bert")) {
+        build_bert(m, s, wtype, n_vocab);
+        return;
+    }
     const int64_t E = s->n_embd, D = s->head_dim, Q = (int64_t) s->head_dim * s->n_head;
     const int64_t KV = (int64_t) s->head_dim * s->n_head_kv, F = s->n_ff;
     const float w = 0.02f, wqk = 0.1f;
@@ -195,6 +236,13 @@ static void set_hparams(struct gguf_context * g, const struct shape * s, int n_v
         gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
         gguf_set_val_u32(g, KEY("attention.sliding_window_pattern"), 2);
         gguf_set_val_f32(g, KEY("rope.freq_base_swa"), 10000.0f);
+    }
+    if (!strcmp(s->arch, "bert")) {
+        // Non-causal, mean pooling (llama_get_embeddings_seq), two token types as BERT checkpoints have.
+        gguf_set_val_f32(g, KEY("attention.layer_norm_epsilon"), 1e-12f);
+        gguf_set_val_bool(g, KEY("attention.causal"), false);
+        gguf_set_val_u32(g, KEY("pooling_type"), 1);
+        gguf_set_val_u32(g, "tokenizer.ggml.token_type_count", 2);
     }
     if (!strcmp(s->arch, "gemma2")) {
         // Gemma 2's caps (50 on attention logits, 30 on the output's) are far above what random weights
@@ -317,6 +365,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(arch, "gemma3")) { s.n_layer = 4; s.rope_base = 1000000.0f; }
         else if (!strcmp(arch, "gemma2")) { s.rope_base = 10000.0f; }
         else if (!strcmp(arch, "phi3")) { s.rms_eps = 1e-5f; }
+        else if (!strcmp(arch, "bert")) { s.n_head_kv = s.n_head; s.n_ctx_train = 512; }
         else if (!strcmp(arch, "qwen3moe")) {
             s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 1000000.0f;
         } else usage();
