@@ -1,7 +1,7 @@
 // make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
-//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
@@ -54,7 +54,7 @@ static void die(const char * msg) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
@@ -65,6 +65,7 @@ static enum ggml_type parse_type(const char * s) {
     static const struct { const char * name; enum ggml_type t; } types[] = {
         {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
         {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q4_k", GGML_TYPE_Q4_K}, {"q6_k", GGML_TYPE_Q6_K},
+        {"mxfp4", GGML_TYPE_MXFP4},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (!strcmp(s, types[i].name)) return types[i].t;
@@ -150,10 +151,52 @@ static void build_bert(struct model * m, const struct shape * s, enum ggml_type 
     }
 }
 
+// gpt-oss: experts in `wtype` (MXFP4 as shipped), the other matrices F16 then; biases on Q/K/V, the
+// attention output, the router and every expert (ADD_ID), one attention sink per head, the pre- and
+// post-attention RMS norms and no FFN norm, an untied output head.
+static void build_gpt_oss(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
+    const int64_t E = s->n_embd, Q = (int64_t) s->head_dim * s->n_head, KV = (int64_t) s->head_dim * s->n_head_kv;
+    const int64_t FE = s->n_ff_exp, X = s->n_expert;
+    const enum ggml_type dtype = wtype == GGML_TYPE_MXFP4 ? GGML_TYPE_F16 : wtype;
+    const float w = 0.02f, wqk = 0.1f;
+    char name[128];
+    add_w(m, dtype, "token_embd.weight", E, n_vocab, 1, w);
+    add_norm(m, "output_norm.weight", E);
+    add_w(m, dtype, "output.weight", E, n_vocab, 1, w);
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
+        add_norm(m, NAME("attn_norm.weight"), E);
+        add_norm(m, NAME("post_attention_norm.weight"), E);
+        add_w(m, dtype, NAME("attn_q.weight"), E, Q, 1, wqk);
+        add_bias(m, NAME("attn_q.bias"), Q);
+        add_w(m, dtype, NAME("attn_k.weight"), E, KV, 1, wqk);
+        add_bias(m, NAME("attn_k.bias"), KV);
+        add_w(m, dtype, NAME("attn_v.weight"), E, KV, 1, w);
+        add_bias(m, NAME("attn_v.bias"), KV);
+        add_w(m, dtype, NAME("attn_output.weight"), Q, E, 1, w);
+        add_bias(m, NAME("attn_output.bias"), E);
+        // Sinks of the order of the attention logits, so that they take a real share.
+        add(m, NAME("attn_sinks.weight"), GGML_TYPE_F32, s->n_head, 1, 1, 1.0f, 0.0f);
+        add(m, NAME("ffn_gate_inp.weight"), GGML_TYPE_F32, E, X, 1, 0.1f, 0.0f);
+        add_bias(m, NAME("ffn_gate_inp.bias"), X);
+        add_w(m, wtype, NAME("ffn_gate_exps.weight"), E, FE, X, w);
+        add(m, NAME("ffn_gate_exps.bias"), GGML_TYPE_F32, FE, X, 1, 0.05f, 0.0f);
+        add_w(m, wtype, NAME("ffn_up_exps.weight"), E, FE, X, w);
+        add(m, NAME("ffn_up_exps.bias"), GGML_TYPE_F32, FE, X, 1, 0.05f, 0.0f);
+        add_w(m, wtype, NAME("ffn_down_exps.weight"), FE, E, X, w);
+        add(m, NAME("ffn_down_exps.bias"), GGML_TYPE_F32, E, X, 1, 0.05f, 0.0f);
+#undef NAME
+    }
+}
+
 static void build(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
     const char * a = s->arch;
     if (!strcmp(a, "bert")) {
         build_bert(m, s, wtype, n_vocab);
+        return;
+    }
+    if (!strcmp(a, "gpt-oss")) {
+        build_gpt_oss(m, s, wtype, n_vocab);
         return;
     }
     const int64_t E = s->n_embd, D = s->head_dim, Q = (int64_t) s->head_dim * s->n_head;
@@ -243,6 +286,10 @@ static void set_hparams(struct gguf_context * g, const struct shape * s, int n_v
         gguf_set_val_bool(g, KEY("attention.causal"), false);
         gguf_set_val_u32(g, KEY("pooling_type"), 1);
         gguf_set_val_u32(g, "tokenizer.ggml.token_type_count", 2);
+    }
+    if (!strcmp(s->arch, "gpt-oss")) {
+        // Every other layer a 16-token sliding window (the default pattern of 2), as gpt-oss's 128.
+        gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
     }
     if (!strcmp(s->arch, "gemma2")) {
         // Gemma 2's caps (50 on attention logits, 30 on the output's) are far above what random weights
@@ -365,6 +412,11 @@ int main(int argc, char ** argv) {
         else if (!strcmp(arch, "gemma3")) { s.n_layer = 4; s.rope_base = 1000000.0f; }
         else if (!strcmp(arch, "gemma2")) { s.rope_base = 10000.0f; }
         else if (!strcmp(arch, "phi3")) { s.rms_eps = 1e-5f; }
+        else if (!strcmp(arch, "gpt-oss")) {
+            // Q wider than the embedding (8 heads of 32 on 128) as gpt-oss's 64 x 64 on 2880; 8 experts, 2 used.
+            s.n_head = 8; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 150000.0f;
+            s.rms_eps = 1e-5f;
+        }
         else if (!strcmp(arch, "bert")) { s.n_head_kv = s.n_head; s.n_ctx_train = 512; }
         else if (!strcmp(arch, "qwen3moe")) {
             s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 1000000.0f;
