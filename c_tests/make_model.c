@@ -1,7 +1,7 @@
 // make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
-//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
@@ -54,7 +54,7 @@ static void die(const char * msg) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4\n"
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
@@ -189,8 +189,53 @@ static void build_gpt_oss(struct model * m, const struct shape * s, enum ggml_ty
     }
 }
 
+// DeepSeek-V2-Lite's multi-head latent attention, scaled down: K and V compressed to a 64-wide latent
+// (plus a 16-wide shared RoPE part), per-head 32 + 16 query/key and 32 value dims; the cache holds
+// the latent (key_length 80, value_length 64, one KV head), as converted MLA models declare.
+enum { DS_KV_LORA = 64, DS_ROPE = 16, DS_NOPE = 32, DS_V = 32 };
+
+// deepseek2 with MLA (q_lora_rank 0 as V2-Lite: one Q projection): layer 0 a dense FFN (leading dense
+// block), the others MoE with one shared expert; untied output head.
+static void build_deepseek2(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
+    const int64_t E = s->n_embd, H = s->n_head, F = s->n_ff, FE = s->n_ff_exp, X = s->n_expert;
+    const float w = 0.02f, wqk = 0.1f;
+    char name[128];
+    add_w(m, wtype, "token_embd.weight", E, n_vocab, 1, w);
+    add_norm(m, "output_norm.weight", E);
+    add_w(m, wtype, "output.weight", E, n_vocab, 1, w);
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
+        add_norm(m, NAME("attn_norm.weight"), E);
+        add_norm(m, NAME("attn_kv_a_norm.weight"), DS_KV_LORA);
+        add_w(m, wtype, NAME("attn_q.weight"), E, H * (DS_NOPE + DS_ROPE), 1, wqk);
+        add_w(m, wtype, NAME("attn_kv_a_mqa.weight"), E, DS_KV_LORA + DS_ROPE, 1, wqk);
+        add_w(m, wtype, NAME("attn_k_b.weight"), DS_NOPE, DS_KV_LORA, H, wqk);
+        add_w(m, wtype, NAME("attn_v_b.weight"), DS_KV_LORA, DS_V, H, 0.1f);
+        add_w(m, wtype, NAME("attn_output.weight"), H * DS_V, E, 1, w);
+        add_norm(m, NAME("ffn_norm.weight"), E);
+        if (il == 0) {
+            add_w(m, wtype, NAME("ffn_gate.weight"), E, F, 1, w);
+            add_w(m, wtype, NAME("ffn_up.weight"), E, F, 1, w);
+            add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
+        } else {
+            add(m, NAME("ffn_gate_inp.weight"), GGML_TYPE_F32, E, X, 1, 0.1f, 0.0f);
+            add_w(m, wtype, NAME("ffn_gate_exps.weight"), E, FE, X, w);
+            add_w(m, wtype, NAME("ffn_up_exps.weight"), E, FE, X, w);
+            add_w(m, wtype, NAME("ffn_down_exps.weight"), FE, E, X, w);
+            add_w(m, wtype, NAME("ffn_gate_shexp.weight"), E, FE, 1, w);
+            add_w(m, wtype, NAME("ffn_up_shexp.weight"), E, FE, 1, w);
+            add_w(m, wtype, NAME("ffn_down_shexp.weight"), FE, E, 1, w);
+        }
+#undef NAME
+    }
+}
+
 static void build(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
     const char * a = s->arch;
+    if (!strcmp(a, "deepseek2")) {
+        build_deepseek2(m, s, wtype, n_vocab);
+        return;
+    }
     if (!strcmp(a, "bert")) {
         build_bert(m, s, wtype, n_vocab);
         return;
@@ -286,6 +331,19 @@ static void set_hparams(struct gguf_context * g, const struct shape * s, int n_v
         gguf_set_val_bool(g, KEY("attention.causal"), false);
         gguf_set_val_u32(g, KEY("pooling_type"), 1);
         gguf_set_val_u32(g, "tokenizer.ggml.token_type_count", 2);
+    }
+    if (!strcmp(s->arch, "deepseek2")) {
+        gguf_set_val_u32(g, KEY("rope.dimension_count"), DS_ROPE);
+        gguf_set_val_u32(g, KEY("attention.key_length"), DS_KV_LORA + DS_ROPE);
+        gguf_set_val_u32(g, KEY("attention.value_length"), DS_KV_LORA);
+        gguf_set_val_u32(g, KEY("attention.key_length_mla"), DS_NOPE + DS_ROPE);
+        gguf_set_val_u32(g, KEY("attention.value_length_mla"), DS_V);
+        gguf_set_val_u32(g, KEY("attention.q_lora_rank"), 0);
+        gguf_set_val_u32(g, KEY("attention.kv_lora_rank"), DS_KV_LORA);
+        gguf_set_val_u32(g, KEY("leading_dense_block_count"), 1);
+        gguf_set_val_u32(g, KEY("expert_shared_count"), 1);
+        gguf_set_val_f32(g, KEY("expert_weights_scale"), 1.0f);
+        gguf_set_val_bool(g, KEY("expert_weights_norm"), false);
     }
     if (!strcmp(s->arch, "gpt-oss")) {
         // Every other layer a 16-token sliding window (the default pattern of 2), as gpt-oss's 128.
@@ -416,6 +474,9 @@ int main(int argc, char ** argv) {
             // Q wider than the embedding (8 heads of 32 on 128) as gpt-oss's 64 x 64 on 2880; 8 experts, 2 used.
             s.n_head = 8; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 150000.0f;
             s.rms_eps = 1e-5f;
+        }
+        else if (!strcmp(arch, "deepseek2")) {
+            s.n_head_kv = 1; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 64 * k;
         }
         else if (!strcmp(arch, "bert")) { s.n_head_kv = s.n_head; s.n_ctx_train = 512; }
         else if (!strcmp(arch, "qwen3moe")) {
