@@ -16,7 +16,8 @@
 // The tokenizer (every `tokenizer.*` key) is copied from SRC.gguf, so the vocabulary size is that of SRC
 // (49152 for SmolLM2). Weights are uniform random with a small standard deviation (0.02; 0.1 for the
 // attention Q/K projections so that attention is not uniform); norm weights are 1 and biases small.
-// 2-D weights take --type; 1-D tensors and the MoE router stay F32, as in converted models.
+// 2-D weights take --type; 1-D tensors and the MoE router stay F32, as in converted models (gpt-oss with
+// --type mxfp4: MXFP4 experts, the other matrices F16, as it ships).
 // Tensor data is generated and written one chunk of rows at a time, so the 8B preset needs little memory.
 
 #include "ggml.h"
