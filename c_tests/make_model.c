@@ -1,7 +1,7 @@
 // make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
-//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
@@ -16,7 +16,8 @@
 // The tokenizer (every `tokenizer.*` key) is copied from SRC.gguf, so the vocabulary size is that of SRC
 // (49152 for SmolLM2). Weights are uniform random with a small standard deviation (0.02; 0.1 for the
 // attention Q/K projections so that attention is not uniform); norm weights are 1 and biases small.
-// 2-D weights take --type; 1-D tensors and the MoE router stay F32, as in converted models.
+// 2-D weights take --type; 1-D tensors and the MoE router stay F32, as in converted models (gpt-oss with
+// --type mxfp4: MXFP4 experts, the other matrices F16, as it ships).
 // Tensor data is generated and written one chunk of rows at a time, so the 8B preset needs little memory.
 
 #include "ggml.h"
@@ -54,7 +55,7 @@ static void die(const char * msg) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k\n"
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
@@ -65,6 +66,7 @@ static enum ggml_type parse_type(const char * s) {
     static const struct { const char * name; enum ggml_type t; } types[] = {
         {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
         {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q4_k", GGML_TYPE_Q4_K}, {"q6_k", GGML_TYPE_Q6_K},
+        {"mxfp4", GGML_TYPE_MXFP4},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (!strcmp(s, types[i].name)) return types[i].t;
@@ -113,13 +115,141 @@ static void add_norm(struct model * m, const char * name, int64_t n) {
     add(m, name, GGML_TYPE_F32, n, 1, 1, 0.0f, 1.0f);
 }
 
+static void add_bias(struct model * m, const char * name, int64_t n) {
+    add(m, name, GGML_TYPE_F32, n, 1, 1, 0.05f, 0.0f);
+}
+
+// BERT (an encoder for embeddings): learned positions and token types, LayerNorms with biases after
+// attention and after the GELU feed-forward, biases on every projection; no output head.
+static void build_bert(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
+    const int64_t E = s->n_embd, F = s->n_ff;
+    const float w = 0.02f, wqk = 0.1f;
+    char name[128];
+    add_w(m, wtype, "token_embd.weight", E, n_vocab, 1, w);
+    add(m, "token_types.weight", GGML_TYPE_F32, E, 2, 1, w, 0.0f);
+    add_w(m, wtype, "position_embd.weight", E, s->n_ctx_train, 1, w);
+    add_norm(m, "token_embd_norm.weight", E);
+    add_bias(m, "token_embd_norm.bias", E);
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
+        add_w(m, wtype, NAME("attn_q.weight"), E, E, 1, wqk);
+        add_bias(m, NAME("attn_q.bias"), E);
+        add_w(m, wtype, NAME("attn_k.weight"), E, E, 1, wqk);
+        add_bias(m, NAME("attn_k.bias"), E);
+        add_w(m, wtype, NAME("attn_v.weight"), E, E, 1, w);
+        add_bias(m, NAME("attn_v.bias"), E);
+        add_w(m, wtype, NAME("attn_output.weight"), E, E, 1, w);
+        add_bias(m, NAME("attn_output.bias"), E);
+        add_norm(m, NAME("attn_output_norm.weight"), E);
+        add_bias(m, NAME("attn_output_norm.bias"), E);
+        add_w(m, wtype, NAME("ffn_up.weight"), E, F, 1, w);
+        add_bias(m, NAME("ffn_up.bias"), F);
+        add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
+        add_bias(m, NAME("ffn_down.bias"), E);
+        add_norm(m, NAME("layer_output_norm.weight"), E);
+        add_bias(m, NAME("layer_output_norm.bias"), E);
+#undef NAME
+    }
+}
+
+// gpt-oss: experts in `wtype` (MXFP4 as shipped), the other matrices F16 then; biases on Q/K/V, the
+// attention output, the router and every expert (ADD_ID), one attention sink per head, the pre- and
+// post-attention RMS norms and no FFN norm, an untied output head.
+static void build_gpt_oss(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
+    const int64_t E = s->n_embd, Q = (int64_t) s->head_dim * s->n_head, KV = (int64_t) s->head_dim * s->n_head_kv;
+    const int64_t FE = s->n_ff_exp, X = s->n_expert;
+    const enum ggml_type dtype = wtype == GGML_TYPE_MXFP4 ? GGML_TYPE_F16 : wtype;
+    const float w = 0.02f, wqk = 0.1f;
+    char name[128];
+    add_w(m, dtype, "token_embd.weight", E, n_vocab, 1, w);
+    add_norm(m, "output_norm.weight", E);
+    add_w(m, dtype, "output.weight", E, n_vocab, 1, w);
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
+        add_norm(m, NAME("attn_norm.weight"), E);
+        add_norm(m, NAME("post_attention_norm.weight"), E);
+        add_w(m, dtype, NAME("attn_q.weight"), E, Q, 1, wqk);
+        add_bias(m, NAME("attn_q.bias"), Q);
+        add_w(m, dtype, NAME("attn_k.weight"), E, KV, 1, wqk);
+        add_bias(m, NAME("attn_k.bias"), KV);
+        add_w(m, dtype, NAME("attn_v.weight"), E, KV, 1, w);
+        add_bias(m, NAME("attn_v.bias"), KV);
+        add_w(m, dtype, NAME("attn_output.weight"), Q, E, 1, w);
+        add_bias(m, NAME("attn_output.bias"), E);
+        // Sinks of the order of the attention logits, so that they take a real share.
+        add(m, NAME("attn_sinks.weight"), GGML_TYPE_F32, s->n_head, 1, 1, 1.0f, 0.0f);
+        add(m, NAME("ffn_gate_inp.weight"), GGML_TYPE_F32, E, X, 1, 0.1f, 0.0f);
+        add_bias(m, NAME("ffn_gate_inp.bias"), X);
+        add_w(m, wtype, NAME("ffn_gate_exps.weight"), E, FE, X, w);
+        add(m, NAME("ffn_gate_exps.bias"), GGML_TYPE_F32, FE, X, 1, 0.05f, 0.0f);
+        add_w(m, wtype, NAME("ffn_up_exps.weight"), E, FE, X, w);
+        add(m, NAME("ffn_up_exps.bias"), GGML_TYPE_F32, FE, X, 1, 0.05f, 0.0f);
+        add_w(m, wtype, NAME("ffn_down_exps.weight"), FE, E, X, w);
+        add(m, NAME("ffn_down_exps.bias"), GGML_TYPE_F32, E, X, 1, 0.05f, 0.0f);
+#undef NAME
+    }
+}
+
+// DeepSeek-V2-Lite's multi-head latent attention, scaled down: K and V compressed to a 64-wide latent
+// (plus a 16-wide shared RoPE part), per-head 32 + 16 query/key and 32 value dims; the cache holds
+// the latent (key_length 80, value_length 64, one KV head), as converted MLA models declare.
+enum { DS_KV_LORA = 64, DS_ROPE = 16, DS_NOPE = 32, DS_V = 32 };
+
+// deepseek2 with MLA (q_lora_rank 0 as V2-Lite: one Q projection): layer 0 a dense FFN (leading dense
+// block), the others MoE with one shared expert; untied output head.
+static void build_deepseek2(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
+    const int64_t E = s->n_embd, H = s->n_head, F = s->n_ff, FE = s->n_ff_exp, X = s->n_expert;
+    const float w = 0.02f, wqk = 0.1f;
+    char name[128];
+    add_w(m, wtype, "token_embd.weight", E, n_vocab, 1, w);
+    add_norm(m, "output_norm.weight", E);
+    add_w(m, wtype, "output.weight", E, n_vocab, 1, w);
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
+        add_norm(m, NAME("attn_norm.weight"), E);
+        add_norm(m, NAME("attn_kv_a_norm.weight"), DS_KV_LORA);
+        add_w(m, wtype, NAME("attn_q.weight"), E, H * (DS_NOPE + DS_ROPE), 1, wqk);
+        add_w(m, wtype, NAME("attn_kv_a_mqa.weight"), E, DS_KV_LORA + DS_ROPE, 1, wqk);
+        add_w(m, wtype, NAME("attn_k_b.weight"), DS_NOPE, DS_KV_LORA, H, wqk);
+        add_w(m, wtype, NAME("attn_v_b.weight"), DS_KV_LORA, DS_V, H, 0.1f);
+        add_w(m, wtype, NAME("attn_output.weight"), H * DS_V, E, 1, w);
+        add_norm(m, NAME("ffn_norm.weight"), E);
+        if (il == 0) {
+            add_w(m, wtype, NAME("ffn_gate.weight"), E, F, 1, w);
+            add_w(m, wtype, NAME("ffn_up.weight"), E, F, 1, w);
+            add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
+        } else {
+            add(m, NAME("ffn_gate_inp.weight"), GGML_TYPE_F32, E, X, 1, 0.1f, 0.0f);
+            add_w(m, wtype, NAME("ffn_gate_exps.weight"), E, FE, X, w);
+            add_w(m, wtype, NAME("ffn_up_exps.weight"), E, FE, X, w);
+            add_w(m, wtype, NAME("ffn_down_exps.weight"), FE, E, X, w);
+            add_w(m, wtype, NAME("ffn_gate_shexp.weight"), E, FE, 1, w);
+            add_w(m, wtype, NAME("ffn_up_shexp.weight"), E, FE, 1, w);
+            add_w(m, wtype, NAME("ffn_down_shexp.weight"), FE, E, 1, w);
+        }
+#undef NAME
+    }
+}
+
 static void build(struct model * m, const struct shape * s, enum ggml_type wtype, int n_vocab) {
     const char * a = s->arch;
+    if (!strcmp(a, "deepseek2")) {
+        build_deepseek2(m, s, wtype, n_vocab);
+        return;
+    }
+    if (!strcmp(a, "bert")) {
+        build_bert(m, s, wtype, n_vocab);
+        return;
+    }
+    if (!strcmp(a, "gpt-oss")) {
+        build_gpt_oss(m, s, wtype, n_vocab);
+        return;
+    }
     const int64_t E = s->n_embd, D = s->head_dim, Q = (int64_t) s->head_dim * s->n_head;
     const int64_t KV = (int64_t) s->head_dim * s->n_head_kv, F = s->n_ff;
     const float w = 0.02f, wqk = 0.1f;
     char name[128];
-    const int tied = s->tied || !strcmp(a, "qwen2") || !strcmp(a, "gemma3");
+    const int tied = s->tied || !strcmp(a, "qwen2") || !strcmp(a, "gemma3") || !strcmp(a, "gemma2");
 
     add_w(m, s->embd_type != GGML_TYPE_F32 ? s->embd_type : wtype, "token_embd.weight", E, n_vocab, 1, w);
     add_norm(m, "output_norm.weight", E);
@@ -128,9 +258,14 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
     for (int il = 0; il < s->n_layer; il++) {
 #define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, il), name)
         add_norm(m, NAME("attn_norm.weight"), E);
-        add_w(m, wtype, NAME("attn_q.weight"), E, Q, 1, wqk);
-        add_w(m, wtype, NAME("attn_k.weight"), E, KV, 1, wqk);
-        add_w(m, wtype, NAME("attn_v.weight"), E, KV, 1, w);
+        if (!strcmp(a, "phi3")) {
+            // One fused Q|K|V projection (rows Q, then K, then V), as Phi-3 ships.
+            add_w(m, wtype, NAME("attn_qkv.weight"), E, Q + 2 * KV, 1, wqk);
+        } else {
+            add_w(m, wtype, NAME("attn_q.weight"), E, Q, 1, wqk);
+            add_w(m, wtype, NAME("attn_k.weight"), E, KV, 1, wqk);
+            add_w(m, wtype, NAME("attn_v.weight"), E, KV, 1, w);
+        }
         add_w(m, wtype, NAME("attn_output.weight"), Q, E, 1, w);
         if (!strcmp(a, "qwen2")) {
             add(m, NAME("attn_q.bias"), GGML_TYPE_F32, Q, 1, 1, 0.05f, 0.0f);
@@ -141,7 +276,7 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
             add_norm(m, NAME("attn_q_norm.weight"), D);
             add_norm(m, NAME("attn_k_norm.weight"), D);
         }
-        if (!strcmp(a, "gemma3")) add_norm(m, NAME("post_attention_norm.weight"), E);
+        if (!strcmp(a, "gemma3") || !strcmp(a, "gemma2")) add_norm(m, NAME("post_attention_norm.weight"), E);
         add_norm(m, NAME("ffn_norm.weight"), E);
         if (s->n_expert > 0) {
             const int64_t FE = s->n_ff_exp, X = s->n_expert;
@@ -149,12 +284,16 @@ static void build(struct model * m, const struct shape * s, enum ggml_type wtype
             add_w(m, wtype, NAME("ffn_gate_exps.weight"), E, FE, X, w);
             add_w(m, wtype, NAME("ffn_up_exps.weight"), E, FE, X, w);
             add_w(m, wtype, NAME("ffn_down_exps.weight"), FE, E, X, w);
+        } else if (!strcmp(a, "phi3")) {
+            // No ffn_gate: ffn_up is twice as wide and the graph splits it into gate and up halves.
+            add_w(m, wtype, NAME("ffn_up.weight"), E, 2 * F, 1, w);
+            add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
         } else {
             add_w(m, wtype, NAME("ffn_gate.weight"), E, F, 1, w);
             add_w(m, wtype, NAME("ffn_up.weight"), E, F, 1, w);
             add_w(m, wtype, NAME("ffn_down.weight"), F, E, 1, w);
         }
-        if (!strcmp(a, "gemma3")) add_norm(m, NAME("post_ffw_norm.weight"), E);
+        if (!strcmp(a, "gemma3") || !strcmp(a, "gemma2")) add_norm(m, NAME("post_ffw_norm.weight"), E);
 #undef NAME
     }
 }
@@ -186,6 +325,37 @@ static void set_hparams(struct gguf_context * g, const struct shape * s, int n_v
         gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
         gguf_set_val_u32(g, KEY("attention.sliding_window_pattern"), 2);
         gguf_set_val_f32(g, KEY("rope.freq_base_swa"), 10000.0f);
+    }
+    if (!strcmp(s->arch, "bert")) {
+        // Non-causal, mean pooling (llama_get_embeddings_seq), two token types as BERT checkpoints have.
+        gguf_set_val_f32(g, KEY("attention.layer_norm_epsilon"), 1e-12f);
+        gguf_set_val_bool(g, KEY("attention.causal"), false);
+        gguf_set_val_u32(g, KEY("pooling_type"), 1);
+        gguf_set_val_u32(g, "tokenizer.ggml.token_type_count", 2);
+    }
+    if (!strcmp(s->arch, "deepseek2")) {
+        gguf_set_val_u32(g, KEY("rope.dimension_count"), DS_ROPE);
+        gguf_set_val_u32(g, KEY("attention.key_length"), DS_KV_LORA + DS_ROPE);
+        gguf_set_val_u32(g, KEY("attention.value_length"), DS_KV_LORA);
+        gguf_set_val_u32(g, KEY("attention.key_length_mla"), DS_NOPE + DS_ROPE);
+        gguf_set_val_u32(g, KEY("attention.value_length_mla"), DS_V);
+        gguf_set_val_u32(g, KEY("attention.q_lora_rank"), 0);
+        gguf_set_val_u32(g, KEY("attention.kv_lora_rank"), DS_KV_LORA);
+        gguf_set_val_u32(g, KEY("leading_dense_block_count"), 1);
+        gguf_set_val_u32(g, KEY("expert_shared_count"), 1);
+        gguf_set_val_f32(g, KEY("expert_weights_scale"), 1.0f);
+        gguf_set_val_bool(g, KEY("expert_weights_norm"), false);
+    }
+    if (!strcmp(s->arch, "gpt-oss")) {
+        // Every other layer a 16-token sliding window (the default pattern of 2), as gpt-oss's 128.
+        gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
+    }
+    if (!strcmp(s->arch, "gemma2")) {
+        // Gemma 2's caps (50 on attention logits, 30 on the output's) are far above what random weights
+        // reach; small caps put the tanh in its curved range. SWA on every other layer, 16 tokens wide.
+        gguf_set_val_u32(g, KEY("attention.sliding_window"), 16);
+        gguf_set_val_f32(g, KEY("attn_logit_softcapping"), 2.0f);
+        gguf_set_val_f32(g, KEY("final_logit_softcapping"), 1.0f);
     }
 #undef KEY
 }
@@ -299,6 +469,17 @@ int main(int argc, char ** argv) {
         if (!strcmp(arch, "llama")) { s.rope_base = 500000.0f; s.rms_eps = 1e-5f; }
         else if (!strcmp(arch, "qwen2") || !strcmp(arch, "qwen3")) { s.rope_base = 1000000.0f; }
         else if (!strcmp(arch, "gemma3")) { s.n_layer = 4; s.rope_base = 1000000.0f; }
+        else if (!strcmp(arch, "gemma2")) { s.rope_base = 10000.0f; }
+        else if (!strcmp(arch, "phi3")) { s.rms_eps = 1e-5f; }
+        else if (!strcmp(arch, "gpt-oss")) {
+            // Q wider than the embedding (8 heads of 32 on 128) as gpt-oss's 64 x 64 on 2880; 8 experts, 2 used.
+            s.n_head = 8; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 150000.0f;
+            s.rms_eps = 1e-5f;
+        }
+        else if (!strcmp(arch, "deepseek2")) {
+            s.n_head_kv = 1; s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 64 * k;
+        }
+        else if (!strcmp(arch, "bert")) { s.n_head_kv = s.n_head; s.n_ctx_train = 512; }
         else if (!strcmp(arch, "qwen3moe")) {
             s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 128 * k; s.rope_base = 1000000.0f;
         } else usage();

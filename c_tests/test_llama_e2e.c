@@ -1,7 +1,7 @@
 // End-to-end: a real model through libllama with only rocmforge loaded, against ggml's CPU backend.
 //
 //   test_llama_e2e LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--strict]
-//                  [--device NAME|PREFIX*] [--sm layer|row] [--ts A,B] [--against-plain]
+//                  [--device NAME|PREFIX*] [--sm layer|row] [--ts A,B] [--against-plain] [--embd]
 // (--device RFGPU* --sm row: every GPU, each weight matrix's rows split over them; "skipped: no GPU"
 // and exit 0 where the pattern names no device)
 //
@@ -13,6 +13,8 @@
 // logits of 64 positions and a 16-token greedy continuation, for:
 //   ref  : ggml-cpu, N threads        rf : rocmforge, N threads
 //   ref1 : ggml-cpu, 1 thread         alt: ggml-cpu with flash attention toggled
+// --embd (an embedding model, e.g. BERT): llama_run's embed mode instead, the pooled embeddings of 8
+// sequences decoded in one batch; the criterion is the NMSE one below (no logits, no greedy tokens).
 // Pass criteria (the targets, relaxed only where ggml-cpu itself is not stable):
 //   - argmax(rf) agrees with argmax(ref) at >= 98% of positions, where a position also agrees when
 //     ggml's own logits for the two tokens differ by no more than eps = max |alt - ref| over the
@@ -107,6 +109,8 @@ static const char * g_device = NULL;
 static const char * g_sm = NULL, * g_ts = NULL;
 // KV cache type for every run (--kv q8_0 etc.; llama_run quantizes V only with flash attention).
 static const char * g_kv = "f16";
+// --embd: pooled embeddings (llama_run embed) instead of logits and greedy tokens.
+static int g_embd = 0;
 
 // ENV: variable assignments for the run ("" for none); LOG: where its stderr goes (NULL: inherited).
 static int produce_env(const char * env, const char * log, const char * exe, const char * backend, const char * lib,
@@ -116,8 +120,9 @@ static int produce_env(const char * env, const char * log, const char * exe, con
         snprintf(dev, sizeof dev, " --device '%s'%s%s%s%s", g_device, g_sm ? " --sm " : "", g_sm ? g_sm : "",
                  g_ts ? " --ts " : "", g_ts ? g_ts : "");
     if (log) snprintf(redirect, sizeof redirect, " 2>'%s'", log);
-    snprintf(cmd, sizeof cmd, "%s '%s' logits -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --kv %s --positions 64 --gen 16%s%s",
-             env, exe, backend, lib, model, out, threads, fa ? "on" : "off", g_kv, dev, redirect);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --kv %s --positions 64%s%s%s",
+             env, exe, g_embd ? "embed" : "logits", backend, lib, model, out, threads, fa ? "on" : "off", g_kv,
+             g_embd ? "" : " --gen 16", dev, redirect);
     // 1: done; 3: the device pattern names no device (llama_run's exit 3); 0: failed.
     int rc = run(cmd);
     return rc == 0 ? 1 : rc == 3 ? 3 : 0;
@@ -141,7 +146,7 @@ static int file_has(const char * path, const char * needle) {
 
 int main(int argc, char ** argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0] [--sm layer|row] [--ts A,B] [--strict]\n", argv[0]);
+        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0] [--sm layer|row] [--ts A,B] [--strict] [--embd]\n", argv[0]);
         return 2;
     }
     const char * exe = argv[1], * rf_so = argv[2], * cpu_so = argv[3], * model = argv[4], * dir = argv[5];
@@ -151,6 +156,7 @@ int main(int argc, char ** argv) {
         const char * a = argv[i], * v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--strict")) { strict = 1; continue; }
         if (!strcmp(a, "--against-plain")) { against_plain = 1; continue; }
+        if (!strcmp(a, "--embd")) { g_embd = 1; continue; }
         if (!v) { fprintf(stderr, "%s needs a value\n", a); return 2; }
         if (!strcmp(a, "--fa")) fa_mode = v;
         else if (!strcmp(a, "--threads")) threads = atoi(v);
@@ -211,6 +217,12 @@ int main(int argc, char ** argv) {
         }
         double e_rf = nmse(&L_rf, &L_ref), e_thr = nmse(&L_ref1, &L_ref), e_alt = nmse(&L_alt, &L_ref);
         double limit = fmax(NMSE_FLOOR, 4 * e_alt);
+        if (g_embd) {
+            printf("fa=%s: sequences=%d n_embd=%d | NMSE rocmforge-vs-ggml %.3g (limit %.3g) | ggml 1-vs-%d threads %.3g | "
+                   "ggml fa-on-vs-off %.3g\n", fa ? "on" : "off", L_ref.n_pos, L_ref.n_vocab, e_rf, limit, threads, e_thr, e_alt);
+            if (L_rf.n_pos != L_ref.n_pos || L_rf.n_vocab != L_ref.n_vocab || e_rf > limit) failures++;
+            continue;
+        }
         double agree = agreement(&L_rf, &L_ref), agree_alt = agreement(&L_alt, &L_ref);
         int gen_same = memcmp(L_rf.gen, L_ref.gen, sizeof(int32_t) * L_ref.n_gen) == 0;
         int stable = 0;  // greedy tokens on which ggml's two attention paths agree

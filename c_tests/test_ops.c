@@ -1036,6 +1036,18 @@ static void cases_norm(void) {
             }
         }
     }
+#if defined(__x86_64__)
+    // NORM (LayerNorm) to the bit against the AVX2 ggml-cpu this tree builds by default: RFCPU sums
+    // the centred squares in its lane order (8-lane groups, a tail, rows shorter than a group).
+    static const int64_t exact[][4] = { { 64, 5, 3, 2 }, { 4096, 3, 1, 1 }, { 13, 4, 1, 1 }, { 7, 2, 1, 1 } };
+    for (size_t s = 0; s < 4; s++) {
+        struct params p = { .i = { 1, 0 }, .f = { 1e-12f } };
+        memcpy(p.a, exact[s], sizeof(p.a));
+        run_case(LABEL("NORM exact [%lld,%lld,%lld,%lld]", (long long) p.a[0], (long long) p.a[1], (long long) p.a[2],
+                       (long long) p.a[3]),
+                 b_norm, &p, 0, CMP_EXACT);
+    }
+#endif
 }
 
 static void cases_rope(void) {
@@ -1081,6 +1093,36 @@ static void cases_glu(void) {
                 struct params p = { .t0 = types[t], .a = SHAPE(128, 7, 2, 1), .i = { (int) ops[o], form } };
                 run_case(LABEL("GLU %s %s %s", ggml_glu_op_name(ops[o]), ggml_type_name(types[t]), forms[form]), b_glu,
                          &p, 1e-5, CMP_NMSE);
+            }
+        }
+    }
+}
+
+// SWIGLU_OAI (gpt-oss): i[1] 0 fused, 2 split; f[0] alpha, f[1] limit; a: shape of one half.
+static struct ggml_tensor * b_glu_oai(struct ggml_context * ctx, const struct params * p) {
+    if (p->i[1] == 2) {
+        struct ggml_tensor * x = in_t(ctx, GGML_TYPE_F32, p->a);
+        struct ggml_tensor * g = in_t(ctx, GGML_TYPE_F32, p->a);
+        return ggml_swiglu_oai(ctx, x, g, p->f[0], p->f[1]);
+    }
+    struct ggml_tensor * x = in4(ctx, GGML_TYPE_F32, 2 * p->a[0], p->a[1], p->a[2], p->a[3]);
+    return ggml_swiglu_oai(ctx, x, NULL, p->f[0], p->f[1]);
+}
+
+// To the bit: the same f32 operations and libm's expf as ggml-cpu. A limit inside the inputs'
+// range clamps both halves; gpt-oss's 7 does not.
+static void cases_glu_oai(void) {
+    char label[160];
+    static const int64_t shapes[][4] = { { 128, 7, 2, 1 }, { 13, 3, 1, 1 } };
+    static const float limits[] = { 0.5f, 7.0f };
+    for (size_t s = 0; s < 2; s++) {
+        for (size_t l = 0; l < 2; l++) {
+            for (int form = 0; form <= 2; form += 2) {
+                struct params p = { .i = { 0, form }, .f = { 1.702f, limits[l] } };
+                memcpy(p.a, shapes[s], sizeof(p.a));
+                run_case(LABEL("GLU swiglu_oai f32 %s [%lld,%lld,%lld] limit %.1f", form ? "split" : "fused",
+                               (long long) p.a[0], (long long) p.a[1], (long long) p.a[2], limits[l]),
+                         b_glu_oai, &p, 0, CMP_EXACT);
             }
         }
     }
@@ -1524,6 +1566,7 @@ int main(int argc, char ** argv) {
     cases_norm();
     cases_rope();
     cases_glu();
+    cases_glu_oai();
     cases_unary();
     cases_simple();
     cases_rows();

@@ -8,6 +8,9 @@
 //       the first one-token graph): what a first start costs (kernels compiled or read from a cache)
 //   llama_run logits   -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N] [--gen N]
 //       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
+//   llama_run embed    -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N]
+//       an embedding model's pooled embeddings (llama_get_embeddings_seq) of 8 sequences of N/8 tokens of
+//       the same text, decoded in one batch; written in the logits file's format (8 rows of n_embd, no ids)
 //   llama_run bench    -b ... -l LIB -m MODEL [-t THREADS] [--pp N] [--tg N] [--reps R] [--depth N]
 //       pp<N> and tg<N> tokens/s (best of R repetitions, then every repetition); --depth N: both after
 //       N tokens of context; --ctx defaults: libllama's default context parameters (n_ctx 512, n_batch
@@ -78,7 +81,7 @@ struct opts {
 };
 
 static void usage(void) {
-    fprintf(stderr, "usage: llama_run generate|logits|bench -b rocmforge|ggml-cpu -l LIB [-L LIB2] -m MODEL [--device NAME] [--rpc HOST:PORT] [options]\n");
+    fprintf(stderr, "usage: llama_run generate|logits|embed|bench -b rocmforge|ggml-cpu -l LIB [-L LIB2] -m MODEL [--device NAME] [--rpc HOST:PORT] [options]\n");
     exit(2);
 }
 
@@ -169,6 +172,10 @@ static struct llama_context * make_ctx(struct llama_model * model, const struct 
     cp.type_k = o->kv;
     cp.type_v = o->fa ? o->kv : GGML_TYPE_F16;
     cp.offload_kqv = o->device != NULL;
+    if (!strcmp(o->mode, "embed")) {
+        cp.embeddings = true;
+        cp.n_seq_max = 8;
+    }
     if (getenv("LLAMA_RUN_DUMP")) {
         cp.cb_eval = dump_cb;
         cp.cb_eval_user_data = getenv("LLAMA_RUN_DUMP");
@@ -363,6 +370,35 @@ int main(int argc, char ** argv) {
             fwrite(&tok, sizeof tok, 1, f);
             if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
             tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+        }
+        fclose(f);
+        llama_batch_free(batch);
+        llama_free(ctx);
+    } else if (!strcmp(o.mode, "embed")) {
+        // 8 sequences in one batch: the non-causal mask keeps them apart and pooling sums each one's rows.
+        if (!o.out) usage();
+        const int n_seq = 8, per = o.positions / 8;
+        llama_token toks[1024];
+        int n_tok = llama_tokenize(vocab, FORCED_TEXT, (int) strlen(FORCED_TEXT), toks, 1024, true, true);
+        if (per < 1 || n_tok < n_seq * per) { fprintf(stderr, "llama_run: text has only %d tokens\n", n_tok); return 1; }
+        struct llama_context * ctx = make_ctx(model, &o, n_seq * per, n_seq * per);
+        if (!ctx) { fprintf(stderr, "llama_run: cannot create the context\n"); return 1; }
+        const int n_embd = llama_model_n_embd(model);
+        struct llama_batch batch = llama_batch_init(n_seq * per, 0, 1);
+        for (int i = 0; i < n_seq * per; i++) {
+            batch.token[i] = toks[i]; batch.pos[i] = i % per; batch.n_seq_id[i] = 1; batch.seq_id[i][0] = i / per;
+            batch.logits[i] = 1;
+        }
+        batch.n_tokens = n_seq * per;
+        if (llama_decode(ctx, batch)) { fprintf(stderr, "decode failed\n"); return 1; }
+        FILE * f = fopen(o.out, "wb");
+        if (!f) { perror(o.out); return 1; }
+        int32_t hdr[3] = { n_seq, n_embd, 0 };
+        fwrite(hdr, sizeof hdr, 1, f);
+        for (int s = 0; s < n_seq; s++) {
+            const float * e = llama_get_embeddings_seq(ctx, s);
+            if (!e) { fprintf(stderr, "llama_run: no pooled embeddings (is it an embedding model?)\n"); return 1; }
+            fwrite(e, sizeof(float), n_embd, f);
         }
         fclose(f);
         llama_batch_free(batch);

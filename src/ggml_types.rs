@@ -373,6 +373,7 @@ pub mod glu {
     pub const REGLU: i32 = 0;
     pub const GEGLU: i32 = 1;
     pub const SWIGLU: i32 = 2;
+    pub const SWIGLU_OAI: i32 = 3;
     pub const GEGLU_ERF: i32 = 4;
     pub const GEGLU_QUICK: i32 = 5;
 }

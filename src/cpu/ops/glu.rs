@@ -1,6 +1,8 @@
 //! GLU: dst = act(x) * g, F32 or F16. Either one tensor whose rows hold [x | g] (halves
 //! swapped when op param 1 is set) or two tensors x (src0) and g (src1). Op param 0 picks
-//! act: REGLU, GEGLU (f16 table like ggml-cpu), SWIGLU, GEGLU_ERF, GEGLU_QUICK (f16 table).
+//! act: REGLU, GEGLU (f16 table like ggml-cpu), SWIGLU, GEGLU_ERF, GEGLU_QUICK (f16 table), and
+//! SWIGLU_OAI (gpt-oss; F32 only, as in ggml-cpu): x clamped above and g to [-limit, limit],
+//! x * sigmoid(alpha x) * (g + 1), alpha and limit in op params 2 and 3.
 
 use super::unary::{gelu_erf, gelu_f32_table, gelu_quick_f32_table, GELU_F16, GELU_QUICK_F16};
 use super::Ctx;
@@ -15,8 +17,11 @@ pub fn supports(node: &Tensor) -> bool {
     }
     if !matches!(
         node.param_i32(0),
-        glu::REGLU | glu::GEGLU | glu::SWIGLU | glu::GEGLU_ERF | glu::GEGLU_QUICK
+        glu::REGLU | glu::GEGLU | glu::SWIGLU | glu::GEGLU_ERF | glu::GEGLU_QUICK | glu::SWIGLU_OAI
     ) {
+        return false;
+    }
+    if node.param_i32(0) == glu::SWIGLU_OAI && t != GgmlType::F32 {
         return false;
     }
     if !a.is_contiguous_from(1) || !node.is_contiguous_from(1) || node.nrows() != a.nrows() {
@@ -99,10 +104,29 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                     // ggml-cpu's exp and order (see simd::silu_row), to agree to the bit.
                     glu::SWIGLU => crate::cpu::simd::silu_row(x, Some(gv), d),
                     glu::GEGLU_ERF => (0..nc).for_each(|i| d[i] = gelu_erf(x[i]) * gv[i]),
+                    glu::SWIGLU_OAI => {
+                        swiglu_oai_row(x, gv, d, node.param_f32(2), node.param_f32(3))
+                    }
                     _ => (0..nc).for_each(|i| d[i] = gelu_quick_f32_table(x[i]) * gv[i]),
                 }
             }
         }
+    }
+}
+
+/// gpt-oss's gated activation in ggml-cpu's operations: min(x, limit) (x when limit is NaN),
+/// clamp(g, -limit, limit), then x / (1 + e^(alpha * -x)) * (g + 1) with libm's expf.
+fn swiglu_oai_row(x: &[f32], g: &[f32], d: &mut [f32], alpha: f32, limit: f32) {
+    for ((d, &x), &g) in d.iter_mut().zip(x).zip(g) {
+        let x = if limit < x { limit } else { x };
+        let g = if g < -limit {
+            -limit
+        } else if limit < g {
+            limit
+        } else {
+            g
+        };
+        *d = x / (1.0 + (alpha * -x).exp()) * (g + 1.0);
     }
 }
 
@@ -179,6 +203,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn swiglu_oai_clamps_and_gates() {
+        let (alpha, limit) = (1.702f32, 7.0f32);
+        let want_of = |x: f32, g: f32| {
+            let (x, g) = (x.min(limit), g.clamp(-limit, limit));
+            x / (1.0 + (-alpha * x).exp()) * (g + 1.0)
+        };
+        // Values beyond the limit on both sides, so the clamps matter.
+        let (nc, nr) = (9, 4);
+        let v = rand_vec(2 * nc * nr, 31, -12.0, 12.0);
+        for nth in [1, 3] {
+            for swapped in [0, 1] {
+                let mut a = TT::new(GgmlType::F32, [2 * nc, nr, 1, 1]);
+                a.set(&v);
+                let mut d = TT::new(GgmlType::F32, [nc, nr, 1, 1]);
+                d.op(op::GLU)
+                    .src(0, &a)
+                    .pi(0, glu::SWIGLU_OAI)
+                    .pi(1, swapped);
+                d.pf(2, alpha).pf(3, limit);
+                run(&d, nth);
+                let mut want = vec![];
+                for r in 0..nr {
+                    for i in 0..nc {
+                        let (x, g) = (v[r * 2 * nc + i], v[r * 2 * nc + nc + i]);
+                        let (x, g) = if swapped == 1 { (g, x) } else { (x, g) };
+                        want.push(want_of(x, g));
+                    }
+                }
+                assert_close(&d.get(), &want, 1e-6);
+            }
+            let mut a = TT::new(GgmlType::F32, [nc, nr, 1, 1]);
+            a.set(&v[..nc * nr]);
+            let mut b = TT::new(GgmlType::F32, [nc, nr, 1, 1]);
+            b.set(&v[nc * nr..]);
+            let mut d = TT::new(GgmlType::F32, [nc, nr, 1, 1]);
+            d.op(op::GLU).src(0, &a).src(1, &b).pi(0, glu::SWIGLU_OAI);
+            d.pf(2, alpha).pf(3, limit);
+            run(&d, nth);
+            let want: Vec<f32> = v[..nc * nr]
+                .iter()
+                .zip(&v[nc * nr..])
+                .map(|(&x, &g)| want_of(x, g))
+                .collect();
+            assert_close(&d.get(), &want, 1e-6);
+        }
+        // F16 is not taken (ggml-cpu has no F16 form).
+        let a = TT::new(GgmlType::F16, [2 * nc, nr, 1, 1]);
+        let mut d = TT::new(GgmlType::F16, [nc, nr, 1, 1]);
+        d.op(op::GLU).src(0, &a).pi(0, glu::SWIGLU_OAI);
+        assert!(!super::supports(&d.tensor()));
     }
 
     /// erf by Abramowitz-Stegun 7.1.26 refined with a few Newton-free terms: good to ~1e-7.
