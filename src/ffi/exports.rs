@@ -2,9 +2,10 @@
 //! `include/ggml-rocmforge.h`. Every body runs under `guard`: no panic reaches the caller.
 
 use super::abi::*;
+use super::backend_vtable::{backend_of, new_backend};
 use super::guard::guard;
 use super::registry;
-use super::vtables::{backend_of, backend_set_n_threads, new_backend};
+use super::vtables::backend_set_n_threads;
 use std::ffi::{c_char, c_int};
 use std::ptr::null_mut;
 

@@ -1,6 +1,6 @@
 //! The C boundary: ggml's ABI mirrored in Rust (`abi`), ggml functions found at run time
 //! (`ggml_rt`), logging through ggml (`log`), panic containment (`guard`), the vtables over
-//! our devices (`vtables`), the row split's buffer type (`split`), pinning RFCPU memory for a GPU (`pin`), the registry (`registry`),
+//! our devices (`vtables`; the backend's in `backend_vtable`), the row split's buffer type (`split`), pinning RFCPU memory for a GPU (`pin`), the registry (`registry`),
 //! the exported functions (`exports`) and the versions built for (`version`).
 //! Calls go one way only: exports -> registry -> vtables -> the devices (`crate::device`).
 
@@ -16,3 +16,5 @@ pub mod registry;
 pub mod split;
 pub mod version;
 pub mod vtables;
+// After `log` (its macros) and `vtables`.
+pub mod backend_vtable;

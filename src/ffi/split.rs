@@ -5,8 +5,9 @@
 //! before it claims an op: whether the op reads a split tensor in a way that is implemented.
 
 use super::abi::*;
+use super::backend_vtable::tensor_buffer;
 use super::guard::guard;
-use super::vtables::{entries, tensor_buffer, DeviceEntry, GUID_GPU};
+use super::vtables::{entries, DeviceEntry, GUID_GPU};
 use crate::ggml_types::op;
 use crate::gpu::split::{SplitBuffer, SplitBufferType, SplitTensor};
 use crate::tensor::Tensor;
