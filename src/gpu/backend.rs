@@ -86,6 +86,29 @@ pub struct GpuBackend {
     split_uncaptured: Vec<u64>,
 }
 
+/// Captures what `launch` queues on `stream` into a graph. The capture always ends, so the stream
+/// is not left capturing, and a graph whose launches failed is destroyed (it was leaked before).
+fn capture_graph(
+    api: &dyn super::api::GpuApi,
+    ord: usize,
+    stream: Stream,
+    launch: impl FnOnce() -> Result<()>,
+) -> Result<super::api::Graph> {
+    api.capture_begin(ord, stream).map_err(Error::Device)?;
+    let launched = launch();
+    let graph = api.capture_end(ord, stream).map_err(Error::Device);
+    match (launched, graph) {
+        (Ok(()), Ok(g)) => Ok(g),
+        (Err(e), g) => {
+            if let Ok(g) = g {
+                api.graph_destroy(ord, g);
+            }
+            Err(e)
+        }
+        (Ok(()), Err(e)) => Err(e),
+    }
+}
+
 /// A timed graph not yet read: ((nodes, rows), start, end, host seconds inside compute, seconds
 /// since the previous compute, seconds waited in synchronize since the previous compute).
 type PendingGraph = ((usize, usize), Event, Event, f64, f64, f64);
@@ -665,23 +688,10 @@ impl GpuBackend {
                     // executable is not running while it is updated or destroyed.
                     let captured = (|| -> Result<(GraphExec, Option<usize>, u64)> {
                         api.stream_sync(ord, self.stream).map_err(Error::Device)?;
-                        api.capture_begin(ord, self.stream).map_err(Error::Device)?;
                         self.capturing = true;
-                        let launched = launch_all();
-                        // Always ended, so the stream is not left capturing; a graph whose
-                        // launches failed is destroyed (it was leaked before).
-                        let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
+                        let graph = capture_graph(api, ord, self.stream, launch_all);
                         self.capturing = false;
-                        let graph = match (launched, graph) {
-                            (Ok(()), Ok(g)) => g,
-                            (Err(e), g) => {
-                                if let Ok(g) = g {
-                                    api.graph_destroy(ord, g);
-                                }
-                                return Err(e);
-                            }
-                            (Ok(()), Err(e)) => return Err(e),
-                        };
+                        let graph = graph?;
                         // The old executable is re-pointed only at a graph of the same kernels
                         // and shapes on other memory. With another node count the update can
                         // only fail (an error the driver reports, and sanitizers list); with

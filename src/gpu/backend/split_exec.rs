@@ -10,7 +10,7 @@
 //! whose capture fails (peer copies, taken for products of many columns, cannot be captured)
 //! runs launch by launch, and so do later graphs of its shape; other shapes are still captured.
 
-use super::{GpuBackend, GpuCtx};
+use super::{capture_graph, GpuBackend, GpuCtx};
 use crate::device::{Error, Result};
 use crate::ffi::abi::{ggml_tensor, GGML_MAX_SRC, GGML_TENSOR_FLAG_COMPUTE};
 use crate::ggml_types::{op, GgmlType};
@@ -249,21 +249,13 @@ impl GpuBackend {
                 .map_err(Error::Device)?;
         }
         api.stream_sync(ord, self.stream).map_err(Error::Device)?;
-        api.capture_begin(ord, self.stream).map_err(Error::Device)?;
         self.capturing = true;
-        let launched = self.launch_splits(nodes, splits);
-        let graph = api.capture_end(ord, self.stream).map_err(Error::Device);
+        let stream = self.stream;
+        let graph = capture_graph(api.as_ref(), ord, stream, || {
+            self.launch_splits(nodes, splits)
+        });
         self.capturing = false;
-        let graph = match (launched, graph) {
-            (Ok(()), Ok(g)) => g,
-            (Err(e), g) => {
-                if let Ok(g) = g {
-                    api.graph_destroy(ord, g);
-                }
-                return Err(e);
-            }
-            (Ok(()), Err(e)) => return Err(e),
-        };
+        let graph = graph?;
         let exec = api.graph_instantiate(ord, graph).map_err(Error::Device);
         api.graph_destroy(ord, graph);
         exec
