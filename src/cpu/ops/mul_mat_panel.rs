@@ -18,8 +18,8 @@ use crate::tensor::{split_range, Tensor};
 /// kernel cost; below this the register tiles run.
 const MIN_COLS: usize = 4;
 
-type Pack = unsafe fn(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8);
-type Kernel = unsafe fn(
+pub(super) type Pack = unsafe fn(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8);
+pub(super) type Kernel = unsafe fn(
     nb: usize,
     panel: *const u8,
     act: *const u8,
@@ -29,6 +29,39 @@ type Kernel = unsafe fn(
     os: usize,
     rows: usize,
 );
+
+/// The panel's `rows` products with each of `n` activation columns (`acs` bytes apart), at most
+/// `max_cols` a kernel call; results to `db`, columns `ds` bytes apart.
+///
+/// # Safety
+/// The pointers hold what `kernel` reads and writes for those rows and columns.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn panel_columns(
+    kernel: Kernel,
+    max_cols: usize,
+    nb: usize,
+    panel: *const u8,
+    acol: *const u8,
+    acs: usize,
+    n: usize,
+    db: *mut u8,
+    ds: usize,
+    rows: usize,
+) {
+    for j in (0..n).step_by(max_cols) {
+        let cols = (n - j).min(max_cols);
+        kernel(
+            nb,
+            panel,
+            acol.add(j * acs),
+            acs,
+            cols,
+            db.add(j * ds),
+            ds,
+            rows,
+        );
+    }
+}
 
 /// What differs between the formats' panels.
 struct Format {
@@ -196,19 +229,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 continue;
             }
             (f.pack)(nb, wp, wnb[1], rows, my_panel);
-            for j in (0..n).step_by(f.max_cols) {
-                let cols = (n - j).min(f.max_cols);
-                (f.kernel)(
-                    nb,
-                    my_panel,
-                    acol.add(j * acs),
-                    acs,
-                    cols,
-                    db.add(j * dnb[1]),
-                    dnb[1],
-                    rows,
-                );
-            }
+            panel_columns(
+                f.kernel, f.max_cols, nb, my_panel, acol, acs, n, db, dnb[1], rows,
+            );
         }
     }
 }

@@ -9,6 +9,7 @@
 //! The rows past the last whole group are in ggml's layout and go through the panel packing of
 //! plain rows, so every row is summed in the same (panel) order.
 
+use super::mul_mat_panel::{panel_columns, Kernel, Pack};
 use super::Ctx;
 use crate::cpu::quants::panel::{self, ROWS};
 use crate::cpu::quants::{panel_q4_k as pk, repack_q4_0 as r0, repack_q4_k as rk};
@@ -20,8 +21,6 @@ const MIN_COLS: usize = 4;
 
 type Gemv = unsafe fn(usize, *const u8, *const u8, usize, usize, *mut u8, usize);
 type Unpack = unsafe fn(usize, *const u8, *mut u8);
-type Pack = unsafe fn(usize, *const u8, usize, usize, *mut u8);
-type Kernel = unsafe fn(usize, *const u8, *const u8, usize, usize, *mut u8, usize, usize);
 
 /// What differs between the repacked formats.
 struct Format {
@@ -193,19 +192,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             } else {
                 (f.pack)(nb, wp, rs, rows, my_panel);
             }
-            for j in (0..n).step_by(f.max_cols) {
-                let cols = (n - j).min(f.max_cols);
-                (f.kernel)(
-                    nb,
-                    my_panel,
-                    acol.add(j * acs),
-                    acs,
-                    cols,
-                    db.add(j * dnb[1]),
-                    dnb[1],
-                    rows,
-                );
-            }
+            panel_columns(
+                f.kernel, f.max_cols, nb, my_panel, acol, acs, n, db, dnb[1], rows,
+            );
         }
     }
 }
