@@ -257,6 +257,61 @@ static void run_prefetch(ggml_backend_dev_t dev) {
     }
 }
 
+// Two all-GPU graphs A and B computed in turn on one backend, as a prompt's and a token's are:
+// each comes back to its kept plan and replay. The host writes A's input (and, once, the
+// weights) before B runs, so B takes the record of those writes: A's replay must learn from the
+// residency map, not from that record, what to copy in. Telemetry is off (no graph is timed
+// node by node but the first). Compared with ggml-cpu every round.
+static void run_alternate(ggml_backend_dev_t dev) {
+    ggml_backend_dev_t cpu_dev = rf_ggml_cpu_device();
+    ggml_backend_dev_t devs[2] = { dev, cpu_dev };
+    CHECK(set_strategy(dev, "gpu"), "strategy");
+    CHECK(set_telemetry(dev, false), "telemetry off");
+    CHECK(set_budget(dev, (size_t) 1 << 30), "budget");
+    ggml_backend_t bes[2];
+    struct state s[2];
+    struct graph a[2], b[2];
+    for (int k = 0; k < 2; k++) {
+        bes[k] = ggml_backend_dev_init(devs[k], NULL);
+        rf_set_n_threads(bes[k], 2);
+        state_make(&s[k], ggml_backend_dev_buffer_type(devs[k]), GGML_TYPE_Q4_0);
+        graph_make(&a[k], &s[k], ggml_backend_get_default_buffer_type(bes[k]), 2, false, true);
+        graph_make(&b[k], &s[k], ggml_backend_get_default_buffer_type(bes[k]), 6, false, true);
+    }
+    for (int round = 0; round < 5; round++) {
+        float * res[2][4] = { { 0 } };
+        for (int k = 0; k < 2; k++) {
+            graph_inputs(&a[k], 700 + round);
+            if (round == 3) rf_fill_tensor(s[k].w, 800, -1, 1);
+            graph_inputs(&b[k], 900 + round);
+            CHECK(rf_compute(bes[k], b[k].gf) == GGML_STATUS_SUCCESS, "alternate: B, round %d", round);
+            res[k][0] = rf_tensor_to_float(b[k].z);
+            CHECK(rf_compute(bes[k], a[k].gf) == GGML_STATUS_SUCCESS, "alternate: A, round %d", round);
+            res[k][1] = rf_tensor_to_float(a[k].z);
+            res[k][2] = rf_tensor_to_float(a[k].out);
+            res[k][3] = rf_tensor_to_float(s[k].cache);
+        }
+        static const char * what[4] = { "B's z", "A's z", "A's out", "cache" };
+        static const size_t n[4] = { (size_t) M * N, (size_t) M * N, (size_t) M * 3, (size_t) M * ROWS };
+        for (int o = 0; o < 4; o++) {
+            double e = rf_nmse(res[0][o], res[1][o], n[o]);
+            CHECK(e <= 1e-6, "alternate, round %d: %s: nmse %.3g", round, what[o], e);
+            free(res[0][o]);
+            free(res[1][o]);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        graph_free(&a[k]);
+        graph_free(&b[k]);
+        ggml_backend_buffer_free(s[k].wbuf);
+        ggml_backend_buffer_free(s[k].cbuf);
+        ggml_free(s[k].ctx);
+        ggml_free(s[k].cctx);
+        ggml_backend_free(bes[k]);
+    }
+    CHECK(set_telemetry(dev, true), "telemetry on");
+}
+
 static char * dev_json(json_dev_fn f, ggml_backend_dev_t dev) {
     size_t n = f(dev, NULL, 0);
     char * buf = malloc(n + 1);
@@ -321,6 +376,7 @@ int main(int argc, char ** argv) {
     }
     run_streaming(dev);
     run_prefetch(dev);
+    run_alternate(dev);
     // Telemetry saw both devices (with a GPU) and the reasons.
     char * json = dev_json(telemetry_json, dev);
     CHECK(strstr(json, "\"events\"") && strstr(json, "\"stats\""), "telemetry JSON: %.200s", json);

@@ -33,6 +33,8 @@ const COPIER: usize = PROBE + 1;
 const SAMPLE_EVERY: u64 = 512;
 /// Without telemetry, a graph this often runs node by node for the cost model.
 const REFINE_EVERY: u64 = 1024;
+/// Graphs whose plans are kept besides the last one's (a prompt's and a token's alternate).
+const KNOWN_GRAPHS: usize = 4;
 /// Smallest staging arena for streamed weights.
 const ARENA_MIN: usize = 64 << 20;
 
@@ -61,6 +63,10 @@ pub struct HybridBackend {
     last_uses: Option<Uses>,
     /// `repeats_last`'s answer for the `compute` that follows it.
     known_same: Option<bool>,
+    /// Earlier graphs' plans, most recent first, and whether the graph being computed is one
+    /// of them come back (its replay must first bring the residency map up to date).
+    known: Vec<Known>,
+    restored: bool,
     /// The last graph, all on the GPU in one launch, to replay.
     fast: Option<Fast>,
     /// This graph streamed weights / how many GPU launches it made.
@@ -85,6 +91,49 @@ pub struct HybridBackend {
     /// The next GPU segment's weights were queued on the copy stream before the CPU segment
     /// ran (`prefetch`), and whether they fill both halves of the arena.
     prefetched: Option<bool>,
+    /// ROCMFORGE_FFI_TIMING=1: host time per phase of `compute`, logged when freed.
+    phases: Option<Phases>,
+}
+
+/// Host µs spent in each phase of `compute` and how many graphs took each path.
+#[derive(Default)]
+struct Phases {
+    plan_us: f64,
+    uses_us: f64,
+    segments_us: f64,
+    /// Inside the segments: GPU launches (shadows, the GPU backend's compute).
+    launch_us: f64,
+    /// Inside the launches: building the shadows.
+    shadow_us: f64,
+    /// After the segments: waiting for the GPU before the downloads.
+    wait_us: f64,
+    finish_us: f64,
+    fast_us: f64,
+    /// Inside the replays: until the GPU backend's compute returned.
+    fast_launch_us: f64,
+    planned: u64,
+    slow: u64,
+    fast: u64,
+}
+
+impl Phases {
+    fn report(&self) -> String {
+        format!(
+            "RFHYBRID host ms in compute: planning {:.1} ({} plans), uses {:.1}, segments {:.1} (GPU launches {:.1}, their shadows {:.1}) and after them {:.1} (waiting {:.1}) ({} graphs), replays {:.1} (launched after {:.1}) ({} graphs)",
+            self.plan_us * 1e-3,
+            self.planned,
+            self.uses_us * 1e-3,
+            self.segments_us * 1e-3,
+            self.launch_us * 1e-3,
+            self.shadow_us * 1e-3,
+            self.finish_us * 1e-3,
+            self.wait_us * 1e-3,
+            self.slow,
+            self.fast_us * 1e-3,
+            self.fast_launch_us * 1e-3,
+            self.fast
+        )
+    }
 }
 
 /// Events ordering the copy stream and the segments' streams around the arena's halves:
@@ -101,6 +150,16 @@ struct Fast {
     ptrs: Vec<usize>,
     outs: Vec<(usize, usize)>,
     sinks: Vec<(usize, usize)>,
+}
+
+/// A graph computed before the last one: what `same_graph` keeps of it for when it comes back.
+struct Known {
+    words: Vec<u64>,
+    plan: Vec<BackendSelection>,
+    uses: Uses,
+    fast: Option<Fast>,
+    shadows: Shadows,
+    shadow_of: HashMap<usize, usize>,
 }
 
 /// What a graph's nodes need from the residency map, computed once per graph.
@@ -201,6 +260,8 @@ impl HybridBackend {
             last_plan: Vec::new(),
             last_uses: None,
             known_same: None,
+            known: Vec::new(),
+            restored: false,
             fast: None,
             streamed: false,
             launches: 0,
@@ -215,6 +276,7 @@ impl HybridBackend {
             prefetched: None,
             time_device: false,
             device_us: None,
+            phases: crate::tuning::get().ffi_timing.then(Phases::default),
         })
     }
 
@@ -328,21 +390,35 @@ impl HybridBackend {
         if copies.is_empty() {
             return Ok(());
         }
-        self.sync_gpus()?;
+        if self.telemetry || self.time_copies {
+            // The copies' own time is measured.
+            self.sync_gpus()?;
+        } else {
+            // The copies queue on stream 0 behind its work; the other streams' is waited for.
+            for (b, p) in self.gpus.iter_mut().zip(self.pending.iter_mut()).skip(1) {
+                if *p {
+                    b.synchronize()?;
+                    *p = false;
+                }
+            }
+        }
         let t0 = Instant::now();
         let mut queued = false;
-        if let Some(g) = self.gpus.first_mut() {
+        if !self.gpus.is_empty() {
             for c in copies {
+                let g = &mut self.gpus[0];
                 if copy_in_pieces(c, &mut |c: &Copy| {
                     g.get_async(c.host as *mut u8, c.dev as *const u8, c.len)
                 })? {
                     queued = true;
                 } else {
+                    self.sync_gpus()?;
                     Shared::copy_sync(res, std::slice::from_ref(c))?;
                 }
             }
-            if queued {
-                g.synchronize()?;
+            if queued || self.pending[0] {
+                self.gpus[0].synchronize()?;
+                self.pending[0] = false;
             }
         } else {
             Shared::copy_sync(res, copies)?;
@@ -562,6 +638,22 @@ impl HybridBackend {
         if nodes.is_empty() {
             return Ok(());
         }
+        let t = Instant::now();
+        let r = self.launch_shadows(nodes, res, k, outputs);
+        if let Some(p) = self.phases.as_mut() {
+            p.launch_us += t.elapsed().as_secs_f64() * 1e6;
+        }
+        r
+    }
+
+    fn launch_shadows(
+        &mut self,
+        nodes: &[Tensor],
+        res: &Residency,
+        k: usize,
+        outputs: &dyn Fn(&Tensor) -> bool,
+    ) -> Result<()> {
+        let t = Instant::now();
         self.shadows.0.clear();
         self.shadow_of.clear();
         let mut ptrs = Vec::with_capacity(nodes.len());
@@ -571,6 +663,9 @@ impl HybridBackend {
                 unsafe { (*s).flags |= FLAG_OUTPUT };
             }
             ptrs.push(s);
+        }
+        if let Some(p) = self.phases.as_mut() {
+            p.shadow_us += t.elapsed().as_secs_f64() * 1e6;
         }
         let shadows: Vec<Tensor> = ptrs
             .iter()
@@ -864,13 +959,60 @@ impl HybridBackend {
         let epoch = self.shared.config().epoch;
         graph_words(nodes, epoch, &mut self.words);
         let same = self.words == self.last_words && self.last_plan.len() == nodes.len();
-        if !same {
-            std::mem::swap(&mut self.words, &mut self.last_words);
-            self.last_plan.clear();
-            self.last_uses = None;
-            self.fast = None;
+        if same {
+            return true;
         }
-        same
+        std::mem::swap(&mut self.words, &mut self.last_words);
+        // The graph before is kept for when it comes back (a prompt after tokens).
+        if let Some(uses) = self.last_uses.take().filter(|_| !self.last_plan.is_empty()) {
+            self.known.insert(
+                0,
+                Known {
+                    words: std::mem::take(&mut self.words),
+                    plan: std::mem::take(&mut self.last_plan),
+                    uses,
+                    fast: self.fast.take(),
+                    shadows: std::mem::replace(&mut self.shadows, Shadows(Vec::new())),
+                    shadow_of: std::mem::take(&mut self.shadow_of),
+                },
+            );
+            self.known.truncate(KNOWN_GRAPHS);
+        }
+        self.last_plan.clear();
+        self.fast = None;
+        let back = self
+            .known
+            .iter()
+            .position(|k| k.words == self.last_words && k.plan.len() == nodes.len());
+        let Some(i) = back else { return false };
+        let k = self.known.remove(i);
+        self.last_plan = k.plan;
+        self.last_uses = Some(k.uses);
+        self.fast = k.fast;
+        self.shadows = k.shadows;
+        self.shadow_of = k.shadow_of;
+        self.restored = true;
+        true
+    }
+
+    /// The copies a graph all on the GPU needs before it runs again after other graphs, node
+    /// by node as `run_gpu` walks a segment; and what it writes, marked as the GPU's.
+    fn walk_for_replay(nodes: &[Tensor], res: &mut Residency) -> Vec<Copy> {
+        let mut copies = Vec::new();
+        for n in nodes {
+            for s in (0..GGML_MAX_SRC).filter_map(|j| n.src(j)) {
+                if let Some((p, len)) = range(&s) {
+                    copies.extend(res.make_current(p, len, Place::Gpu));
+                }
+            }
+            if let Some((p, len)) = range(n) {
+                if writes_part(n) {
+                    copies.extend(res.make_current(p, len, Place::Gpu));
+                }
+                res.written(p, len, Place::Gpu);
+            }
+        }
+        copies
     }
 
     /// The graph computed last again, all on the GPU with nothing streamed: copy in what the
@@ -884,17 +1026,24 @@ impl HybridBackend {
         let t0 = Instant::now();
         let fast = self.fast.take().unwrap();
         let k = self.gpu_backend(0)?;
-        let mut copies = Vec::new();
-        for &(p, len) in log {
-            copies.extend(res.make_current(p, len, Place::Gpu));
-        }
-        self.upload(res, k, &copies)?;
-        // Outputs over bytes the host wrote are the GPU's again once the graph runs.
-        for &(p, len) in log {
-            for &(o, ol) in &fast.outs {
-                let (x, y) = (o.max(p), (o + ol).min(p + len));
-                if x < y {
-                    res.written(x, y - x, Place::Gpu);
+        if std::mem::take(&mut self.restored) {
+            // Other graphs ran since this one last did: the map, not the log, says what
+            // changed.
+            let copies = Self::walk_for_replay(nodes, res);
+            self.upload(res, k, &copies)?;
+        } else {
+            let mut copies = Vec::new();
+            for &(p, len) in log {
+                copies.extend(res.make_current(p, len, Place::Gpu));
+            }
+            self.upload(res, k, &copies)?;
+            // Outputs over bytes the host wrote are the GPU's again once the graph runs.
+            for &(p, len) in log {
+                for &(o, ol) in &fast.outs {
+                    let (x, y) = (o.max(p), (o + ol).min(p + len));
+                    if x < y {
+                        res.written(x, y - x, Place::Gpu);
+                    }
                 }
             }
         }
@@ -907,6 +1056,9 @@ impl HybridBackend {
         let r = self.gpus[k].compute(&shadows);
         drop(shadows);
         r?;
+        if let Some(p) = self.phases.as_mut() {
+            p.fast_launch_us += t0.elapsed().as_secs_f64() * 1e6;
+        }
         let mut copies = Vec::new();
         for &(p, len) in &fast.sinks {
             res.written(p, len, Place::Gpu);
@@ -943,24 +1095,38 @@ impl HybridBackend {
             self.graphs % REFINE_EVERY == 1
         };
         if same && !overflow && !foreign && !sample && self.fast.is_some() {
-            return self.compute_fast(nodes, &mut res, &log);
+            let t = Instant::now();
+            let r = self.compute_fast(nodes, &mut res, &log);
+            if let Some(p) = self.phases.as_mut() {
+                p.fast_us += t.elapsed().as_secs_f64() * 1e6;
+                p.fast += 1;
+            }
+            return r;
         }
         self.fast = None;
+        self.restored = false;
+        let t = Instant::now();
         if !same || self.last_plan.len() != nodes.len() {
             self.last_plan = self.plan(nodes, &mut res)?;
+            if let Some(p) = self.phases.as_mut() {
+                p.planned += 1;
+            }
         }
         let plan = self.last_plan.clone();
+        let t_plan = Instant::now();
         if !same || self.last_uses.is_none() {
             self.last_uses = Some(Uses::of(nodes));
         }
         let uses = self.last_uses.take().unwrap();
         self.streamed = false;
         self.launches = 0;
+        let t_uses = Instant::now();
         let r = self.compute_segments(nodes, &mut res, &plan, &uses, sample);
         if r.is_err() {
             self.last_uses = Some(uses);
             return r;
         }
+        let t_segments = Instant::now();
         // A graph all on the GPU in one launch, nothing streamed: replayed as is next time.
         let mut sinks = Vec::new();
         let mut copies = Vec::new();
@@ -974,6 +1140,14 @@ impl HybridBackend {
             }
         }
         // What the host or another backend may read next: current on the host.
+        if self.phases.is_some() {
+            let t = Instant::now();
+            self.sync_gpus()?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            if let Some(p) = self.phases.as_mut() {
+                p.wait_us += us;
+            }
+        }
         self.download(&mut res, &copies)?;
         self.sync_gpus()?;
         if !sample
@@ -994,6 +1168,13 @@ impl HybridBackend {
             });
         }
         self.last_uses = Some(uses);
+        if let Some(p) = self.phases.as_mut() {
+            p.plan_us += (t_plan - t).as_secs_f64() * 1e6;
+            p.uses_us += (t_uses - t_plan).as_secs_f64() * 1e6;
+            p.segments_us += (t_segments - t_uses).as_secs_f64() * 1e6;
+            p.finish_us += t_segments.elapsed().as_secs_f64() * 1e6;
+            p.slow += 1;
+        }
         Ok(())
     }
 
@@ -1157,6 +1338,9 @@ impl HybridBackend {
 impl Drop for HybridBackend {
     fn drop(&mut self) {
         let _ = self.sync_gpus();
+        if let Some(p) = &self.phases {
+            crate::log_info!("{}", p.report());
+        }
         self.shared.residency().close_log(self.log);
         self.shared.telemetry().finish();
     }

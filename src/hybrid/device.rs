@@ -319,10 +319,16 @@ impl Buffer for HybridBuffer {
         self.inner.read(offset, out)
     }
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|e| e > self.size()) {
+            // The inner buffer's bounds check gives the error.
+            return self.inner.fill(offset, len, value);
+        }
+        let p = self.inner.base() as usize + offset;
+        if self.shared.residency().device_fill(p, len, value) {
+            return Ok(());
+        }
         self.inner.fill(offset, len, value)?;
-        self.shared
-            .residency()
-            .host_filled(self.inner.base() as usize + offset, len, value);
+        self.shared.residency().host_filled(p, len, value);
         Ok(())
     }
     fn is_host(&self) -> bool {

@@ -560,6 +560,42 @@ impl Residency {
         }
     }
 
+    /// Fills [p0, p0 + len) with `value` on the GPU only, where mirrors cover all of it: the
+    /// host's bytes are then stale (a read fetches them), and a cleared KV cache costs no host
+    /// memset. False (nothing changed) where some byte has no mirror or a fill fails.
+    pub fn device_fill(&mut self, p0: usize, len: usize, value: u8) -> bool {
+        let end = p0 + len;
+        let mut covered = p0;
+        for r in self.regions.values() {
+            if r.host + r.len <= covered || r.host >= end {
+                continue;
+            }
+            if r.host > covered || r.kind != RegionKind::Mirror || r.owner.is_none() {
+                return false;
+            }
+            covered = r.host + r.len;
+        }
+        if len == 0 || covered < end {
+            return false;
+        }
+        for r in self.regions.values_mut() {
+            let (a, b) = (r.host.max(p0), (r.host + r.len).min(end));
+            if a >= b {
+                continue;
+            }
+            let o = r.owner.as_mut().unwrap();
+            let off = r.dev_base - o.base() as usize + (a - r.host);
+            if o.fill(off, b - a, value).is_err() {
+                // What was filled is the device's; the rest, the host's bytes as they are.
+                r.valid.set(a - r.host, b - r.host, State::Host);
+                return false;
+            }
+            r.valid.set(a - r.host, b - r.host, State::Device);
+        }
+        self.log_host_access(p0, len);
+        true
+    }
+
     /// The device address of host address `p` (inside a region).
     pub fn dev_addr(&self, p: usize, len: usize) -> Option<usize> {
         self.region_of(p, len).map(|r| r.dev_addr(p))
@@ -695,6 +731,33 @@ mod tests {
         assert!(got.iter().all(|&b| b == 7));
         // Outside any region: the host alone.
         r.host_filled(9000, 10, 1);
+    }
+
+    #[test]
+    fn a_fill_over_mirrors_fills_the_device_alone() {
+        let cpu = CpuDevice::new();
+        let bt = cpu.buffer_type();
+        let mut r = Residency::new(1 << 20);
+        r.add_buffer(4096, 1000, None);
+        assert!(r.add_region(bt, 4096, 1000, RegionKind::Mirror).unwrap());
+        assert!(r.device_fill(4096 + 100, 500, 9));
+        // The host's bytes are stale: a read fetches the device's.
+        assert!(!r.holds(4096 + 100, 500, Place::Cpu));
+        assert_eq!(r.bytes_missing(4096 + 100, 500, Place::Gpu), 0);
+        assert_eq!(r.bytes_missing(4096 + 100, 500, Place::Cpu), 500);
+        let dev = r.dev_addr(4096 + 100, 500).unwrap();
+        let got = unsafe { std::slice::from_raw_parts(dev as *const u8, 500) };
+        assert!(got.iter().all(|&b| b == 9));
+        // Not wholly mirrored: nothing done, the caller fills the host.
+        assert!(!r.device_fill(4096 + 900, 200, 1));
+        assert!(!r.device_fill(9000, 10, 1));
+        assert!(r.holds(4096 + 900, 100, Place::Cpu));
+        // A weight's region is not a mirror.
+        r.add_buffer(1 << 16, 256, None);
+        assert!(r
+            .add_region(bt, 1 << 16, 256, RegionKind::Resident)
+            .unwrap());
+        assert!(!r.device_fill(1 << 16, 256, 0));
     }
 
     #[test]
