@@ -277,7 +277,16 @@ unsafe extern "C" fn backend_graph_compute(
     backend: ggml_backend_t,
     cgraph: *mut ggml_cgraph,
 ) -> ggml_status {
-    guard("graph_compute", GGML_STATUS_FAILED, || {
+    // Timed per kind of device: a host's graphs on RFCPU and on a GPU device apart.
+    let what = match backend_of(backend).filter(|_| crate::tuning::get().ffi_timing) {
+        Some(b) => match b.imp.name().to_bytes() {
+            [b'R', b'F', b'H', ..] => "graph_compute RFHYBRID",
+            [b'R', b'F', b'G', ..] => "graph_compute RFGPU",
+            _ => "graph_compute RFCPU",
+        },
+        None => "graph_compute",
+    };
+    guard(what, GGML_STATUS_FAILED, || {
         let Some(b) = backend_of(backend) else {
             return GGML_STATUS_FAILED;
         };

@@ -37,15 +37,35 @@ fn entry_times() -> Option<&'static EntryTimes> {
     .as_ref()
 }
 
+/// When the last entry point returned (ROCMFORGE_FFI_TIMING=1): the host's own time between
+/// two calls is added up under "(host) before <entry>", to see where a host loop spends the
+/// time it is not in this library.
+static LAST_EXIT: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
 /// Runs `f`; on panic logs `what` and returns `on_panic`.
 pub fn guard<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
     if let Some(times) = entry_times() {
         let t0 = std::time::Instant::now();
+        let gap = LAST_EXIT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .map(|t| (t0 - t).as_secs_f64());
         let r = guarded(what, on_panic, f);
-        let dt = t0.elapsed().as_secs_f64();
+        let t1 = std::time::Instant::now();
+        let dt = (t1 - t0).as_secs_f64();
         let mut map = times.lock().unwrap_or_else(|e| e.into_inner());
         let e = map.entry(what.to_string()).or_insert((0, 0.0));
         *e = (e.0 + 1, e.1 + dt);
+        // Gaps over a second are the host loading or waiting for input, not its loop.
+        if let Some(g) = gap.filter(|&g| g < 1.0) {
+            let e = map
+                .entry(format!("(host) before {what}"))
+                .or_insert((0, 0.0));
+            *e = (e.0 + 1, e.1 + g);
+        }
+        drop(map);
+        *LAST_EXIT.lock().unwrap_or_else(|e| e.into_inner()) = Some(t1);
         return r;
     }
     guarded(what, on_panic, f)
