@@ -1241,11 +1241,15 @@ impl HybridBackend {
                     // adds (a launch and a wait).
                     let all = t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied);
                     let alone = self.sched.cost.profile.alone_us(place);
-                    let us = match self.device_us.take() {
-                        Some(d) if place == Place::Gpu => d,
-                        _ => (all - alone).max(0.25 * all).max(0.0),
+                    let (us, timed) = match self.device_us.take() {
+                        Some(d) if place == Place::Gpu => {
+                            (d, self.sched.cost.observe_device_time(n, d))
+                        }
+                        _ => {
+                            let us = (all - alone).max(0.25 * all).max(0.0);
+                            (us, self.sched.cost.observe(n, place, us))
+                        }
                     };
-                    let timed = self.sched.cost.observe(n, place, us);
                     if telemetry {
                         self.record_node(n, &sel, us, timed);
                     }

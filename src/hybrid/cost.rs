@@ -334,8 +334,8 @@ type CorrKey = (i32, u8, Place, u8);
 
 pub struct CostModel {
     pub profile: Profile,
-    /// ln(measured / predicted), averaged.
-    corr: HashMap<CorrKey, f64>,
+    /// ln(measured / predicted), averaged, and how many measurements it holds.
+    corr: HashMap<CorrKey, (f64, u32)>,
     /// Kinds of GPU node measured once already.
     seen_gpu: std::collections::HashSet<CorrKey>,
 }
@@ -492,7 +492,7 @@ impl CostModel {
         let f = self
             .corr
             .get(&self.key(node, &work, bytes, place))
-            .map_or(1.0, |l| l.exp());
+            .map_or(1.0, |l| l.0.exp());
         sane(base * f)
     }
 
@@ -563,6 +563,22 @@ impl CostModel {
     /// may load kernels: cuBLAS loads its own at their first use; 102 ms for an 8B prompt's
     /// first product on an H200), left out.
     pub fn observe(&mut self, node: &Tensor, place: Place, measured_us: f64) -> bool {
+        self.observe_above(node, place, measured_us, OBSERVE_MIN_US)
+    }
+
+    /// `observe` for a GPU node's device time, measured by events around it alone in its
+    /// stream: no launch or wait in it, so short times count too.
+    pub fn observe_device_time(&mut self, node: &Tensor, measured_us: f64) -> bool {
+        self.observe_above(node, Place::Gpu, measured_us, f64::MIN_POSITIVE)
+    }
+
+    fn observe_above(
+        &mut self,
+        node: &Tensor,
+        place: Place,
+        measured_us: f64,
+        min_us: f64,
+    ) -> bool {
         let (work, bytes) = work_of(node);
         if work == Work::View {
             return true;
@@ -574,7 +590,7 @@ impl CostModel {
         // Below OBSERVE_MIN_US a node timed alone measures mostly its launch and wait: such
         // corrections made a GPU's small nodes look three times slower than in a stream and
         // took a token's attention off the GPU.
-        if !(measured_us.is_finite() && measured_us >= OBSERVE_MIN_US) {
+        if !(measured_us.is_finite() && measured_us >= min_us) {
             return true;
         }
         let base = self.predict(&work, bytes, place);
@@ -582,8 +598,11 @@ impl CostModel {
             return true;
         }
         let r = (measured_us / base).clamp(0.1, 10.0).ln();
-        let l = self.corr.entry(key).or_insert(0.0);
-        *l += EMA_ALPHA * (r - *l);
+        let (l, n) = self.corr.entry(key).or_insert((0.0, 0));
+        // A plain mean of the first measurements (the next node of the kind in the same graph
+        // is predicted from the first), then a moving average.
+        *n = n.saturating_add(1);
+        *l += EMA_ALPHA.max(1.0 / *n as f64) * (r - *l);
         true
     }
 
@@ -592,7 +611,7 @@ impl CostModel {
         let (work, bytes) = work_of(node);
         self.corr
             .get(&self.key(node, &work, bytes, place))
-            .map_or(1.0, |l| l.exp())
+            .map_or(1.0, |l| l.0.exp())
     }
 }
 
@@ -910,6 +929,35 @@ mod tests {
             m.observe(&t, Place::Gpu, OBSERVE_MIN_US * 0.9);
         }
         assert_eq!(m.compute_us(&t, Place::Gpu), t0);
+    }
+
+    /// The first measurements of a kind are averaged plainly: after one, the next node of the
+    /// kind is predicted at what it measured (a prompt's 32 layers are right from the second);
+    /// later ones move the prediction by a tenth. A GPU node's device time counts however short.
+    #[test]
+    fn the_first_measurements_set_the_correction() {
+        let mut m = model();
+        let mm = Mm::new(GgmlType::Q4_0, 4096, 14336, 512);
+        let n = mm.node();
+        let n = n.tensor();
+        let c0 = m.compute_us(&n, Place::Cpu);
+        assert!(m.observe(&n, Place::Cpu, 1.5 * c0));
+        let c1 = m.compute_us(&n, Place::Cpu);
+        assert!((c1 / (1.5 * c0) - 1.0).abs() < 1e-9, "{c1} vs {}", 1.5 * c0);
+        m.observe(&n, Place::Cpu, 1.5 * c0);
+        for _ in 0..20 {
+            m.observe(&n, Place::Cpu, 1.5 * c0);
+        }
+        m.observe(&n, Place::Cpu, 3.0 * c0);
+        let c2 = m.compute_us(&n, Place::Cpu);
+        assert!(c2 > 1.5 * c0 * 1.05 && c2 < 1.5 * c0 * 1.1, "{c2}");
+        let tiny = Mm::new(GgmlType::Q4_0, 256, 64, 1);
+        let t = tiny.node();
+        let t = t.tensor();
+        let t0 = m.compute_us(&t, Place::Gpu);
+        assert!(!m.observe_device_time(&t, 2.0 * t0), "the first of a kind");
+        assert!(m.observe_device_time(&t, 2.0 * t0));
+        assert!((m.compute_us(&t, Place::Gpu) / (2.0 * t0) - 1.0).abs() < 1e-9);
     }
 
     /// The first GPU measurement of a kind (its launch may have loaded kernels) is left out;
