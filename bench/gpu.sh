@@ -75,6 +75,8 @@
 #          ggml-cuda has no split buffer type: its row is -sm tensor, ggml's own tensor parallelism) and
 #          -sm tensor; the same model's one-GPU tg (CUDA0, RFGPU0) for the "row split >= 1.3x one GPU"
 #          target; with MGPU_70B=N also a 70B-shaped Q4_0 of N layers (make_model --preset 70b)
+#   fmt    the weight formats of issue 25 on RFGPU0 against ggml-cuda: 8B-shaped models of FMT_LAYERS
+#          (default 8) layers in each of $FMT_TYPES, pp512 / tg64, fa on
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -195,14 +197,16 @@ if has e2e; then
         echo "e2e SmolLM2 on RFGPU0 rc=$?"
         grep -E "fa=|FAIL|PASS" "$OUT/e2e-smol.log" | cut -c1-300
     fi
-    for spec in llama:f16 qwen2:f16 qwen3:f16 gemma3:f16 qwen3moe:f16 llama:bf16 qwen3moe:bf16 llama:q8_0 \
-        llama:q4_0 qwen3moe:q4_0 qwen3:q4_k llama:q6_k; do
-        a=${spec%:*} t=${spec#*:} m=e2e/$a-$t.gguf
+    for spec in ${E2E_SPECS:-llama:f16 qwen2:f16 qwen3:f16 gemma3:f16 qwen3moe:f16 llama:bf16 qwen3moe:bf16 llama:q8_0 \
+        llama:q4_0 qwen3moe:q4_0 qwen3:q4_k llama:q6_k phi3:f16 phi3:q4_0 gemma2:f16 bert:f16 gpt-oss:mxfp4 \
+        deepseek2:f16 deepseek2:q8_0 llama:q4_k_m llama:iq4_xs llama:iq3_m}; do
+        a=${spec%:*} t=${spec#*:} m=e2e/$a-$t.gguf mode=
+        [ "$a" = bert ] && mode=--embd
         mkdir -p "e2e/$a-$t"
         ./make_model --arch "$a" --type "$t" --tokenizer smol-tokenizer.gguf -o "$m" >/dev/null 2>&1
         timeout 90 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so "$m" "e2e/$a-$t" --fa both \
-            --threads "$THREADS" --min-stable 0 --device RFGPU0 >"$OUT/e2e-$a-$t.log" 2>&1
-        echo "e2e $spec rc=$?"
+            --threads "$THREADS" --min-stable 0 --device RFGPU0 $mode >"$OUT/e2e-$a-$t.log" 2>&1
+        echo "e2e $spec rc=$? $(grep -c '^fa=' "$OUT/e2e-$a-$t.log") fa rows, $(tail -1 "$OUT/e2e-$a-$t.log" | cut -c1-120)"
     done
 fi
 
@@ -549,6 +553,18 @@ if has moe && cuda_ok; then
     grep -A30 "RFHYBRID telemetry" "$OUT/telemetry-moe.log" | tail -32
     grep "RFHYBRID:" "$OUT/telemetry-moe.log" | head -3
 fi
+
+# Step fmt: one model per weight type, ggml-cuda then RFGPU0 (pair), the ratio table of those rows.
+if has fmt && cuda_ok; then
+    for t in ${FMT_TYPES:-q4_0 q4_k_m iq4_xs iq3_m mxfp4}; do
+        ./make_model --preset 8b --layers "${FMT_LAYERS:-8}" --type "$t" --tokenizer smol-tokenizer.gguf \
+            -o "fmt-$t.gguf" >"$OUT/make-fmt-$t.log" 2>&1 || { echo "fmt $t: make_model failed"; continue; }
+        pair "fmt-$t" on "fmt-$t.gguf" 512 64 2 >/dev/null
+        rm -f "fmt-$t.gguf"
+    done
+    grep "^fmt-" "$OUT/pairs.txt" | ratio_table
+fi
+
 
 # llama.cpp's own automatic placement: common_fit_params (the pinned tree's common/fit.cpp) fits
 # --ngl and tensor overrides to the GPU budget (bench/fit_params.cpp); ggml-cuda + ggml-cpu run with
