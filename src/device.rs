@@ -151,6 +151,12 @@ pub trait Backend: Send {
     ) -> Result<bool> {
         Ok(false)
     }
+    /// Queues the graph computed last again, as it was: the caller knows its nodes are the
+    /// same structs with the same contents (RFHYBRID's replay of a kept graph), so nothing is
+    /// compared. Ok(false): not possible here now (compute the nodes instead).
+    fn replay_last(&mut self) -> Result<bool> {
+        Ok(false)
+    }
     /// Records `event` after the work queued so far. Ok(false): this backend does not record
     /// events of that kind.
     fn record_event(&mut self, _event: &dyn Event) -> Result<bool> {

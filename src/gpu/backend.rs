@@ -55,6 +55,8 @@ pub struct GpuBackend {
     /// from a graph with the same (see the capture in `compute_graph`).
     exec_nodes: Option<usize>,
     exec_shape: u64,
+    /// The last `compute` had no row-split sources (`replay_last` replays only such a graph).
+    last_plain: bool,
     /// False once capture failed on this runtime: then every graph is launched directly.
     graphs_ok: bool,
     /// ROCMFORGE_GPU_PROFILE=1: every launch timed in the stream by events around it, totals
@@ -314,6 +316,7 @@ impl GpuBackend {
             exec_current: false,
             exec_nodes: None,
             exec_shape: 0,
+            last_plain: false,
             graphs_ok,
             profile,
             profile_events: Vec::new(),
@@ -826,6 +829,25 @@ impl Backend for GpuBackend {
         &self.name
     }
 
+    fn replay_last(&mut self) -> Result<bool> {
+        // Only the captured executable of the last plain graph, untimed and unprofiled.
+        let exec = match self.exec {
+            Some(e) if self.exec_current && self.graphs_ok && self.last_plain => e,
+            _ => return Ok(false),
+        };
+        if self.timing.is_some() || self.profile.is_some() || self.failed.is_some() {
+            return Ok(false);
+        }
+        self.abort_capture();
+        self.after_staged_writes()?;
+        self.queued = true;
+        let ctx = self.ctx.clone();
+        ctx.api
+            .graph_launch(ctx.ord, exec, self.stream)
+            .map_err(Error::Device)?;
+        Ok(true)
+    }
+
     fn repeats_last(&mut self, nodes: &[Tensor]) -> bool {
         let t0 = std::time::Instant::now();
         let r = self.failed.is_none() && self.is_last_graph(nodes);
@@ -881,7 +903,9 @@ impl Backend for GpuBackend {
     }
 
     fn compute(&mut self, nodes: &[Tensor]) -> Result<()> {
-        if let Some(splits) = split_exec::split_sources(nodes) {
+        let splits = split_exec::split_sources(nodes);
+        self.last_plain = splits.is_none();
+        if let Some(splits) = splits {
             return self.compute_with_splits(nodes, &splits);
         }
         let Some(t) = self.timing.as_mut() else {
