@@ -51,9 +51,9 @@ pub fn ue4m3_half(x: u8) -> f32 {
 }
 
 /// ggml's `ggml_fp32_to_ue4m3`: round half up on the mantissa, 448 the largest, subnormals by
-/// `(int)(x * 512 + 0.5)`, 0 for anything not above zero.
+/// `(int)(x * 512 + 0.5)`, 0 for anything not above zero (NaN too).
 fn ue4m3_of(x: f32) -> u8 {
-    if !(x > 0.0) {
+    if x.is_nan() || x <= 0.0 {
         return 0;
     }
     let x = x.min(448.0);
@@ -247,6 +247,7 @@ mod tests {
         assert_eq!(ue4m3_of(1000.0), 0x7e);
         assert_eq!(ue4m3_of(0.0009), 0);
         assert_eq!(ue4m3_of(-1.0), 0);
+        assert_eq!(ue4m3_of(f32::NAN), 0);
     }
 
     /// Decoding by the format's definition: sub-block s's scale times the E2M1 value, nibble

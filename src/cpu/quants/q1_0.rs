@@ -147,7 +147,7 @@ mod tests {
             d: f32_to_f16(0.375),
             qs: [0; QK / 8],
         };
-        let set = |j: usize| (j * 5 + j / 9) % 3 == 0;
+        let set = |j: usize| (j * 5 + j / 9).is_multiple_of(3);
         for j in 0..QK {
             if set(j) {
                 b.qs[j / 8] |= 1 << (j % 8);
