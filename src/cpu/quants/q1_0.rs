@@ -106,8 +106,17 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn block(bits: u32, by: &BlockQ8_0) -> __m256 {
         let y = _mm256_loadu_si256(by.qs.as_ptr() as *const __m256i);
-        // 0xff where the bit is clear: negate there (x ^ m - m).
-        let clear = _mm256_xor_si256(bits_to_bytes(bits), _mm256_set1_epi8(-1));
+        // Byte j gets source byte j / 8 and is tested against bit j % 8: 0xff where the bit is
+        // clear, where y is negated (y ^ m - m).
+        let which = _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        );
+        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), which);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let clear = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), _mm256_setzero_si256());
         let sy = _mm256_sub_epi8(_mm256_xor_si256(y, clear), clear);
         _mm256_cvtepi32_ps(dot_u8_i8(_mm256_set1_epi8(1), sy))
     }
@@ -118,17 +127,19 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockQ1_0, y as *const BlockQ8_0);
+        // Five scales per 128 values: table loads (see `f16_table`).
+        let f16 = f16_table();
         let mut acc = _mm256_setzero_ps();
         for i in 0..n / QK {
             let bx = &*x.add(i);
             let word = |k: usize| u32::from_le_bytes(bx.qs[4 * k..4 * k + 4].try_into().unwrap());
             let by = |k: usize| &*y.add(4 * i + k);
-            let dy = |k: usize| _mm256_set1_ps(f16_load(&by(k).d));
+            let dy = |k: usize| _mm256_set1_ps(f16[by(k).d as usize]);
             let mut blk = _mm256_mul_ps(dy(0), block(word(0), by(0)));
             for k in 1..4 {
                 blk = _mm256_fmadd_ps(dy(k), block(word(k), by(k)), blk);
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_load(&bx.d)), blk, acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16[bx.d as usize]), blk, acc);
         }
         hsum_f32(acc)
     }
