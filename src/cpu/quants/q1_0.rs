@@ -88,6 +88,10 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
 
 pub fn vec_dot_fn() -> VecDot {
     #[cfg(target_arch = "x86_64")]
+    if super::use_avx512() {
+        return avx2::vec_dot_evex;
+    }
+    #[cfg(target_arch = "x86_64")]
     if use_avx2() {
         return avx2::vec_dot;
     }
@@ -121,28 +125,47 @@ pub(super) mod avx2 {
         _mm256_cvtepi32_ps(dot_u8_i8(_mm256_set1_epi8(1), sy))
     }
 
-    /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: per Q1_0 block the four
-    /// Q8_0 blocks' lanes times dy (a multiply, then three fused multiply-adds), then one fused
-    /// multiply-add by d into the running lanes; the lanes summed at the end.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
-        let (x, y) = (x as *const BlockQ1_0, y as *const BlockQ8_0);
-        // Five scales per 128 values: table loads (see `f16_table`).
-        let f16 = f16_table();
-        let mut acc = _mm256_setzero_ps();
-        for i in 0..n / QK {
-            let bx = &*x.add(i);
-            let word = |k: usize| u32::from_le_bytes(bx.qs[4 * k..4 * k + 4].try_into().unwrap());
-            let by = |k: usize| &*y.add(4 * i + k);
-            let dy = |k: usize| _mm256_set1_ps(f16[by(k).d as usize]);
-            let mut blk = _mm256_mul_ps(dy(0), block(word(0), by(0)));
-            for k in 1..4 {
-                blk = _mm256_fmadd_ps(dy(k), block(word(k), by(k)), blk);
+    /// The dot, compiled for the given instruction sets: the same operations in the same order
+    /// either way (only the encoding differs), so both give ggml-cpu's bits.
+    macro_rules! dot {
+        ($(#[$doc:meta])* $name:ident, $features:literal) => {
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name(n: usize, x: *const u8, y: *const u8) -> f32 {
+                let (x, y) = (x as *const BlockQ1_0, y as *const BlockQ8_0);
+                // Five scales per 128 values: table loads (see `f16_table`).
+                let f16 = f16_table();
+                let mut acc = _mm256_setzero_ps();
+                for i in 0..n / QK {
+                    let bx = &*x.add(i);
+                    let word =
+                        |k: usize| u32::from_le_bytes(bx.qs[4 * k..4 * k + 4].try_into().unwrap());
+                    let by = |k: usize| &*y.add(4 * i + k);
+                    let dy = |k: usize| _mm256_set1_ps(f16[by(k).d as usize]);
+                    let mut blk = _mm256_mul_ps(dy(0), block(word(0), by(0)));
+                    for k in 1..4 {
+                        blk = _mm256_fmadd_ps(dy(k), block(word(k), by(k)), blk);
+                    }
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16[bx.d as usize]), blk, acc);
+                }
+                hsum_f32(acc)
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16[bx.d as usize]), blk, acc);
-        }
-        hsum_f32(acc)
+        };
     }
+
+    dot!(
+        /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: per Q1_0 block the
+        /// four Q8_0 blocks' lanes times dy (a multiply, then three fused multiply-adds), then
+        /// one fused multiply-add by d into the running lanes; the lanes summed at the end.
+        vec_dot,
+        "avx2,fma,f16c"
+    );
+    dot!(
+        /// The same 256-bit dot where AVX-512 (VL) runs: the scales' broadcasts fold into the
+        /// multiplies (embedded broadcast), as in ggml-cpu's zen4 build.
+        vec_dot_evex,
+        "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
+    );
 }
 
 #[cfg(test)]
@@ -207,6 +230,21 @@ mod tests {
             q8_0::to_f32,
             vec_dot_fn(),
             vec_dot_ref,
+        );
+    }
+
+    /// The AVX-512 build of the dot gives the AVX2 one's bits.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn evex_dot_is_avx2_dot() {
+        check_same_dot(
+            GgmlType::Q1_0,
+            from_f32,
+            &[0],
+            GgmlType::Q8_0,
+            q8_0::from_f32,
+            avx2::vec_dot_evex,
+            avx2::vec_dot,
         );
     }
 
