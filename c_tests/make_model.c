@@ -1,7 +1,7 @@
 // make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
-//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q4_k_m|iq4_xs|iq3_m
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
@@ -18,6 +18,8 @@
 // attention Q/K projections so that attention is not uniform); norm weights are 1 and biases small.
 // 2-D weights take --type; 1-D tensors and the MoE router stay F32, as in converted models (gpt-oss with
 // --type mxfp4: MXFP4 experts, the other matrices F16, as it ships).
+// q4_k_m, iq4_xs and iq3_m are llama.cpp's mixes of those names (see mix_type), as llama-quantize writes
+// them without an importance matrix.
 // Tensor data is generated and written one chunk of rows at a time, so the 8B preset needs little memory.
 
 #include "ggml.h"
@@ -55,21 +57,32 @@ static void die(const char * msg) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4\n"
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q4_k_m|iq4_xs|iq3_m\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
     exit(2);
 }
 
-static enum ggml_type parse_type(const char * s) {
-    static const struct { const char * name; enum ggml_type t; } types[] = {
-        {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
-        {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q4_k", GGML_TYPE_Q4_K}, {"q6_k", GGML_TYPE_Q6_K},
-        {"mxfp4", GGML_TYPE_MXFP4},
+// llama.cpp's type mixes (llama_tensor_get_type_impl in src/llama-quant.cpp, no importance matrix):
+// a base type for the matrices and more bits where the recipe puts them (see mix_type).
+enum mix { MIX_NONE, MIX_Q4_K_M, MIX_IQ4_XS, MIX_IQ3_M };
+
+// The weight type of --type; a mix's name gives its base type and sets *mix.
+static enum ggml_type parse_type(const char * s, enum mix * mix) {
+    static const struct { const char * name; enum ggml_type t; enum mix mix; } types[] = {
+        {"f32", GGML_TYPE_F32, MIX_NONE}, {"f16", GGML_TYPE_F16, MIX_NONE}, {"bf16", GGML_TYPE_BF16, MIX_NONE},
+        {"q8_0", GGML_TYPE_Q8_0, MIX_NONE}, {"q4_0", GGML_TYPE_Q4_0, MIX_NONE}, {"q4_1", GGML_TYPE_Q4_1, MIX_NONE},
+        {"q4_k", GGML_TYPE_Q4_K, MIX_NONE}, {"q6_k", GGML_TYPE_Q6_K, MIX_NONE}, {"mxfp4", GGML_TYPE_MXFP4, MIX_NONE},
+        {"q4_k_m", GGML_TYPE_Q4_K, MIX_Q4_K_M}, {"iq4_xs", GGML_TYPE_IQ4_XS, MIX_IQ4_XS},
+        {"iq3_m", GGML_TYPE_IQ3_S, MIX_IQ3_M}, {"nvfp4", GGML_TYPE_NVFP4, MIX_NONE}, {"q1_0", GGML_TYPE_Q1_0, MIX_NONE},
+        {"q2_0", GGML_TYPE_Q2_0, MIX_NONE},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        if (!strcmp(s, types[i].name)) return types[i].t;
+        if (!strcmp(s, types[i].name)) {
+            *mix = types[i].mix;
+            return types[i].t;
+        }
     }
     usage();
     return GGML_TYPE_F32;
@@ -86,6 +99,8 @@ struct model {
     struct ggml_context * meta;
     struct spec specs[1024];
     int n;
+    enum mix mix;
+    int n_layer, n_gqa, n_expert, tied;
 };
 
 static void add(struct model * m, const char * name, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2,
@@ -107,8 +122,45 @@ static enum ggml_type matrix_type(enum ggml_type wtype, int64_t ne0) {
     return ne0 % ggml_blck_size(wtype) == 0 ? wtype : GGML_TYPE_F16;
 }
 
+// The type llama-quantize gives matrix `name` in the model's mix (`base` without one), following
+// llama_tensor_get_type_impl for the tensors these models have, without an importance matrix.
+// Simplified: no per-architecture exceptions (Falcon, 70B), layers counted from the names.
+static enum ggml_type mix_type(const struct model * m, enum ggml_type base, const char * name) {
+    if (m->mix == MIX_NONE) return base;
+    int il = 0;
+    sscanf(name, "blk.%d.", &il);
+    const int n = m->n_layer;
+    // llama-quant's use_more_bits: the first and last eighth of the layers and every third between.
+    const int more_bits = il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+    const int x8 = m->n_expert == 8;
+    const enum mix mix = m->mix;
+    // The output head (and a tied embedding, which is the head): Q6_K in all three mixes.
+    if (!strcmp(name, "output.weight") || (m->tied && !strcmp(name, "token_embd.weight"))) return GGML_TYPE_Q6_K;
+    if (strstr(name, "attn_v.weight")) {
+        if (x8) return GGML_TYPE_Q8_0;
+        if (mix == MIX_IQ3_M) return GGML_TYPE_Q4_K;
+        if (mix == MIX_IQ4_XS && m->n_gqa >= 4) return GGML_TYPE_Q5_K;
+        if (mix == MIX_Q4_K_M && more_bits) return GGML_TYPE_Q6_K;
+        return base;
+    }
+    if (strstr(name, "attn_k.weight")) return x8 ? GGML_TYPE_Q8_0 : base;
+    if (strstr(name, "attn_qkv.weight")) {
+        return mix == MIX_Q4_K_M ? GGML_TYPE_Q5_K : mix == MIX_IQ3_M ? GGML_TYPE_Q4_K : base;
+    }
+    if (strstr(name, "attn_output.weight")) {
+        if (x8) return GGML_TYPE_Q5_K;
+        return mix == MIX_IQ3_M ? GGML_TYPE_Q4_K : base;
+    }
+    if (strstr(name, "ffn_down")) {
+        if (mix == MIX_Q4_K_M && more_bits) return GGML_TYPE_Q6_K;
+        if (mix == MIX_IQ4_XS && il < n / 8) return GGML_TYPE_Q5_K;
+        if (mix == MIX_IQ3_M && (il < n / 8 || (x8 && more_bits))) return GGML_TYPE_Q4_K;
+    }
+    return base;
+}
+
 static void add_w(struct model * m, enum ggml_type wtype, const char * name, int64_t ne0, int64_t ne1, int64_t ne2, float std) {
-    add(m, name, matrix_type(wtype, ne0), ne0, ne1, ne2, std, 0.0f);
+    add(m, name, matrix_type(mix_type(m, wtype, name), ne0), ne0, ne1, ne2, std, 0.0f);
 }
 
 static void add_norm(struct model * m, const char * name, int64_t n) {
@@ -440,31 +492,32 @@ int main(int argc, char ** argv) {
 
     struct shape s;
     enum ggml_type wtype;
+    enum mix mix = MIX_NONE;
     if (preset) {
         if (!strcmp(preset, "8b")) {
             s = (struct shape) { "llama", 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 500000.0f, 1e-5f, 0 };
-            wtype = parse_type(type_s ? type_s : "q4_0");
+            wtype = parse_type(type_s ? type_s : "q4_0", &mix);
         } else if (!strcmp(preset, "70b")) {
             // Llama-3-70B's shapes (8192 wide, 80 layers, 64/8 heads, ffn 28672): ~38 GB at Q4_0, so
             // benchmarks take --layers N for a model of the same matrices that fits their time.
             s = (struct shape) { "llama", 8192, 80, 64, 8, 128, 28672, 8192, 0, 0, 0, 500000.0f, 1e-5f, 0 };
-            wtype = parse_type(type_s ? type_s : "q4_0");
+            wtype = parse_type(type_s ? type_s : "q4_0", &mix);
         } else if (!strcmp(preset, "moe")) {
             // Qwen3-30B-A3B's shapes: 128 experts of FFN 768, 8 used, 48 layers, GQA 32:4.
             s = (struct shape) { "qwen3moe", 2048, 48, 32, 4, 128, 6144, 8192, 128, 8, 768, 1000000.0f, 1e-6f, 0 };
-            wtype = parse_type(type_s ? type_s : "q4_0");
+            wtype = parse_type(type_s ? type_s : "q4_0", &mix);
         } else if (!strcmp(preset, "1b")) {
             // Llama-3.2-1B's shapes (tied output head).
             s = (struct shape) { "llama", 2048, 16, 32, 8, 64, 8192, 8192, 0, 0, 0, 500000.0f, 1e-5f, 1 };
-            wtype = parse_type(type_s ? type_s : "q4_0");
+            wtype = parse_type(type_s ? type_s : "q4_0", &mix);
         } else if (!strcmp(preset, "smollm2")) {
             s = (struct shape) { "llama", 576, 30, 9, 3, 64, 1536, 8192, 0, 0, 0, 100000.0f, 1e-5f, 1, GGML_TYPE_Q8_0 };
-            wtype = parse_type(type_s ? type_s : "q4_1");
+            wtype = parse_type(type_s ? type_s : "q4_1", &mix);
         } else usage();
     } else {
-        wtype = parse_type(type_s ? type_s : "f16");
-        // K-quants need rows of 256 values: double the widths for them.
-        const int k = (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K) ? 2 : 1;
+        wtype = parse_type(type_s ? type_s : "f16", &mix);
+        // K-quants and i-quants need rows of 256 values: double the widths for them.
+        const int k = ggml_blck_size(wtype) == 256 ? 2 : 1;
         s = (struct shape) { arch, 128 * k, 2, 4, 2, 32 * k, 256 * k, 2048, 0, 0, 0, 10000.0f, 1e-6f };
         if (!strcmp(arch, "llama")) { s.rope_base = 500000.0f; s.rms_eps = 1e-5f; }
         else if (!strcmp(arch, "qwen2") || !strcmp(arch, "qwen3")) { s.rope_base = 1000000.0f; }
@@ -491,7 +544,8 @@ int main(int argc, char ** argv) {
     set_hparams(g, &s, n_vocab);
 
     struct ggml_init_params ip = { /*mem_size*/ 1024 * ggml_tensor_overhead(), /*mem_buffer*/ NULL, /*no_alloc*/ true };
-    struct model m = { ggml_init(ip), {{0}}, 0 };
+    const int tied = s.tied || !strcmp(s.arch, "qwen2") || !strcmp(s.arch, "gemma3") || !strcmp(s.arch, "gemma2");
+    struct model m = { ggml_init(ip), {{0}}, 0, mix, s.n_layer, s.n_head / s.n_head_kv, s.n_expert, tied };
     build(&m, &s, wtype, n_vocab);
     for (int i = 0; i < m.n; i++) gguf_add_tensor(g, m.specs[i].t);
 
@@ -510,8 +564,16 @@ int main(int argc, char ** argv) {
     const size_t align = gguf_get_alignment(g);
     for (; end % align; end++) fputc(0, f);
     if (fclose(f) != 0) die("close failed");
-    fprintf(stderr, "make_model: wrote %s (%s, %d layers, %d tensors, vocab %d, %s)\n", out, s.arch, s.n_layer, m.n,
-            n_vocab, ggml_type_name(wtype));
+    fprintf(stderr, "make_model: wrote %s (%s, %d layers, %d tensors, vocab %d, %s%s)\n", out, s.arch, s.n_layer, m.n,
+            n_vocab, ggml_type_name(wtype), mix != MIX_NONE ? " mix" : "");
+    // Tensors per type, so a mix's make-up shows in the test log.
+    int count[GGML_TYPE_COUNT] = { 0 };
+    for (int i = 0; i < m.n; i++) count[m.specs[i].t->type]++;
+    fprintf(stderr, "make_model: tensors by type:");
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        if (count[t]) fprintf(stderr, " %s %d", ggml_type_name((enum ggml_type) t), count[t]);
+    }
+    fprintf(stderr, "\n");
     ggml_free(m.meta);
     gguf_free(g);
     return 0;

@@ -177,13 +177,14 @@ int main(void) {
         struct ggml_tensor * conv = ggml_conv_2d_direct(ctx, ker, img, 1, 1, 1, 1, 1, 1);
         struct ggml_tensor * ia = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 8);
         struct ggml_tensor * iadd = ggml_add(ctx, ia, ia);
-        struct ggml_tensor * tq = ggml_new_tensor_2d(ctx, GGML_TYPE_NVFP4, 256, 4);
+        // Q8_1 is an activation format: a quantizer, no dot (in ggml-cpu either).
+        struct ggml_tensor * tq = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_1, 256, 4);
         struct ggml_tensor * act = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 256, 2);
         struct ggml_tensor * tqmm = ggml_mul_mat(ctx, tq, act);
         CHECK(!ggml_backend_dev_supports_op(dev, pool), "POOL_2D must not be claimed");
         CHECK(!ggml_backend_dev_supports_op(dev, conv), "CONV_2D must not be claimed");
         CHECK(!ggml_backend_dev_supports_op(dev, iadd), "ADD on I32 must not be claimed");
-        CHECK(!ggml_backend_dev_supports_op(dev, tqmm), "MUL_MAT with NVFP4 weights must not be claimed");
+        CHECK(!ggml_backend_dev_supports_op(dev, tqmm), "MUL_MAT with Q8_1 weights must not be claimed");
         CHECK(!ggml_backend_dev_supports_op(dev, NULL), "NULL op must not be claimed");
         // A tensor with a type id out of range.
         struct ggml_tensor * bad = ggml_add(ctx, act, act);

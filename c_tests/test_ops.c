@@ -623,7 +623,7 @@ static void run_case(const char * label, build_fn fn, const struct params * p, d
             int64_t bad = 0;
             for (int64_t i = 0; i < n; i++) bad += res[0][i] != res[1][i];
             if (bad) {
-                printf("  FAIL %s [%s]: %lld of %lld integer outputs differ\n", label, key, (long long) bad,
+                printf("  FAIL %s [%s]: %lld of %lld outputs differ (exact comparison)\n", label, key, (long long) bad,
                        (long long) n);
                 ok = false;
             }
@@ -651,13 +651,21 @@ static const enum ggml_type weight_types[] = {
     GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
     GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
     GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
-    GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
+    GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M, GGML_TYPE_NVFP4,
+    GGML_TYPE_Q1_0, GGML_TYPE_Q2_0,
 };
 #define N_FLOAT (sizeof(float_types) / sizeof(float_types[0]))
 #define N_WEIGHT (sizeof(weight_types) / sizeof(weight_types[0]))
 
 static bool is_quant(enum ggml_type t) {
     return ggml_is_quantized(t);
+}
+
+// A row length the cases use for `t`: 64 values, or one block where blocks are longer
+// (128 for Q1_0, 256 for the K- and i-quants).
+static int64_t unit_k(enum ggml_type t) {
+    const int64_t blk = ggml_blck_size(t);
+    return blk > 64 ? blk : 64;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -863,7 +871,8 @@ static void cases_mul_mat_half_activations(void) {
                                (t == GGML_TYPE_F32 && bf);
             // BF16 activations: a few weight types only (same code path as F16's).
             if (bf && t != GGML_TYPE_F32 && t != GGML_TYPE_BF16 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_Q4_K) continue;
-            const int64_t ks[] = { blk == 256 ? 256 : 32, blk == 256 ? 512 : 64, blk == 256 ? 768 : 96 };
+            const int64_t u = blk > 32 ? blk : 32;
+            const int64_t ks[] = { u, 2 * u, 3 * u };
             for (size_t ki = 0; ki < 3; ki++) {
                 for (size_t ni = 0; ni < 3; ni++) {
                     struct params q = { .t0 = t, .t1 = t1, .a = SHAPE(ks[ki], 13, 1, 1), .b = SHAPE(ks[ki], ns[ni], 1, 1),
@@ -892,7 +901,7 @@ static void cases_mul_mat(void) {
     for (size_t w = 0; w < N_WEIGHT; w++) {
         const enum ggml_type t = weight_types[w];
         const int64_t blk = ggml_blck_size(t);
-        const int64_t K = blk == 256 ? 256 : 64;
+        const int64_t K = unit_k(t);
         struct {
             int64_t a[4], b[4];
             int layout;
@@ -959,7 +968,7 @@ static void cases_mul_mat_id(void) {
     char label[160];
     for (size_t w = 0; w < N_WEIGHT; w++) {
         const enum ggml_type t = weight_types[w];
-        const int64_t K = ggml_blck_size(t) == 256 ? 256 : 64;
+        const int64_t K = unit_k(t);
         const int cs[][4] = { { 4, 2, 3, 2 }, { 4, 2, 5, 1 }, { 8, 3, 1, 3 } };  // n_as, n_used, n_tok, b1
         for (size_t i = 0; i < 3; i++) {
             struct params p = { .t0 = t, .a = SHAPE(K, 17, 1, 1), .i = { cs[i][0], cs[i][1], cs[i][2], cs[i][3] } };
@@ -1009,7 +1018,8 @@ static void cases_mul_mat_id(void) {
     // F16 activations (issue 25); ggml-cpu gets them widened to F32 (b_mul_mat_id's i[4]).
     for (size_t w = 0; w < N_WEIGHT; w++) {
         const enum ggml_type t = weight_types[w];
-        const int64_t K = ggml_blck_size(t) == 256 ? 256 : 96;
+        const int64_t blk = ggml_blck_size(t);
+        const int64_t K = blk == 256 ? 256 : 3 * (blk > 32 ? blk : 32);
         const int cs[][4] = { { 4, 2, 3, 2 }, { 4, 2, 5, 1 }, { 8, 3, 1, 3 } };  // n_as, n_used, n_tok, b1
         for (size_t i = 0; i < 3; i++) {
             struct params p = { .t0 = t, .t1 = GGML_TYPE_F16, .a = SHAPE(K, 17, 1, 1),
@@ -1234,6 +1244,36 @@ static void cases_rows(void) {
                              .i = { 0, 0, 0, 1 } };
         run_case(LABEL("MUL_MAT %s raw blocks", ggml_type_name(iq[q])), b_mul_mat, &pm, 1e-7, CMP_NMSE);
     }
+    // ggml 0.26's newer formats: ggml-cpu runs every product of theirs through its one dot (no
+    // tiled, llamafile or repacked path in a plain buffer), and RFCPU mirrors its arithmetic, so
+    // every output must be ggml-cpu's to the bit. Quantized values and raw blocks; MUL_MAT with
+    // 1 and 9 columns, MUL_MAT_ID, GET_ROWS, and SET_ROWS (ggml's quantizer). x86-64 only, and
+    // not with RFCPU forced to its scalar code (ggml's portable order, not its AVX2 build's).
+    static const enum ggml_type nf[] = { GGML_TYPE_NVFP4, GGML_TYPE_Q1_0, GGML_TYPE_Q2_0 };
+#if defined(__x86_64__)
+    const char * simd = getenv("ROCMFORGE_SIMD");
+    const size_t n_nf = simd && strcmp(simd, "scalar") == 0 ? 0 : sizeof(nf) / sizeof(nf[0]);
+#else
+    const size_t n_nf = 0;
+#endif
+    for (size_t q = 0; q < n_nf; q++) {
+        const char * tn = ggml_type_name(nf[q]);
+        const int64_t K = 8 * ggml_blck_size(nf[q]);
+        for (int raw = 0; raw < 2; raw++) {
+            for (int64_t n = 1; n <= 9; n += 8) {
+                struct params pm = { .t0 = nf[q], .t1 = GGML_TYPE_F32, .a = SHAPE(K, 33, 1, 1), .b = SHAPE(K, n, 1, 1),
+                                     .i = { 0, 0, 0, raw } };
+                run_case(LABEL("MUL_MAT %s%s n=%lld bits", tn, raw ? " raw blocks" : "", (long long) n), b_mul_mat, &pm, 0,
+                         CMP_EXACT);
+            }
+            struct params pg = { .t0 = nf[q], .a = SHAPE(K, 40, 1, 1), .i = { 40, raw } };
+            run_case(LABEL("GET_ROWS %s%s bits", tn, raw ? " raw blocks" : ""), b_get_rows, &pg, 0, CMP_EXACT);
+        }
+        struct params pi = { .t0 = nf[q], .a = SHAPE(K, 17, 1, 1), .i = { 4, 2, 3, 2 } };
+        run_case(LABEL("MUL_MAT_ID %s bits", tn), b_mul_mat_id, &pi, 0, CMP_EXACT);
+        struct params ps = { .t0 = nf[q], .t1 = GGML_TYPE_I64, .a = SHAPE(K, 12, 2, 1), .i = { 5, 1 } };
+        run_case(LABEL("SET_ROWS f32->%s bits", tn), b_set_rows, &ps, 0, CMP_EXACT);
+    }
     static const enum ggml_type dst_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                                                 GGML_TYPE_Q4_0 };
     static const enum ggml_type idx_types[] = { GGML_TYPE_I64, GGML_TYPE_I32 };
@@ -1259,7 +1299,7 @@ static void cases_rows(void) {
             for (size_t x = 0; x < 2; x++) {
                 // One block a row for the K-quants, two for the others; I32 ids broadcast.
                 struct params p = { .t0 = t, .t1 = idx_types[x], .t2 = src_types[st],
-                                    .a = SHAPE(blk == 256 ? 256 : 64, 12, 2, 1), .i = { 5, x ? 2 : 1 } };
+                                    .a = SHAPE(unit_k(t), 12, 2, 1), .i = { 5, x ? 2 : 1 } };
                 run_case(LABEL("SET_ROWS %s->%s idx=%s%s", ggml_type_name(p.t2), ggml_type_name(t),
                                ggml_type_name(p.t1), x ? " idx broadcast" : ""),
                          b_set_rows, &p, is_quant(t) ? 1e-6 : 1e-7, CMP_NMSE);

@@ -38,6 +38,9 @@ pub enum GgmlType {
     F64 = 28,
     BF16 = 30,
     MXFP4 = 39,
+    NVFP4 = 40,
+    Q1_0 = 41,
+    Q2_0 = 42,
 }
 
 impl GgmlType {
@@ -76,6 +79,9 @@ impl GgmlType {
             28 => F64,
             30 => BF16,
             39 => MXFP4,
+            40 => NVFP4,
+            41 => Q1_0,
+            42 => Q2_0,
             _ => return None,
         })
     }
@@ -85,6 +91,8 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 => 32,
+            NVFP4 | Q2_0 => 64,
+            Q1_0 => 128,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS | TQ1_0 | TQ2_0 => 256,
             IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M => 256,
             _ => 1,
@@ -123,6 +131,9 @@ impl GgmlType {
             TQ1_0 => 54,
             TQ2_0 => 66,
             MXFP4 => 17,
+            NVFP4 => 36,
+            Q1_0 => 18,
+            Q2_0 => 18,
         }
     }
 
@@ -170,6 +181,9 @@ impl GgmlType {
             F64 => "f64",
             BF16 => "bf16",
             MXFP4 => "mxfp4",
+            NVFP4 => "nvfp4",
+            Q1_0 => "q1_0",
+            Q2_0 => "q2_0",
         }
     }
 }

@@ -44,7 +44,7 @@ use GgmlType::*;
 /// Every type with a block layout a weight can have.
 const WEIGHT_TYPES: &[GgmlType] = &[
     F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
-    MXFP4, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
+    MXFP4, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, NVFP4, Q1_0, Q2_0,
 ];
 
 /// Types activations flow in.
@@ -523,7 +523,7 @@ mod tests {
         let mm = c.op("MUL_MAT").expect("MUL_MAT");
         for t in [
             F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ2_XXS,
-            IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
+            IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, NVFP4, Q1_0, Q2_0,
         ] {
             assert!(has(&mm.weight_types, t), "MUL_MAT {t:?}: {mm:?}");
         }

@@ -62,6 +62,8 @@ impl TypeClass {
         use GgmlType::*;
         match t {
             Q4_0 | IQ4_NL | MXFP4 => TypeClass::Q4_0,
+            // Dotted with Q8_0 as Q4_0, and no denser.
+            NVFP4 | Q1_0 | Q2_0 => TypeClass::Q4_0,
             Q4_1 | Q5_0 | Q5_1 => TypeClass::Q4_1,
             Q8_0 | Q8_1 | Q8_K | I8 => TypeClass::Q8_0,
             Q2_K | Q3_K | Q4_K | Q5_K | IQ4_XS | TQ1_0 | TQ2_0 => TypeClass::Q4K,

@@ -423,7 +423,7 @@ fn bench_vec_dot() {
     const ROWS: usize = 64;
     use GgmlType::*;
     for t in [
-        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, NVFP4, Q1_0, Q2_0,
     ] {
         let tr = all_traits(t).unwrap();
         let x = testutil::data(N * ROWS, 1);

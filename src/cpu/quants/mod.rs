@@ -18,8 +18,11 @@ pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod kquant_search;
 pub mod mxfp4;
+pub mod nvfp4;
 pub mod panel;
 pub mod panel_q4_k;
+pub mod q1_0;
+pub mod q2_0;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -295,6 +298,10 @@ pub fn traits(t: GgmlType) -> Option<TypeTraits> {
         IQ3_S => weights_k(iq3_s::to_f32, iq3_s::vec_dot_fn()),
         IQ1_S => weights_k(iq1_s::to_f32, iq1_s::vec_dot_fn()),
         IQ1_M => weights_k(iq1_m::to_f32, iq1_m::vec_dot_fn()),
+        // ggml 0.26's newer formats, with ggml's reference quantizers (so SET_ROWS into them too).
+        Q1_0 => full(q1_0::to_f32, q1_0::from_f32, Q8_0, q1_0::vec_dot_fn()),
+        Q2_0 => full(q2_0::to_f32, q2_0::from_f32, Q8_0, q2_0::vec_dot_fn()),
+        NVFP4 => full(nvfp4::to_f32, nvfp4::from_f32, Q8_0, nvfp4::vec_dot_fn()),
         // Activation-only types: ggml-cpu gives them a quantizer and nothing else, so do we.
         Q8_1 => Some(TypeTraits {
             to_f32: None,

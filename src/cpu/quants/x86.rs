@@ -137,6 +137,21 @@ pub unsafe fn f16_load(p: *const u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(v))
 }
 
+/// Every f16 bit pattern as f32 (256 KiB, built on first use), as ggml-cpu's
+/// `ggml_table_f32_f16`: where a kernel needs one scale per 32 values, one broadcast load from
+/// the table costs less than a conversion (`f16_load`'s four instructions). The values are
+/// F16C's, so results do not change.
+pub fn f16_table() -> &'static [f32; 65536] {
+    static TABLE: once_cell::sync::Lazy<Box<[f32; 65536]>> = once_cell::sync::Lazy::new(|| {
+        let mut t = Box::new([0f32; 65536]);
+        for (h, v) in t.iter_mut().enumerate() {
+            *v = half::f16::from_bits(h as u16).to_f32();
+        }
+        t
+    });
+    &TABLE
+}
+
 /// Converts the low f16 pair of up to 4 32-bit words (words c ≥ C read as 0) to 8 lanes
 /// [a0, b0, a1, b1, ..]. Built from whole words, so no 16-bit insert can tie the result
 /// to an unrelated register (see `f16_pair`).
@@ -251,4 +266,23 @@ pub unsafe fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256i {
 pub unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256i {
     // maddubs needs one unsigned operand: move x's sign onto y.
     dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table holds F16C's conversion of every bit pattern (NaN payloads included), so a
+    /// kernel may take either.
+    #[test]
+    fn f16_table_is_f16c() {
+        if !crate::cpu::quants::use_avx2() {
+            return;
+        }
+        let t = f16_table();
+        for h in 0..=u16::MAX {
+            let want = unsafe { f16(h) };
+            assert_eq!(t[h as usize].to_bits(), want.to_bits(), "f16 bits {h:#06x}");
+        }
+    }
 }
