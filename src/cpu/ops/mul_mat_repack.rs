@@ -129,7 +129,7 @@ fn act_bytes(node: &Tensor, f: &Format) -> usize {
 /// Whether `t`'s repacked kernels keep the plain path's order (`mul_mat_repack_rows`) rather
 /// than the weight panels'.
 fn plain_order(t: GgmlType) -> bool {
-    t == GgmlType::Q8_0
+    matches!(t, GgmlType::Q8_0 | GgmlType::Q6_K)
 }
 
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
@@ -344,7 +344,7 @@ mod tests {
         }
     }
     /// One-column product speed, plain weights (the register tiles) against repacked ones, on
-    /// 8B-class shapes (4096 × 14336, 33 MB of Q4_0 or Q4_K, 62 MB of Q8_0, read from memory each time: 4 such
+    /// 8B-class shapes (4096 × 14336, 33 MB of Q4_0 or Q4_K, 62 MB of Q8_0, 48 MB of Q6_K, read from memory each time: 4 such
     /// matrices in turn), best of 15 interleaved rounds, 1 and 2 threads:
     /// `cargo test --release -- --ignored bench_repack_gemv --nocapture`. Prints GB/s of weights.
     #[test]
@@ -357,7 +357,12 @@ mod tests {
             return;
         }
         let (k, m, mats) = (4096, 14336, 4);
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+            GgmlType::Q8_0,
+            GgmlType::Q6_K,
+        ] {
             let mut x = TT::new(GgmlType::F32, [k, 1, 1, 1]);
             x.set(&rand_vec(k, 3, -1.0, 1.0));
             let (mut plain, mut packed) = (vec![], vec![]);
@@ -380,6 +385,8 @@ mod tests {
                         crate::cpu::quants::repack_q4_k::repack(m, nb, s, d);
                     } else if ty == GgmlType::Q8_0 {
                         crate::cpu::quants::repack_q8_0::repack(m, nb, s, d);
+                    } else if ty == GgmlType::Q6_K {
+                        crate::cpu::quants::repack_q6_k::repack(m, nb, s, d);
                     } else {
                         crate::cpu::quants::repack_q4_0::repack(m, nb, s, d);
                     }

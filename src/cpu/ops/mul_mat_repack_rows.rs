@@ -1,5 +1,6 @@
 //! MUL_MAT of weights repacked at load whose kernels keep the plain path's summation order
-//! (Q8_0: `quants/repack_q8_0.rs`), so the results equal those over ggml's layout to the bit.
+//! (Q8_0 and Q6_K: `quants/repack_q8_0.rs`, `repack_q6_k.rs`), so the results equal those over
+//! ggml's layout to the bit.
 //! The activations are converted once to the weight's dot type, as `mul_mat` converts them;
 //! threads split the 16-row groups evenly:
 //! - fewer than 4 columns (generation): the group is read in place, one stream;
@@ -11,9 +12,13 @@
 use super::mul_mat::{convert_row, tile_block};
 use super::Ctx;
 use crate::cpu::quants::panel::ROWS;
-use crate::cpu::quants::repack_q8_0 as r8;
+use crate::cpu::quants::{repack_q6_k as r6, repack_q8_0 as r8};
 use crate::cpu::types::traits;
+use crate::ggml_types::GgmlType;
 use crate::tensor::{split_range, Tensor};
+
+/// `repack_q8_0::unrepack`'s type: rows, blocks per row, from, to.
+type Unrepack = unsafe fn(usize, usize, *const u8, *mut u8);
 
 /// Fewest columns the unpacked rows pay off at (as `mul_mat_repack::MIN_COLS`).
 const MIN_COLS: usize = 4;
@@ -70,6 +75,11 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let dnb = node.nb();
     let n = dne[1];
     let vec_dot = tr.vec_dot.unwrap();
+    let (gemv, unrepack): (r8::Gemv, Unrepack) = if w.dtype() == GgmlType::Q6_K {
+        (r6::gemv_best, r6::unrepack)
+    } else {
+        (r8::gemv_best, r8::unrepack)
+    };
     for u in split_range(units_per * dne[2] * dne[3], ctx.ith, ctx.nth) {
         let p = u % units_per;
         let batch = u / units_per;
@@ -83,11 +93,11 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let acol = act.add((i3 * xne[2] + i2) * xne[1] * xrow);
             let db = node.data().add(i2 * dnb[2] + i3 * dnb[3] + row0 * 4);
             if p < whole && n < MIN_COLS {
-                r8::gemv_best(nb, wp, acol, xrow, n, db, dnb[1]);
+                gemv(nb, wp, acol, xrow, n, db, dnb[1]);
                 continue;
             }
             let rows_at = if p < whole {
-                r8::unrepack(ROWS, nb, wp, scratch);
+                unrepack(ROWS, nb, wp, scratch);
                 scratch as *const u8
             } else {
                 wp
@@ -108,51 +118,54 @@ mod tests {
     use super::super::testutil::*;
     use crate::ggml_types::{op, GgmlType};
 
-    /// The product over a repacked copy of Q8_0 weights gives the bits of the product over the
-    /// plain ones (the register tiles, ggml-cpu's AVX2 order): rows not a multiple of 16, one
-    /// block, 1 to 3 columns (generation) and more (prompts, odd counts), broadcast batches, F16
-    /// activations, 1 and 3 threads.
+    /// The product over a repacked copy of Q8_0 or Q6_K weights gives the bits of the product
+    /// over the plain ones (the register tiles and `vec_dot`, ggml-cpu's AVX2 order): rows not a
+    /// multiple of 16, one block, 1 to 3 columns (generation) and more (prompts, odd counts),
+    /// broadcast batches, F16 activations, 1 and 3 threads.
     #[test]
-    fn repacked_q8_0_equals_the_plain_path() {
-        for (m, n, k, b2, xt) in [
-            (16, 1, 32, 1, GgmlType::F32),
-            (37, 1, 64, 2, GgmlType::F32),
-            (32, 3, 96, 1, GgmlType::F32),
-            (19, 2, 32, 1, GgmlType::F16),
-            (48, 5, 256, 2, GgmlType::F32),
-            (7, 1, 128, 1, GgmlType::F32),
-            (40, 21, 64, 1, GgmlType::F16),
-            (64, 1, 4096, 1, GgmlType::F32),
-        ] {
-            let mut w = TT::new(GgmlType::Q8_0, [k, m, 1, 1]);
-            w.set(&rand_vec(k * m, 83, -1.0, 1.0));
-            let mut x = TT::new(xt, [k, n, b2, 1]);
-            x.set(&rand_vec(k * n * b2, 84, -1.0, 1.0));
-            let mut want = TT::new(GgmlType::F32, [m, n, b2, 1]);
-            want.op(op::MUL_MAT).src(0, &w).src(1, &x);
-            run(&want, 1);
-            let want = want.get();
+    fn repacked_equals_the_plain_path() {
+        for ty in [GgmlType::Q8_0, GgmlType::Q6_K] {
+            for (m, n, nb, b2, xt) in [
+                (16, 1, 1, 1, GgmlType::F32),
+                (37, 1, 2, 2, GgmlType::F32),
+                (32, 3, 3, 1, GgmlType::F32),
+                (19, 2, 1, 1, GgmlType::F16),
+                (48, 5, 8, 2, GgmlType::F32),
+                (7, 1, 4, 1, GgmlType::F32),
+                (40, 21, 2, 1, GgmlType::F16),
+                (64, 1, 16, 1, GgmlType::F32),
+            ] {
+                let k = nb * ty.block_size();
+                let mut w = TT::new(ty, [k, m, 1, 1]);
+                w.set(&rand_vec(k * m, 83, -1.0, 1.0));
+                let mut x = TT::new(xt, [k, n, b2, 1]);
+                x.set(&rand_vec(k * n * b2, 84, -1.0, 1.0));
+                let mut want = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                want.op(op::MUL_MAT).src(0, &w).src(1, &x);
+                run(&want, 1);
+                let want = want.get();
 
-            let wr = TT::new(GgmlType::Q8_0, [k, m, 1, 1]);
-            unsafe {
-                crate::cpu::quants::repack_q8_0::repack(
-                    m,
-                    k / 32,
-                    w.tensor().data(),
-                    wr.tensor().data(),
-                );
-                crate::cpu::repack::set_mark(wr.tensor().as_ptr());
-            }
-            for nth in [1, 3] {
-                let mut d = TT::new(GgmlType::F32, [m, n, b2, 1]);
-                d.op(op::MUL_MAT).src(0, &wr).src(1, &x);
-                run(&d, nth);
-                let got = d.get();
-                let same = got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "m={m} n={n} k={k} b2={b2} nth={nth}");
+                let wr = TT::new(ty, [k, m, 1, 1]);
+                unsafe {
+                    let (s, d) = (w.tensor().data(), wr.tensor().data());
+                    if ty == GgmlType::Q6_K {
+                        crate::cpu::quants::repack_q6_k::repack(m, nb, s, d);
+                    } else {
+                        crate::cpu::quants::repack_q8_0::repack(m, nb, s, d);
+                    }
+                    crate::cpu::repack::set_mark(wr.tensor().as_ptr());
+                }
+                for nth in [1, 3] {
+                    let mut d = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                    d.op(op::MUL_MAT).src(0, &wr).src(1, &x);
+                    run(&d, nth);
+                    let got = d.get();
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{ty:?} m={m} n={n} k={k} b2={b2} nth={nth}");
+                }
             }
         }
     }

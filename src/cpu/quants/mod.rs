@@ -34,6 +34,7 @@ pub mod q8_1;
 pub mod q8_k;
 pub mod repack_q4_0;
 pub mod repack_q4_k;
+pub mod repack_q6_k;
 pub mod repack_q8_0;
 pub mod sign_grid;
 pub mod tq1_0;
