@@ -1,8 +1,9 @@
 //! RFCPU's load-time repack buffer type, `RFCPU_REPACK`: the device offers it through
 //! `ggml_backend_dev_get_extra_bufts` (as ggml-cpu offers its CPU_REPACK), so libllama places the
-//! weight matrices the repacked products handle in it. `set_tensor` lays Q4_0, Q4_K, Q6_K and
-//! Q8_0 matrices out in 16-row groups (`quants/repack_q4_0.rs`, `repack_q4_k.rs`,
-//! `repack_q6_k.rs`, `repack_q8_0.rs`), `get_tensor` gives ggml's layout back.
+//! weight matrices the repacked products handle in it. `set_tensor` lays Q4_0, Q4_K, Q6_K, Q8_0
+//! and IQ4_NL matrices out in 16-row groups (`quants/repack_q4_0.rs`, `repack_q4_k.rs`,
+//! `repack_q6_k.rs`, `repack_q8_0.rs`, `repack_iq4_nl.rs`), `get_tensor` gives ggml's layout
+//! back.
 //!
 //! Other ops must never read a repacked tensor: the buffer type is not host memory (ggml copies
 //! through `get_tensor` where another backend wants the data), the device accepts a node with a
@@ -52,13 +53,19 @@ pub fn why_disabled() -> &'static str {
 }
 
 /// Whether a tensor stored in a repack buffer is repacked: a whole (not a view), contiguous
-/// Q4_0, Q4_K, Q6_K or Q8_0 matrix (or stack of them).
+/// Q4_0, Q4_K, Q6_K, Q8_0 or IQ4_NL matrix (or stack of them).
 pub fn repackable(t: &Tensor) -> bool {
     let raw = t.raw();
     raw.view_src.is_null()
         && matches!(
             t.ty(),
-            Some(GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q8_0)
+            Some(
+                GgmlType::Q4_0
+                    | GgmlType::Q4_K
+                    | GgmlType::Q6_K
+                    | GgmlType::Q8_0
+                    | GgmlType::IQ4_NL
+            )
         )
         && t.is_contiguous()
 }
@@ -70,6 +77,7 @@ pub fn matrix_bytes(t: &Tensor) -> usize {
         GgmlType::Q4_K => crate::cpu::quants::repack_q4_k::repacked_bytes(rows, nb),
         GgmlType::Q6_K => rows * nb * 210,
         GgmlType::Q8_0 => rows * nb * 34,
+        GgmlType::IQ4_NL => rows * nb * 18,
         _ => rows * nb * 18,
     }
 }
@@ -80,7 +88,7 @@ pub fn matrix_bytes(t: &Tensor) -> usize {
 /// `src` and `dst` must span the plain and the repacked bytes of one matrix of `t` (swapped
 /// with `back`) and not overlap.
 unsafe fn convert(t: &Tensor, back: bool, src: *const u8, dst: *mut u8) {
-    use crate::cpu::quants::repack_q8_0 as r8;
+    use crate::cpu::quants::{repack_iq4_nl as ri, repack_q8_0 as r8};
     use crate::cpu::quants::{repack_q4_0 as r0, repack_q4_k as rk, repack_q6_k as r6};
     let (rows, nb, _) = matrices(t);
     match (t.dtype(), back) {
@@ -88,6 +96,8 @@ unsafe fn convert(t: &Tensor, back: bool, src: *const u8, dst: *mut u8) {
         (GgmlType::Q4_K, true) => rk::unrepack(rows, nb, src, dst),
         (GgmlType::Q6_K, false) => r6::repack(rows, nb, src, dst),
         (GgmlType::Q6_K, true) => r6::unrepack(rows, nb, src, dst),
+        (GgmlType::IQ4_NL, false) => ri::repack(rows, nb, src, dst),
+        (GgmlType::IQ4_NL, true) => ri::unrepack(rows, nb, src, dst),
         (GgmlType::Q8_0, false) => r8::repack(rows, nb, src, dst),
         (GgmlType::Q8_0, true) => r8::unrepack(rows, nb, src, dst),
         (_, false) => r0::repack(rows, nb, src, dst),
@@ -127,7 +137,7 @@ impl BufferType for RepackBufferType {
         // libllama allocates empty ones to ask supports_op about each weight: not news.
         if size > 0 {
             crate::log_info!(
-                "RFCPU_REPACK: {size} bytes for Q4_0 / Q4_K / Q6_K / Q8_0 weights repacked at load"
+                "RFCPU_REPACK: {size} bytes for Q4_0 / Q4_K / Q6_K / Q8_0 / IQ4_NL weights repacked at load"
             );
         }
         Ok(Box::new(RepackBuffer(b)))

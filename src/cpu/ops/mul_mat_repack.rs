@@ -8,6 +8,8 @@
 //!
 //! The rows past the last whole group are in ggml's layout and go through the panel packing of
 //! plain rows, so every row is summed in the same (panel) order.
+//!
+//! Q8_0, Q6_K and IQ4_NL keep the plain path's order instead: `mul_mat_repack_rows`.
 
 use super::mul_mat_panel::{panel_columns, Kernel, Pack};
 use super::Ctx;
@@ -129,7 +131,7 @@ fn act_bytes(node: &Tensor, f: &Format) -> usize {
 /// Whether `t`'s repacked kernels keep the plain path's order (`mul_mat_repack_rows`) rather
 /// than the weight panels'.
 fn plain_order(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q8_0 | GgmlType::Q6_K)
+    matches!(t, GgmlType::Q8_0 | GgmlType::Q6_K | GgmlType::IQ4_NL)
 }
 
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
@@ -387,6 +389,8 @@ mod tests {
                         crate::cpu::quants::repack_q8_0::repack(m, nb, s, d);
                     } else if ty == GgmlType::Q6_K {
                         crate::cpu::quants::repack_q6_k::repack(m, nb, s, d);
+                    } else if ty == GgmlType::IQ4_NL {
+                        crate::cpu::quants::repack_iq4_nl::repack(m, nb, s, d);
                     } else {
                         crate::cpu::quants::repack_q4_0::repack(m, nb, s, d);
                     }

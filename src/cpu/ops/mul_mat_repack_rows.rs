@@ -1,6 +1,6 @@
 //! MUL_MAT of weights repacked at load whose kernels keep the plain path's summation order
-//! (Q8_0 and Q6_K: `quants/repack_q8_0.rs`, `repack_q6_k.rs`), so the results equal those over
-//! ggml's layout to the bit.
+//! (Q8_0, Q6_K, IQ4_NL: `quants/repack_q8_0.rs`, `repack_q6_k.rs`, `repack_iq4_nl.rs`), so the
+//! results equal those over ggml's layout to the bit.
 //! The activations are converted once to the weight's dot type, as `mul_mat` converts them;
 //! threads split the 16-row groups evenly:
 //! - fewer than 4 columns (generation): the group is read in place, one stream;
@@ -12,7 +12,7 @@
 use super::mul_mat::{convert_row, tile_block};
 use super::Ctx;
 use crate::cpu::quants::panel::ROWS;
-use crate::cpu::quants::{repack_q6_k as r6, repack_q8_0 as r8};
+use crate::cpu::quants::{repack_iq4_nl as ri, repack_q6_k as r6, repack_q8_0 as r8};
 use crate::cpu::types::traits;
 use crate::ggml_types::GgmlType;
 use crate::tensor::{split_range, Tensor};
@@ -75,10 +75,10 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let dnb = node.nb();
     let n = dne[1];
     let vec_dot = tr.vec_dot.unwrap();
-    let (gemv, unrepack): (r8::Gemv, Unrepack) = if w.dtype() == GgmlType::Q6_K {
-        (r6::gemv_best, r6::unrepack)
-    } else {
-        (r8::gemv_best, r8::unrepack)
+    let (gemv, unrepack): (r8::Gemv, Unrepack) = match w.dtype() {
+        GgmlType::Q6_K => (r6::gemv_best, r6::unrepack),
+        GgmlType::IQ4_NL => (ri::gemv_best, ri::unrepack),
+        _ => (r8::gemv_best, r8::unrepack),
     };
     for u in split_range(units_per * dne[2] * dne[3], ctx.ith, ctx.nth) {
         let p = u % units_per;
@@ -118,13 +118,13 @@ mod tests {
     use super::super::testutil::*;
     use crate::ggml_types::{op, GgmlType};
 
-    /// The product over a repacked copy of Q8_0 or Q6_K weights gives the bits of the product
-    /// over the plain ones (the register tiles and `vec_dot`, ggml-cpu's AVX2 order): rows not a
-    /// multiple of 16, one block, 1 to 3 columns (generation) and more (prompts, odd counts),
-    /// broadcast batches, F16 activations, 1 and 3 threads.
+    /// The product over a repacked copy of Q8_0, Q6_K or IQ4_NL weights gives the bits of the
+    /// product over the plain ones (the register tiles and `vec_dot`, ggml-cpu's AVX2 order):
+    /// rows not a multiple of 16, one block, 1 to 3 columns (generation) and more (prompts, odd
+    /// counts), broadcast batches, F16 activations, 1 and 3 threads.
     #[test]
     fn repacked_equals_the_plain_path() {
-        for ty in [GgmlType::Q8_0, GgmlType::Q6_K] {
+        for ty in [GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::IQ4_NL] {
             for (m, n, nb, b2, xt) in [
                 (16, 1, 1, 1, GgmlType::F32),
                 (37, 1, 2, 2, GgmlType::F32),
@@ -150,6 +150,8 @@ mod tests {
                     let (s, d) = (w.tensor().data(), wr.tensor().data());
                     if ty == GgmlType::Q6_K {
                         crate::cpu::quants::repack_q6_k::repack(m, nb, s, d);
+                    } else if ty == GgmlType::IQ4_NL {
+                        crate::cpu::quants::repack_iq4_nl::repack(m, nb, s, d);
                     } else {
                         crate::cpu::quants::repack_q8_0::repack(m, nb, s, d);
                     }

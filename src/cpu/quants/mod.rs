@@ -32,6 +32,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 pub mod q8_k;
+pub mod repack_iq4_nl;
 pub mod repack_q4_0;
 pub mod repack_q4_k;
 pub mod repack_q6_k;
