@@ -53,21 +53,17 @@ pub fn why_disabled() -> &'static str {
 }
 
 /// Whether a tensor stored in a repack buffer is repacked: a whole (not a view), contiguous
-/// Q4_0, Q4_K, Q6_K, Q8_0 or IQ4_NL matrix (or stack of them).
+/// Q4_0, Q4_K, Q8_0 or IQ4_NL matrix (or stack of them). Q6_K only with
+/// ROCMFORGE_CPU_REPACK=all: its repacked generation kernel measured no faster than the plain
+/// `vec_dot` on Zen 4 (2026-11-26, docs/performance.md), so libllama keeps it in plain buffers.
 pub fn repackable(t: &Tensor) -> bool {
     let raw = t.raw();
-    raw.view_src.is_null()
-        && matches!(
-            t.ty(),
-            Some(
-                GgmlType::Q4_0
-                    | GgmlType::Q4_K
-                    | GgmlType::Q6_K
-                    | GgmlType::Q8_0
-                    | GgmlType::IQ4_NL
-            )
-        )
-        && t.is_contiguous()
+    let ty_ok = match t.ty() {
+        Some(GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q8_0 | GgmlType::IQ4_NL) => true,
+        Some(GgmlType::Q6_K) => crate::tuning::get().cpu_repack_all,
+        _ => false,
+    };
+    raw.view_src.is_null() && ty_ok && t.is_contiguous()
 }
 
 /// Bytes of one repacked matrix of `t` (whose type `repackable` accepted).
