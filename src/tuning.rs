@@ -114,7 +114,8 @@ pub struct Tuning {
     pub gemv: Option<String>,
     /// ROCMFORGE_CPU_REPACK not 0.
     pub cpu_repack: bool,
-    /// ROCMFORGE_CPU_REPACK=all: Q6_K weights repacked too (not faster than the plain path yet).
+    /// ROCMFORGE_CPU_REPACK=all: Q6_K and IQ4_NL weights repacked too (not faster than the plain
+    /// path yet).
     pub cpu_repack_all: bool,
     /// ROCMFORGE_FFI_TIMING=1.
     pub ffi_timing: bool,

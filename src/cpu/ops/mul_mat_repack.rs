@@ -346,8 +346,9 @@ mod tests {
         }
     }
     /// One-column product speed, plain weights (the register tiles) against repacked ones, on
-    /// 8B-class shapes (4096 × 14336, 33 MB of Q4_0 or Q4_K, 62 MB of Q8_0, 48 MB of Q6_K, read from memory each time: 4 such
-    /// matrices in turn), best of 15 interleaved rounds, 1 and 2 threads:
+    /// 8B-class shapes (4096 × 14336, 33 MB of Q4_0, Q4_K or IQ4_NL, 62 MB of Q8_0, 48 MB of
+    /// Q6_K, read from memory each time: 4 such matrices in turn), best of 15 interleaved rounds,
+    /// 1 and 2 threads:
     /// `cargo test --release -- --ignored bench_repack_gemv --nocapture`. Prints GB/s of weights.
     #[test]
     #[ignore]
@@ -364,6 +365,7 @@ mod tests {
             GgmlType::Q4_K,
             GgmlType::Q8_0,
             GgmlType::Q6_K,
+            GgmlType::IQ4_NL,
         ] {
             let mut x = TT::new(GgmlType::F32, [k, 1, 1, 1]);
             x.set(&rand_vec(k, 3, -1.0, 1.0));
