@@ -19,7 +19,9 @@
 #   repack   RFCPU's load-time repack (RFCPU_REPACK) off and on against ggml-cpu, interleaved: an 8B-class
 #            llama with REPACK_LAYERS (8) of its 32 layers and the 1B-class one (16 layers), Q4_0 and Q4_K,
 #            pp PP (512) and tg TG (32), best of REPS (2), ROUNDS (2) rounds; the models are written once
-#            to REPACK_MODELS (default models/; 1.2 GB each for the 8B-class, 0.6 GB for the 1B-class)
+#            to REPACK_MODELS (default models/; 1.2 GB each for the 8B-class, 0.6 GB for the 1B-class);
+#            REPACK_TYPES (default "q4_0 q4_k"; q8_0, q6_k: make_model's types) and REPACK_SPECS
+#            (default "8b:REPACK_LAYERS 1b:16", preset:layers) pick other models
 # Env: THREADS (default: the machine's cores), JOBS (build jobs, default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -118,9 +120,9 @@ if has repack; then
     dir=${REPACK_MODELS:-models}
     layers=${REPACK_LAYERS:-8}
     rounds=${ROUNDS:-2}
-    for spec in "8b:$layers" "1b:16"; do
+    for spec in ${REPACK_SPECS:-"8b:$layers 1b:16"}; do
         preset=${spec%%:*}
-        for t in q4_0 q4_k; do
+        for t in ${REPACK_TYPES:-q4_0 q4_k}; do
             m=$dir/llama-$preset-${spec#*:}l-$t.gguf
             [ -f "$m" ] || "$bin/make_model" --preset "$preset" --layers "${spec#*:}" --type "$t" --tokenizer "$model" -o "$m"
             label=$preset-class-${spec#*:}L-$t

@@ -1,6 +1,6 @@
 // test_repack: RFCPU's load-time repack buffer type (RFCPU_REPACK) as a host meets it through
-// ggml_backend_dev_get_extra_bufts: not host memory; a repacked Q4_0 or Q4_K weight is read only by the
-// products the repacked kernels run (supports_op false for GET_ROWS, CPY, a view of it, an op of
+// ggml_backend_dev_get_extra_bufts: not host memory; a repacked Q4_0, Q4_K, Q6_K, Q8_0 or IQ4_NL weight is
+// read only by the products the repacked kernels run (supports_op false for GET_ROWS, CPY, a view of it, an op of
 // another device), and their results agree with the same weights in RFCPU's plain buffer and with
 // ggml-cpu; get_tensor gives the bytes set; a partial write is refused with a log line and the next
 // compute on the buffer fails instead of reading half-repacked weights.
@@ -101,6 +101,13 @@ static void check_type(ggml_backend_dev_t dev, ggml_backend_buffer_type_t rb, gg
     double e = rf_nmse(got, plain, m * n), e1 = rf_nmse(one, plain, m);
     printf("%s: NMSE repacked vs plain: %.3g (3 columns), %.3g (1 column)\n", ggml_type_name(type), e, e1);
     CHECK(e < 1e-10 && e1 < 1e-10, "%s: repacked vs plain NMSE %g / %g", ggml_type_name(type), e, e1);
+    if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_NL) {
+        // Their repacked kernels keep the plain path's order: the same bits, 3 columns and 1.
+        CHECK(memcmp(got, plain, sizeof(float) * m * n) == 0, "%s: repacked differs from plain (3 columns)",
+              ggml_type_name(type));
+        CHECK(memcmp(one, plain, sizeof(float) * m) == 0, "%s: repacked differs from plain (1 column)",
+              ggml_type_name(type));
+    }
 
     // ggml-cpu on the plain weights.
     {
@@ -172,6 +179,9 @@ int main(void) {
     rf_set_n_threads(rf, 2);
     check_type(dev, rb, rf, cpu, GGML_TYPE_Q4_0, true);
     check_type(dev, rb, rf, cpu, GGML_TYPE_Q4_K, false);
+    check_type(dev, rb, rf, cpu, GGML_TYPE_Q8_0, true);
+    check_type(dev, rb, rf, cpu, GGML_TYPE_Q6_K, false);
+    check_type(dev, rb, rf, cpu, GGML_TYPE_IQ4_NL, false);
     ggml_backend_free(rf);
     ggml_backend_free(cpu);
     ggml_log_set(NULL, NULL);

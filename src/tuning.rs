@@ -114,6 +114,9 @@ pub struct Tuning {
     pub gemv: Option<String>,
     /// ROCMFORGE_CPU_REPACK not 0.
     pub cpu_repack: bool,
+    /// ROCMFORGE_CPU_REPACK=all: Q6_K and IQ4_NL weights repacked too (not faster than the plain
+    /// path yet).
+    pub cpu_repack_all: bool,
     /// ROCMFORGE_FFI_TIMING=1.
     pub ffi_timing: bool,
     /// ROCMFORGE_CPU_SMALL_GRAPH.
@@ -240,6 +243,7 @@ impl Tuning {
             gemm: var("ROCMFORGE_GEMM"),
             gemv: var("ROCMFORGE_GEMV"),
             cpu_repack: on_unless_0("ROCMFORGE_CPU_REPACK"),
+            cpu_repack_all: var("ROCMFORGE_CPU_REPACK").as_deref() == Some("all"),
             ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),
             cpu_small_graph: number("ROCMFORGE_CPU_SMALL_GRAPH"),
             gpu_staging: on_unless_0("ROCMFORGE_GPU_STAGING"),

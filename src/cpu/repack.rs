@@ -1,8 +1,9 @@
 //! RFCPU's load-time repack buffer type, `RFCPU_REPACK`: the device offers it through
 //! `ggml_backend_dev_get_extra_bufts` (as ggml-cpu offers its CPU_REPACK), so libllama places the
-//! weight matrices the repacked products handle in it. `set_tensor` lays Q4_0 and Q4_K matrices
-//! out in 16-row groups (`quants/repack_q4_0.rs`, `repack_q4_k.rs`), `get_tensor` gives ggml's
-//! layout back.
+//! weight matrices the repacked products handle in it. `set_tensor` lays Q4_0, Q4_K, Q6_K, Q8_0
+//! and IQ4_NL matrices out in 16-row groups (`quants/repack_q4_0.rs`, `repack_q4_k.rs`,
+//! `repack_q6_k.rs`, `repack_q8_0.rs`, `repack_iq4_nl.rs`), `get_tensor` gives ggml's layout
+//! back.
 //!
 //! Other ops must never read a repacked tensor: the buffer type is not host memory (ggml copies
 //! through `get_tensor` where another backend wants the data), the device accepts a node with a
@@ -52,12 +53,17 @@ pub fn why_disabled() -> &'static str {
 }
 
 /// Whether a tensor stored in a repack buffer is repacked: a whole (not a view), contiguous
-/// Q4_0 or Q4_K matrix (or stack of them).
+/// Q4_0, Q4_K or Q8_0 matrix (or stack of them). Q6_K and IQ4_NL only with
+/// ROCMFORGE_CPU_REPACK=all: their repacked generation kernels measured no faster than the plain
+/// path on Zen 4 (2026-11-26, docs/performance.md), so libllama keeps them in plain buffers.
 pub fn repackable(t: &Tensor) -> bool {
     let raw = t.raw();
-    raw.view_src.is_null()
-        && matches!(t.ty(), Some(GgmlType::Q4_0 | GgmlType::Q4_K))
-        && t.is_contiguous()
+    let ty_ok = match t.ty() {
+        Some(GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q8_0) => true,
+        Some(GgmlType::Q6_K | GgmlType::IQ4_NL) => crate::tuning::get().cpu_repack_all,
+        _ => false,
+    };
+    raw.view_src.is_null() && ty_ok && t.is_contiguous()
 }
 
 /// Bytes of one repacked matrix of `t` (whose type `repackable` accepted).
@@ -65,6 +71,9 @@ pub fn matrix_bytes(t: &Tensor) -> usize {
     let (rows, nb, _) = matrices(t);
     match t.dtype() {
         GgmlType::Q4_K => crate::cpu::quants::repack_q4_k::repacked_bytes(rows, nb),
+        GgmlType::Q6_K => rows * nb * 210,
+        GgmlType::Q8_0 => rows * nb * 34,
+        GgmlType::IQ4_NL => rows * nb * 18,
         _ => rows * nb * 18,
     }
 }
@@ -75,11 +84,18 @@ pub fn matrix_bytes(t: &Tensor) -> usize {
 /// `src` and `dst` must span the plain and the repacked bytes of one matrix of `t` (swapped
 /// with `back`) and not overlap.
 unsafe fn convert(t: &Tensor, back: bool, src: *const u8, dst: *mut u8) {
-    use crate::cpu::quants::{repack_q4_0 as r0, repack_q4_k as rk};
+    use crate::cpu::quants::{repack_iq4_nl as ri, repack_q8_0 as r8};
+    use crate::cpu::quants::{repack_q4_0 as r0, repack_q4_k as rk, repack_q6_k as r6};
     let (rows, nb, _) = matrices(t);
     match (t.dtype(), back) {
         (GgmlType::Q4_K, false) => rk::repack(rows, nb, src, dst),
         (GgmlType::Q4_K, true) => rk::unrepack(rows, nb, src, dst),
+        (GgmlType::Q6_K, false) => r6::repack(rows, nb, src, dst),
+        (GgmlType::Q6_K, true) => r6::unrepack(rows, nb, src, dst),
+        (GgmlType::IQ4_NL, false) => ri::repack(rows, nb, src, dst),
+        (GgmlType::IQ4_NL, true) => ri::unrepack(rows, nb, src, dst),
+        (GgmlType::Q8_0, false) => r8::repack(rows, nb, src, dst),
+        (GgmlType::Q8_0, true) => r8::unrepack(rows, nb, src, dst),
         (_, false) => r0::repack(rows, nb, src, dst),
         (_, true) => r0::unrepack(rows, nb, src, dst),
     }
@@ -116,7 +132,9 @@ impl BufferType for RepackBufferType {
         let b = HostBuffer::alloc(size)?;
         // libllama allocates empty ones to ask supports_op about each weight: not news.
         if size > 0 {
-            crate::log_info!("RFCPU_REPACK: {size} bytes for Q4_0 / Q4_K weights repacked at load");
+            crate::log_info!(
+                "RFCPU_REPACK: {size} bytes for Q4_0 / Q4_K / Q6_K / Q8_0 / IQ4_NL weights repacked at load"
+            );
         }
         Ok(Box::new(RepackBuffer(b)))
     }

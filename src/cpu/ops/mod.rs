@@ -12,6 +12,7 @@ mod mul_mat;
 mod mul_mat_id;
 mod mul_mat_panel;
 mod mul_mat_repack;
+mod mul_mat_repack_rows;
 mod norm;
 mod reduce;
 mod rope;

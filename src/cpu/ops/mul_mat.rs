@@ -5,7 +5,7 @@
 //! product with F16 src1 equals the one with the same values given as F32.
 
 use super::Ctx;
-use crate::cpu::types::traits;
+use crate::cpu::types::{traits, Tile, VecDot};
 use crate::ggml_types::GgmlType;
 use crate::op_shapes::{hadamard_len, hadamard_scale};
 use crate::tensor::{split_range, Tensor};
@@ -196,34 +196,68 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             let wb = w.data().add((i2 / r2) * wnb[2] + (i3 / r3) * wnb[3]);
             let xb = col_base(i2, i3);
             let db = node.data().add(i2 * dnb[2] + i3 * dnb[3]);
-            // Whole tiles through the register-blocked kernel, edges one dot at a time; both
-            // give the same bits, so where a result lands never changes its value.
-            let (mut j0, mut i_end) = (cols.start, rows.start);
-            if let Some(tl) = tile {
-                let i_full = rows.start + (rows.len() / tl.rows) * tl.rows;
-                let j_full = cols.start + (cols.len() / tl.cols) * tl.cols;
-                for j in (cols.start..j_full).step_by(tl.cols) {
-                    for i in (rows.start..i_full).step_by(tl.rows) {
-                        (tl.dot)(
-                            k,
-                            wb.add(i * wnb[1]),
-                            wnb[1],
-                            xb.add(j * col_stride),
-                            col_stride,
-                            db.add(i * 4 + j * dnb[1]),
-                            dnb[1],
-                        );
-                    }
-                }
-                (j0, i_end) = (j_full, i_full);
+            tile_block(
+                tile,
+                vec_dot,
+                k,
+                wb.add(rows.start * wnb[1]),
+                wnb[1],
+                rows.len(),
+                xb,
+                col_stride,
+                cols,
+                db.add(rows.start * 4),
+                dnb[1],
+            );
+        }
+    }
+}
+
+/// The results of `nrows` weight rows (`wb`, `ws` bytes apart) by columns `cols` (column j at
+/// `xb + j * xs`), row i of column j to `db + i * 4 + j * ds`: whole tiles through the
+/// register-blocked kernel, edges one dot at a time; both give the same bits, so where a
+/// result lands never changes its value.
+///
+/// # Safety
+/// The pointers must hold what `tile` and `vec_dot` read and write for those rows and columns.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile_block(
+    tile: Option<Tile>,
+    vec_dot: VecDot,
+    k: usize,
+    wb: *const u8,
+    ws: usize,
+    nrows: usize,
+    xb: *const u8,
+    xs: usize,
+    cols: std::ops::Range<usize>,
+    db: *mut u8,
+    ds: usize,
+) {
+    let (mut j0, mut i_end) = (cols.start, 0);
+    if let Some(tl) = tile {
+        let i_full = (nrows / tl.rows) * tl.rows;
+        let j_full = cols.start + (cols.len() / tl.cols) * tl.cols;
+        for j in (cols.start..j_full).step_by(tl.cols) {
+            for i in (0..i_full).step_by(tl.rows) {
+                (tl.dot)(
+                    k,
+                    wb.add(i * ws),
+                    ws,
+                    xb.add(j * xs),
+                    xs,
+                    db.add(i * 4 + j * ds),
+                    ds,
+                );
             }
-            for j in cols.clone() {
-                let xp = xb.add(j * col_stride);
-                let first = if j < j0 { i_end } else { rows.start };
-                for i in first..rows.end {
-                    *(db.add(i * 4 + j * dnb[1]) as *mut f32) = vec_dot(k, wb.add(i * wnb[1]), xp);
-                }
-            }
+        }
+        (j0, i_end) = (j_full, i_full);
+    }
+    for j in cols.clone() {
+        let xp = xb.add(j * xs);
+        let first = if j < j0 { i_end } else { 0 };
+        for i in first..nrows {
+            *(db.add(i * 4 + j * ds) as *mut f32) = vec_dot(k, wb.add(i * ws), xp);
         }
     }
 }

@@ -8,6 +8,8 @@
 //!
 //! The rows past the last whole group are in ggml's layout and go through the panel packing of
 //! plain rows, so every row is summed in the same (panel) order.
+//!
+//! Q8_0, Q6_K and IQ4_NL keep the plain path's order instead: `mul_mat_repack_rows`.
 
 use super::mul_mat_panel::{panel_columns, Kernel, Pack};
 use super::Ctx;
@@ -126,8 +128,17 @@ fn act_bytes(node: &Tensor, f: &Format) -> usize {
     x.nrows() * (x.ne()[0] / f.blk) * f.act_block
 }
 
+/// Whether `t`'s repacked kernels keep the plain path's order (`mul_mat_repack_rows`) rather
+/// than the weight panels'.
+fn plain_order(t: GgmlType) -> bool {
+    matches!(t, GgmlType::Q8_0 | GgmlType::Q6_K | GgmlType::IQ4_NL)
+}
+
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
     let w = node.src(0).unwrap();
+    if plain_order(w.dtype()) {
+        return super::mul_mat_repack_rows::work_size(node, nth);
+    }
     let f = format(w.dtype());
     let nb = w.ne()[0] / f.blk;
     act_bytes(node, &f) + 64 + nth * (nb * f.panel_block + 64)
@@ -135,6 +146,9 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    if plain_order(w.dtype()) {
+        return super::mul_mat_repack_rows::compute(node, ctx);
+    }
     let f = format(w.dtype());
     let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
     let k = wne[0];
@@ -332,8 +346,9 @@ mod tests {
         }
     }
     /// One-column product speed, plain weights (the register tiles) against repacked ones, on
-    /// 8B-class shapes (4096 × 14336, 33 MB of Q4_0 or Q4_K, read from memory each time: 4 such
-    /// matrices in turn), best of 15 interleaved rounds, 1 and 2 threads:
+    /// 8B-class shapes (4096 × 14336, 33 MB of Q4_0, Q4_K or IQ4_NL, 62 MB of Q8_0, 48 MB of
+    /// Q6_K, read from memory each time: 4 such matrices in turn), best of 15 interleaved rounds,
+    /// 1 and 2 threads:
     /// `cargo test --release -- --ignored bench_repack_gemv --nocapture`. Prints GB/s of weights.
     #[test]
     #[ignore]
@@ -345,7 +360,13 @@ mod tests {
             return;
         }
         let (k, m, mats) = (4096, 14336, 4);
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+            GgmlType::Q8_0,
+            GgmlType::Q6_K,
+            GgmlType::IQ4_NL,
+        ] {
             let mut x = TT::new(GgmlType::F32, [k, 1, 1, 1]);
             x.set(&rand_vec(k, 3, -1.0, 1.0));
             let (mut plain, mut packed) = (vec![], vec![]);
@@ -366,6 +387,12 @@ mod tests {
                     let (s, d) = (w.tensor().data(), wr.tensor().data());
                     if ty == GgmlType::Q4_K {
                         crate::cpu::quants::repack_q4_k::repack(m, nb, s, d);
+                    } else if ty == GgmlType::Q8_0 {
+                        crate::cpu::quants::repack_q8_0::repack(m, nb, s, d);
+                    } else if ty == GgmlType::Q6_K {
+                        crate::cpu::quants::repack_q6_k::repack(m, nb, s, d);
+                    } else if ty == GgmlType::IQ4_NL {
+                        crate::cpu::quants::repack_iq4_nl::repack(m, nb, s, d);
                     } else {
                         crate::cpu::quants::repack_q4_0::repack(m, nb, s, d);
                     }
