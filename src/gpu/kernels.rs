@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// Weight types with a loader in quants.h, by kernel-name suffix.
+/// Weight types with a loader in quants.h or quants_iq.h, by kernel-name suffix.
 pub const WEIGHT_TYPES: &[(crate::ggml_types::GgmlType, &str)] = {
     use crate::ggml_types::GgmlType::*;
     &[
@@ -30,6 +30,17 @@ pub const WEIGHT_TYPES: &[(crate::ggml_types::GgmlType, &str)] = {
         (Q2_K, "q2_k"),
         (Q3_K, "q3_k"),
         (Q5_K, "q5_k"),
+        (IQ4_XS, "iq4_xs"),
+        (MXFP4, "mxfp4"),
+        (TQ2_0, "tq2_0"),
+        (TQ1_0, "tq1_0"),
+        (IQ3_S, "iq3_s"),
+        (IQ3_XXS, "iq3_xxs"),
+        (IQ2_XXS, "iq2_xxs"),
+        (IQ2_XS, "iq2_xs"),
+        (IQ2_S, "iq2_s"),
+        (IQ1_S, "iq1_s"),
+        (IQ1_M, "iq1_m"),
     ]
 };
 

@@ -129,11 +129,26 @@ pub(super) fn supports_mul_mat(node: &Tensor) -> bool {
 /// round_src1), or None where it uses src1 as it is (F32 weights).
 pub(super) fn src1_rounding(t: GgmlType) -> Option<i32> {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
-        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            Some(1)
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            Some(0)
         }
+        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
+        // Every 256-value format's vec_dot_type is Q8_K.
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS
+        | GgmlType::TQ2_0
+        | GgmlType::TQ1_0
+        | GgmlType::IQ3_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => Some(1),
         GgmlType::F16 => Some(2),
         GgmlType::BF16 => Some(4),
         _ => None,
