@@ -219,6 +219,86 @@ struct mq_iq4_nl {
     }
 };
 
+// IQ4_XS: IQ4_NL's levels in 256-value blocks with a 6-bit scale (minus 32) per 32 values;
+// 16 parts per block, part s = 2 ib + h takes quant bytes 16 ib + 8h .. +7 of sub-block ib:
+// low nibbles are its values 8h.., high nibbles its values 16 + 8h...
+#if RF_ALL || RF_T_iq4_xs
+struct mq_iq4_xs {
+    enum { QK = 256, BYTES = 136, NSUB = 16 };
+    struct R {
+        float d;
+        int sc;
+        int v0, v1;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        const int ib = s >> 1, h = s & 1;
+        r.d = ld_f16_a2(b);
+        const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+        const int hi = (((int)b[2] | ((int)b[3] << 8)) >> (2 * ib)) & 3;
+        r.sc = (lo | (hi << 4)) - 32;
+        r.v0 = ld_i32_a4(b + 8 + 16 * ib + 8 * h);
+        r.v1 = ld_i32_a4(b + 12 + 16 * ib + 8 * h);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int ib = s >> 1, h = s & 1;
+        const int* xl = x + 8 * ib + 2 * h;
+        int sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v0)), xl[0], 0);
+        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v1)), xl[1], sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v0)), xl[4], sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v1)), xl[5], sumi);
+        // The block's activation scale is the same in all its ds entries (Q8_K).
+        return r.d * ds[0].x * (float)(r.sc * sumi);
+    }
+};
+#endif
+
+// MXFP4: IQ4_NL's layout behind a one-byte E8M0 scale (17-byte blocks: byte alignment only),
+// nibbles index the doubled E2M1 levels; the scale 2^(e - 128) carries the halving.
+#if RF_ALL || RF_T_mxfp4
+__constant__ signed char mq_mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+RF_DEVICE int mxfp4_map(int nibs) {  // four nibbles, one in each byte's low half
+    int r = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) r |= ((int)(unsigned char)mq_mxfp4_levels[(nibs >> (8 * i)) & 15]) << (8 * i);
+    return r;
+}
+struct mq_mxfp4 {
+    enum { QK = 32, BYTES = 17, NSUB = 1 };
+    struct R {
+        float d;
+        int v[4];
+    };
+    // The block through the 5 aligned words holding it (never past the word of its last byte).
+    MQ_MEMBER R load(const unsigned char* b, int) {
+        R r;
+        const unsigned off = (unsigned)(unsigned long long)b & 3;
+        const unsigned* a = (const unsigned*)(b - off);
+        unsigned w[5];
+#pragma unroll
+        for (int i = 0; i < 5; i++) w[i] = a[i];
+        r.d = rf_e8m0_half((int)((w[0] >> (8 * off)) & 255));
+        const unsigned sh = 8 * (off + 1);
+#pragma unroll
+        for (int i = 0; i < 4; i++) r.v[i] = (int)(unsigned)((((unsigned long long)w[i + 1] << 32) | w[i]) >> sh);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int, const int* x, const float2* ds) {
+        const int4 xl = ((const int4*)x)[0], xh = ((const int4*)x)[1];
+        int sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[0])), xl.x, 0);
+        sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[1])), xl.y, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[2])), xl.z, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[3])), xl.w, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[0])), xh.x, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[1])), xh.y, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[2])), xh.z, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[3])), xh.w, sumi);
+        return r.d * ds[0].x * (float)sumi;
+    }
+};
+#endif
+
 // Q4_K: 16 parts per 256-value block; part s = 4c + p takes quant bytes 32c + 8p .. +7:
 // low nibbles are values 64c + 8p.. of sub-block 2c, high nibbles values 64c + 32 + 8p.. of
 // sub-block 2c + 1. Each sub-block has a 6-bit scale and min (12 packed bytes).

@@ -4,6 +4,7 @@
 
 use super::args::Args;
 use super::scratch::{ensure_q8, q8_out_ptrs};
+use super::widen::{half_src1, launch_widened};
 use super::{flat_blocks, row_block, LaunchCtx, MAX_FLAT_BLOCKS, MAX_GRID_YZ};
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::ApiResult;
@@ -66,13 +67,18 @@ pub(super) fn short_tall(wt: GgmlType, k: usize, m: usize) -> bool {
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 pub(super) const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
+/// Activation types of MUL_MAT and MUL_MAT_ID: F32, and F16 / BF16 widened to it (widen.rs).
+fn is_src1_type(t: GgmlType) -> bool {
+    matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
 pub(super) fn supports_mul_mat_id(node: &Tensor) -> bool {
     let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else {
         return false;
     };
     let (wne, xne, ine, dne) = (w.ne(), x.ne(), ids.ne(), node.ne());
     weight_suffix(w.dtype()).is_some()
-        && x.dtype() == GgmlType::F32
+        && is_src1_type(x.dtype())
         && node.dtype() == GgmlType::F32
         && ids.dtype() == GgmlType::I32
         && wne[3] == 1
@@ -102,7 +108,7 @@ pub(super) fn supports_mul_mat(node: &Tensor) -> bool {
     let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
     weight_suffix(w.dtype()).is_some()
         && wne[0] % w.dtype().block_size() == 0
-        && x.dtype() == GgmlType::F32
+        && is_src1_type(x.dtype())
         && node.dtype() == GgmlType::F32
         && wne[0] == xne[0]
         && wne[0] <= i32::MAX as usize
@@ -164,8 +170,9 @@ pub(super) fn mvq_mode(t: GgmlType) -> Option<i32> {
         | GgmlType::Q5_0
         | GgmlType::Q5_1
         | GgmlType::Q8_0
-        | GgmlType::IQ4_NL => Some(0),
-        GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
+        | GgmlType::IQ4_NL
+        | GgmlType::MXFP4 => Some(0),
+        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::IQ4_XS => Some(1),
         _ => None,
     }
 }
@@ -175,6 +182,7 @@ pub(super) fn uses_mvq(node: &Tensor) -> bool {
     match (node.src(0), node.src(1)) {
         (Some(w), Some(x)) => {
             node.op() == op::MUL_MAT
+                && x.dtype() == GgmlType::F32
                 && x.ne()[1] < MUL_MAT_VEC_MAX_COLS
                 && mvq_mode(w.dtype()).is_some()
         }
@@ -186,7 +194,10 @@ pub(super) fn uses_mvq(node: &Tensor) -> bool {
 pub(super) fn uses_mmid_q(node: &Tensor) -> bool {
     match (node.src(0), node.src(1)) {
         (Some(w), Some(x)) => {
-            node.op() == op::MUL_MAT_ID && mvq_mode(w.dtype()).is_some() && x.ne()[3] == 1
+            node.op() == op::MUL_MAT_ID
+                && x.dtype() == GgmlType::F32
+                && mvq_mode(w.dtype()).is_some()
+                && x.ne()[3] == 1
         }
         _ => false,
     }
@@ -521,6 +532,9 @@ pub(super) fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if let Some(n) = hadamard_len(node) {
         return launch_hadamard(node, n, None, lc);
     }
+    if half_src1(node) {
+        return launch_widened(node, lc, launch_mul_mat);
+    }
     if uses_mvq(node) && lc.scratch != 0 {
         return launch_mul_mat_vec_q(node, lc);
     }
@@ -595,6 +609,9 @@ pub(super) fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 pub(super) const MMID_ROWS: usize = 4;
 
 pub(super) fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    if half_src1(node) {
+        return launch_widened(node, lc, launch_mul_mat_id);
+    }
     let (w, x, ids) = (
         node.src(0).unwrap(),
         node.src(1).unwrap(),
