@@ -505,8 +505,9 @@ mod tests {
 
     /// Not a check: writes each group's program and options as the library compiles them to
     /// the directory named by ROCMFORGE_KERNEL_GROUPS_OUT (`<label>.hip` and `<label>.opts`,
-    /// spaces as '-'), for scripts/check-hip-kernels.sh and check-nvrtc-kernels.py (run with
-    /// --ignored).
+    /// spaces as '-'), for scripts/check-hip-kernels.sh and check-nvrtc-kernels.py, and the
+    /// shared headers (the generated grids among them) to its `headers/`, for
+    /// scripts/check-gpu-loaders.sh (run with --ignored).
     #[test]
     #[ignore]
     fn write_group_sources() {
@@ -518,6 +519,10 @@ mod tests {
             let base = g.label().replace(' ', "-");
             std::fs::write(dir.join(format!("{base}.hip")), g.source()).unwrap();
             std::fs::write(dir.join(format!("{base}.opts")), g.options().join(" ")).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("headers")).unwrap();
+        for (name, text) in HEADERS {
+            std::fs::write(dir.join("headers").join(name), text).unwrap();
         }
     }
 }
