@@ -172,7 +172,18 @@ pub(super) fn mvq_mode(t: GgmlType) -> Option<i32> {
         | GgmlType::Q8_0
         | GgmlType::IQ4_NL
         | GgmlType::MXFP4 => Some(0),
-        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::IQ4_XS => Some(1),
+        GgmlType::Q4_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS
+        | GgmlType::TQ2_0
+        | GgmlType::TQ1_0
+        | GgmlType::IQ3_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => Some(1),
         _ => None,
     }
 }

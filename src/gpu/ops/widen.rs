@@ -137,7 +137,8 @@ mod tests {
     /// and MUL_MAT_ID: claimed, and every kernel it launches exists in a kernel group (a type
     /// wired into the Rust side but not into the kernel lists fails here, not on a GPU). Half
     /// activations are widened first and then take the F32 path's kernels; the formats with an
-    /// integer-dot kernel use it for one column.
+    /// integer-dot kernel (all quantized ones but Q2_K, Q3_K, Q5_K) use it for one column and
+    /// for the experts.
     #[test]
     fn every_weight_type_launches_known_kernels() {
         for &(wt, suffix) in WEIGHT_TYPES {
@@ -162,8 +163,15 @@ mod tests {
                             ),
                         xt != GgmlType::F32
                     );
-                    if n == 1 && matches!(wt, GgmlType::IQ4_XS | GgmlType::MXFP4) {
-                        assert_eq!(names.last().unwrap(), &format!("mul_mat_vec_q1_{suffix}"));
+                    if n == 1 && super::super::matmul::mvq_mode(wt).is_some() {
+                        // (Q4_0 takes a measured shape, mul_mat_vec_q1x_q4_0_r4_u4.)
+                        let last = names.last().unwrap();
+                        assert!(
+                            last.starts_with("mul_mat_vec_q1") && last.ends_with(suffix)
+                                || (wt == GgmlType::Q4_0
+                                    && last.starts_with("mul_mat_vec_q1x_q4_0")),
+                            "{wt:?}: {last}"
+                        );
                     }
                 }
                 let w = TT::new(wt, [k, 9, 4, 1]);
@@ -173,11 +181,15 @@ mod tests {
                 d.op(op::MUL_MAT_ID).src(0, &w).src(1, &x).src(2, &ids);
                 let node = d.tensor();
                 assert!(super::super::supports(&node), "MUL_MAT_ID {wt:?} x {xt:?}");
-                for name in launched(&node) {
+                let names = launched(&node);
+                for name in &names {
                     assert!(
-                        group_of(&name).is_some(),
+                        group_of(name).is_some(),
                         "MUL_MAT_ID {wt:?} x {xt:?}: {name}"
                     );
+                }
+                if super::super::matmul::mvq_mode(wt).is_some() {
+                    assert_eq!(names.last().unwrap(), &format!("mul_mat_id_q_{suffix}"));
                 }
             }
         }
