@@ -193,15 +193,19 @@ struct mq_q8_0 {
     }
 };
 
-// IQ4_NL: Q4_0's layout, nibbles index 16 non-linear levels.
-__constant__ signed char mq_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                1,    13,   25,  38,  53,  69,  89,  113};
-RF_DEVICE int iq4nl_map(int nibs) {  // four nibbles, one in each byte's low half
-    int r = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) r |= ((int)(unsigned char)mq_iq4nl_levels[(nibs >> (8 * i)) & 15]) << (8 * i);
-    return r;
+// Four 16-entry byte-table lookups (the table 4 entries to an int, little-endian), indices in
+// the low nibbles of nibs' bytes: two 8-entry byte permutes, then bit 3 of each index picks one.
+// Registers only (a table in constant memory serializes a warp's different indices).
+RF_DEVICE int rf_lut16(int nibs, unsigned t0, unsigned t1, unsigned t2, unsigned t3) {
+    const unsigned n = (unsigned)nibs, sel = n & 0x07070707u;
+    const unsigned lo = rf_perm8(t0, t1, sel), hi = rf_perm8(t2, t3, sel);
+    const unsigned m = ((n >> 3) & 0x01010101u) * 0xffu;
+    return (int)((hi & m) | (lo & ~m));
 }
+// IQ4_NL's 16 levels for four nibbles, one in each byte's low half.
+RF_DEVICE int iq4nl_map(int nibs) { return rf_lut16(nibs, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u); }
+
+// IQ4_NL: Q4_0's layout, nibbles index 16 non-linear levels.
 struct mq_iq4_nl {
     enum { QK = 32, BYTES = 18, NSUB = 1 };
     typedef mq_q4_0::R R;
@@ -258,13 +262,8 @@ struct mq_iq4_xs {
 // MXFP4: IQ4_NL's layout behind a one-byte E8M0 scale (17-byte blocks: byte alignment only),
 // nibbles index the doubled E2M1 levels; the scale 2^(e - 128) carries the halving.
 #if RF_ALL || RF_T_mxfp4
-__constant__ signed char mq_mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-RF_DEVICE int mxfp4_map(int nibs) {  // four nibbles, one in each byte's low half
-    int r = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) r |= ((int)(unsigned char)mq_mxfp4_levels[(nibs >> (8 * i)) & 15]) << (8 * i);
-    return r;
-}
+// MXFP4's doubled E2M1 levels {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, ..., -12} for four nibbles.
+RF_DEVICE int mxfp4_map(int nibs) { return rf_lut16(nibs, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu); }
 struct mq_mxfp4 {
     enum { QK = 32, BYTES = 17, NSUB = 1 };
     struct R {

@@ -44,6 +44,13 @@ template <int N> static inline float rf_group_sum(float v) { return v; }
 static struct {
     int x;
 } threadIdx;
+// Byte i of (hi << 32 | lo) at the selector in byte i of sel (0..7).
+static inline unsigned rf_perm8(unsigned lo, unsigned hi, unsigned sel) {
+    const unsigned long long v = ((unsigned long long)hi << 32) | lo;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((sel >> (8 * i)) & 7))) & 255) << (8 * i);
+    return r;
+}
 // dp4a: four signed byte products added to c.
 static inline int rf_dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
