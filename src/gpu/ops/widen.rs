@@ -195,6 +195,52 @@ mod tests {
         }
     }
 
+    /// Rows that end inside a block are declined for every block format (k = 1.5 blocks; the
+    /// same tensors with k = 2 blocks are claimed), with F32 and F16 activations, for MUL_MAT,
+    /// MUL_MAT_ID and GET_ROWS.
+    #[test]
+    fn partial_blocks_are_declined() {
+        for &(wt, _) in WEIGHT_TYPES {
+            let blk = wt.block_size();
+            if blk == 1 {
+                continue;
+            }
+            let ts = wt.type_size();
+            let nb = [ts, 4096, 4096 * 9, 4096 * 9];
+            for k in [2 * blk, blk + blk / 2] {
+                let want = k % blk == 0;
+                for xt in [GgmlType::F32, GgmlType::F16] {
+                    let w = TT::strided(wt, [k, 9, 1, 1], nb, 4096 * 9);
+                    let x = TT::new(xt, [k, 1, 1, 1]);
+                    let mut d = TT::new(GgmlType::F32, [9, 1, 1, 1]);
+                    d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+                    assert_eq!(
+                        super::super::supports(&d.tensor()),
+                        want,
+                        "MUL_MAT {wt:?} k={k}"
+                    );
+                    let w =
+                        TT::strided(wt, [k, 9, 4, 1], [ts, 4096, 4096 * 9, 4096 * 36], 4096 * 36);
+                    let x = TT::new(xt, [k, 2, 3, 1]);
+                    let ids = TT::new(GgmlType::I32, [2, 3, 1, 1]);
+                    let mut d = TT::new(GgmlType::F32, [9, 2, 3, 1]);
+                    d.op(op::MUL_MAT_ID).src(0, &w).src(1, &x).src(2, &ids);
+                    let got = super::super::supports(&d.tensor());
+                    assert_eq!(got, want, "MUL_MAT_ID {wt:?} k={k}");
+                }
+                let a = TT::strided(wt, [k, 9, 1, 1], nb, 4096 * 9);
+                let ids = TT::new(GgmlType::I32, [3, 1, 1, 1]);
+                let mut d = TT::new(GgmlType::F32, [k, 3, 1, 1]);
+                d.op(op::GET_ROWS).src(0, &a).src(1, &ids);
+                assert_eq!(
+                    super::super::supports(&d.tensor()),
+                    want,
+                    "GET_ROWS {wt:?} k={k}"
+                );
+            }
+        }
+    }
+
     /// The shadow product reads a dense F32 copy of src1 placed past the F32 product's own
     /// scratch, and is otherwise the node.
     #[test]
