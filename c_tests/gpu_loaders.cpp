@@ -5,12 +5,15 @@
 //    bit on random raw blocks (every grid index, sign and scale pattern) with a sane scale;
 //  - each mq_* block of mmvq.hip, its parts summed over a row, gives ggml-cpu's vec_dot of
 //    that row with activations quantized by ggml-cpu to the type's vec_dot_type (up to the
-//    order of float additions), MXFP4 rows at every byte offset (17-byte blocks).
+//    order of float additions), MXFP4 rows at every byte offset (17-byte blocks);
+//  - dequant.hip's dequant_f16 (the BLAS path's weights), run thread by thread over two
+//    matrices of rows, writes ggml's values rounded to f16 at every place.
 #include "prelude.h"
 #include "iquant_grids.h"
 #include "quants.h"
 #include "quants_iq.h"
 #include "mq_blocks.h"
+#include "dequant_body.h"
 #include "ggml.h"
 #include "ggml-cpu.h"
 #include <cstdio>
@@ -119,6 +122,38 @@ template <typename T> static int check_dot(ggml_type t) {
     return bad != 0;
 }
 
+template <typename W> static int check_dequant(ggml_type t) {
+    const int K = 512, M = 3, NE2 = 2, n_rows = M * NE2;
+    const size_t row = ggml_row_size(t, K);
+    std::vector<unsigned char> raw(row * n_rows);
+    if (ggml_is_quantized(t)) {
+        fill_blocks(t, raw.data(), (int)(raw.size() / ggml_type_size(t)));
+    } else {
+        for (size_t i = 0; i < raw.size() / 2; i++) {
+            const uint16_t h = ggml_fp32_to_fp16(rnd_unit());
+            if (t == GGML_TYPE_F16) memcpy(&raw[2 * i], &h, 2);
+            else { const float f = rnd_unit(); uint32_t u; memcpy(&u, &f, 4); const uint16_t b = u >> 16; memcpy(&raw[2 * i], &b, 2); }
+        }
+    }
+    std::vector<uint16_t> out(K * n_rows, 0xffff);
+    gridDim.x = 2;
+    blockDim.x = 32;
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; blockIdx.x++)
+        for (threadIdx.x = 0; threadIdx.x < blockDim.x; threadIdx.x++)
+            dequant_f16<W>((const char*)raw.data(), out.data(), K, M, NE2, n_rows, row, row * M, row * M * NE2);
+    std::vector<float> want(K);
+    int bad = 0;
+    for (int r = 0; r < n_rows; r++) {
+        ggml_get_type_traits(t)->to_float(raw.data() + r * row, want.data(), K);
+        for (int k = 0; k < K; k++) {
+            if (out[r * K + k] == ggml_fp32_to_fp16(want[k])) continue;
+            if (bad++ < 3) printf("  %s row %d value %d: %#x, want %#x\n", ggml_type_name(t), r, k, out[r * K + k], ggml_fp32_to_fp16(want[k]));
+        }
+    }
+    printf("%-8s dequant_f16 %s\n", ggml_type_name(t), bad ? "FAIL" : "ok");
+    return bad != 0;
+}
+
 int main() {
     ggml_cpu_init();
     int failed = 0;
@@ -135,6 +170,10 @@ int main() {
         DOT(iq2_xxs, IQ2_XXS) DOT(iq2_xs, IQ2_XS) DOT(iq2_s, IQ2_S) DOT(iq3_xxs, IQ3_XXS) DOT(iq3_s, IQ3_S)
         DOT(iq1_s, IQ1_S) DOT(iq1_m, IQ1_M)
     }
+#define DEQUANT(NAME, TYPE) failed += check_dequant<w_##NAME>(GGML_TYPE_##TYPE);
+    DEQUANT(f16, F16) DEQUANT(bf16, BF16) DEQUANT(q4_0, Q4_0) DEQUANT(q5_1, Q5_1) DEQUANT(q8_0, Q8_0)
+    DEQUANT(q3_k, Q3_K) DEQUANT(q6_k, Q6_K) DEQUANT(iq4_xs, IQ4_XS) DEQUANT(mxfp4, MXFP4) DEQUANT(tq1_0, TQ1_0)
+    DEQUANT(iq2_xxs, IQ2_XXS) DEQUANT(iq3_s, IQ3_S) DEQUANT(iq1_m, IQ1_M)
     printf("gpu_loaders: %d failed\n", failed);
     return failed ? 1 : 0;
 }

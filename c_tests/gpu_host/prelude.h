@@ -41,9 +41,11 @@ static inline f16_bits rf_f32_to_f16(float f) { return ggml_fp32_to_fp16(f); }
 // One lane's view of the group reductions (the loaders do not use them).
 template <int N> static inline float rf_group_max(float v) { return v; }
 template <int N> static inline float rf_group_sum(float v) { return v; }
-static struct {
-    int x;
-} threadIdx;
+// One block's coordinates, set by the caller before it calls a kernel body as one thread.
+struct rf_dim3 {
+    long long x;
+};
+static rf_dim3 threadIdx, blockIdx, blockDim, gridDim;
 // Byte i of (hi << 32 | lo) at the selector in byte i of sel (0..7).
 static inline unsigned rf_perm8(unsigned lo, unsigned hi, unsigned sel) {
     const unsigned long long v = ((unsigned long long)hi << 32) | lo;

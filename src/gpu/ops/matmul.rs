@@ -321,9 +321,11 @@ pub(super) fn launch_mul_mat_blas(
             .i64(n_rows)
             .i64s(&wnb[1..]);
         let kernel = format!("dequant_f16_{}", weight_suffix(w.dtype()).unwrap_or("f32"));
+        // A thread per block of 32 values (8 for float weights), as dequant.hip splits them.
+        let per = if w.dtype().block_size() >= 32 { 32 } else { 8 };
         lc.run(
             &kernel,
-            [flat_blocks(n_rows * (k / 8), 256), 1, 1],
+            [flat_blocks(n_rows * (k / per), 256), 1, 1],
             256,
             args,
         )?;
