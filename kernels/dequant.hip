@@ -11,24 +11,45 @@ struct __attribute__((aligned(16))) rf_h8 {
     unsigned int v[4];
 };
 
-// out[((i3 * ne2 + i2) * M + row) * K + k] = w[row, k] of matrix (i2, i3); one thread per 8
-// consecutive values of a row (K is a multiple of 32 for every type).
+// Whether W is stored in blocks of 32 or more values (every type but the float ones).
+template <typename W> RF_DEVICE bool rf_blocks32() { return true; }
+template <> RF_DEVICE_SPEC bool rf_blocks32<w_f32>() { return false; }
+template <> RF_DEVICE_SPEC bool rf_blocks32<w_f16>() { return false; }
+template <> RF_DEVICE_SPEC bool rf_blocks32<w_bf16>() { return false; }
+
+// out[((i3 * ne2 + i2) * M + row) * K + k] = w[row, k] of matrix (i2, i3). Block types: one
+// thread per 32 values (load_block32 decodes a block's scales, signs and grid entries once,
+// not once per value), four 16-byte stores; float types (K a multiple of 8): one per 8 values.
 template <typename W>
 RF_DEVICE void dequant_f16(const char* w, f16_bits* out, i64 K, i64 M, i64 ne2, i64 n_rows, i64 nb01, i64 nb02,
                            i64 nb03) {
-    const i64 per_row = K / 8, total = per_row * n_rows;
+    const int per = rf_blocks32<W>() ? 32 : 8;
+    const i64 per_row = K / per, total = per_row * n_rows;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const i64 c = i % per_row, r = i / per_row;
         const i64 row = r % M, b = r / M;
         const char* wr = w + row * nb01 + (b % ne2) * nb02 + (b / ne2) * nb03;
-        rf_h8 h;
+        if (rf_blocks32<W>()) {
+            float v[32];
+            load_block32<W>(wr, c, v);
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const unsigned int lo = rf_f32_to_f16(load_w<W>(wr, c * 8 + 2 * j));
-            const unsigned int hi = rf_f32_to_f16(load_w<W>(wr, c * 8 + 2 * j + 1));
-            h.v[j] = lo | (hi << 16);
+            for (int q = 0; q < 4; q++) {
+                rf_h8 h;
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    h.v[j] = (unsigned)rf_f32_to_f16(v[8 * q + 2 * j]) | ((unsigned)rf_f32_to_f16(v[8 * q + 2 * j + 1]) << 16);
+                *(rf_h8*)(out + r * K + c * 32 + 8 * q) = h;
+            }
+        } else {
+            rf_h8 h;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const unsigned int lo = rf_f32_to_f16(load_w<W>(wr, c * 8 + 2 * j));
+                const unsigned int hi = rf_f32_to_f16(load_w<W>(wr, c * 8 + 2 * j + 1));
+                h.v[j] = lo | (hi << 16);
+            }
+            *(rf_h8*)(out + r * K + c * 8) = h;
         }
-        *(rf_h8*)(out + r * K + c * 8) = h;
     }
 }
 

@@ -1,6 +1,7 @@
 // Matrix-vector MUL_MAT with integer dot products (token generation): src1 is quantized
 // once to 8-bit blocks (quantize_q8, into device scratch), then each weight format's 4-bit,
-// 5-bit, 6-bit or 8-bit values meet the 8-bit activations in dp4a instructions (rf_dp4a),
+// 5-bit, 6-bit or 8-bit values (the i-quants' and ternary formats' decoded to signed bytes)
+// meet the 8-bit activations in dp4a instructions (rf_dp4a),
 // with one float multiply per block and sub-block scale. ggml-cpu computes the same integer
 // sums (it also quantizes src1 to Q8_0 / Q8_1 / Q8_K first), so results agree with it up to
 // the order of float additions.
@@ -192,15 +193,19 @@ struct mq_q8_0 {
     }
 };
 
-// IQ4_NL: Q4_0's layout, nibbles index 16 non-linear levels.
-__constant__ signed char mq_iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                1,    13,   25,  38,  53,  69,  89,  113};
-RF_DEVICE int iq4nl_map(int nibs) {  // four nibbles, one in each byte's low half
-    int r = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) r |= ((int)(unsigned char)mq_iq4nl_levels[(nibs >> (8 * i)) & 15]) << (8 * i);
-    return r;
+// Four 16-entry byte-table lookups (the table 4 entries to an int, little-endian), indices in
+// the low nibbles of nibs' bytes: two 8-entry byte permutes, then bit 3 of each index picks one.
+// Registers only (a table in constant memory serializes a warp's different indices).
+RF_DEVICE int rf_lut16(int nibs, unsigned t0, unsigned t1, unsigned t2, unsigned t3) {
+    const unsigned n = (unsigned)nibs, sel = n & 0x07070707u;
+    const unsigned lo = rf_perm8(t0, t1, sel), hi = rf_perm8(t2, t3, sel);
+    const unsigned m = ((n >> 3) & 0x01010101u) * 0xffu;
+    return (int)((hi & m) | (lo & ~m));
 }
+// IQ4_NL's 16 levels for four nibbles, one in each byte's low half.
+RF_DEVICE int iq4nl_map(int nibs) { return rf_lut16(nibs, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u); }
+
+// IQ4_NL: Q4_0's layout, nibbles index 16 non-linear levels.
 struct mq_iq4_nl {
     enum { QK = 32, BYTES = 18, NSUB = 1 };
     typedef mq_q4_0::R R;
@@ -218,6 +223,375 @@ struct mq_iq4_nl {
         return r.d * ds[0].x * (float)sumi;
     }
 };
+
+// IQ4_XS: IQ4_NL's levels in 256-value blocks with a 6-bit scale (minus 32) per 32 values;
+// 16 parts per block, part s = 2 ib + h takes quant bytes 16 ib + 8h .. +7 of sub-block ib:
+// low nibbles are its values 8h.., high nibbles its values 16 + 8h...
+#if RF_ALL || RF_T_iq4_xs
+struct mq_iq4_xs {
+    enum { QK = 256, BYTES = 136, NSUB = 16 };
+    struct R {
+        float d;
+        int sc;
+        int v0, v1;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        const int ib = s >> 1, h = s & 1;
+        r.d = ld_f16_a2(b);
+        const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+        const int hi = (((int)b[2] | ((int)b[3] << 8)) >> (2 * ib)) & 3;
+        r.sc = (lo | (hi << 4)) - 32;
+        r.v0 = ld_i32_a4(b + 8 + 16 * ib + 8 * h);
+        r.v1 = ld_i32_a4(b + 12 + 16 * ib + 8 * h);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int ib = s >> 1, h = s & 1;
+        const int* xl = x + 8 * ib + 2 * h;
+        int sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v0)), xl[0], 0);
+        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v1)), xl[1], sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v0)), xl[4], sumi);
+        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v1)), xl[5], sumi);
+        // The block's activation scale is the same in all its ds entries (Q8_K).
+        return r.d * ds[0].x * (float)(r.sc * sumi);
+    }
+};
+#endif
+
+// MXFP4: IQ4_NL's layout behind a one-byte E8M0 scale (17-byte blocks: byte alignment only),
+// nibbles index the doubled E2M1 levels; the scale 2^(e - 128) carries the halving.
+#if RF_ALL || RF_T_mxfp4
+// MXFP4's doubled E2M1 levels {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, ..., -12} for four nibbles.
+RF_DEVICE int mxfp4_map(int nibs) { return rf_lut16(nibs, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu); }
+struct mq_mxfp4 {
+    enum { QK = 32, BYTES = 17, NSUB = 1 };
+    struct R {
+        float d;
+        int v[4];
+    };
+    // The block through the 5 aligned words holding it (never past the word of its last byte).
+    MQ_MEMBER R load(const unsigned char* b, int) {
+        R r;
+        const unsigned off = (unsigned)(unsigned long long)b & 3;
+        const unsigned* a = (const unsigned*)(b - off);
+        unsigned w[5];
+#pragma unroll
+        for (int i = 0; i < 5; i++) w[i] = a[i];
+        r.d = rf_e8m0_half((int)((w[0] >> (8 * off)) & 255));
+        const unsigned sh = 8 * (off + 1);
+#pragma unroll
+        for (int i = 0; i < 4; i++) r.v[i] = (int)(unsigned)((((unsigned long long)w[i + 1] << 32) | w[i]) >> sh);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int, const int* x, const float2* ds) {
+        const int4 xl = ((const int4*)x)[0], xh = ((const int4*)x)[1];
+        int sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[0])), xl.x, 0);
+        sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[1])), xl.y, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[2])), xl.z, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v[3])), xl.w, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[0])), xh.x, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[1])), xh.y, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[2])), xh.z, sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v[3])), xh.w, sumi);
+        return r.d * ds[0].x * (float)sumi;
+    }
+};
+#endif
+
+// TQ2_0: 2-bit codes minus 1; 16 parts a block, part s takes quant bytes 4s .. 4s + 3, which
+// hold values 128 (s / 8) + 32 l + 4 (s % 8) .. +3 in their bit pairs l = 0..3. The minus one
+// is the activations' sum taken away.
+#if RF_ALL || RF_T_tq2_0
+struct mq_tq2_0 {
+    enum { QK = 256, BYTES = 66, NSUB = 16 };
+    struct R {
+        float d;
+        int v;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b + 64);
+        r.v = ld_i32_a2(b + 4 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 32 * (s >> 3) + (s & 7);
+        int sumi = 0, sumx = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            sumi = rf_dp4a((r.v >> (2 * l)) & 0x03030303, xs[8 * l], sumi);
+            sumx = rf_dp4a(0x01010101, xs[8 * l], sumx);
+        }
+        return r.d * ds[0].x * (float)(sumi - sumx);
+    }
+};
+#endif
+
+// TQ1_0: trits minus 1, 5 to a byte of qs, 4 to a byte of qh; 13 parts a block of 4 bytes each:
+// parts 0..7 bytes 4s.. of qs[0..32) (trit n: values 32n + 4s..), parts 8..11 bytes of
+// qs[32..48) (values 160 + 16n + 4(s - 8)..), part 12 qh (values 240 + 4n..).
+#if RF_ALL || RF_T_tq1_0
+struct mq_tq1_0 {
+    enum { QK = 256, BYTES = 54, NSUB = 13 };
+    struct R {
+        float d;
+        int v;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b + 52);
+        r.v = ld_i32_a2(b + 4 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        int sumi = 0, sumx = 0;
+#pragma unroll
+        for (int n = 0; n < 5; n++) {
+            if (s == 12 && n == 4) break;
+            const int xi = s < 8 ? 8 * n + s : s < 12 ? 40 + 4 * n + (s - 8) : 60 + n;
+            int q = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) q |= rf_trit((r.v >> (8 * i)) & 255, n) << (8 * i);
+            sumi = rf_dp4a(q, x[xi], sumi);
+            sumx = rf_dp4a(0x01010101, x[xi], sumx);
+        }
+        return r.d * ds[0].x * (float)(sumi - sumx);
+    }
+};
+#endif
+
+// The grid i-quants: a part is a sub-block of 32 values (4 groups of 8), each group a grid
+// entry of 8 unsigned magnitudes (or two of 4) and 8 sign bits, multiplied by the activations'
+// 8 bytes in two dp4a; then the sub-block's integer scale(s) and, as ggml-cpu, the format's
+// constant factor on the float result.
+// 0xff in byte i where bit i (i < 4) of `bits` is set, else 0.
+RF_DEVICE int rf_sign_mask(int bits) { return (int)((((unsigned)bits * 0x00204081u) & 0x01010101u) * 0xffu); }
+// The 4 magnitude bytes of g negated where m has 0xff: (g ^ 0xff) + 1 per byte, which never
+// carries as no grid magnitude is 0.
+RF_DEVICE int rf_signed4(int g, int m) { return (g ^ m) + (m & 0x01010101); }
+// One group of 8: magnitudes lo (values 0..3) and hi (4..7), sign byte sb, activations xs[0..1].
+RF_DEVICE int rf_grid_dot8(int lo, int hi, int sb, const int* xs, int acc) {
+    acc = rf_dp4a(rf_signed4(lo, rf_sign_mask(sb & 15)), xs[0], acc);
+    return rf_dp4a(rf_signed4(hi, rf_sign_mask(sb >> 4)), xs[1], acc);
+}
+
+#if RF_ALL || RF_T_iq2_xxs
+struct mq_iq2_xxs {
+    enum { QK = 256, BYTES = 66, NSUB = 8 };
+    struct R {
+        float d;
+        unsigned idx, aux;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.idx = (unsigned)ld_i32_a2(b + 2 + 8 * s);
+        r.aux = (unsigned)ld_i32_a2(b + 6 + 8 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sumi = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const unsigned long long g = rf_iq2xxs_grid[(r.idx >> (8 * l)) & 255];
+            sumi = rf_grid_dot8((int)(unsigned)g, (int)(unsigned)(g >> 32), rf_ksigns((r.aux >> (7 * l)) & 127), xs + 2 * l, sumi);
+        }
+        return r.d * ds[0].x * (float)((2 * (int)(r.aux >> 28) + 1) * sumi) * 0.125f;
+    }
+};
+#endif
+
+#if RF_ALL || RF_T_iq2_xs
+struct mq_iq2_xs {
+    enum { QK = 256, BYTES = 74, NSUB = 8 };
+    struct R {
+        float d;
+        int w0, w1, sc;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.w0 = ld_i32_a2(b + 2 + 8 * s);
+        r.w1 = ld_i32_a2(b + 6 + 8 * s);
+        r.sc = b[66 + s];
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sum[2] = {0, 0};
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const int q = ((l < 2 ? r.w0 : r.w1) >> (16 * (l % 2))) & 0xffff;
+            const unsigned long long g = rf_iq2xs_grid[q & 511];
+            sum[l / 2] = rf_grid_dot8((int)(unsigned)g, (int)(unsigned)(g >> 32), rf_ksigns(q >> 9), xs + 2 * l, sum[l / 2]);
+        }
+        const int isum = (2 * (r.sc & 15) + 1) * sum[0] + (2 * (r.sc >> 4) + 1) * sum[1];
+        return r.d * ds[0].x * (float)isum * 0.125f;
+    }
+};
+#endif
+
+#if RF_ALL || RF_T_iq2_s
+struct mq_iq2_s {
+    enum { QK = 256, BYTES = 82, NSUB = 8 };
+    struct R {
+        float d;
+        int qs, signs, qh, sc;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.qs = ld_i32_a2(b + 2 + 4 * s);
+        r.signs = ld_i32_a2(b + 34 + 4 * s);
+        r.qh = b[66 + s];
+        r.sc = b[74 + s];
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sum[2] = {0, 0};
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const int idx = ((r.qs >> (8 * l)) & 255) | ((r.qh << (8 - 2 * l)) & 0x300);
+            const unsigned long long g = rf_iq2s_grid[idx];
+            sum[l / 2] = rf_grid_dot8((int)(unsigned)g, (int)(unsigned)(g >> 32), (r.signs >> (8 * l)) & 255, xs + 2 * l, sum[l / 2]);
+        }
+        const int isum = (2 * (r.sc & 15) + 1) * sum[0] + (2 * (r.sc >> 4) + 1) * sum[1];
+        return r.d * ds[0].x * (float)isum * 0.125f;
+    }
+};
+#endif
+
+#if RF_ALL || RF_T_iq3_xxs
+struct mq_iq3_xxs {
+    enum { QK = 256, BYTES = 98, NSUB = 8 };
+    struct R {
+        float d;
+        int q0, q1;
+        unsigned aux;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.q0 = ld_i32_a2(b + 2 + 8 * s);
+        r.q1 = ld_i32_a2(b + 6 + 8 * s);
+        r.aux = (unsigned)ld_i32_a2(b + 66 + 4 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sumi = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const int q = l < 2 ? r.q0 : r.q1;
+            const int lo = (int)rf_iq3xxs_grid[(q >> (16 * (l % 2))) & 255];
+            const int hi = (int)rf_iq3xxs_grid[(q >> (16 * (l % 2) + 8)) & 255];
+            sumi = rf_grid_dot8(lo, hi, rf_ksigns((r.aux >> (7 * l)) & 127), xs + 2 * l, sumi);
+        }
+        return r.d * ds[0].x * (float)((2 * (int)(r.aux >> 28) + 1) * sumi) * 0.25f;
+    }
+};
+#endif
+
+#if RF_ALL || RF_T_iq3_s
+struct mq_iq3_s {
+    enum { QK = 256, BYTES = 110, NSUB = 8 };
+    struct R {
+        float d;
+        int q0, q1, signs, qh, sc;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.q0 = ld_i32_a2(b + 2 + 8 * s);
+        r.q1 = ld_i32_a2(b + 6 + 8 * s);
+        r.qh = b[66 + s];
+        r.signs = ld_i32_a2(b + 74 + 4 * s);
+        r.sc = (b[106 + s / 2] >> (4 * (s % 2))) & 15;
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sumi = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const int q = l < 2 ? r.q0 : r.q1;
+            const int i0 = ((q >> (16 * (l % 2))) & 255) | ((r.qh << (8 - 2 * l)) & 256);
+            const int i1 = ((q >> (16 * (l % 2) + 8)) & 255) | ((r.qh << (7 - 2 * l)) & 256);
+            sumi = rf_grid_dot8((int)rf_iq3s_grid[i0], (int)rf_iq3s_grid[i1], (r.signs >> (8 * l)) & 255, xs + 2 * l, sumi);
+        }
+        return r.d * ds[0].x * (float)((2 * r.sc + 1) * sumi);
+    }
+};
+#endif
+
+// IQ1_S / IQ1_M: grid entries of 8 values in {-1, 0, 1} (signed bytes, used as they are),
+// plus a shift of +-1/8 per sub-block (IQ1_S) or group (IQ1_M) times the activations' sum.
+#if RF_ALL || RF_T_iq1_s
+struct mq_iq1_s {
+    enum { QK = 256, BYTES = 50, NSUB = 8 };
+    struct R {
+        float d;
+        int qs, qh;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.qs = ld_i32_a2(b + 2 + 4 * s);
+        r.qh = b[34 + 2 * s] | (b[35 + 2 * s] << 8);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sumi = 0, sumx = 0;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const unsigned long long g = rf_iq1s_grid[((r.qs >> (8 * l)) & 255) | (((r.qh >> (3 * l)) & 7) << 8)];
+            sumi = rf_dp4a((int)(unsigned)g, xs[2 * l], sumi);
+            sumi = rf_dp4a((int)(unsigned)(g >> 32), xs[2 * l + 1], sumi);
+            sumx = rf_dp4a(0x01010101, xs[2 * l], rf_dp4a(0x01010101, xs[2 * l + 1], sumx));
+        }
+        const int ls = 2 * ((r.qh >> 12) & 7) + 1, delta = r.qh & 0x8000 ? -1 : 1;
+        return r.d * ds[0].x * ((float)(ls * sumi) + RF_IQ1_DELTA * (float)(ls * delta * sumx));
+    }
+};
+#endif
+
+#if RF_ALL || RF_T_iq1_m
+struct mq_iq1_m {
+    enum { QK = 256, BYTES = 56, NSUB = 8 };
+    struct R {
+        float d;
+        int qs, qh, sc;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = rf_iq1m_d(b);
+        r.qs = ld_i32_a2(b + 4 * s);
+        r.qh = b[32 + 2 * s] | (b[33 + 2 * s] << 8);
+        r.sc = b[48 + 2 * (s / 2)] | (b[49 + 2 * (s / 2)] << 8);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sum1[2] = {0, 0}, sum2[2] = {0, 0};
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const int qh = (r.qh >> (8 * (l / 2))) & 255;
+            const unsigned long long g = rf_iq1s_grid[((r.qs >> (8 * l)) & 255) | ((qh << (8 - 4 * (l % 2))) & 0x700)];
+            sum1[l / 2] = rf_dp4a((int)(unsigned)g, xs[2 * l], sum1[l / 2]);
+            sum1[l / 2] = rf_dp4a((int)(unsigned)(g >> 32), xs[2 * l + 1], sum1[l / 2]);
+            const int sx = rf_dp4a(0x01010101, xs[2 * l], rf_dp4a(0x01010101, xs[2 * l + 1], 0));
+            sum2[l / 2] += qh & (0x08 << (4 * (l % 2))) ? -sx : sx;
+        }
+        const int ls1 = 2 * ((r.sc >> (6 * (s % 2))) & 7) + 1, ls2 = 2 * ((r.sc >> (6 * (s % 2) + 3)) & 7) + 1;
+        return r.d * ds[0].x *
+               ((float)(sum1[0] * ls1 + sum1[1] * ls2) + RF_IQ1_DELTA * (float)(sum2[0] * ls1 + sum2[1] * ls2));
+    }
+};
+#endif
 
 // Q4_K: 16 parts per 256-value block; part s = 4c + p takes quant bytes 32c + 8p .. +7:
 // low nibbles are values 64c + 8p.. of sub-block 2c, high nibbles values 64c + 32 + 8p.. of

@@ -70,6 +70,17 @@ RF_DEVICE f16_bits rf_f32_to_f16(float f) { return __builtin_bit_cast(f16_bits, 
 RF_DEVICE float rf_neg_inf() { return -__builtin_huge_valf(); }
 #endif
 
+// Byte i of the 8-byte value (hi << 32 | lo) at the selector in byte i of sel (each 0..7): one
+// byte-permute instruction (NVIDIA prmt, whose selectors are nibbles; AMD v_perm_b32).
+#if defined(RF_NVIDIA)
+RF_DEVICE unsigned rf_perm8(unsigned lo, unsigned hi, unsigned sel) {
+    const unsigned nib = (sel & 7u) | ((sel >> 4) & 0x70u) | ((sel >> 8) & 0x700u) | ((sel >> 12) & 0x7000u);
+    return __byte_perm(lo, hi, nib);
+}
+#else
+RF_DEVICE unsigned rf_perm8(unsigned lo, unsigned hi, unsigned sel) { return __builtin_amdgcn_perm(hi, lo, sel); }
+#endif
+
 // dot of four signed bytes of a with four of b, plus c (int8 dot-product instructions where
 // the chip has them: dp4a on NVIDIA sm_61+, v_dot4 on CDNA/RDNA2 (sdot4) and RDNA3+ (sudot4)).
 #if defined(RF_NVIDIA)

@@ -12,7 +12,22 @@
 //   Q2_K   84 B / 256: scales[16] (4-bit scale | 4-bit min << 4, per 16), qs[64], d, dmin
 //   Q3_K  110 B / 256: hmask[32], qs[64], scales[12] (6-bit, +32 biased, per 16), d
 //   Q5_K  176 B / 256: d, dmin, scales[12] (as Q4_K), qh[32], qs[128]
-// Loaders read bytes only (blocks are 2-byte aligned at best).
+//   IQ4_XS  136 B / 256: d, scales_h (u16: 2 high bits per 32), scales_l[4] (4 low bits per 32),
+//                      qs[128] (IQ4_NL's nibbles per 32); x = d * (ls - 32) * table[nibble]
+//   MXFP4    17 B / 32:  e (E8M0 scale), qs[16] (E2M1 nibbles as IQ4_NL's); x = 2^(e-128) * kv[nibble]
+//   TQ2_0    66 B / 256: qs[64] (2-bit codes), d; x = d * (code - 1)
+//   TQ1_0    54 B / 256: qs[48] (5 trits a byte), qh[4] (4 trits a byte), d; x = d * (trit - 1)
+//   IQ2_XXS  66 B / 256: d, per 32: 4 grid bytes + a word of 4x7 sign bits and a 4-bit scale
+//   IQ2_XS   74 B / 256: d, qs u16[32] (9-bit grid index, 7 sign bits), scales[8] (4 bits per 16)
+//   IQ2_S    82 B / 256: d, qs[32] (grid low bytes), signs[32], qh[8] (2 high bits each), scales[8]
+//   IQ3_XXS  98 B / 256: d, qs[64] (grid of 4 values), per 32 a word of 4x7 sign bits + scale
+//   IQ3_S   110 B / 256: d, qs[64] (grid low bytes), qh[8] (9th bits), signs[32], scales[4]
+//   IQ1_S    50 B / 256: d, qs[32] (grid low bytes), qh u16[8] (3 high bits x4, scale, delta sign)
+//   IQ1_M    56 B / 256: qs[32], qh[16] (3 high bits + delta sign per 8), scales[8] (3 bits per
+//                      16, d's f16 bits in the top nibbles of the 4 words)
+// The i-quants' grids are rf_<name>_grid of iquant_grids.h (generated from the pinned ggml).
+// Loaders read bytes only (blocks are 2-byte aligned at best). The loaders of the formats from
+// IQ4_XS on are in quants_iq.h.
 #ifndef ROCMFORGE_QUANTS_H
 #define ROCMFORGE_QUANTS_H
 #include "prelude.h"
@@ -31,6 +46,17 @@ struct w_bf16 {};
 struct w_q2_k {};
 struct w_q3_k {};
 struct w_q5_k {};
+struct w_iq4_xs {};
+struct w_mxfp4 {};
+struct w_tq2_0 {};
+struct w_tq1_0 {};
+struct w_iq3_s {};
+struct w_iq3_xxs {};
+struct w_iq2_xxs {};
+struct w_iq2_xs {};
+struct w_iq2_s {};
+struct w_iq1_s {};
+struct w_iq1_m {};
 
 // The weight types a program stamps out per-type kernels for, as X(suffix, loader): every type,
 // or only a kernel group's own (RF_T_<suffix>, see prelude.h).
@@ -104,9 +130,64 @@ struct w_q5_k {};
 #else
 #define RF_X_q5_k(X)
 #endif
-#define RF_EACH_WEIGHT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_bf16(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_q5_k(X)
+#if RF_ALL || RF_T_iq4_xs
+#define RF_X_iq4_xs(X) X(iq4_xs, w_iq4_xs)
+#else
+#define RF_X_iq4_xs(X)
+#endif
+#if RF_ALL || RF_T_mxfp4
+#define RF_X_mxfp4(X) X(mxfp4, w_mxfp4)
+#else
+#define RF_X_mxfp4(X)
+#endif
+#if RF_ALL || RF_T_tq2_0
+#define RF_X_tq2_0(X) X(tq2_0, w_tq2_0)
+#else
+#define RF_X_tq2_0(X)
+#endif
+#if RF_ALL || RF_T_tq1_0
+#define RF_X_tq1_0(X) X(tq1_0, w_tq1_0)
+#else
+#define RF_X_tq1_0(X)
+#endif
+#if RF_ALL || RF_T_iq3_s
+#define RF_X_iq3_s(X) X(iq3_s, w_iq3_s)
+#else
+#define RF_X_iq3_s(X)
+#endif
+#if RF_ALL || RF_T_iq3_xxs
+#define RF_X_iq3_xxs(X) X(iq3_xxs, w_iq3_xxs)
+#else
+#define RF_X_iq3_xxs(X)
+#endif
+#if RF_ALL || RF_T_iq2_xxs
+#define RF_X_iq2_xxs(X) X(iq2_xxs, w_iq2_xxs)
+#else
+#define RF_X_iq2_xxs(X)
+#endif
+#if RF_ALL || RF_T_iq2_xs
+#define RF_X_iq2_xs(X) X(iq2_xs, w_iq2_xs)
+#else
+#define RF_X_iq2_xs(X)
+#endif
+#if RF_ALL || RF_T_iq2_s
+#define RF_X_iq2_s(X) X(iq2_s, w_iq2_s)
+#else
+#define RF_X_iq2_s(X)
+#endif
+#if RF_ALL || RF_T_iq1_s
+#define RF_X_iq1_s(X) X(iq1_s, w_iq1_s)
+#else
+#define RF_X_iq1_s(X)
+#endif
+#if RF_ALL || RF_T_iq1_m
+#define RF_X_iq1_m(X) X(iq1_m, w_iq1_m)
+#else
+#define RF_X_iq1_m(X)
+#endif
+#define RF_EACH_WEIGHT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_bf16(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_q5_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X)
 // Types with an integer-dot matrix-vector kernel (mmvq.hip's mq_* loaders).
-#define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X)
+#define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X)
 
 // f32 -> bf16 bits as ggml rounds (nearest even; NaN stays a quiet NaN), and the value back.
 RF_DEVICE unsigned short rf_f32_to_bf16(float f) {
@@ -154,14 +235,16 @@ template <> RF_DEVICE_SPEC float load_w<w_q8_0>(const char* row, i64 k) {
     const unsigned char* b = (const unsigned char*)row + (k / 32) * 34;
     return rf_ld_f16(b) * (float)(signed char)b[2 + k % 32];
 }
+// IQ4_NL's (and IQ4_XS's) 16 non-linear levels, 4 to an int (little-endian signed bytes).
+RF_DEVICE int rf_iq4nl_level(int q) {
+    const int packed[4] = {(int)0xBFAD9881u, (int)0xF6EADDCFu, (int)0x26190D01u, (int)0x71594535u};
+    return (signed char)((packed[q >> 2] >> ((q & 3) * 8)) & 0xff);
+}
 template <> RF_DEVICE_SPEC float load_w<w_iq4_nl>(const char* row, i64 k) {
     const unsigned char* b = (const unsigned char*)row + (k / 32) * 18;
     const int j = (int)(k % 32);
     const int q = (b[2 + (j & 15)] >> ((j >> 4) * 4)) & 15;
-    // The 16 non-linear levels, 4 to an int (little-endian signed bytes).
-    const int packed[4] = {(int)0xBFAD9881u, (int)0xF6EADDCFu, (int)0x26190D01u, (int)0x71594535u};
-    const int v = (signed char)((packed[q >> 2] >> ((q & 3) * 8)) & 0xff);
-    return rf_ld_f16(b) * (float)v;
+    return rf_ld_f16(b) * (float)rf_iq4nl_level(q);
 }
 template <> RF_DEVICE_SPEC float load_w<w_q4_k>(const char* row, i64 k) {
     const unsigned char* b = (const unsigned char*)row + (k / 256) * 144;

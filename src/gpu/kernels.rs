@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// Weight types with a loader in quants.h, by kernel-name suffix.
+/// Weight types with a loader in quants.h or quants_iq.h, by kernel-name suffix.
 pub const WEIGHT_TYPES: &[(crate::ggml_types::GgmlType, &str)] = {
     use crate::ggml_types::GgmlType::*;
     &[
@@ -30,6 +30,17 @@ pub const WEIGHT_TYPES: &[(crate::ggml_types::GgmlType, &str)] = {
         (Q2_K, "q2_k"),
         (Q3_K, "q3_k"),
         (Q5_K, "q5_k"),
+        (IQ4_XS, "iq4_xs"),
+        (MXFP4, "mxfp4"),
+        (TQ2_0, "tq2_0"),
+        (TQ1_0, "tq1_0"),
+        (IQ3_S, "iq3_s"),
+        (IQ3_XXS, "iq3_xxs"),
+        (IQ2_XXS, "iq2_xxs"),
+        (IQ2_XS, "iq2_xs"),
+        (IQ2_S, "iq2_s"),
+        (IQ1_S, "iq1_s"),
+        (IQ1_M, "iq1_m"),
     ]
 };
 
@@ -40,7 +51,8 @@ pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
 
 /// Weight types with an integer-dot matrix-vector kernel `mul_mat_vec_q_{suffix}` (mmvq.hip).
 pub const MVQ_TYPES: &[&str] = &[
-    "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q6_k",
+    "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q6_k", "iq4_xs", "mxfp4", "tq2_0",
+    "tq1_0", "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m",
 ];
 
 /// (rows, unroll) shapes of the measuring variants mul_mat_vec_q1x_q4_0_r{rows}_u{unroll} (mmvq.hip).

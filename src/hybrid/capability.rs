@@ -565,7 +565,8 @@ mod tests {
     }
 
     /// The GPU's table differs where its kernels do: flash attention on F16, F32 and Q8_0
-    /// caches only, SET_ROWS into Q8_0 / Q4_0 but not Q4_1.
+    /// caches only, SET_ROWS into Q8_0 / Q4_0 but not Q4_1; the products and GET_ROWS take
+    /// every weight type.
     #[test]
     fn gpu_table_capabilities() {
         let gpu = Table::gpu();
@@ -577,6 +578,16 @@ mod tests {
         assert!(has(&sr.kv_types, Q8_0) && has(&sr.kv_types, Q4_0) && !has(&sr.kv_types, Q4_1));
         let mm = c.op("MUL_MAT").expect("MUL_MAT");
         assert!(has(&mm.weight_types, Q4_0) && has(&mm.weight_types, F32));
+        // Every weight type and F16 / BF16 activations (issue 25), for the products and
+        // GET_ROWS alike.
+        for op in ["MUL_MAT", "MUL_MAT_ID", "GET_ROWS"] {
+            let o = c.op(op).unwrap_or_else(|| panic!("no {op}"));
+            let all: Vec<&str> = WEIGHT_TYPES.iter().map(|t| t.name()).collect();
+            assert_eq!(o.weight_types, all, "{op}");
+        }
+        assert_eq!(mm.activation_types, vec!["f32", "f16", "bf16"]);
+        let mmid = c.op("MUL_MAT_ID").expect("MUL_MAT_ID");
+        assert_eq!(mmid.activation_types, vec!["f32", "f16", "bf16"]);
         assert!(mm.features.iter().any(|f| f == "kind:gpu"));
         assert!(!mm.features.iter().any(|f| f.starts_with("simd:")));
         assert!(c.op("NORM").is_some() && c.op("UNARY").is_some());

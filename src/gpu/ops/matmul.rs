@@ -4,6 +4,7 @@
 
 use super::args::Args;
 use super::scratch::{ensure_q8, q8_out_ptrs};
+use super::widen::{half_src1, launch_widened};
 use super::{flat_blocks, row_block, LaunchCtx, MAX_FLAT_BLOCKS, MAX_GRID_YZ};
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::ApiResult;
@@ -66,13 +67,18 @@ pub(super) fn short_tall(wt: GgmlType, k: usize, m: usize) -> bool {
 /// Below this many src1 columns MUL_MAT uses the matrix-vector kernel.
 pub(super) const MUL_MAT_VEC_MAX_COLS: usize = 8;
 
+/// Activation types of MUL_MAT and MUL_MAT_ID: F32, and F16 / BF16 widened to it (widen.rs).
+fn is_src1_type(t: GgmlType) -> bool {
+    matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
 pub(super) fn supports_mul_mat_id(node: &Tensor) -> bool {
     let (Some(w), Some(x), Some(ids)) = (node.src(0), node.src(1), node.src(2)) else {
         return false;
     };
     let (wne, xne, ine, dne) = (w.ne(), x.ne(), ids.ne(), node.ne());
     weight_suffix(w.dtype()).is_some()
-        && x.dtype() == GgmlType::F32
+        && is_src1_type(x.dtype())
         && node.dtype() == GgmlType::F32
         && ids.dtype() == GgmlType::I32
         && wne[3] == 1
@@ -102,7 +108,7 @@ pub(super) fn supports_mul_mat(node: &Tensor) -> bool {
     let (wne, xne, dne, dnb) = (w.ne(), x.ne(), node.ne(), node.nb());
     weight_suffix(w.dtype()).is_some()
         && wne[0] % w.dtype().block_size() == 0
-        && x.dtype() == GgmlType::F32
+        && is_src1_type(x.dtype())
         && node.dtype() == GgmlType::F32
         && wne[0] == xne[0]
         && wne[0] <= i32::MAX as usize
@@ -129,11 +135,26 @@ pub(super) fn supports_mul_mat(node: &Tensor) -> bool {
 /// round_src1), or None where it uses src1 as it is (F32 weights).
 pub(super) fn src1_rounding(t: GgmlType) -> Option<i32> {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Some(0),
-        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            Some(1)
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            Some(0)
         }
+        GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
+        // Every 256-value format's vec_dot_type is Q8_K.
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS
+        | GgmlType::TQ2_0
+        | GgmlType::TQ1_0
+        | GgmlType::IQ3_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => Some(1),
         GgmlType::F16 => Some(2),
         GgmlType::BF16 => Some(4),
         _ => None,
@@ -149,8 +170,20 @@ pub(super) fn mvq_mode(t: GgmlType) -> Option<i32> {
         | GgmlType::Q5_0
         | GgmlType::Q5_1
         | GgmlType::Q8_0
-        | GgmlType::IQ4_NL => Some(0),
-        GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
+        | GgmlType::IQ4_NL
+        | GgmlType::MXFP4 => Some(0),
+        GgmlType::Q4_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS
+        | GgmlType::TQ2_0
+        | GgmlType::TQ1_0
+        | GgmlType::IQ3_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => Some(1),
         _ => None,
     }
 }
@@ -160,6 +193,7 @@ pub(super) fn uses_mvq(node: &Tensor) -> bool {
     match (node.src(0), node.src(1)) {
         (Some(w), Some(x)) => {
             node.op() == op::MUL_MAT
+                && x.dtype() == GgmlType::F32
                 && x.ne()[1] < MUL_MAT_VEC_MAX_COLS
                 && mvq_mode(w.dtype()).is_some()
         }
@@ -171,7 +205,10 @@ pub(super) fn uses_mvq(node: &Tensor) -> bool {
 pub(super) fn uses_mmid_q(node: &Tensor) -> bool {
     match (node.src(0), node.src(1)) {
         (Some(w), Some(x)) => {
-            node.op() == op::MUL_MAT_ID && mvq_mode(w.dtype()).is_some() && x.ne()[3] == 1
+            node.op() == op::MUL_MAT_ID
+                && x.dtype() == GgmlType::F32
+                && mvq_mode(w.dtype()).is_some()
+                && x.ne()[3] == 1
         }
         _ => false,
     }
@@ -284,9 +321,11 @@ pub(super) fn launch_mul_mat_blas(
             .i64(n_rows)
             .i64s(&wnb[1..]);
         let kernel = format!("dequant_f16_{}", weight_suffix(w.dtype()).unwrap_or("f32"));
+        // A thread per block of 32 values (8 for float weights), as dequant.hip splits them.
+        let per = if w.dtype().block_size() >= 32 { 32 } else { 8 };
         lc.run(
             &kernel,
-            [flat_blocks(n_rows * (k / 8), 256), 1, 1],
+            [flat_blocks(n_rows * (k / per), 256), 1, 1],
             256,
             args,
         )?;
@@ -506,6 +545,9 @@ pub(super) fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if let Some(n) = hadamard_len(node) {
         return launch_hadamard(node, n, None, lc);
     }
+    if half_src1(node) {
+        return launch_widened(node, lc, launch_mul_mat);
+    }
     if uses_mvq(node) && lc.scratch != 0 {
         return launch_mul_mat_vec_q(node, lc);
     }
@@ -580,6 +622,9 @@ pub(super) fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
 pub(super) const MMID_ROWS: usize = 4;
 
 pub(super) fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    if half_src1(node) {
+        return launch_widened(node, lc, launch_mul_mat_id);
+    }
     let (w, x, ids) = (
         node.src(0).unwrap(),
         node.src(1).unwrap(),

@@ -3,8 +3,8 @@
 //! `launch_at`), each a plain `match` on the op, one file per op family like `src/cpu/ops/`
 //! and `kernels/`: matmul (MUL_MAT, MUL_MAT_ID), attention (FLASH_ATTN_EXT), rows (GET_ROWS,
 //! SET_ROWS, CPY), norm, rope, elementwise (binary, scale, soft_max, unary, glu, add_id),
-//! reduce, layout; fused (runs of nodes one kernel computes), scratch (the layout of the
-//! device scratch), args (kernel argument packing).
+//! reduce, layout; fused (runs of nodes one kernel computes), widen (products with F16 / BF16
+//! activations), scratch (the layout of the device scratch), args (kernel argument packing).
 
 mod args;
 mod attention;
@@ -18,6 +18,7 @@ mod reduce;
 mod rope;
 mod rows;
 mod scratch;
+mod widen;
 
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::{ApiResult, GpuApi, Stream};

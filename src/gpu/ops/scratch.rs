@@ -103,6 +103,9 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
     if node.op() != op::MUL_MAT && node.op() != op::MUL_MAT_ID {
         return 0;
     }
+    if super::widen::half_src1(node) {
+        return super::widen::widened_scratch_bytes(node);
+    }
     if hadamard_len(node).is_some() {
         // Its output quantized for the product after it (try_fused_hadamard_mv).
         return q8_region(node.nelements());
