@@ -971,10 +971,12 @@ impl Backend for GpuBackend {
         }
         self.after_staged_writes()?;
         self.queued = true;
-        self.ctx
-            .api
-            .copy_htod_async(self.ctx.ord, dst, src, len, self.stream)
-            .map_err(Error::Device)?;
+        let (ctx, stream) = (self.ctx.clone(), self.stream);
+        super::in_page_pieces(src as usize, 0, len, &mut |at, n| {
+            ctx.api
+                .copy_htod_async(ctx.ord, dst + at as u64, src.wrapping_add(at), n, stream)
+        })
+        .map_err(Error::Device)?;
         Ok(true)
     }
 
@@ -985,10 +987,12 @@ impl Backend for GpuBackend {
         }
         self.after_staged_writes()?;
         self.queued = true;
-        self.ctx
-            .api
-            .copy_dtoh_async(self.ctx.ord, dst, src, len, self.stream)
-            .map_err(Error::Device)?;
+        let (ctx, stream) = (self.ctx.clone(), self.stream);
+        super::in_page_pieces(dst as usize, 0, len, &mut |at, n| {
+            ctx.api
+                .copy_dtoh_async(ctx.ord, dst.wrapping_add(at), src + at as u64, n, stream)
+        })
+        .map_err(Error::Device)?;
         Ok(true)
     }
 

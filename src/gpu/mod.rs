@@ -149,7 +149,10 @@ impl GpuCtx {
                 return Ok(());
             }
         }
-        self.io_sync(|api, ord, s| api.copy_htod_async(ord, dst, data.as_ptr(), data.len(), s))
+        in_page_pieces(data.as_ptr() as usize, 0, data.len(), &mut |at, len| {
+            let src = data[at..at + len].as_ptr();
+            self.io_sync(|api, ord, s| api.copy_htod_async(ord, dst + at as u64, src, len, s))
+        })
     }
 
     /// Reads device memory at `src` into `out` (after every write the host made before).
@@ -246,6 +249,33 @@ impl GpuCtx {
         let (&base, &(size, kind)) = allocs.range(..=ptr).next_back()?;
         let end = ptr.checked_add(len as u64)?;
         (end <= base + size as u64).then_some(kind)
+    }
+}
+
+/// Makes the copy of bytes [at, at + len) of a host range starting at address `base` with `f`;
+/// where the driver refuses it, in two pieces split at a page boundary, and so on down to single
+/// pages. The driver refuses a copy whose host range is partly page-locked and partly not: RFCPU
+/// page-locks the part of a mapped model file it holds, and a GPU tensor tied to it (the output
+/// head of a model with tied embeddings) is copied from the same pages, its first and last
+/// partial pages not locked.
+pub(crate) fn in_page_pieces(
+    base: usize,
+    at: usize,
+    len: usize,
+    f: &mut dyn FnMut(usize, usize) -> api::ApiResult<()>,
+) -> api::ApiResult<()> {
+    const PAGE: usize = 4096;
+    match f(at, len) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let start = base + at;
+            let mid = ((start + len / 2) & !(PAGE - 1)).max((start + 1).next_multiple_of(PAGE));
+            if mid <= start || mid >= start + len {
+                return Err(e);
+            }
+            in_page_pieces(base, at, mid - start, f)?;
+            in_page_pieces(base, at + (mid - start), len - (mid - start), f)
+        }
     }
 }
 
@@ -529,6 +559,33 @@ pub fn discover() -> Vec<Box<dyn Device>> {
 
 #[cfg(test)]
 mod tests {
+    /// A copy refused over a range that is partly page-locked is made in pieces that never
+    /// straddle the locked pages' ends.
+    #[test]
+    fn a_refused_copy_is_made_in_page_pieces() {
+        let (lo, hi) = (0x10_3000usize, 0x10_9000usize); // locked pages
+        let base = 0x10_2f00usize; // the tensor starts 256 bytes before them
+        let len = 0x7000usize;
+        let mut done = Vec::new();
+        let r = super::in_page_pieces(base, 0, len, &mut |at, n| {
+            let (a, b) = (base + at, base + at + n);
+            let partly = (a < lo && b > lo) || (a < hi && b > hi);
+            if partly {
+                return Err("invalid argument".into());
+            }
+            done.push((at, n));
+            Ok(())
+        });
+        assert!(r.is_ok());
+        done.sort();
+        let mut next = 0;
+        for (at, n) in done {
+            assert_eq!(at, next, "pieces in order without gaps");
+            next = at + n;
+        }
+        assert_eq!(next, len);
+    }
+
     use crate::cpu::ops::testutil::TT;
     use crate::ggml_types::{op, GgmlType};
 
