@@ -77,7 +77,8 @@
 #          -sm tensor; the same model's one-GPU tg (CUDA0, RFGPU0) for the "row split >= 1.3x one GPU"
 #          target; with MGPU_70B=N also a 70B-shaped Q4_0 of N layers (make_model --preset 70b)
 #   fmt    the weight formats of issue 25 on RFGPU0 against ggml-cuda: 8B-shaped models of FMT_LAYERS
-#          (default 8) layers in each of $FMT_TYPES, pp512 / tg64, fa on
+#          (default 8) layers in each of $FMT_TYPES, pp512 / tg64, fa off (the carried ggml-cuda may lack
+#          its FA kernels: with fa on its attention ran on the CPU)
 #   floor  the per-token floor of llama's host loop: a 32-layer llama of tiny widths (the 8B's graph
 #          with next to no bytes), ggml-cuda and RFGPU0; GPU time and stream idle a token
 # Env: ROUNDS (2), THREADS (8 host threads), CARRY, CUDA_ARCH. Work files in /tmp/gc.
@@ -560,7 +561,7 @@ if has fmt && cuda_ok; then
     for t in ${FMT_TYPES:-q4_0 q4_k_m iq4_xs iq3_m mxfp4}; do
         ./make_model --preset 8b --layers "${FMT_LAYERS:-8}" --type "$t" --tokenizer smol-tokenizer.gguf \
             -o "fmt-$t.gguf" >"$OUT/make-fmt-$t.log" 2>&1 || { echo "fmt $t: make_model failed"; continue; }
-        pair "fmt-$t" on "fmt-$t.gguf" 512 64 2 >/dev/null
+        pair "fmt-$t" off "fmt-$t.gguf" 512 64 2 >/dev/null
         rm -f "fmt-$t.gguf"
     done
     grep "^fmt-" "$OUT/pairs.txt" | ratio_table
