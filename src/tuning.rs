@@ -63,7 +63,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_HYBRID_FAKE_GPU", "off", "1", "RFHYBRID's GPU side is a second RFCPU device with its own memory (tests of placement and residency without a GPU)", Measuring),
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512 | tiles", "instruction set of RFCPU's quantized matmul tiles for prompts; tiles: the register tiles instead of the Q4_0/Q4_K weight panels of AVX-512 VNNI machines", Measuring),
     knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512 | panel", "instruction set of RFCPU's quantized matmul tiles for generation; panel: Q4_0 on AVX-512 VNNI in place in the weight panels' order (ggml-cpu's repacked bits, slower)", Measuring),
-    knob("ROCMFORGE_CPU_REPACK", "on", "0", "RFCPU offers no load-time repacked buffer type (RFCPU_REPACK): Q4_0 weights stay in ggml's layout (A/B; the repacked products sum in the weight panels' order, ggml-cpu's repacked one)", Measuring),
+    knob("ROCMFORGE_CPU_REPACK", "on", "0 | all", "0: RFCPU offers no load-time repacked buffer type (RFCPU_REPACK): Q4_0 / Q4_K weights stay in ggml's layout (A/B; the repacked products sum in the weight panels' order, ggml-cpu's repacked one); all: Q8_0, Q6_K and IQ4_NL repacked too", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
     knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
     knob("ROCMFORGE_GPU_STAGING", "on", "0", "small synchronous writes copied synchronously instead of staged", Measuring),
@@ -114,8 +114,8 @@ pub struct Tuning {
     pub gemv: Option<String>,
     /// ROCMFORGE_CPU_REPACK not 0.
     pub cpu_repack: bool,
-    /// ROCMFORGE_CPU_REPACK=all: Q6_K and IQ4_NL weights repacked too (not faster than the plain
-    /// path yet).
+    /// ROCMFORGE_CPU_REPACK=all: Q8_0, Q6_K and IQ4_NL weights repacked too (see
+    /// cpu::repack::repackable for why not by default).
     pub cpu_repack_all: bool,
     /// ROCMFORGE_FFI_TIMING=1.
     pub ffi_timing: bool,

@@ -53,14 +53,18 @@ pub fn why_disabled() -> &'static str {
 }
 
 /// Whether a tensor stored in a repack buffer is repacked: a whole (not a view), contiguous
-/// Q4_0, Q4_K or Q8_0 matrix (or stack of them). Q6_K and IQ4_NL only with
-/// ROCMFORGE_CPU_REPACK=all: their repacked generation kernels measured no faster than the plain
-/// path on Zen 4 (2026-11-26, docs/performance.md), so libllama keeps them in plain buffers.
+/// Q4_0 or Q4_K matrix (or stack of them). Q6_K and IQ4_NL only with ROCMFORGE_CPU_REPACK=all:
+/// their repacked generation kernels measured no faster than the plain path on Zen 4
+/// (2026-11-26, docs/performance.md). Q8_0 too: a model with tied Q8_0 embeddings (SmolLM2)
+/// then holds its output head twice, the mapped file's and the repacked copy (+30 MB, 1.21x
+/// ggml-cpu's peak memory, whose x86 build repacks no Q8_0), for 1.04x in generation at 2 threads.
 pub fn repackable(t: &Tensor) -> bool {
     let raw = t.raw();
     let ty_ok = match t.ty() {
-        Some(GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q8_0) => true,
-        Some(GgmlType::Q6_K | GgmlType::IQ4_NL) => crate::tuning::get().cpu_repack_all,
+        Some(GgmlType::Q4_0 | GgmlType::Q4_K) => true,
+        Some(GgmlType::Q8_0 | GgmlType::Q6_K | GgmlType::IQ4_NL) => {
+            crate::tuning::get().cpu_repack_all
+        }
         _ => false,
     };
     raw.view_src.is_null() && ty_ok && t.is_contiguous()
