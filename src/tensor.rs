@@ -73,7 +73,8 @@ impl<'a> Tensor<'a> {
             .name
             .iter()
             .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
+            // c_char is i8 on x86-64 and u8 on aarch64.
+            .map(|&c| u8::from_ne_bytes(c.to_ne_bytes()))
             .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }

@@ -89,7 +89,7 @@ pub unsafe extern "C" fn ggml_backend_rocmforge_get_device_description(
             .unwrap_or_default();
         let n = text.len().min(description_size - 1);
         unsafe {
-            std::ptr::copy_nonoverlapping(text.as_ptr(), description as *mut u8, n);
+            std::ptr::copy_nonoverlapping(text.as_ptr(), description.cast::<u8>(), n);
             *description.add(n) = 0;
         }
     })

@@ -20,7 +20,7 @@ unsafe fn hybrid_of(dev: ggml_backend_dev_t) -> Option<&'static Arc<Shared>> {
 unsafe fn write_out(text: &str, buf: *mut c_char, size: usize) -> usize {
     if !buf.is_null() && size > 0 {
         let n = text.len().min(size - 1);
-        std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
         *buf.add(n) = 0;
     }
     text.len()

@@ -202,7 +202,9 @@ pub mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::quants::{q4_0, q8_0, testutil::data};
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::quants::q8_0;
+    use crate::cpu::quants::{q4_0, testutil::data};
 
     fn weights(rows: usize, k: usize, seed: u32) -> Vec<u8> {
         let mut w = vec![0u8; rows * k / 32 * 18];
@@ -210,6 +212,7 @@ mod tests {
         w
     }
 
+    #[cfg(target_arch = "x86_64")]
     fn acts(n: usize, k: usize, seed: u32) -> Vec<ActBlock> {
         let nb = k / 32;
         let mut y = vec![0u8; n * nb * 34];

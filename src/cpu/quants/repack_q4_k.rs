@@ -13,7 +13,9 @@
 //! bits of the panel kernel over `panel_q4_k::pack_ref` of the plain rows.
 
 use super::panel::ROWS;
-use super::panel_q4_k::{self as pk, ActBlockK};
+#[cfg(target_arch = "x86_64")]
+use super::panel_q4_k::ActBlockK;
+use super::panel_q4_k::{self as pk};
 use super::q4_k::{pack_scales, unpack_scales, BlockQ4K};
 use super::QK_K;
 
@@ -283,7 +285,9 @@ pub mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::quants::{panel, q4_k, q8_k, testutil::data};
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::quants::{panel, q8_k};
+    use crate::cpu::quants::{q4_k, testutil::data};
 
     fn weights(rows: usize, k: usize, seed: u32) -> Vec<u8> {
         let mut w = vec![0u8; rows * k / QK_K * QB];
@@ -292,6 +296,7 @@ mod tests {
     }
 
     /// Column c's super-blocks at c · nb · 276 bytes.
+    #[cfg(target_arch = "x86_64")]
     fn acts(n: usize, k: usize, seed: u32) -> Vec<u32> {
         let nb = k / QK_K;
         let mut y = vec![0u32; n * nb * 292 / 4];
