@@ -267,6 +267,10 @@ pub(crate) fn in_page_pieces(
     const PAGE: usize = 4096;
     match f(at, len) {
         Ok(()) => Ok(()),
+        // Only the driver's "invalid value" (CUDA_ERROR_INVALID_VALUE, hipErrorInvalidValue:
+        // code 1, the APIs' messages end in "(1)") is what a partly locked range gives; any
+        // other failure is the caller's to report.
+        Err(e) if !e.ends_with("(1)") => Err(e),
         Err(e) => {
             let start = base + at;
             let mid = ((start + len / 2) & !(PAGE - 1)).max((start + 1).next_multiple_of(PAGE));
@@ -571,7 +575,7 @@ mod tests {
             let (a, b) = (base + at, base + at + n);
             let partly = (a < lo && b > lo) || (a < hi && b > hi);
             if partly {
-                return Err("invalid argument".into());
+                return Err("cuMemcpyHtoDAsync: invalid argument (1)".into());
             }
             done.push((at, n));
             Ok(())
@@ -584,6 +588,13 @@ mod tests {
             next = at + n;
         }
         assert_eq!(next, len);
+        // Another failure is reported as it is, not retried in pieces.
+        let mut calls = 0;
+        let r = super::in_page_pieces(base, 0, len, &mut |_, _| {
+            calls += 1;
+            Err("cuMemcpyHtoDAsync: out of memory (2)".into())
+        });
+        assert!(r.is_err() && calls == 1);
     }
 
     use crate::cpu::ops::testutil::TT;
