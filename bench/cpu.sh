@@ -129,7 +129,7 @@ if has repack; then
             for r in $(seq "$rounds"); do
                 bench "$label" ggml-cpu "$ggml_cpu" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"
                 ROCMFORGE_CPU_REPACK=0 bench "$label-plain" rocmforge "$bin/libggml-rocmforge.so" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"
-                ROCMFORGE_CPU_REPACK=1 bench "$label-repack" rocmforge "$bin/libggml-rocmforge.so" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"
+                ROCMFORGE_CPU_REPACK=all bench "$label-repack" rocmforge "$bin/libggml-rocmforge.so" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"
             done
         done
     done | tee /dev/stderr | python3 -c '
