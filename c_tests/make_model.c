@@ -77,9 +77,9 @@ static void usage(void) {
             "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q4_k_m|iq4_xs|iq3_m\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S] [--threads N]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0] [--threads N]\n"
-            "  --threads N: draw and write with N threads (default 1; N > 1 gives other values than 1, the same\n"
-            "               for every N > 1)\n"
-            "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
+            "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n"
+            "  --threads N: draw, convert and write with N threads (default 1; N > 1 gives other random values\n"
+            "               than 1, the same for every N > 1)\n");
     exit(2);
 }
 
@@ -455,6 +455,7 @@ static int copy_tokenizer(struct gguf_context * dst, const char * src_path) {
 // Tensor data is made in chunks of CHUNK_ROWS rows (the unit of work a thread takes), each drawn and
 // converted BATCH_VALUES values at a time so that the floats stay in cache.
 enum { CHUNK_ROWS = 256, BATCH_VALUES = 16 * 1024, LANES = 4 };
+_Static_assert(LANES == 4, "draw unrolls four lanes");
 
 // The work of writing every tensor: chunks taken in order under `lock`.
 struct writer {
@@ -502,7 +503,10 @@ static void draw(float * dst, int64_t n, float amp, uint64_t * rng, int lanes, i
         dst[i + 2] = amp * rnd(&c);
         dst[i + 3] = amp * rnd(&d);
     }
-    rng[0] = a, rng[1] = b, rng[2] = c, rng[3] = d;
+    rng[0] = a;
+    rng[1] = b;
+    rng[2] = c;
+    rng[3] = d;
     for (; i < n; i++) dst[i] = amp * rnd(&rng[(pos + i) % LANES]);
 }
 
