@@ -105,7 +105,7 @@ fi
 
 if has 8b; then
     m8=models/llama-8b-q4_0.gguf
-    [ -f "$m8" ] || "$bin/make_model" --preset 8b --tokenizer "$model" -o "$m8" --type q4_0
+    [ -f "$m8" ] || "$bin/make_model" --preset 8b --tokenizer "$model" -o "$m8" --type q4_0 --threads "$(nproc)"
     bw=$("$bin/membw" "$threads" 2048 | sed -n 's/.*read=\([0-9.]*\) GB\/s/\1/p')
     # Weight bytes per token: the file less the embedding table (49152 rows of 4096 Q4_0 values).
     bytes=$(($(stat -c %s "$m8") - 49152 * 4096 * 18 / 32))
@@ -124,7 +124,8 @@ if has repack; then
         preset=${spec%%:*}
         for t in ${REPACK_TYPES:-q4_0 q4_k}; do
             m=$dir/llama-$preset-${spec#*:}l-$t.gguf
-            [ -f "$m" ] || "$bin/make_model" --preset "$preset" --layers "${spec#*:}" --type "$t" --tokenizer "$model" -o "$m"
+            [ -f "$m" ] || "$bin/make_model" --preset "$preset" --layers "${spec#*:}" --type "$t" --threads "$(nproc)" \
+                --tokenizer "$model" -o "$m"
             label=$preset-class-${spec#*:}L-$t
             for r in $(seq "$rounds"); do
                 bench "$label" ggml-cpu "$ggml_cpu" "$m" "$threads" "${PP:-512}" "${TG:-32}" "${REPS:-2}"

@@ -102,17 +102,18 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 # caller records which commit built the carried binaries.
 echo "date $(date -u +%F); binaries as carried in $CARRY (their commit: see the caller)"
 
-# Models: made in the background while the tests run.
+# Models: made in the background while the tests run, on every core (make_model --threads; the e2e
+# step keeps the one-thread models CI tests).
 need8b() { has 8b || has mgpu || has split || has pin || has depth || has q8 || has ab || has prof || has skip || has floor || has hybrid; }
 P8=
 if need8b && [ ! -f 8b.gguf ]; then
-    (./make_model --preset 8b --type q4_0 --tokenizer smol-tokenizer.gguf -o 8b.gguf >"$OUT/make8b.log" 2>&1) &
+    (./make_model --preset 8b --type q4_0 --threads "$(nproc)" --tokenizer smol-tokenizer.gguf -o 8b.gguf >"$OUT/make8b.log" 2>&1) &
     P8=$!
 fi
 wait8b() { [ -n "$P8" ] && wait "$P8"; P8=; }
 PM=
 if has moe && [ ! -f moe.gguf ]; then
-    (./make_model --preset moe --layers "${MOE_LAYERS:-24}" --type q4_0 --tokenizer smol-tokenizer.gguf -o moe.gguf \
+    (./make_model --preset moe --layers "${MOE_LAYERS:-24}" --type q4_0 --threads "$(nproc)" --tokenizer smol-tokenizer.gguf -o moe.gguf \
         >"$OUT/makemoe.log" 2>&1) &
     PM=$!
 fi
@@ -134,7 +135,7 @@ if has fit; then
     ) &
     PF=$!
 fi
-[ -f smol.gguf ] || ./make_model --preset smollm2 --tokenizer smol-tokenizer.gguf -o smol.gguf >/dev/null 2>&1
+[ -f smol.gguf ] || ./make_model --preset smollm2 --threads "$(nproc)" --tokenizer smol-tokenizer.gguf -o smol.gguf >/dev/null 2>&1
 
 if [ ! -s libggml-cuda.so ] && ls "$CARRY"/cuda-libs.tar.xz.part-* >/dev/null 2>&1; then
     cat "$CARRY"/cuda-libs.tar.xz.part-* | xz -dc | tar x
@@ -418,7 +419,7 @@ if has mgpu; then
                     --fa "$MFA" -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" | sed "s/^/8B-Q4_0-one-GPU none /"
             done | tee -a "$OUT/mgpu-pairs.txt"
             if [ "${MGPU_70B:-0}" -gt 0 ]; then
-                [ -f 70b.gguf ] || ./make_model --preset 70b --layers "$MGPU_70B" --type q4_0 --tokenizer smol-tokenizer.gguf \
+                [ -f 70b.gguf ] || ./make_model --preset 70b --layers "$MGPU_70B" --type q4_0 --threads "$(nproc)" --tokenizer smol-tokenizer.gguf \
                     -o 70b.gguf >"$OUT/make70b.log" 2>&1
                 mgpu_pair "70B-shaped-${MGPU_70B}-layers-Q4_0" layer layer 70b.gguf 512 32 1
                 mgpu_pair "70B-shaped-${MGPU_70B}-layers-Q4_0" row row 70b.gguf 512 32 1
@@ -567,7 +568,7 @@ fi
 # Step fmt: one model per weight type, ggml-cuda then RFGPU0 (pair), the ratio table of those rows.
 if has fmt && cuda_ok; then
     for t in ${FMT_TYPES:-q4_0 q4_k_m iq4_xs iq3_m mxfp4}; do
-        ./make_model --preset 8b --layers "${FMT_LAYERS:-8}" --type "$t" --tokenizer smol-tokenizer.gguf \
+        ./make_model --preset 8b --layers "${FMT_LAYERS:-8}" --type "$t" --threads "$(nproc)" --tokenizer smol-tokenizer.gguf \
             -o "fmt-$t.gguf" >"$OUT/make-fmt-$t.log" 2>&1 || { echo "fmt $t: make_model failed"; continue; }
         pair "fmt-$t" off "fmt-$t.gguf" 512 64 2 >/dev/null
         rm -f "fmt-$t.gguf"
@@ -633,7 +634,7 @@ if has cpu; then
     for t in ${CPU_TYPES:-q4_0 q4_k}; do
         for size in ${CPU_SIZES:-8b 1b}; do
             layers=; [ "$size" = 8b ] && layers="--layers ${CPU_LAYERS:-8}"
-            [ -f cpu$size-$t.gguf ] || ./make_model --preset $size $layers --type $t --tokenizer smol-tokenizer.gguf \
+            [ -f cpu$size-$t.gguf ] || ./make_model --preset $size $layers --type $t --threads "$(nproc)" --tokenizer smol-tokenizer.gguf \
                 -o cpu$size-$t.gguf >/dev/null 2>&1
             models="$models cpu$size-$t"
         done

@@ -2,7 +2,7 @@
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
 //   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q4_k_m|iq4_xs|iq3_m
-//              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]
+//              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S] [--threads N]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
 //       1b: Llama-3.2-1B shapes (2048 wide, 16 layers, 32/8 heads, ffn 8192, tied output head);
@@ -21,15 +21,22 @@
 // q4_k_m, iq4_xs and iq3_m are llama.cpp's mixes of those names (see mix_type), as llama-quantize writes
 // them without an importance matrix.
 // Tensor data is generated and written one chunk of rows at a time, so the 8B preset needs little memory.
+// --threads N (default 1) draws, converts and writes the chunks on N threads, for the big presets (70b is
+// ~38 GB). With N > 1 each chunk has its own generator, seeded from the seed, the tensor and the chunk:
+// the values differ from one thread's (same distribution), and are the same for every N > 1.
 
 #include "ggml.h"
 #include "gguf.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct shape {
     const char * arch;
@@ -40,14 +47,24 @@ struct shape {
     enum ggml_type embd_type; // token_embd's type where it differs from the matrices' (0 = the same)
 };
 
-static uint64_t rng_state;
-static float rnd(void) {
-    // xorshift64*: deterministic across platforms.
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545F4914F6CDD1DULL;
-    return (float) ((r >> 40) / (double) (1ULL << 24)) * 2.0f - 1.0f; // [-1, 1)
+// xorshift64*: deterministic across platforms. `s` is the generator's state (never 0).
+static inline float rnd(uint64_t * s) {
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    const uint64_t r = x * 0x2545F4914F6CDD1DULL;
+    // The top 24 bits times 2^-23, less 1: [-1, 1). Every step is exact in float (as the division in
+    // double it replaces, so --threads 1 writes the same bytes).
+    return (float) (r >> 40) * 0x1p-23f - 1.0f;
+}
+
+// splitmix64's finalizer: spreads a chunk's (seed, tensor, chunk) over a whole 64-bit state.
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
 }
 
 static void die(const char * msg) {
@@ -58,9 +75,11 @@ static void die(const char * msg) {
 static void usage(void) {
     fprintf(stderr,
             "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q4_k_m|iq4_xs|iq3_m\n"
-            "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S]\n"
-            "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]\n"
-            "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n");
+            "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S] [--threads N]\n"
+            "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0] [--threads N]\n"
+            "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n"
+            "  --threads N: draw, convert and write with N threads (default 1; N > 1 gives other random values\n"
+            "               than 1, the same for every N > 1)\n");
     exit(2);
 }
 
@@ -433,37 +452,158 @@ static int copy_tokenizer(struct gguf_context * dst, const char * src_path) {
     return n_vocab;
 }
 
-// Writes the values of `sp` at `off` in `f`, a chunk of rows at a time.
-static void write_data(FILE * f, size_t off, const struct spec * sp) {
+// Tensor data is made in chunks of CHUNK_ROWS rows (the unit of work a thread takes), each drawn and
+// converted BATCH_VALUES values at a time so that the floats stay in cache.
+enum { CHUNK_ROWS = 256, BATCH_VALUES = 16 * 1024, LANES = 4 };
+_Static_assert(LANES == 4, "draw unrolls four lanes");
+
+// The work of writing every tensor: chunks taken in order under `lock`.
+struct writer {
+    const struct model * m;
+    const size_t * offs; // each tensor's offset in the file
+    int fd;
+    // One thread: one generator (`rng`) runs through every chunk in order, the values make_model wrote
+    // before --threads (the end-to-end tests' models). Several: each chunk its own LANES generators
+    // (value j of the chunk from lane j % LANES: independent chains run ~2.5x faster than one), seeded
+    // from (seed, tensor, chunk), so the file does not depend on the thread count or on which thread
+    // takes which chunk.
+    int per_chunk;
+    uint64_t seed, rng;
+    size_t src_floats, dst_bytes; // per-thread buffer sizes
+    pthread_mutex_t lock;
+    int next_t;      // the next chunk to take: tensor index ...
+    int64_t next_r0; // ... and first row
+};
+
+static void pwrite_all(int fd, const void * buf, size_t n, size_t off) {
+    const char * p = buf;
+    while (n > 0) {
+        const ssize_t w = pwrite(fd, p, n, (off_t) off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) die("write failed");
+        p += w;
+        n -= (size_t) w;
+        off += (size_t) w;
+    }
+}
+
+// n values uniform in [-amp, amp): from rng[0] alone (lanes 1), or value `pos + i` of the chunk from
+// rng[(pos + i) % LANES].
+static void draw(float * dst, int64_t n, float amp, uint64_t * rng, int lanes, int64_t pos) {
+    int64_t i = 0;
+    if (lanes == 1) {
+        for (; i < n; i++) dst[i] = amp * rnd(rng);
+        return;
+    }
+    for (; i < n && (pos + i) % LANES; i++) dst[i] = amp * rnd(&rng[(pos + i) % LANES]);
+    uint64_t a = rng[0], b = rng[1], c = rng[2], d = rng[3];
+    for (; i + LANES <= n; i += LANES) {
+        dst[i] = amp * rnd(&a);
+        dst[i + 1] = amp * rnd(&b);
+        dst[i + 2] = amp * rnd(&c);
+        dst[i + 3] = amp * rnd(&d);
+    }
+    rng[0] = a;
+    rng[1] = b;
+    rng[2] = c;
+    rng[3] = d;
+    for (; i < n; i++) dst[i] = amp * rnd(&rng[(pos + i) % LANES]);
+}
+
+// `nr` rows of tensor `sp` drawn from generators `rng` (see draw) into `dst` in the tensor's type
+// (src: scratch floats); returns the bytes made.
+static size_t fill_chunk(const struct spec * sp, int64_t nr, uint64_t * rng, int lanes, float * src, size_t src_floats,
+                         char * dst) {
     const struct ggml_tensor * t = sp->t;
     const int64_t n_per_row = t->ne[0];
-    const int64_t n_rows = ggml_nrows(t);
-    const int64_t chunk = n_rows < 256 ? n_rows : 256;
-    float * src = malloc(sizeof(float) * n_per_row * chunk);
-    void * dst = malloc(ggml_row_size(t->type, n_per_row) * chunk);
-    if (!src || !dst) die("out of memory");
-    if (fseek(f, (long) off, SEEK_SET) != 0) die("seek failed");
+    const size_t row_bytes = ggml_row_size(t->type, n_per_row);
     const float amp = sp->std * sqrtf(3.0f); // uniform in [-amp, amp) has standard deviation std
-    for (int64_t r0 = 0; r0 < n_rows; r0 += chunk) {
-        const int64_t nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
-        const int64_t n = nr * n_per_row;
-        for (int64_t i = 0; i < n; i++) src[i] = sp->std > 0 ? amp * rnd() : sp->constant;
-        size_t bytes;
-        switch (t->type) {
-            case GGML_TYPE_F32: memcpy(dst, src, n * sizeof(float)); bytes = n * sizeof(float); break;
-            case GGML_TYPE_F16: ggml_fp32_to_fp16_row(src, dst, n); bytes = n * sizeof(ggml_fp16_t); break;
-            case GGML_TYPE_BF16: ggml_fp32_to_bf16_row(src, dst, n); bytes = n * sizeof(ggml_bf16_t); break;
-            default: bytes = ggml_quantize_chunk(t->type, src, dst, 0, nr, n_per_row, NULL); break;
+    int64_t batch = (int64_t) src_floats / n_per_row;
+    if (batch < 1) batch = 1;
+    size_t bytes = 0;
+    for (int64_t b0 = 0; b0 < nr; b0 += batch) {
+        const int64_t nb = nr - b0 < batch ? nr - b0 : batch;
+        const int64_t n = nb * n_per_row;
+        if (sp->std > 0) {
+            draw(src, n, amp, rng, lanes, b0 * n_per_row);
+        } else {
+            for (int64_t i = 0; i < n; i++) src[i] = sp->constant;
         }
-        if (fwrite(dst, 1, bytes, f) != bytes) die("write failed");
+        char * out = dst + b0 * row_bytes;
+        switch (t->type) {
+            case GGML_TYPE_F32: memcpy(out, src, n * sizeof(float)); break;
+            case GGML_TYPE_F16: ggml_fp32_to_fp16_row(src, (ggml_fp16_t *) out, n); break;
+            case GGML_TYPE_BF16: ggml_fp32_to_bf16_row(src, (ggml_bf16_t *) out, n); break;
+            default: ggml_quantize_chunk(t->type, src, out, 0, nb, n_per_row, NULL); break;
+        }
+        bytes += nb * row_bytes;
+    }
+    return bytes;
+}
+
+// Takes chunks until none is left: draws, converts and writes each at its place in the file.
+static void * write_worker(void * arg) {
+    struct writer * w = arg;
+    float * src = malloc(sizeof(float) * w->src_floats);
+    char * dst = malloc(w->dst_bytes);
+    if (!src || !dst) die("out of memory");
+    for (;;) {
+        pthread_mutex_lock(&w->lock);
+        while (w->next_t < w->m->n && w->next_r0 >= ggml_nrows(w->m->specs[w->next_t].t)) {
+            w->next_t++;
+            w->next_r0 = 0;
+        }
+        const int ti = w->next_t;
+        const int64_t r0 = w->next_r0;
+        w->next_r0 += CHUNK_ROWS;
+        pthread_mutex_unlock(&w->lock);
+        if (ti >= w->m->n) break;
+        const struct spec * sp = &w->m->specs[ti];
+        const int64_t n_rows = ggml_nrows(sp->t);
+        const int64_t nr = n_rows - r0 < CHUNK_ROWS ? n_rows - r0 : CHUNK_ROWS;
+        const uint64_t key = mix64(w->seed ^ mix64(((uint64_t) ti << 32) + (uint64_t) (r0 / CHUNK_ROWS)));
+        uint64_t local[LANES];
+        for (int k = 0; k < LANES; k++) {
+            local[k] = mix64(key + (uint64_t) k);
+            if (local[k] == 0) local[k] = 1; // xorshift's one fixed point
+        }
+        const size_t bytes = w->per_chunk ? fill_chunk(sp, nr, local, LANES, src, w->src_floats, dst)
+                                          : fill_chunk(sp, nr, &w->rng, 1, src, w->src_floats, dst);
+        pwrite_all(w->fd, dst, bytes, w->offs[ti] + (size_t) r0 * ggml_row_size(sp->t->type, sp->t->ne[0]));
     }
     free(src);
     free(dst);
+    return NULL;
+}
+
+// Writes every tensor's data with `n_threads` threads into `fd` at `offs`.
+static void write_tensors(const struct model * m, const size_t * offs, int fd, uint64_t seed, int n_threads) {
+    struct writer w = { m, offs, fd, n_threads > 1, seed, seed * 0x9E3779B97F4A7C15ULL + 1, BATCH_VALUES, 0,
+                        PTHREAD_MUTEX_INITIALIZER, 0, 0 };
+    for (int i = 0; i < m->n; i++) {
+        const struct ggml_tensor * t = m->specs[i].t;
+        if ((size_t) t->ne[0] > w.src_floats) w.src_floats = (size_t) t->ne[0];
+        const size_t chunk_bytes = ggml_row_size(t->type, t->ne[0]) * CHUNK_ROWS;
+        if (chunk_bytes > w.dst_bytes) w.dst_bytes = chunk_bytes;
+        // Tables some quantizers need, made once here rather than under ggml's lock in every thread.
+        ggml_quantize_init(t->type);
+    }
+    if (n_threads <= 1) {
+        write_worker(&w);
+        return;
+    }
+    pthread_t * th = malloc(sizeof(pthread_t) * n_threads);
+    if (!th) die("out of memory");
+    for (int i = 0; i < n_threads; i++) {
+        if (pthread_create(&th[i], NULL, write_worker, &w) != 0) die("cannot start a thread");
+    }
+    for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
+    free(th);
 }
 
 int main(int argc, char ** argv) {
     const char * arch = NULL, * preset = NULL, * type_s = NULL, * out = NULL, * tok = NULL;
-    int layers = 0, tokenizer_only = 0;
+    int layers = 0, tokenizer_only = 0, n_threads = 1;
     uint64_t seed = 42;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer-only")) { tokenizer_only = 1; continue; }
@@ -476,6 +616,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(argv[i], "--tokenizer")) tok = v;
         else if (!strcmp(argv[i], "--layers")) layers = atoi(v);
         else if (!strcmp(argv[i], "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(argv[i], "--threads")) n_threads = atoi(v);
         else usage();
         i++;
     }
@@ -487,8 +628,7 @@ int main(int argc, char ** argv) {
         gguf_free(g);
         return 0;
     }
-    if (!out || !tok || (!arch && !preset)) usage();
-    rng_state = seed * 0x9E3779B97F4A7C15ULL + 1;
+    if (!out || !tok || (!arch && !preset) || n_threads < 1) usage();
 
     struct shape s;
     enum ggml_type wtype;
@@ -551,19 +691,23 @@ int main(int argc, char ** argv) {
 
     // Header first (tensor infos included), then each tensor's data at its offset in the data section.
     if (!gguf_write_to_file(g, out, /*only_meta*/ true)) die("cannot write the header");
-    FILE * f = fopen(out, "r+b");
-    if (!f) die("cannot reopen the output");
+    const int fd = open(out, O_WRONLY);
+    if (fd < 0) die("cannot reopen the output");
     const size_t data0 = gguf_get_meta_size(g);
+    size_t * offs = malloc(sizeof(size_t) * (m.n > 0 ? m.n : 1));
+    if (!offs) die("out of memory");
     size_t end = data0;
     for (int i = 0; i < m.n; i++) {
-        const size_t off = data0 + gguf_get_tensor_offset(g, i);
-        write_data(f, off, &m.specs[i]);
-        end = off + ggml_nbytes(m.specs[i].t);
+        offs[i] = data0 + gguf_get_tensor_offset(g, i);
+        if (offs[i] + ggml_nbytes(m.specs[i].t) > end) end = offs[i] + ggml_nbytes(m.specs[i].t);
     }
-    // Pad the file to the alignment, as gguf writers do.
+    // The file's final size, padded to the alignment as gguf writers do (the gaps read as zeros).
     const size_t align = gguf_get_alignment(g);
-    for (; end % align; end++) fputc(0, f);
-    if (fclose(f) != 0) die("close failed");
+    end = (end + align - 1) / align * align;
+    if (ftruncate(fd, (off_t) end) != 0) die("cannot size the output");
+    write_tensors(&m, offs, fd, seed, n_threads);
+    if (close(fd) != 0) die("close failed");
+    free(offs);
     fprintf(stderr, "make_model: wrote %s (%s, %d layers, %d tensors, vocab %d, %s%s)\n", out, s.arch, s.n_layer, m.n,
             n_vocab, ggml_type_name(wtype), mix != MIX_NONE ? " mix" : "");
     // Tensors per type, so a mix's make-up shows in the test log.
