@@ -60,7 +60,8 @@
 #          budgeted run (FA as $HYBRID_FA, default off: ggml-cuda may be built without FA kernels)
 #   moe    MoE row: qwen3moe of Qwen3-30B-A3B's shapes (MOE_LAYERS, default 24 of 48) on RFHYBRID with a
 #          budget for all but the experts (each of $MOE_VRAM, default "1024MiB 2048MiB") against
-#          ggml-cuda + ggml-cpu --cpu-moe and RFGPU0 + RFCPU --cpu-moe; a telemetry summary
+#          ggml-cuda + ggml-cpu --cpu-moe and RFGPU0 + RFCPU --cpu-moe; the whole model on ggml-cuda
+#          and on RFGPU0; RFGPU0 and RFHYBRID with ROCMFORGE_GPU_MMID_SORTED_MIN=0; a telemetry summary
 #   fit    llama.cpp's automatic placement (common_fit_params, bench/fit_params.cpp, built here with
 #          llama-common) at each budget, ggml-cuda + ggml-cpu run with what it picks, against RFHYBRID
 #   start  first start: seconds from ggml_backend_load to the first token (sampled after the prompt)
@@ -550,6 +551,13 @@ if has moe && cuda_ok; then
             echo "moe r$r RFHYBRID-$mv $(ROCMFORGE_HYBRID_VRAM=$mv ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
         done
         echo "moe r$r RFGPU0-cpu-moe $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 --cpu-moe 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        # The whole model on the GPU; RFGPU0 also with the prompt's expert products pair by pair
+        # (ROCMFORGE_GPU_MMID_SORTED_MIN=0: the kernel before the grouping by expert), and
+        # RFHYBRID at the first budget so.
+        echo "moe r$r ggml-cuda-all $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        echo "moe r$r RFGPU0-all $(./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        echo "moe r$r RFGPU0-all-unsorted $(ROCMFORGE_GPU_MMID_SORTED_MIN=0 ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFGPU0 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
+        echo "moe r$r RFHYBRID-${MV%% *}-unsorted $(ROCMFORGE_GPU_MMID_SORTED_MIN=0 ROCMFORGE_HYBRID_VRAM=${MV%% *} ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
     done | tee "$OUT/moe.txt"
     ROCMFORGE_HYBRID_VRAM=${MV%% *} ROCMFORGE_TELEMETRY=summary ./llama_run bench -m moe.gguf -t "$THREADS" \
         --pp 512 --tg 8 --reps 1 --fa off -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID >"$OUT/telemetry-moe.log" 2>&1

@@ -1015,6 +1015,20 @@ static void cases_mul_mat_id(void) {
             }
         }
     }
+    // Prompt batches: from 8 tokens RFGPU groups the pairs by expert first (mmid_sort), in
+    // tiles of 8 pairs of an expert: counts across a tile's end, experts no token uses, every
+    // expert used by every token, 17 rows (not a multiple of a block's 4 warps).
+    const int batch[][4] = { { 8, 2, 64, 1 }, { 16, 4, 33, 4 }, { 4, 4, 8, 1 }, { 128, 8, 40, 1 } };
+    for (size_t w = 0; w < N_WEIGHT; w++) {
+        const enum ggml_type t = weight_types[w];
+        for (size_t i = 0; i < sizeof(batch) / sizeof(batch[0]); i++) {
+            struct params p = { .t0 = t, .a = SHAPE(unit_k(t), 17, 1, 1),
+                                .i = { batch[i][0], batch[i][1], batch[i][2], batch[i][3] } };
+            run_case(LABEL("MUL_MAT_ID %s batch n_as=%d n_used=%d n_tok=%d b1=%d", ggml_type_name(t), batch[i][0],
+                           batch[i][1], batch[i][2], batch[i][3]),
+                     b_mul_mat_id, &p, 5e-4, CMP_NMSE);
+        }
+    }
     // F16 activations (issue 25); ggml-cpu gets them widened to F32 (b_mul_mat_id's i[4]).
     for (size_t w = 0; w < N_WEIGHT; w++) {
         const enum ggml_type t = weight_types[w];

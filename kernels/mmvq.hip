@@ -839,6 +839,72 @@ RF_DEVICE void mul_mat_id_q(const char* w, const signed char* xq, const float2* 
     mv1_rows<T, MV1_ROWS_DEF, MV1_UNROLL_DEF>((const unsigned char*)w + e * nb02, nb01, M, row0, xq + xrow * K, xds + xrow * (K / 32), K, out);
 }
 
+// MUL_MAT_ID for a batch of tokens (prompts): the same products as mul_mat_id_q, with the
+// (slot, token) pairs grouped by expert first (mmid_sort below), so a warp takes one weight row
+// of an expert for up to MMQS_COLS of that expert's pairs and reads the row once for all of
+// them, where mul_mat_id_q reads it once per pair. The same integer dots per block as
+// mul_mat_id_q; only the order of the float additions differs (a warp per row, as
+// mul_mat_vec_q, against mul_mat_id_q's rows split over a block's warps).
+// sorted (mmid_sort's output): [0] tiles; [1, 2 + n_as) start of each expert's pairs, then
+// their end; [2 + n_as, + n_pairs) pair indices (u + n_used t) by expert; then per tile
+// (expert, first of its pairs). Grid (M / MVQ_ROWS, most tiles there can be).
+#define MMQS_COLS 8
+template <typename T>
+RF_DEVICE void mul_mat_id_q_sorted(const char* w, const signed char* xq, const float2* xds, const int* sorted, char* d,
+                                   i64 K, i64 M, i64 n_as, i64 n_used, i64 n_pairs, i64 ne11, i64 nb01, i64 nb02, i64 nb1,
+                                   i64 nb2) {
+    const int lane = threadIdx.x % RF_WARP_SIZE;
+    const i64 row = (i64)blockIdx.x * MVQ_ROWS + threadIdx.x / RF_WARP_SIZE;
+    const int tile = blockIdx.y;
+    if (row >= M || tile >= sorted[0]) return;  // whole warps leave together
+    const int* table = sorted + 2 + n_as + n_pairs;
+    const int e = table[2 * tile], c0 = table[2 * tile + 1];
+    const int* pairs = sorted + 2 + n_as + sorted[1 + e] + c0;
+    const int left = sorted[2 + e] - sorted[1 + e] - c0;
+    const int ncols = left < MMQS_COLS ? left : MMQS_COLS;
+    const unsigned char* wr = (const unsigned char*)w + e * nb02 + row * nb01;
+    const signed char* xr[MMQS_COLS];
+    const float2* dr[MMQS_COLS];
+#pragma unroll
+    for (int c = 0; c < MMQS_COLS; c++) {
+        const int p = pairs[c < ncols ? c : 0];
+        const i64 u = p % n_used, t = p / n_used, xrow = u % ne11 + ne11 * t;
+        xr[c] = xq + xrow * K;
+        dr[c] = xds + xrow * (K / 32);
+    }
+    float acc[MMQS_COLS];
+#pragma unroll
+    for (int c = 0; c < MMQS_COLS; c++) acc[c] = 0.0f;
+    const i64 nparts = K / T::QK * T::NSUB;
+    for (i64 base = lane; base < nparts; base += MVQ_UNROLL * RF_WARP_SIZE) {
+        typename T::R r[MVQ_UNROLL];
+#pragma unroll
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it < nparts) r[u] = T::load(wr + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
+        }
+#pragma unroll
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it >= nparts) break;
+            const i64 blk = it / T::NSUB;
+            const int s = (int)(it % T::NSUB);
+#pragma unroll
+            for (int c = 0; c < MMQS_COLS; c++) {
+                if (c < ncols) acc[c] += T::dot(r[u], s, (const int*)(xr[c] + blk * T::QK), dr[c] + blk * (T::QK / 32));
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < MMQS_COLS; c++) {
+        const float s = rf_warp_sum(acc[c]);
+        if (lane == 0 && c < ncols) {
+            const int p = pairs[c];
+            *(float*)(d + (p % n_used) * nb1 + (p / n_used) * nb2 + row * 4) = s;
+        }
+    }
+}
+
 // Two one-column products sharing their quantized activation (attention's V and K, adjacent
 // in the graph) in one launch of the one-column kernel's default shape: blocks below blocks_a
 // take matrix a, the others matrix b. Weights of one type, K values per row, single batch;
@@ -897,6 +963,12 @@ RF_DEVICE void mv1_pair_prefetch_l2(const char* wa, const char* wb, i64 Ma, i64 
         const char* w, const signed char* xq, const float2* xds, const char* ids, char* d, i64 K, i64 M,  \
         i64 n_as, i64 ne11, i64 nb01, i64 nb02, i64 nbi0, i64 nbi1, i64 nb1, i64 nb2) { rf_grid_begin(); \
         mul_mat_id_q<mq_##NAME>(w, xq, xds, ids, d, K, M, n_as, ne11, nb01, nb02, nbi0, nbi1, nb1, nb2); \
+    } \
+    RF_KERNEL void mul_mat_id_q_sorted_##NAME(const char* w, const signed char* xq, const float2* xds,        \
+                                              const int* sorted, char* d, i64 K, i64 M, i64 n_as, i64 n_used, \
+                                              i64 n_pairs, i64 ne11, i64 nb01, i64 nb02, i64 nb1, i64 nb2) {  \
+        rf_grid_begin();                                                                                 \
+        mul_mat_id_q_sorted<mq_##NAME>(w, xq, xds, sorted, d, K, M, n_as, n_used, n_pairs, ne11, nb01, nb02, nb1, nb2); \
     }
 
 RF_EACH_MVQ_TYPE(MVQ_KERNEL)
@@ -943,6 +1015,62 @@ RF_DEVICE void quantize_block256(const float* xr, signed char* q, float2* ds, i6
     for (int t = 0; t < 8; t++) q[b * 256 + lane + 32 * t] = (signed char)(int)fminf(rintf(iscale * xb[lane + 32 * t]), 127.0f);
     if (lane < 8) ds[b * 8 + lane] = make_float2(amax != 0.0f ? 1.0f / iscale : 0.0f, 0.0f);
 }
+
+#if RF_UNTYPED
+// The (slot u, token t) pairs of a MUL_MAT_ID grouped by expert, for mul_mat_id_q_sorted (its
+// layout there). One block: counts by atomics, a prefix sum and the tiles of MMQS_COLS pairs by
+// its first thread, then each pair placed (in no particular order within its expert: each
+// pair's result is computed alone). A pair whose id is out of range gets zeros in dst, as
+// mul_mat_id_q gives it.
+RF_KERNEL void mmid_sort(const char* ids, int* sorted, char* d, i64 M, i64 n_as, i64 n_used, i64 n_tok, i64 nbi0,
+                         i64 nbi1, i64 nb1, i64 nb2) {
+    rf_grid_begin();
+    const i64 n_pairs = n_used * n_tok;
+    int* start = sorted + 1;       // n_as + 1 entries: counts, then starts (and the end)
+    int* list = sorted + 2 + n_as;
+    int* table = list + n_pairs;
+    for (i64 i = threadIdx.x; i <= n_as; i += blockDim.x) start[i] = 0;
+    __syncthreads();
+    for (i64 p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int e = *(const int*)(ids + (p % n_used) * nbi0 + (p / n_used) * nbi1);
+        if (e >= 0 && e < n_as) atomicAdd(&start[e + 1], 1);
+    }
+    __syncthreads();
+    __shared__ int total;
+    if (threadIdx.x == 0) {
+        int tiles = 0;
+        for (i64 e = 0; e < n_as; e++) {
+            const int n = start[e + 1];
+            start[e + 1] = start[e] + n;
+            for (int c0 = 0; c0 < n; c0 += MMQS_COLS) {
+                table[2 * tiles] = (int)e;
+                table[2 * tiles + 1] = c0;
+                tiles++;
+            }
+        }
+        sorted[0] = tiles;
+        total = start[n_as];
+    }
+    __syncthreads();
+    // start[e + 1] is expert e's end; placing pairs counts it back down to its start.
+    for (i64 p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const i64 u = p % n_used, t = p / n_used;
+        const int e = *(const int*)(ids + u * nbi0 + t * nbi1);
+        if (e >= 0 && e < n_as) {
+            list[atomicSub(&start[e + 1], 1) - 1] = (int)p;
+        } else {
+            float* out = (float*)(d + u * nb1 + t * nb2);
+            for (i64 r = 0; r < M; r++) out[r] = 0.0f;
+        }
+    }
+    __syncthreads();
+    // start[e + 1] is now expert e's start: shift the starts into place, the end after them.
+    if (threadIdx.x == 0) {
+        for (i64 e = 0; e < n_as; e++) start[e] = start[e + 1];
+        start[n_as] = total;
+    }
+}
+#endif
 
 #if RF_UNTYPED
 // src1 rows quantized for the kernels above, as ggml-cpu quantizes them (mode 0: blocks of

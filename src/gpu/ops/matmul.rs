@@ -675,6 +675,26 @@ pub(super) fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> 
     )
 }
 
+/// Pairs of one expert per warp of the sorted MUL_MAT_ID kernel (MMQS_COLS in mmvq.hip).
+pub(super) const MMQS_COLS: usize = 8;
+
+/// Bytes of mmid_sort's output for a MUL_MAT_ID on the integer-dot kernels (layout in
+/// mmvq.hip), where it takes the sorted kernel: a batch of at least
+/// `ROCMFORGE_GPU_MMID_SORTED_MIN` tokens. None: the pair-by-pair kernel.
+pub(super) fn mmid_sorted_bytes(node: &Tensor) -> Option<usize> {
+    let min = crate::tuning::get().gpu_mmid_sorted_min;
+    let (w, ids) = (node.src(0)?, node.src(2)?);
+    let (n_as, ine) = (w.ne()[2], ids.ne());
+    let n_pairs = ine[0] * ine[1];
+    let max_tiles = n_pairs.div_ceil(MMQS_COLS) + n_as;
+    (uses_mmid_q(node)
+        && min > 0
+        && ine[1] >= min
+        && max_tiles <= MAX_GRID_YZ
+        && n_pairs < i32::MAX as usize)
+        .then_some(4 * (2 + n_as + n_pairs + 2 * max_tiles))
+}
+
 /// MUL_MAT_ID with integer dots: src1 quantized as ggml-cpu quantizes it (ne11 columns of
 /// n_tok batches, once for the gate and up experts that share it), then a block per
 /// MV1_ROWS rows of each (slot, token)'s expert.
@@ -690,6 +710,49 @@ pub(super) fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()
     let (xq, xds) = ensure_q8(&x, mvq_mode(w.dtype()).unwrap_or(0), lc)?;
     if m == 0 || ine[0] == 0 || ine[1] == 0 {
         return Ok(());
+    }
+    // The pairs grouped by expert after the quantized src1, where the scratch has the room.
+    let sorted_at = (xq + super::scratch::q8_region(x.nelements())).next_multiple_of(256);
+    if mmid_sorted_bytes(node)
+        .is_some_and(|b| sorted_at + b <= lc.scratch as usize + lc.scratch_len)
+    {
+        let (n_pairs, n_as) = (ine[0] * ine[1], wne[2]);
+        let sort = Args::default()
+            .ptr(ids.data())
+            .ptr(sorted_at as *const u8)
+            .ptr(node.data())
+            .i64(m)
+            .i64(n_as)
+            .i64(ine[0])
+            .i64(ine[1])
+            .i64(ids.nb()[0])
+            .i64(ids.nb()[1])
+            .i64(node.nb()[1])
+            .i64(node.nb()[2]);
+        lc.run("mmid_sort", [1, 1, 1], 1024, sort)?;
+        let args = Args::default()
+            .ptr(w.data())
+            .ptr(xq as *const u8)
+            .ptr(xds as *const u8)
+            .ptr(sorted_at as *const u8)
+            .ptr(node.data())
+            .i64(k)
+            .i64(m)
+            .i64(n_as)
+            .i64(ine[0])
+            .i64(n_pairs)
+            .i64(xne[1])
+            .i64(w.nb()[1])
+            .i64(w.nb()[2])
+            .i64(node.nb()[1])
+            .i64(node.nb()[2]);
+        let max_tiles = n_pairs.div_ceil(MMQS_COLS) + n_as;
+        return lc.run(
+            &format!("mul_mat_id_q_sorted_{suffix}"),
+            [m.div_ceil(MV_ROWS), max_tiles, 1],
+            (MV_ROWS * lc.warp_size as usize) as u32,
+            args,
+        );
     }
     let args = Args::default()
         .ptr(w.data())

@@ -111,7 +111,9 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
         return q8_region(node.nelements());
     }
     if uses_mmid_q(node) {
-        return q8_region(node.src(1).map_or(0, |x| x.nelements()));
+        // mmid_sort's output after the quantized src1 (256-byte aligned).
+        return q8_region(node.src(1).map_or(0, |x| x.nelements()))
+            + super::matmul::mmid_sorted_bytes(node).map_or(0, |b| b + 256);
     }
     if uses_mvq(node) {
         // Room for two: a fused kernel may read one quantized src1 while writing the next.
