@@ -1016,9 +1016,10 @@ static void cases_mul_mat_id(void) {
         }
     }
     // Prompt batches: from 8 tokens RFGPU groups the pairs by expert first (mmid_sort), in
-    // tiles of 8 pairs of an expert: counts across a tile's end, experts no token uses, every
-    // expert used by every token, 17 rows (not a multiple of a block's 4 warps).
-    const int batch[][4] = { { 8, 2, 64, 1 }, { 16, 4, 33, 4 }, { 4, 4, 8, 1 }, { 128, 8, 40, 1 } };
+    // tiles of 8 pairs of an expert (32 on tensor cores): counts across a tile's end, experts
+    // no token uses, every expert used by every token, 40 pairs an expert, 17 rows (not a
+    // multiple of a block's rows).
+    const int batch[][4] = { { 8, 2, 64, 1 }, { 16, 4, 33, 4 }, { 4, 4, 8, 1 }, { 128, 8, 40, 1 }, { 4, 2, 80, 2 } };
     for (size_t w = 0; w < N_WEIGHT; w++) {
         const enum ggml_type t = weight_types[w];
         for (size_t i = 0; i < sizeof(batch) / sizeof(batch[0]); i++) {

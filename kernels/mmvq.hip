@@ -905,6 +905,120 @@ RF_DEVICE void mul_mat_id_q_sorted(const char* w, const signed char* xq, const f
     }
 }
 
+// The same products on tensor cores (NVIDIA sm_80+, Q4_0 and Q8_0 weights): mma.sync m16n8k32
+// with 8-bit inputs and 32-bit sums takes one weight block (32 values) of 16 rows against the
+// same block of 8 pairs' quantized activations, giving the very integer sums the dp4a kernels
+// form; each is scaled by the weight block's d and the activation block's d and added in f32,
+// as ggml-cpu does. A warp takes 16 rows of an expert and MMQT_COLS pairs (mmid_sort's tiles
+// of that width), a block MMQT_WARPS warps of consecutive rows. Grid (M / (16 MMQT_WARPS),
+// most tiles there can be). Fragments (PTX ISA, lane = 4 g + q):
+//   A 16x32 (weights): a0 row g values 4q..4q+3, a1 row g + 8 the same, a2 / a3 values 16 + 4q..;
+//   B 32x8 (pairs):    b0 pair g values 4q..4q+3, b1 values 16 + 4q..;
+//   C 16x8:            c0 / c1 row g pairs 2q, 2q + 1; c2 / c3 row g + 8.
+#define MMQT_COLS 32
+#define MMQT_WARPS 4
+// Weight block words for mul_mat_id_mma: the signed bytes of values 4q.. (lo) and 16 + 4q.. (hi).
+struct mt_q4_0 {
+    enum { BYTES = 18 };
+    MQ_MEMBER void words(const unsigned char* b, int q, int* lo, int* hi, float* d) {
+        const int w = ld_i32_a2(b + 2 + 4 * q);  // byte j: value j (low nibble), 16 + j (high)
+        *lo = BYTES_MINUS(NIB_LO(w), 8);
+        *hi = BYTES_MINUS(NIB_HI(w), 8);
+        *d = ld_f16_a2(b);
+    }
+};
+struct mt_q8_0 {
+    enum { BYTES = 34 };
+    MQ_MEMBER void words(const unsigned char* b, int q, int* lo, int* hi, float* d) {
+        *lo = ld_i32_a2(b + 2 + 4 * q);
+        *hi = ld_i32_a2(b + 18 + 4 * q);
+        *d = ld_f16_a2(b);
+    }
+};
+template <typename T>
+RF_DEVICE void mul_mat_id_mma(const char* w, const signed char* xq, const float2* xds, const int* sorted, char* d,
+                              i64 K, i64 M, i64 n_as, i64 n_used, i64 n_pairs, i64 ne11, i64 nb01, i64 nb02, i64 nb1,
+                              i64 nb2) {
+#if defined(RF_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    enum { NT = MMQT_COLS / 8 };
+    const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    const i64 row0 = ((i64)blockIdx.x * MMQT_WARPS + threadIdx.x / 32) * 16;
+    const int tile = blockIdx.y;
+    if (row0 >= M || tile >= sorted[0]) return;  // whole warps leave together
+    const int* table = sorted + 2 + n_as + n_pairs;
+    const int e = table[2 * tile], c0 = table[2 * tile + 1];
+    const int* pairs = sorted + 2 + n_as + sorted[1 + e] + c0;
+    const int left = sorted[2 + e] - sorted[1 + e] - c0;
+    const int ncols = left < MMQT_COLS ? left : MMQT_COLS;
+    // Rows past M read the last row (their sums are not stored).
+    const i64 ra = row0 + g < M ? row0 + g : M - 1, rb = row0 + g + 8 < M ? row0 + g + 8 : M - 1;
+    const unsigned char* wa = (const unsigned char*)w + e * nb02 + ra * nb01;
+    const unsigned char* wb = (const unsigned char*)w + e * nb02 + rb * nb01;
+    // Quantized rows of this lane's B pairs (g of each n-tile) and C pairs (2q, 2q + 1).
+    const int nb = (int)(K / 32);
+    const signed char* xb[NT];
+    const float2* xd[NT][2];
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        const int cb = j * 8 + g, cc = j * 8 + 2 * q;
+        const int pb = pairs[cb < ncols ? cb : 0];
+        xb[j] = xq + (pb % n_used % ne11 + ne11 * (pb / n_used)) * K;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int p = pairs[cc + h < ncols ? cc + h : 0];
+            xd[j][h] = xds + (p % n_used % ne11 + ne11 * (p / n_used)) * (i64)nb;
+        }
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int kb = 0; kb < nb; kb++) {
+        int a[4];
+        float da, db;
+        T::words(wa + kb * T::BYTES, q, &a[0], &a[2], &da);
+        T::words(wb + kb * T::BYTES, q, &a[1], &a[3], &db);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int b0 = *(const int*)(xb[j] + kb * 32 + 4 * q), b1 = *(const int*)(xb[j] + kb * 32 + 16 + 4 * q);
+            int c[4] = {0, 0, 0, 0};
+            asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+            const float x0 = xd[j][0][kb].x, x1 = xd[j][1][kb].x;
+            acc[j][0] += da * x0 * (float)c[0];
+            acc[j][1] += da * x1 * (float)c[1];
+            acc[j][2] += db * x0 * (float)c[2];
+            acc[j][3] += db * x1 * (float)c[3];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int col = j * 8 + 2 * q + (i & 1);
+            const i64 row = row0 + g + (i >= 2 ? 8 : 0);
+            if (col < ncols && row < M) {
+                const int p = pairs[col];
+                *(float*)(d + (p % n_used) * nb1 + (p / n_used) * nb2 + row * 4) = acc[j][i];
+            }
+        }
+    }
+#else
+    (void)w, (void)xq, (void)xds, (void)sorted, (void)d, (void)K, (void)M, (void)n_as, (void)n_used, (void)n_pairs;
+    (void)ne11, (void)nb01, (void)nb02, (void)nb1, (void)nb2;
+#endif
+}
+#define MMID_MMA_ARGS                                                                                         \
+    const char *w, const signed char *xq, const float2 *xds, const int *sorted, char *d, i64 K, i64 M, i64 n_as, \
+        i64 n_used, i64 n_pairs, i64 ne11, i64 nb01, i64 nb02, i64 nb1, i64 nb2
+#define MMID_MMA_PASS w, xq, xds, sorted, d, K, M, n_as, n_used, n_pairs, ne11, nb01, nb02, nb1, nb2
+#if RF_ALL || RF_T_q4_0
+RF_KERNEL void mul_mat_id_mma_q4_0(MMID_MMA_ARGS) { rf_grid_begin(); mul_mat_id_mma<mt_q4_0>(MMID_MMA_PASS); }
+#endif
+#if RF_ALL || RF_T_q8_0
+RF_KERNEL void mul_mat_id_mma_q8_0(MMID_MMA_ARGS) { rf_grid_begin(); mul_mat_id_mma<mt_q8_0>(MMID_MMA_PASS); }
+#endif
+
 // Two one-column products sharing their quantized activation (attention's V and K, adjacent
 // in the graph) in one launch of the one-column kernel's default shape: blocks below blocks_a
 // take matrix a, the others matrix b. Weights of one type, K values per row, single batch;
@@ -1017,13 +1131,13 @@ RF_DEVICE void quantize_block256(const float* xr, signed char* q, float2* ds, i6
 }
 
 #if RF_UNTYPED
-// The (slot u, token t) pairs of a MUL_MAT_ID grouped by expert, for mul_mat_id_q_sorted (its
-// layout there). One block: counts by atomics, a prefix sum and the tiles of MMQS_COLS pairs by
+// The (slot u, token t) pairs of a MUL_MAT_ID grouped by expert, for mul_mat_id_q_sorted and
+// mul_mat_id_mma (the layout above them). One block: counts by atomics, a prefix sum and the tiles of `cols` pairs by
 // its first thread, then each pair placed (in no particular order within its expert: each
 // pair's result is computed alone). A pair whose id is out of range gets zeros in dst, as
 // mul_mat_id_q gives it.
 RF_KERNEL void mmid_sort(const char* ids, int* sorted, char* d, i64 M, i64 n_as, i64 n_used, i64 n_tok, i64 nbi0,
-                         i64 nbi1, i64 nb1, i64 nb2) {
+                         i64 nbi1, i64 nb1, i64 nb2, int cols) {
     rf_grid_begin();
     const i64 n_pairs = n_used * n_tok;
     int* start = sorted + 1;       // n_as + 1 entries: counts, then starts (and the end)
@@ -1042,7 +1156,7 @@ RF_KERNEL void mmid_sort(const char* ids, int* sorted, char* d, i64 M, i64 n_as,
         for (i64 e = 0; e < n_as; e++) {
             const int n = start[e + 1];
             start[e + 1] = start[e] + n;
-            for (int c0 = 0; c0 < n; c0 += MMQS_COLS) {
+            for (int c0 = 0; c0 < n; c0 += cols) {
                 table[2 * tiles] = (int)e;
                 table[2 * tiles + 1] = c0;
                 tiles++;

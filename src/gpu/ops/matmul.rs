@@ -678,6 +678,10 @@ pub(super) fn launch_mul_mat_id(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> 
 /// Pairs of one expert per warp of the sorted MUL_MAT_ID kernel (MMQS_COLS in mmvq.hip).
 pub(super) const MMQS_COLS: usize = 8;
 
+/// Pairs per warp and warps per block of its tensor-core form (MMQT_COLS, MMQT_WARPS).
+const MMQT_COLS: usize = 32;
+const MMQT_WARPS: usize = 4;
+
 /// Bytes of mmid_sort's output for a MUL_MAT_ID on the integer-dot kernels (layout in
 /// mmvq.hip), where it takes the sorted kernel: a batch of at least
 /// `ROCMFORGE_GPU_MMID_SORTED_MIN` tokens. None: the pair-by-pair kernel.
@@ -717,6 +721,11 @@ pub(super) fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()
         .is_some_and(|b| sorted_at + b <= lc.scratch as usize + lc.scratch_len)
     {
         let (n_pairs, n_as) = (ine[0] * ine[1], wne[2]);
+        // Tensor cores where the device and the weight type have them (wider tiles of pairs).
+        let mma = lc.mma
+            && crate::tuning::get().gpu_mmid_mma
+            && matches!(w.dtype(), GgmlType::Q4_0 | GgmlType::Q8_0);
+        let cols = if mma { MMQT_COLS } else { MMQS_COLS };
         let sort = Args::default()
             .ptr(ids.data())
             .ptr(sorted_at as *const u8)
@@ -728,7 +737,8 @@ pub(super) fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()
             .i64(ids.nb()[0])
             .i64(ids.nb()[1])
             .i64(node.nb()[1])
-            .i64(node.nb()[2]);
+            .i64(node.nb()[2])
+            .i32(cols as i32);
         lc.run("mmid_sort", [1, 1, 1], 1024, sort)?;
         let args = Args::default()
             .ptr(w.data())
@@ -746,7 +756,15 @@ pub(super) fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()
             .i64(w.nb()[2])
             .i64(node.nb()[1])
             .i64(node.nb()[2]);
-        let max_tiles = n_pairs.div_ceil(MMQS_COLS) + n_as;
+        let max_tiles = n_pairs.div_ceil(cols) + n_as;
+        if mma {
+            return lc.run(
+                &format!("mul_mat_id_mma_{suffix}"),
+                [m.div_ceil(16 * MMQT_WARPS), max_tiles, 1],
+                (MMQT_WARPS * 32) as u32,
+                args,
+            );
+        }
         return lc.run(
             &format!("mul_mat_id_q_sorted_{suffix}"),
             [m.div_ceil(MV_ROWS), max_tiles, 1],
