@@ -46,6 +46,15 @@ static void fill_blocks(ggml_type t, unsigned char* p, int nb) {
         case GGML_TYPE_Q2_K: memcpy(blk + 80, &h, 2); memcpy(blk + 82, &h, 2); break;
         case GGML_TYPE_Q3_K: memcpy(blk + 108, &h, 2); break;
         case GGML_TYPE_MXFP4: blk[0] = (unsigned char)(110 + rnd() % 30); break;
+        case GGML_TYPE_NVFP4:
+            // UE4M3 scales from their random bytes: mostly subnormal to 2^3, else the NaN code
+            // 0x7f or the byte as it is (top bit set too). No further rnd() draws: the other
+            // types' blocks stay those the dot tolerance was set on.
+            for (int s = 0; s < 4; s++) {
+                const unsigned x = blk[s];
+                blk[s] = (unsigned char)(x % 16 == 0 ? 0x7f : x % 16 == 1 ? x : (x >> 1) % 0x58);
+            }
+            break;
         case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
             memcpy(blk, &h, 2);
             memcpy(blk + 2, &h, 2);
@@ -163,17 +172,19 @@ int main() {
         LOADER(iq4_nl, IQ4_NL) LOADER(q2_k, Q2_K) LOADER(q3_k, Q3_K) LOADER(q4_k, Q4_K) LOADER(q5_k, Q5_K)
         LOADER(q6_k, Q6_K) LOADER(iq4_xs, IQ4_XS) LOADER(mxfp4, MXFP4) LOADER(tq2_0, TQ2_0) LOADER(tq1_0, TQ1_0)
         LOADER(iq3_s, IQ3_S) LOADER(iq3_xxs, IQ3_XXS) LOADER(iq2_xxs, IQ2_XXS) LOADER(iq2_xs, IQ2_XS)
-        LOADER(iq2_s, IQ2_S) LOADER(iq1_s, IQ1_S) LOADER(iq1_m, IQ1_M)
+        LOADER(iq2_s, IQ2_S) LOADER(iq1_s, IQ1_S) LOADER(iq1_m, IQ1_M) LOADER(nvfp4, NVFP4) LOADER(q1_0, Q1_0)
+        LOADER(q2_0, Q2_0)
 #define DOT(NAME, TYPE) failed += check_dot<mq_##NAME>(GGML_TYPE_##TYPE);
         DOT(q4_0, Q4_0) DOT(q4_1, Q4_1) DOT(q5_0, Q5_0) DOT(q5_1, Q5_1) DOT(q8_0, Q8_0) DOT(iq4_nl, IQ4_NL)
         DOT(q4_k, Q4_K) DOT(q6_k, Q6_K) DOT(iq4_xs, IQ4_XS) DOT(mxfp4, MXFP4) DOT(tq2_0, TQ2_0) DOT(tq1_0, TQ1_0)
         DOT(iq2_xxs, IQ2_XXS) DOT(iq2_xs, IQ2_XS) DOT(iq2_s, IQ2_S) DOT(iq3_xxs, IQ3_XXS) DOT(iq3_s, IQ3_S)
-        DOT(iq1_s, IQ1_S) DOT(iq1_m, IQ1_M)
+        DOT(iq1_s, IQ1_S) DOT(iq1_m, IQ1_M) DOT(nvfp4, NVFP4) DOT(q1_0, Q1_0) DOT(q2_0, Q2_0)
     }
 #define DEQUANT(NAME, TYPE) failed += check_dequant<w_##NAME>(GGML_TYPE_##TYPE);
     DEQUANT(f16, F16) DEQUANT(bf16, BF16) DEQUANT(q4_0, Q4_0) DEQUANT(q5_1, Q5_1) DEQUANT(q8_0, Q8_0)
     DEQUANT(q3_k, Q3_K) DEQUANT(q6_k, Q6_K) DEQUANT(iq4_xs, IQ4_XS) DEQUANT(mxfp4, MXFP4) DEQUANT(tq1_0, TQ1_0)
-    DEQUANT(iq2_xxs, IQ2_XXS) DEQUANT(iq3_s, IQ3_S) DEQUANT(iq1_m, IQ1_M)
+    DEQUANT(iq2_xxs, IQ2_XXS) DEQUANT(iq3_s, IQ3_S) DEQUANT(iq1_m, IQ1_M) DEQUANT(nvfp4, NVFP4)
+    DEQUANT(q1_0, Q1_0) DEQUANT(q2_0, Q2_0)
     printf("gpu_loaders: %d failed\n", failed);
     return failed ? 1 : 0;
 }

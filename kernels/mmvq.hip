@@ -261,9 +261,12 @@ struct mq_iq4_xs {
 
 // MXFP4: IQ4_NL's layout behind a one-byte E8M0 scale (17-byte blocks: byte alignment only),
 // nibbles index the doubled E2M1 levels; the scale 2^(e - 128) carries the halving.
-#if RF_ALL || RF_T_mxfp4
-// MXFP4's doubled E2M1 levels {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, ..., -12} for four nibbles.
+#if RF_ALL || RF_T_mxfp4 || RF_T_nvfp4
+// MXFP4's (and NVFP4's) doubled E2M1 levels {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, ..., -12} for
+// four nibbles.
 RF_DEVICE int mxfp4_map(int nibs) { return rf_lut16(nibs, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu); }
+#endif
+#if RF_ALL || RF_T_mxfp4
 struct mq_mxfp4 {
     enum { QK = 32, BYTES = 17, NSUB = 1 };
     struct R {
@@ -679,6 +682,98 @@ struct mq_q6_k {
         return ds[0].x * r.d * (float)isum;
     }
 };
+
+// NVFP4: 4 parts a block, part s is sub-block s (16 values, UE4M3 scale byte s): bytes
+// 4 + 8s .. +7, low nibbles its values 0..7, high nibbles 8..15; against half of Q8_0 block s / 2.
+#if RF_ALL || RF_T_nvfp4
+struct mq_nvfp4 {
+    enum { QK = 64, BYTES = 36, NSUB = 4 };
+    struct R {
+        float d;
+        int v0, v1;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = rf_ue4m3_half(b[s]);
+        r.v0 = ld_i32_a4(b + 4 + 8 * s);
+        r.v1 = ld_i32_a4(b + 8 + 8 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 4 * s;
+        int sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v0)), xs[0], 0);
+        sumi = rf_dp4a(mxfp4_map(NIB_LO(r.v1)), xs[1], sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v0)), xs[2], sumi);
+        sumi = rf_dp4a(mxfp4_map(NIB_HI(r.v1)), xs[3], sumi);
+        return ds[s >> 1].x * r.d * (float)sumi;
+    }
+};
+#endif
+
+// Q1_0: 4 parts a block, part s takes the 32 sign bits of bytes 2 + 4s .. +3 against Q8_0
+// block s; 4 bits become 4 bytes of +1 / -1 (0x01 / 0xff).
+#if RF_ALL || RF_T_q1_0
+struct mq_q1_0 {
+    enum { QK = 128, BYTES = 18, NSUB = 4 };
+    struct R {
+        float d;
+        unsigned bits;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.bits = (unsigned)ld_i32_a2(b + 2 + 4 * s);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            // Bit i of the nibble to bit 0 of byte i (no carries: the shifted copies never overlap).
+            const unsigned b01 = (((r.bits >> (4 * i)) & 15u) * 0x00204081u) & 0x01010101u;
+            sumi = rf_dp4a((int)~(b01 * 0xfeu), xs[i], sumi);
+        }
+        return r.d * ds[s].x * (float)sumi;
+    }
+};
+#endif
+
+// Q2_0: 2 parts a block, part s takes bytes 2 + 8s .. +7 against Q8_0 block s. Byte b holds
+// values 4b .. 4b + 3 in its bit pairs: the pairs are spread to bytes (codes 0..3) and put in
+// value order by a 4x4 byte transpose (byte permutes), then the codes minus 1.
+#if RF_ALL || RF_T_q2_0
+struct mq_q2_0 {
+    enum { QK = 64, BYTES = 18, NSUB = 2 };
+    struct R {
+        float d;
+        int v0, v1;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        r.d = ld_f16_a2(b);
+        r.v0 = ld_i32_a2(b + 2 + 8 * s);
+        r.v1 = ld_i32_a2(b + 6 + 8 * s);
+        return r;
+    }
+    // Values 16 h .. 16 h + 15 of the part (the 4 bytes v) against xs[0..3].
+    MQ_MEMBER int dot16(int v, const int* xs, int acc) {
+        const unsigned t0 = v & 0x03030303, t1 = (v >> 2) & 0x03030303;
+        const unsigned t2 = (v >> 4) & 0x03030303, t3 = (v >> 6) & 0x03030303;
+        const unsigned a = rf_perm8(t0, t1, 0x05010400u), b = rf_perm8(t0, t1, 0x07030602u);
+        const unsigned c = rf_perm8(t2, t3, 0x05010400u), d = rf_perm8(t2, t3, 0x07030602u);
+        acc = rf_dp4a(BYTES_MINUS((int)rf_perm8(a, c, 0x05040100u), 1), xs[0], acc);
+        acc = rf_dp4a(BYTES_MINUS((int)rf_perm8(a, c, 0x07060302u), 1), xs[1], acc);
+        acc = rf_dp4a(BYTES_MINUS((int)rf_perm8(b, d, 0x05040100u), 1), xs[2], acc);
+        return rf_dp4a(BYTES_MINUS((int)rf_perm8(b, d, 0x07060302u), 1), xs[3], acc);
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int* xs = x + 8 * s;
+        const int sumi = dot16(r.v1, xs + 4, dot16(r.v0, xs, 0));
+        return r.d * ds[s].x * (float)sumi;
+    }
+};
+#endif
 
 template <typename T>
 RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2* xds, char* d, i64 K, i64 M, i64 N,

@@ -25,6 +25,10 @@
 //   IQ1_S    50 B / 256: d, qs[32] (grid low bytes), qh u16[8] (3 high bits x4, scale, delta sign)
 //   IQ1_M    56 B / 256: qs[32], qh[16] (3 high bits + delta sign per 8), scales[8] (3 bits per
 //                      16, d's f16 bits in the top nibbles of the 4 words)
+//   NVFP4    36 B / 64:  d[4] (UE4M3 scale per 16), qs[32]: byte 8s + j holds values 16s + j
+//                      (low nibble) and 16s + 8 + j (high), E2M1 as MXFP4's; x = ue4m3(d[s]) * kv
+//   Q1_0     18 B / 128: d, qs[16] (bit j of byte b is value 8b + j); x = set ? d : -d
+//   Q2_0     18 B / 64:  d, qs[16] (bit pair l of byte b is value 4b + l); x = d * (code - 1)
 // The i-quants' grids are rf_<name>_grid of iquant_grids.h (generated from the pinned ggml).
 // Loaders read bytes only (blocks are 2-byte aligned at best). The loaders of the formats from
 // IQ4_XS on are in quants_iq.h.
@@ -57,6 +61,9 @@ struct w_iq2_xs {};
 struct w_iq2_s {};
 struct w_iq1_s {};
 struct w_iq1_m {};
+struct w_nvfp4 {};
+struct w_q1_0 {};
+struct w_q2_0 {};
 
 // The weight types a program stamps out per-type kernels for, as X(suffix, loader): every type,
 // or only a kernel group's own (RF_T_<suffix>, see prelude.h).
@@ -185,9 +192,24 @@ struct w_iq1_m {};
 #else
 #define RF_X_iq1_m(X)
 #endif
-#define RF_EACH_WEIGHT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_bf16(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_q5_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X)
+#if RF_ALL || RF_T_nvfp4
+#define RF_X_nvfp4(X) X(nvfp4, w_nvfp4)
+#else
+#define RF_X_nvfp4(X)
+#endif
+#if RF_ALL || RF_T_q1_0
+#define RF_X_q1_0(X) X(q1_0, w_q1_0)
+#else
+#define RF_X_q1_0(X)
+#endif
+#if RF_ALL || RF_T_q2_0
+#define RF_X_q2_0(X) X(q2_0, w_q2_0)
+#else
+#define RF_X_q2_0(X)
+#endif
+#define RF_EACH_WEIGHT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_bf16(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_q5_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X) RF_X_nvfp4(X) RF_X_q1_0(X) RF_X_q2_0(X)
 // Types with an integer-dot matrix-vector kernel (mmvq.hip's mq_* loaders).
-#define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X)
+#define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X) RF_X_nvfp4(X) RF_X_q1_0(X) RF_X_q2_0(X)
 
 // f32 -> bf16 bits as ggml rounds (nearest even; NaN stays a quiet NaN), and the value back.
 RF_DEVICE unsigned short rf_f32_to_bf16(float f) {

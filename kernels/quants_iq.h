@@ -1,5 +1,6 @@
-// Loaders of the i-quants, the ternary formats and MXFP4 (layouts in quants.h's head comment;
-// the RFCPU decoders are src/cpu/quants/<format>.rs): load_w (element k of a row) and
+// Loaders of the i-quants, the ternary formats, MXFP4, NVFP4, Q1_0 and Q2_0 (layouts in
+// quants.h's head comment; the RFCPU decoders are src/cpu/quants/<format>.rs): load_w (element
+// k of a row) and
 // load_block32 (32 values of a row at once: a 256-value block's sub-block decodes its scale,
 // signs and grid indices once). The values are ggml's dequantization, float operations in
 // ggml's order, so GET_ROWS and the dequantized products agree with ggml-cpu to the bit.
@@ -331,6 +332,72 @@ RF_SUB32_BLOCK(iq1_s, 50)
 #endif
 #if RF_ALL || RF_T_iq1_m
 RF_SUB32_BLOCK(iq1_m, 56)
+#endif
+
+// Half the UE4M3 scale byte x (NVFP4's levels are doubled), as ggml decodes it: the top bit
+// ignored, 0x7f (NaN) is 0, exponent 0 subnormal (m * 2^-9); else (1 + m/8) 2^(e - 7).
+RF_DEVICE float rf_ue4m3_half(int x) {
+    const int e = (x >> 3) & 15, m = x & 7;
+    if (x == 0x7f) return 0.0f;
+    if (e == 0) return (float)m * (1.0f / 1024.0f);
+    return __uint_as_float(((unsigned)(e + 119) << 23) | ((unsigned)m << 20));
+}
+
+#if RF_ALL || RF_T_nvfp4
+template <> RF_DEVICE_SPEC float load_w<w_nvfp4>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 64) * 36;
+    const int e = (int)(k % 64), s = e / 16, j = e % 16;
+    const int q = (b[4 + 8 * s + (j & 7)] >> (4 * (j >> 3))) & 15;
+    return (float)rf_mxfp4_level(q) * rf_ue4m3_half(b[s]);
+}
+// Sub-blocks 2 (blk % 2) and 2 (blk % 2) + 1 of block blk / 2.
+template <> RF_DEVICE_SPEC void load_block32<w_nvfp4>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 2) * 36;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int s = 2 * (int)(blk % 2) + h;
+        const float d = rf_ue4m3_half(b[s]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int q = b[4 + 8 * s + j];
+            out[16 * h + j] = (float)rf_mxfp4_level(q & 15) * d;
+            out[16 * h + 8 + j] = (float)rf_mxfp4_level(q >> 4) * d;
+        }
+    }
+}
+#endif
+
+#if RF_ALL || RF_T_q1_0
+template <> RF_DEVICE_SPEC float load_w<w_q1_0>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 128) * 18;
+    const int j = (int)(k % 128);
+    const float d = rf_ld_f16(b);
+    return (b[2 + j / 8] >> (j % 8)) & 1 ? d : -d;
+}
+// Quarter blk % 4 of block blk / 4.
+template <> RF_DEVICE_SPEC void load_block32<w_q1_0>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 4) * 18;
+    const unsigned bits = rf_ld_u32(b + 2 + 4 * (blk % 4));
+    const float d = rf_ld_f16(b);
+#pragma unroll
+    for (int j = 0; j < 32; j++) out[j] = (bits >> j) & 1 ? d : -d;
+}
+#endif
+
+#if RF_ALL || RF_T_q2_0
+template <> RF_DEVICE_SPEC float load_w<w_q2_0>(const char* row, i64 k) {
+    const unsigned char* b = (const unsigned char*)row + (k / 64) * 18;
+    const int j = (int)(k % 64);
+    return (float)(((b[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * rf_ld_f16(b);
+}
+// Half blk % 2 of block blk / 2.
+template <> RF_DEVICE_SPEC void load_block32<w_q2_0>(const char* row, i64 blk, float* out) {
+    const unsigned char* b = (const unsigned char*)row + (blk / 2) * 18;
+    const unsigned char* q = b + 2 + 8 * (blk % 2);
+    const float d = rf_ld_f16(b);
+#pragma unroll
+    for (int j = 0; j < 32; j++) out[j] = (float)(((q[j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+}
 #endif
 
 #endif

@@ -578,15 +578,11 @@ mod tests {
         assert!(has(&sr.kv_types, Q8_0) && has(&sr.kv_types, Q4_0) && !has(&sr.kv_types, Q4_1));
         let mm = c.op("MUL_MAT").expect("MUL_MAT");
         assert!(has(&mm.weight_types, Q4_0) && has(&mm.weight_types, F32));
-        // Every weight type but ggml 0.26's newest three (RFCPU only so far) and F16 / BF16
+        // Every weight type, ggml 0.26's NVFP4, Q1_0 and Q2_0 included, and F16 / BF16
         // activations (issue 25), for the products and GET_ROWS alike.
         for op in ["MUL_MAT", "MUL_MAT_ID", "GET_ROWS"] {
             let o = c.op(op).unwrap_or_else(|| panic!("no {op}"));
-            let all: Vec<&str> = WEIGHT_TYPES
-                .iter()
-                .filter(|t| !matches!(t, GgmlType::NVFP4 | GgmlType::Q1_0 | GgmlType::Q2_0))
-                .map(|t| t.name())
-                .collect();
+            let all: Vec<&str> = WEIGHT_TYPES.iter().map(|t| t.name()).collect();
             assert_eq!(o.weight_types, all, "{op}");
         }
         assert_eq!(mm.activation_types, vec!["f32", "f16", "bf16"]);

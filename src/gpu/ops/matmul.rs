@@ -135,9 +135,14 @@ pub(super) fn supports_mul_mat(node: &Tensor) -> bool {
 /// round_src1), or None where it uses src1 as it is (F32 weights).
 pub(super) fn src1_rounding(t: GgmlType) -> Option<i32> {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
-            Some(0)
-        }
+        GgmlType::Q4_0
+        | GgmlType::Q5_0
+        | GgmlType::Q8_0
+        | GgmlType::IQ4_NL
+        | GgmlType::MXFP4
+        | GgmlType::NVFP4
+        | GgmlType::Q1_0
+        | GgmlType::Q2_0 => Some(0),
         GgmlType::Q4_1 | GgmlType::Q5_1 => Some(3),
         // Every 256-value format's vec_dot_type is Q8_K.
         GgmlType::Q2_K
@@ -171,7 +176,10 @@ pub(super) fn mvq_mode(t: GgmlType) -> Option<i32> {
         | GgmlType::Q5_1
         | GgmlType::Q8_0
         | GgmlType::IQ4_NL
-        | GgmlType::MXFP4 => Some(0),
+        | GgmlType::MXFP4
+        | GgmlType::NVFP4
+        | GgmlType::Q1_0
+        | GgmlType::Q2_0 => Some(0),
         GgmlType::Q4_K
         | GgmlType::Q6_K
         | GgmlType::IQ4_XS
