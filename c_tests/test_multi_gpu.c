@@ -7,7 +7,8 @@
 //      all GPUs, every GPU in turn the main device, several tensor_split choices (equal, free
 //      memory, everything on one GPU, a GPU given nothing); MUL_MAT with its weights in a split
 //      buffer for several weight types and edge shapes (odd rows, fewer rows than the rounding,
-//      one column and many) against ggml-cpu, each graph three times (launched, captured, replayed;
+//      one column and many), and blocks of products (Q, K and V of one x, a product of a
+//      product), against ggml-cpu, each graph three times (launched, captured, replayed;
 //      few columns read and write across devices directly where peer access is on, many columns
 //      copy both ways); the weights read back gather the rows set; other
 //      ops and other devices decline split weights. With one GPU this is the single-GPU run of
@@ -186,6 +187,80 @@ static void run_split_mm(int main, ggml_backend_buffer_type_t split, const char 
     ggml_free(ac);
 }
 
+// Three split products of one x (Q, K and V: the other GPUs wait for x once and the main GPU
+// for their rows once), a split product reading Q's rows right away (z = w2 q), then
+// s = (q + k) + v, against ggml-cpu, launched, captured and replayed.
+static void run_split_block(int main, ggml_backend_buffer_type_t split, const char * ts_label, enum ggml_type t, int64_t k, int64_t n) {
+    char label[256];
+    snprintf(label, sizeof label, "main %s ts %s Q/K/V block %s k=%lld n=%lld", ggml_backend_dev_name(g_gpus[main]), ts_label,
+             ggml_type_name(t), (long long) k, (long long) n);
+    struct ggml_tensor *cw[4], *w[4], *cout[2], *out[2];
+    struct ggml_context * cc = new_ctx(16), * wc = new_ctx(4), * ac = new_ctx(16);
+    struct ggml_tensor *cx = ggml_new_tensor_2d(cc, GGML_TYPE_F32, k, n), *x = ggml_new_tensor_2d(ac, GGML_TYPE_F32, k, n);
+    for (int i = 0; i < 4; i++) {
+        cw[i] = ggml_new_tensor_2d(cc, t, k, i == 3 ? 64 : k);
+        w[i] = ggml_new_tensor_2d(wc, t, k, i == 3 ? 64 : k);
+    }
+    struct ggml_cgraph * gs[2];
+    for (int side = 0; side < 2; side++) {
+        struct ggml_context * c = side ? ac : cc;
+        struct ggml_tensor ** ws = side ? w : cw;
+        struct ggml_tensor * xx = side ? x : cx;
+        struct ggml_tensor * q = ggml_mul_mat(c, ws[0], xx), * kk = ggml_mul_mat(c, ws[1], xx), * v = ggml_mul_mat(c, ws[2], xx);
+        struct ggml_tensor * z = ggml_mul_mat(c, ws[3], q);
+        struct ggml_tensor * s = ggml_add(c, ggml_add(c, q, kk), v);
+        struct ggml_cgraph * g = ggml_new_graph(c);
+        ggml_build_forward_expand(g, q);
+        ggml_build_forward_expand(g, kk);
+        ggml_build_forward_expand(g, v);
+        ggml_build_forward_expand(g, z);
+        ggml_build_forward_expand(g, s);
+        gs[side] = g;
+        (side ? out : cout)[0] = z;
+        (side ? out : cout)[1] = s;
+    }
+    ggml_backend_t cpu = ggml_backend_dev_init(g_cpu, NULL);
+    ggml_backend_buffer_t cb = ggml_backend_alloc_ctx_tensors(cc, cpu);
+    for (int i = 0; i < 4; i++) rf_fill_tensor(cw[i], 21 + i, -1, 1);
+    rf_fill_tensor(cx, 5, -1, 1);
+    CHECK(rf_compute(cpu, gs[0]) == GGML_STATUS_SUCCESS, "%s: ggml-cpu", label);
+    float * ref[2] = { rf_tensor_to_float(cout[0]), rf_tensor_to_float(cout[1]) };
+    ggml_backend_buffer_t wb = ggml_backend_alloc_ctx_tensors_from_buft(wc, split);
+    ggml_backend_buffer_t ab = ggml_backend_alloc_ctx_tensors_from_buft(ac, ggml_backend_dev_buffer_type(g_gpus[main]));
+    ggml_backend_t be = ggml_backend_dev_init(g_gpus[main], NULL);
+    CHECK(wb && ab && be, "%s: split buffer, activations, backend", label);
+    if (wb && ab && be) {
+        for (int i = 0; i < 5; i++) {
+            struct ggml_tensor * from = i < 4 ? cw[i] : cx, * to = i < 4 ? w[i] : x;
+            size_t nb = ggml_nbytes(from);
+            void * b = malloc(nb);
+            ggml_backend_tensor_get(from, b, 0, nb);
+            ggml_backend_tensor_set(to, b, 0, nb);
+            free(b);
+        }
+        for (int rep = 0; rep < 3; rep++) {
+            CHECK(rf_compute(be, gs[1]) == GGML_STATUS_SUCCESS, "%s: compute", label);
+            for (int o = 0; o < 2; o++) {
+                float * got = rf_tensor_to_float(out[o]);
+                double e = rf_nmse(got, ref[o], (size_t) ggml_nelements(out[o]));
+                double thr = t == GGML_TYPE_F32 ? 1e-6 : 1e-4;
+                CHECK(e <= thr, "%s (run %d) %s: nmse %.3g > %.1g", label, rep, o ? "(q+k)+v" : "w2 q", e, thr);
+                free(got);
+            }
+        }
+    }
+    if (be) ggml_backend_free(be);
+    if (wb) ggml_backend_buffer_free(wb);
+    if (ab) ggml_backend_buffer_free(ab);
+    ggml_backend_buffer_free(cb);
+    ggml_backend_free(cpu);
+    free(ref[0]);
+    free(ref[1]);
+    ggml_free(cc);
+    ggml_free(wc);
+    ggml_free(ac);
+}
+
 // Ops other than MUL_MAT (and MUL_MAT with the split tensor as src1) decline split weights.
 static void check_declines(int main, ggml_backend_buffer_type_t split) {
     struct ggml_context * c = new_ctx(8);
@@ -269,6 +344,8 @@ static void test_row_split(void) {
             CHECK(g_split_fn(g_reg_index[main], ts[k]) == s, "the same split gives the same buffer type");
             printf("%s\n", ggml_backend_buft_name(s));
             for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) run_split_mm(main, s, names[k], cases[c]);
+            run_split_block(main, s, names[k], GGML_TYPE_Q4_0, 256, 1);
+            run_split_block(main, s, names[k], GGML_TYPE_Q8_0, 256, 20);
         }
     }
 }

@@ -99,9 +99,74 @@ pub(super) struct Lane {
     x: Grown,
     y: Grown,
     back: Grown,
+    /// What the main stream queued since this lane last waited for it: spans and whether
+    /// written. None: unknown (ordinary nodes ran), the lane waits before its next product.
+    since: Option<Vec<(Span, bool)>>,
+    /// The span of the main device's memory whose copy `x` holds, while still valid.
+    held: Option<Span>,
 }
 
+/// A byte range `[lo, hi)` of device memory.
+type Span = (u64, u64);
+
+/// Any span (what an unknown range is taken as).
+const EVERYWHERE: Span = (0, u64::MAX);
+
+fn overlaps(a: Span, b: Span) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+fn span(t: &Tensor) -> Span {
+    t.data_range()
+        .map_or(EVERYWHERE, |(a, b)| (a as u64, b as u64))
+}
+
+/// The memory a node's kernels read (false) and write (true); nothing for the ops that
+/// launch nothing.
+fn touched(n: &Tensor) -> Vec<(Span, bool)> {
+    if matches!(
+        n.op(),
+        op::NONE | op::VIEW | op::RESHAPE | op::PERMUTE | op::TRANSPOSE
+    ) {
+        return Vec::new();
+    }
+    let mut v = vec![(span(n), true)];
+    v.extend((0..GGML_MAX_SRC).filter_map(|i| n.src(i).map(|s| (span(&s), false))));
+    v
+}
+
+/// Whether two accesses must be ordered: they overlap and one of them writes.
+fn conflict(a: (Span, bool), b: (Span, bool)) -> bool {
+    (a.1 || b.1) && overlaps(a.0, b.0)
+}
+
+/// Lanes' work the main stream has not waited for yet: (GPU, span, whether the lane writes
+/// it). Waiting for a lane's latest event covers all of its earlier products.
+type Pending = Vec<(usize, Span, bool)>;
+
 impl Lane {
+    /// Whether the lane may read `x` and write `dst` without waiting for the main stream
+    /// again: nothing the main stream queued since it last waited conflicts.
+    fn in_step(&self, x: Span, writes: &[Span]) -> bool {
+        self.since.as_ref().is_some_and(|v| {
+            v.iter().all(|&a| {
+                !conflict(a, (x, false)) && writes.iter().all(|&w| !conflict(a, (w, true)))
+            })
+        })
+    }
+
+    /// The lane is about to wait for the main stream as it is now.
+    fn resync(&mut self) {
+        let held_ok = match (&self.since, self.held) {
+            (Some(v), Some(h)) => v.iter().all(|&a| !conflict(a, (h, false))),
+            _ => false,
+        };
+        if !held_ok {
+            self.held = None;
+        }
+        self.since = Some(Vec::new());
+    }
+
     /// Whether any of the lane's memory moved since last asked.
     fn take_moved(&mut self) -> bool {
         let mut m = false;
@@ -155,6 +220,8 @@ impl GpuBackend {
                 x: Grown::new(ctx.clone()),
                 y: Grown::new(ctx.clone()),
                 back: Grown::new(self.ctx.clone()),
+                since: None,
+                held: None,
             });
         }
         Ok(self.lanes[gpu].as_mut().unwrap())
@@ -285,25 +352,75 @@ impl GpuBackend {
             wants: None,
         };
         let uses = ops::Uses::of(nodes);
+        for lane in self.lanes.iter_mut().flatten() {
+            (lane.since, lane.held) = (None, None);
+        }
+        let mut pending = Pending::new();
         let mut i = 0;
         while i < nodes.len() {
             let node = &nodes[i];
             if let Some(st) = &splits[i] {
-                self.split_mul_mat(node, st, &lc)
+                self.split_mul_mat(node, st, &lc, &mut pending)
                     .map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?;
                 i += 1;
                 continue;
             }
-            // Runs of ordinary nodes, fused as usual but never across a split node.
-            let end = splits[i..]
+            // Runs of ordinary nodes, fused as usual but never across a split node, nor across
+            // the first node that touches a lane's pending rows: the main stream waits there.
+            let mut end = splits[i..]
                 .iter()
                 .position(Option::is_some)
                 .map_or(nodes.len(), |p| i + p);
+            let mut launches = false;
+            for (j, n) in nodes.iter().enumerate().take(end).skip(i) {
+                let t = touched(n);
+                launches |= !t.is_empty();
+                if t.iter()
+                    .any(|&a| pending.iter().any(|&(_, s, w)| conflict(a, (s, w))))
+                {
+                    end = j;
+                    break;
+                }
+            }
+            if end == i {
+                self.settle(&mut pending, &touched(node))?;
+                continue;
+            }
+            if launches {
+                for lane in self.lanes.iter_mut().flatten() {
+                    lane.since = None;
+                }
+            }
             i += ops::launch_at(&nodes[..end], i, &uses, &lc)
                 .map_err(|e| Error::Device(format!("node '{}': {e}", node.name())))?
                 .max(1);
         }
+        // Every lane joins the main stream before the graph ends (a capture needs it).
+        self.settle(&mut pending, &[(EVERYWHERE, true)])?;
         Ok(())
+    }
+
+    /// The main stream waits for each lane with pending work that conflicts with `with`;
+    /// returns whether it waited for any.
+    fn settle(&mut self, pending: &mut Pending, with: &[(Span, bool)]) -> Result<bool> {
+        let mut gpus: Vec<usize> = pending
+            .iter()
+            .filter(|&&(_, s, w)| with.iter().any(|&a| conflict(a, (s, w))))
+            .map(|p| p.0)
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let (api, mord, mstream) = (self.ctx.api.clone(), self.ctx.ord, self.stream);
+        for &g in &gpus {
+            let lane = self.lanes.get(g).and_then(Option::as_ref);
+            let Some(done) = lane.and_then(|l| l.backend.copy_event) else {
+                return Err(Error::Device(format!("no event of the lane on RFGPU{g}")));
+            };
+            api.stream_wait_event(mord, mstream, done)
+                .map_err(Error::Device)?;
+            pending.retain(|p| p.0 != g);
+        }
+        Ok(!gpus.is_empty())
     }
 
     /// A split MUL_MAT's output and src1 are in this device's memory (its weights are in the
@@ -331,6 +448,7 @@ impl GpuBackend {
         node: &Tensor,
         st: &SplitTensor,
         lc: &ops::LaunchCtx,
+        pending: &mut Pending,
     ) -> Result<()> {
         let (w, x) = match (node.src(0), node.src(1)) {
             (Some(w), Some(x)) => (w, x),
@@ -343,10 +461,13 @@ impl GpuBackend {
         let cols = dne[1] * dne[2] * dne[3];
         let x_bytes = x.nbytes();
         let dst = node.data() as usize as DevPtr;
-        // Where this stream is now: the lanes start from here (src1 is written).
-        let start = self.copy_event()?;
-        api.event_record(mord, start, mstream).map_err(dev)?;
-        // Per other GPU: its event, and where its rows came back to and which (None: in place).
+        let (xs, ds) = (span(&x), span(node));
+        // src1 or dst in a lane's pending work (one product feeding the next): the main stream
+        // waits for it, and then every lane waits for the main stream.
+        let settled = self.settle(pending, &[(xs, false), (ds, true)])?;
+        // Where this stream is now, recorded once the first lane needs it.
+        let mut start = None;
+        // The other GPUs whose rows come back to a place of their own to gather from.
         let mut back = Vec::new();
         for part in &st.parts {
             if Arc::ptr_eq(&part.ctx, &self.ctx) {
@@ -359,25 +480,57 @@ impl GpuBackend {
             // they were waited for, which keeps a capture free of outside events.
             lane.backend.after_staged_writes()?;
             let ls = lane.backend.stream;
-            api.stream_wait_event(dord, ls, start).map_err(dev)?;
             // Few columns with peer access: the lane's kernels read src1 and write their rows of
-            // dst in this device's memory directly (no copies); else copies both ways.
+            // dst in this device's memory directly (no copies); else copies both ways, and
+            // where dst has several columns the rows come back to `back` to be gathered.
             let direct = cols <= DIRECT_COLS && api.peer_access(dord, mord);
+            let gather = !direct && cols > 1;
+            let part_bytes = rows * cols * 4;
+            let mut writes = vec![ds];
+            if gather {
+                let b = lane.back.at_least(part_bytes)?;
+                writes.push((b, b + part_bytes as u64));
+            }
+            // A lane in step (consecutive products of one src1: Q, K and V; gate and up) does
+            // not wait for the main stream again.
+            if settled || !lane.in_step(xs, &writes) {
+                let e = match start {
+                    Some(e) => e,
+                    None => {
+                        // Only `self`'s event is borrowed here: the lane is found again below.
+                        let e = self.copy_event()?;
+                        api.event_record(mord, e, mstream).map_err(dev)?;
+                        start = Some(e);
+                        e
+                    }
+                };
+                let lane = self.lane(part.gpu, &part.ctx)?;
+                lane.resync();
+                api.stream_wait_event(dord, ls, e).map_err(dev)?;
+            }
+            let lane = self.lane(part.gpu, &part.ctx)?;
             let (xd, yd) = if direct {
                 (x.data() as usize as DevPtr, dst + (part.rows.0 * 4) as u64)
             } else {
-                let xd = lane.x.at_least(x_bytes)?;
                 let yd = lane.y.at_least(rows * cols * 4)?;
-                api.copy_peer_async(
-                    dord,
-                    xd,
-                    mord,
-                    x.data() as usize as DevPtr,
-                    x_bytes,
-                    dord,
-                    ls,
-                )
-                .map_err(dev)?;
+                // A lane that holds this src1 already (not written since) is not sent it again.
+                let xd = if lane.held == Some(xs) && lane.x.len >= x_bytes {
+                    lane.x.ptr
+                } else {
+                    let xd = lane.x.at_least(x_bytes)?;
+                    api.copy_peer_async(
+                        dord,
+                        xd,
+                        mord,
+                        x.data() as usize as DevPtr,
+                        x_bytes,
+                        dord,
+                        ls,
+                    )
+                    .map_err(dev)?;
+                    lane.held = Some(xs);
+                    xd
+                };
                 (xd, yd)
             };
             let a = rows_of(&w, part);
@@ -421,22 +574,25 @@ impl GpuBackend {
             };
             ops::launch(&yt, &llc).map_err(dev)?;
             let done = lane.backend.copy_event()?;
-            if direct {
+            // Rows written in place (directly, or one column copied back): the main stream
+            // waits where dst (or src1's memory) is next touched, not here.
+            if !gather {
+                if !direct {
+                    api.copy_peer_async(mord, yd_in_place(dst, part), dord, yd, rows * 4, dord, ls)
+                        .map_err(dev)?;
+                }
                 api.event_record(dord, done, ls).map_err(dev)?;
                 lane.backend.queued = true;
-                back.push((done, None));
+                pending.push((part.gpu, xs, false));
+                pending.push((part.gpu, ds, true));
                 continue;
             }
-            let to = if cols == 1 {
-                dst + (part.rows.0 * 4) as u64
-            } else {
-                lane.back.at_least(rows * cols * 4)?
-            };
+            let to = lane.back.ptr;
             api.copy_peer_async(mord, to, dord, yd, rows * cols * 4, dord, ls)
                 .map_err(dev)?;
             api.event_record(dord, done, ls).map_err(dev)?;
             lane.backend.queued = true;
-            back.push((done, (cols > 1).then_some((to, part.rows))));
+            back.push((part.gpu, done, to, part.rows));
         }
         // This device's rows, straight into dst, while the lanes work.
         if let Some(part) = st.parts.iter().find(|p| Arc::ptr_eq(&p.ctx, &self.ctx)) {
@@ -449,11 +605,14 @@ impl GpuBackend {
             let yt = unsafe { Tensor::from_ptr(&*y) }.unwrap();
             ops::launch(&yt, lc).map_err(dev)?;
         }
-        for (done, gather) in back {
+        for lane in self.lanes.iter_mut().flatten() {
+            if let Some(v) = &mut lane.since {
+                v.extend([(xs, false), (ds, true)]);
+            }
+        }
+        for (gpu, done, from, rows) in back {
             api.stream_wait_event(mord, mstream, done).map_err(dev)?;
-            let Some((from, rows)) = gather else {
-                continue;
-            };
+            pending.retain(|p| p.0 != gpu);
             // The lane's rows, contiguous, into their place in each column of dst.
             let yne = [rows.1 - rows.0, dne[1], dne[2], dne[3]];
             let s = made(GgmlType::F32, yne, contiguous(GgmlType::F32, yne), from);
@@ -462,9 +621,22 @@ impl GpuBackend {
             d.src[0] = &*s as *const ggml_tensor as *mut ggml_tensor;
             let dt = unsafe { Tensor::from_ptr(&*d) }.unwrap();
             ops::launch(&dt, lc).map_err(dev)?;
+            // The lanes write `back` again only after waiting for this gather (src1 they
+            // hold stays theirs).
+            let read = (from, from + ((rows.1 - rows.0) * cols * 4) as u64);
+            for lane in self.lanes.iter_mut().flatten() {
+                if let Some(v) = &mut lane.since {
+                    v.extend([(read, false), (ds, true)]);
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// Where a part's rows of a one-column dst start.
+fn yd_in_place(dst: DevPtr, part: &Part) -> DevPtr {
+    dst + (part.rows.0 * 4) as u64
 }
 
 #[cfg(test)]
@@ -534,6 +706,134 @@ mod tests {
             "the token's graph captured"
         );
         assert_eq!(count(&api, "graph_launch"), 2, "and launched twice");
+        drop(be);
+    }
+
+    /// Q, K and V products of one src1 followed by a node reading Q and K, on two mocked GPUs
+    /// (`peer`: the other GPU reaches this one's memory; `cols`: columns of src1). Returns the
+    /// calls of one run launched directly: (waits between streams, peer copies).
+    fn qkv(peer: bool, cols: usize, between: bool) -> (usize, usize) {
+        let api = Arc::new(MockApi::new(0));
+        api.peer.store(peer, Ordering::SeqCst);
+        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
+        let sb = ty.alloc(1 << 20);
+        let ws: Vec<TT> = (0..3)
+            .map(|_| TT::new(GgmlType::Q4_0, [256, 128, 1, 1]))
+            .collect();
+        let sts: Vec<_> = ws
+            .iter()
+            .map(|w| {
+                sb.init_tensor(&w.tensor()).unwrap();
+                sb.tensor(&w.tensor())
+            })
+            .collect();
+        let bt = GpuBufferType::new(c0.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let at = |off: usize| buf.base().wrapping_add(off) as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(c0.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [256, cols, 1, 1]);
+        x.t.data = at(0);
+        let mut ys: Vec<TT> = (0..3)
+            .map(|_| TT::new(GgmlType::F32, [128, cols, 1, 1]))
+            .collect();
+        for (k, y) in ys.iter_mut().enumerate() {
+            y.op(op::MUL_MAT).src(0, &ws[k]).src(1, &x);
+            y.t.data = at((k + 1) << 17);
+        }
+        let mut sum = TT::new(GgmlType::F32, [128, cols, 1, 1]);
+        sum.op(op::ADD).src(0, &ys[0]).src(1, &ys[1]);
+        sum.t.data = at(4 << 17);
+        // An ordinary node between Q and K that writes elsewhere.
+        let mut other = TT::new(GgmlType::F32, [256, cols, 1, 1]);
+        other.op(op::ADD).src(0, &x).src(1, &x);
+        other.t.data = at(5 << 17);
+        let (mut nodes, mut splits) = (Vec::new(), Vec::new());
+        for (k, y) in ys.iter().enumerate() {
+            nodes.push(y.tensor());
+            splits.push(sts[k].clone());
+            if between && k == 0 {
+                nodes.push(other.tensor());
+                splits.push(None);
+            }
+        }
+        nodes.push(sum.tensor());
+        splits.push(None);
+        let before = api.log.lock().unwrap().len();
+        be.compute_with_splits(&nodes, &splits).unwrap();
+        let log: Vec<_> = api.log.lock().unwrap()[before..].to_vec();
+        let n = |w: &str| log.iter().filter(|&&c| c == w).count();
+        (n("stream_wait_event"), n("copy_peer_async"))
+    }
+
+    /// A token's Q, K and V read across directly: the other GPU waits for the main stream
+    /// once, and the main stream for it once, where Q is first read (each product used to
+    /// wait twice: 6 waits).
+    #[test]
+    fn consecutive_products_share_the_waits() {
+        assert_eq!(qkv(true, 1, false), (2, 0));
+    }
+
+    /// Without peer access, src1 is sent to the other GPU once for the three products (each
+    /// used to copy it: 6 copies), and the rows still come back per product.
+    #[test]
+    fn a_lane_holding_src1_is_not_sent_it_again() {
+        assert_eq!(qkv(false, 1, false), (2, 4));
+        // A prompt's products: rows are gathered after each (a wait each), and the other GPU
+        // waits for each gather before writing its rows back again, but src1 goes once.
+        assert_eq!(qkv(false, 20, false), (6, 4));
+    }
+
+    /// An ordinary node between two products: the other GPU waits for the main stream again
+    /// (the node may have written what it reads), and gets src1 again where it copies it.
+    #[test]
+    fn a_node_between_products_makes_the_lane_wait_again() {
+        assert_eq!(qkv(true, 1, true), (3, 0));
+        assert_eq!(qkv(false, 1, true), (3, 5));
+    }
+
+    /// The token graph over both devices is still captured on its second run and replayed.
+    #[test]
+    fn deferred_waits_keep_the_capture() {
+        let api = Arc::new(MockApi::new(0));
+        api.peer.store(true, Ordering::SeqCst);
+        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
+        let sb = ty.alloc(1 << 20);
+        let (wq, wk) = (
+            TT::new(GgmlType::Q4_0, [256, 128, 1, 1]),
+            TT::new(GgmlType::Q4_0, [256, 128, 1, 1]),
+        );
+        for w in [&wq, &wk] {
+            sb.init_tensor(&w.tensor()).unwrap();
+        }
+        let bt = GpuBufferType::new(c0.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let at = |off: usize| buf.base().wrapping_add(off) as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(c0.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [256, 1, 1, 1]);
+        x.t.data = at(0);
+        let mut q = TT::new(GgmlType::F32, [128, 1, 1, 1]);
+        q.op(op::MUL_MAT).src(0, &wq).src(1, &x);
+        q.t.data = at(1 << 17);
+        let mut k = TT::new(GgmlType::F32, [128, 1, 1, 1]);
+        k.op(op::MUL_MAT).src(0, &wk).src(1, &x);
+        k.t.data = at(2 << 17);
+        let mut sum = TT::new(GgmlType::F32, [128, 1, 1, 1]);
+        sum.op(op::ADD).src(0, &q).src(1, &k);
+        sum.t.data = at(3 << 17);
+        let nodes = [q.tensor(), k.tensor(), sum.tensor()];
+        let splits = [sb.tensor(&wq.tensor()), sb.tensor(&wk.tensor()), None];
+        // The first run takes the lane's memory (a new graph next), the third is captured.
+        for _ in 0..4 {
+            be.repeats_last(&nodes);
+            be.compute_with_splits(&nodes, &splits).unwrap();
+        }
+        assert_eq!(count(&api, "capture_begin"), 1);
+        assert_eq!(count(&api, "graph_instantiate"), 1);
+        assert_eq!(count(&api, "graph_launch"), 2);
         drop(be);
     }
 }
