@@ -21,10 +21,11 @@ fn root(mut t: *const ggml_tensor) -> *const ggml_tensor {
     t
 }
 
-/// Moves each split product (a node for which `is_split` holds) up to right after an earlier
-/// split product of the same src1, past the nodes between, unless one of them writes into
-/// src1's memory (an in-place op on it). The products read only their weights and src1, and
-/// nothing between can read their output, so the order stays a valid one.
+/// Moves each split product (a MUL_MAT or MUL_MAT_ID for which `is_split` holds) up to right
+/// after an earlier split product of the same src1 (and ids), past the nodes between, unless
+/// one of them writes into src1's memory (an in-place op on it). The products read only their
+/// weights, src1 and ids, and nothing between can read their output, so the order stays a
+/// valid one. Returns how many moved.
 ///
 /// # Safety
 /// `nodes` are valid tensors of one graph (their sources and view sources valid too).
@@ -32,12 +33,18 @@ pub unsafe fn group_split_products(
     nodes: &mut [*mut ggml_tensor],
     is_split: impl Fn(&Tensor) -> bool,
 ) -> usize {
-    let split = |p: *mut ggml_tensor| -> Option<*mut ggml_tensor> {
+    // A split product's src1 and (MUL_MAT_ID's) ids: what it reads besides its weights.
+    let split = |p: *mut ggml_tensor| -> Option<(*mut ggml_tensor, *mut ggml_tensor)> {
         // SAFETY: a node of the graph (the caller's promise).
         let t = unsafe { Tensor::from_ptr(p) }?;
-        (t.op() == op::MUL_MAT && is_split(&t))
-            .then(|| t.raw().src[1])
-            .filter(|s| !s.is_null())
+        let r = t.raw();
+        let ids = if t.op() == op::MUL_MAT_ID {
+            r.src[2]
+        } else {
+            std::ptr::null_mut()
+        };
+        (matches!(t.op(), op::MUL_MAT | op::MUL_MAT_ID) && is_split(&t) && !r.src[1].is_null())
+            .then_some((r.src[1], ids))
     };
     let mut moved = 0;
     let mut i = 0;
@@ -46,7 +53,7 @@ pub unsafe fn group_split_products(
             i += 1;
             continue;
         };
-        let base = root(x);
+        let base = root(x.0);
         let mut at = i + 1;
         for j in i + 1..nodes.len() {
             if split(nodes[j]) == Some(x) {
@@ -137,5 +144,28 @@ mod tests {
             unsafe { group_split_products(&mut nodes, |t| weights.contains(&t.raw().src[0])) };
         assert_eq!(moved, 0);
         assert_eq!(nodes, [&x, &q, &inplace, &k].map(ptr));
+    }
+
+    /// Gate and up experts of one src1 and ids come together; a MUL_MAT_ID of other ids
+    /// does not join them.
+    #[test]
+    fn mul_mat_id_products_group_by_src1_and_ids() {
+        let x = node(op::RMS_NORM, &[]);
+        let (ids, other_ids) = (node(op::ARGSORT, &[]), node(op::ARGSORT, &[]));
+        let (wg, wu, wo) = (
+            node(op::NONE, &[]),
+            node(op::NONE, &[]),
+            node(op::NONE, &[]),
+        );
+        let g = node(op::MUL_MAT_ID, &[&wg, &x, &ids]);
+        let between = node(op::SCALE, &[&g]);
+        let o = node(op::MUL_MAT_ID, &[&wo, &x, &other_ids]);
+        let u = node(op::MUL_MAT_ID, &[&wu, &x, &ids]);
+        let mut nodes = [&x, &ids, &other_ids, &g, &between, &o, &u].map(ptr);
+        let weights = [&wg, &wu, &wo].map(ptr);
+        let moved =
+            unsafe { group_split_products(&mut nodes, |t| weights.contains(&t.raw().src[0])) };
+        assert_eq!(moved, 1);
+        assert_eq!(nodes, [&x, &ids, &other_ids, &g, &u, &between, &o].map(ptr));
     }
 }

@@ -1,9 +1,15 @@
-//! Graphs with row-split MUL_MATs (`-sm row`, weights in a split buffer: `gpu/split.rs`).
-//! The main device runs the graph; at a split MUL_MAT every other GPU holding rows gets src1
+//! Graphs with row-split MUL_MATs and MUL_MAT_IDs (`-sm row`, weights in a split buffer:
+//! `gpu/split.rs`; below, "product" is either, "src1" a MUL_MAT_ID's ids too).
+//! The main device runs the graph; at a split product every other GPU holding rows gets src1
 //! by peer copy on a stream of its own (a `Lane`, ordered after the main stream by an event),
 //! multiplies its rows, and copies its part of dst back; meanwhile the main device multiplies
-//! its own rows straight into dst. The main stream waits for the lanes' events, and where dst
-//! has several columns a copy kernel puts each lane's rows in place (the peer copy is flat).
+//! its own rows straight into dst. Where dst has several columns the main stream waits for the
+//! lane at once and a copy kernel puts the lane's rows in place (the peer copy is flat).
+//! Cross-device waits are kept few (each costs ~10 us against a token's ~1 us products): a lane
+//! that saw only other split products on the main stream since it last waited, none touching
+//! what it reads or writes, does not wait again (Q, K and V of one src1), nor gets a src1 it
+//! holds again; the main stream waits for a lane's rows (written in place) only where a later
+//! node touches them, once for all of the lane's products before (`settle`).
 //! A graph seen twice in a row is captured, the lanes' streams joining the main stream's capture
 //! through the events, into one runtime graph over every device, and replayed from then on
 //! (token generation); a lane's memory that moved makes the next graph a new one. A graph
@@ -29,7 +35,7 @@ pub(super) fn split_sources(nodes: &[Tensor]) -> Option<Vec<Option<Arc<SplitTens
     let v: Vec<_> = nodes
         .iter()
         .map(|n| {
-            let s = (n.op() == op::MUL_MAT)
+            let s = matches!(n.op(), op::MUL_MAT | op::MUL_MAT_ID)
                 .then(|| n.src(0).and_then(|w| crate::ffi::split::split_tensor(&w)))
                 .flatten();
             any |= s.is_some();
@@ -97,6 +103,8 @@ pub(super) struct Lane {
     backend: GpuBackend,
     scratch: Grown,
     x: Grown,
+    /// A MUL_MAT_ID's ids, copied there where the lane cannot read them across.
+    ids: Grown,
     y: Grown,
     back: Grown,
     /// What the main stream queued since this lane last waited for it: spans and whether
@@ -147,10 +155,11 @@ type Pending = Vec<(usize, Span, bool)>;
 impl Lane {
     /// Whether the lane may read `x` and write `dst` without waiting for the main stream
     /// again: nothing the main stream queued since it last waited conflicts.
-    fn in_step(&self, x: Span, writes: &[Span]) -> bool {
+    fn in_step(&self, reads: &[Span], writes: &[Span]) -> bool {
         self.since.as_ref().is_some_and(|v| {
             v.iter().all(|&a| {
-                !conflict(a, (x, false)) && writes.iter().all(|&w| !conflict(a, (w, true)))
+                reads.iter().all(|&r| !conflict(a, (r, false)))
+                    && writes.iter().all(|&w| !conflict(a, (w, true)))
             })
         })
     }
@@ -170,7 +179,13 @@ impl Lane {
     /// Whether any of the lane's memory moved since last asked.
     fn take_moved(&mut self) -> bool {
         let mut m = false;
-        for g in [&mut self.scratch, &mut self.x, &mut self.y, &mut self.back] {
+        for g in [
+            &mut self.scratch,
+            &mut self.x,
+            &mut self.ids,
+            &mut self.y,
+            &mut self.back,
+        ] {
             m |= std::mem::take(&mut g.moved);
         }
         m
@@ -199,10 +214,10 @@ fn contiguous(ty: GgmlType, ne: [usize; 4]) -> [usize; 4] {
     [ty.type_size(), nb1, nb1 * ne[1], nb1 * ne[1] * ne[2]]
 }
 
-/// `part`'s rows of the weight `w` as a tensor of their own.
+/// `part`'s rows of the weight `w` (of each expert of a MUL_MAT_ID's) as a tensor of their own.
 fn rows_of(w: &Tensor, part: &Part) -> Box<ggml_tensor> {
     let rows = part.rows.1 - part.rows.0;
-    let ne = [w.ne()[0], rows, 1, 1];
+    let ne = [w.ne()[0], rows, w.ne()[2], 1];
     made(w.dtype(), ne, contiguous(w.dtype(), ne), part.ptr)
 }
 
@@ -218,6 +233,7 @@ impl GpuBackend {
                 backend,
                 scratch: Grown::new(ctx.clone()),
                 x: Grown::new(ctx.clone()),
+                ids: Grown::new(ctx.clone()),
                 y: Grown::new(ctx.clone()),
                 back: Grown::new(self.ctx.clone()),
                 since: None,
@@ -430,10 +446,20 @@ impl GpuBackend {
             .src(1)
             .ok_or_else(|| Error::Unsupported("MUL_MAT without src1".into()))?;
         let (a, b) = n.data_range().map_err(Error::Unsupported)?;
-        let (c, d) = x.data_range().map_err(Error::Unsupported)?;
-        if !self.ctx.owns_writable(a as u64, b - a) || !self.ctx.owns_device(c as u64, d - c) {
+        let mut reads = vec![x.data_range().map_err(Error::Unsupported)?];
+        if n.op() == op::MUL_MAT_ID {
+            let ids = n
+                .src(2)
+                .ok_or_else(|| Error::Unsupported("MUL_MAT_ID without ids".into()))?;
+            reads.push(ids.data_range().map_err(Error::Unsupported)?);
+        }
+        if !self.ctx.owns_writable(a as u64, b - a)
+            || reads
+                .iter()
+                .any(|&(c, d)| !self.ctx.owns_device(c as u64, d - c))
+        {
             return Err(Error::Unsupported(format!(
-                "'{}' or its src1 is not in {} memory",
+                "'{}' or its src1 (or ids) is not in {} memory",
                 n.name(),
                 self.name.to_string_lossy()
             )));
@@ -441,8 +467,9 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// One MUL_MAT whose weights are split: every GPU multiplies its rows (see the file's
-    /// comment); the result is in dst on this stream when it returns.
+    /// One MUL_MAT (or MUL_MAT_ID) whose weights are split: every GPU multiplies its rows (of
+    /// every expert: each runs MUL_MAT_ID over its rows; see the file's comment); the lanes'
+    /// rows are in dst once the main stream waited for them (`settle`).
     fn split_mul_mat(
         &mut self,
         node: &Tensor,
@@ -462,9 +489,16 @@ impl GpuBackend {
         let x_bytes = x.nbytes();
         let dst = node.data() as usize as DevPtr;
         let (xs, ds) = (span(&x), span(node));
+        // MUL_MAT_ID's ids: read by every device as src1 is.
+        let ids = (node.op() == op::MUL_MAT_ID).then(|| node.src(2)).flatten();
+        let is = ids.as_ref().map(span);
+        let mut reads = vec![xs];
+        reads.extend(is);
         // src1 or dst in a lane's pending work (one product feeding the next): the main stream
         // waits for it, and then every lane waits for the main stream.
-        let settled = self.settle(pending, &[(xs, false), (ds, true)])?;
+        let mut with: Vec<(Span, bool)> = reads.iter().map(|&r| (r, false)).collect();
+        with.push((ds, true));
+        let settled = self.settle(pending, &with)?;
         // Where this stream is now, recorded once the first lane needs it.
         let mut start = None;
         // The other GPUs whose rows come back to a place of their own to gather from.
@@ -493,7 +527,7 @@ impl GpuBackend {
             }
             // A lane in step (consecutive products of one src1: Q, K and V; gate and up) does
             // not wait for the main stream again.
-            if settled || !lane.in_step(xs, &writes) {
+            if settled || !lane.in_step(&reads, &writes) {
                 let e = match start {
                     Some(e) => e,
                     None => {
@@ -533,6 +567,24 @@ impl GpuBackend {
                 };
                 (xd, yd)
             };
+            // The ids, read across or copied over (a few bytes; their whole span, strides kept).
+            let ib = match (&ids, is) {
+                (Some(t), Some(sp)) => {
+                    let at = if direct {
+                        sp.0
+                    } else {
+                        let n = (sp.1 - sp.0) as usize;
+                        let d = lane.ids.at_least(n)?;
+                        api.copy_peer_async(dord, d, mord, sp.0, n, dord, ls)
+                            .map_err(dev)?;
+                        d
+                    };
+                    let mut it = made(GgmlType::I32, t.ne(), t.nb(), at);
+                    it.op = op::NONE;
+                    Some(it)
+                }
+                _ => None,
+            };
             let a = rows_of(&w, part);
             let mut b = made(x.dtype(), x.ne(), x.nb(), xd);
             b.op = op::NONE;
@@ -543,10 +595,13 @@ impl GpuBackend {
                 contiguous(GgmlType::F32, yne)
             };
             let mut y = made(GgmlType::F32, yne, ynb, yd);
-            y.op = op::MUL_MAT;
+            y.op = node.op();
             y.src[0] = &*a as *const ggml_tensor as *mut ggml_tensor;
             y.src[1] = &*b as *const ggml_tensor as *mut ggml_tensor;
-            debug_assert!(y.src[2..GGML_MAX_SRC].iter().all(|s| s.is_null()));
+            if let Some(it) = &ib {
+                y.src[2] = &**it as *const ggml_tensor as *mut ggml_tensor;
+            }
+            debug_assert!(y.src[3..GGML_MAX_SRC].iter().all(|s| s.is_null()));
             // SAFETY: `y` and its sources live until the launches are queued.
             let yt = unsafe { Tensor::from_ptr(&*y) }.unwrap();
             let need = ops::scratch_bytes(&yt);
@@ -583,7 +638,7 @@ impl GpuBackend {
                 }
                 api.event_record(dord, done, ls).map_err(dev)?;
                 lane.backend.queued = true;
-                pending.push((part.gpu, xs, false));
+                pending.extend(reads.iter().map(|&r| (part.gpu, r, false)));
                 pending.push((part.gpu, ds, true));
                 continue;
             }
@@ -599,15 +654,19 @@ impl GpuBackend {
             let a = rows_of(&w, part);
             let yne = [part.rows.1 - part.rows.0, dne[1], dne[2], dne[3]];
             let mut y = made(GgmlType::F32, yne, dnb, dst + (part.rows.0 * 4) as u64);
-            y.op = op::MUL_MAT;
+            y.op = node.op();
             y.src[0] = &*a as *const ggml_tensor as *mut ggml_tensor;
             y.src[1] = x.as_ptr();
+            if let Some(t) = &ids {
+                y.src[2] = t.as_ptr();
+            }
             let yt = unsafe { Tensor::from_ptr(&*y) }.unwrap();
             ops::launch(&yt, lc).map_err(dev)?;
         }
         for lane in self.lanes.iter_mut().flatten() {
             if let Some(v) = &mut lane.since {
-                v.extend([(xs, false), (ds, true)]);
+                v.extend(reads.iter().map(|&r| (r, false)));
+                v.push((ds, true));
             }
         }
         for (gpu, done, from, rows) in back {
@@ -835,5 +894,53 @@ mod tests {
         assert_eq!(count(&api, "graph_instantiate"), 1);
         assert_eq!(count(&api, "graph_launch"), 2);
         drop(be);
+    }
+
+    /// A MUL_MAT_ID over split experts: each expert's rows are divided as a matrix's, each GPU
+    /// runs MUL_MAT_ID over its rows (one launch each), and the other GPU reads src1 and ids
+    /// across, or gets both copied over and its rows gathered.
+    fn mmid(peer: bool, tokens: usize) -> (Vec<&'static str>, Arc<SplitTensor>) {
+        let api = Arc::new(MockApi::new(0));
+        api.peer.store(peer, Ordering::SeqCst);
+        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
+        let sb = ty.alloc(1 << 20);
+        let w = TT::new(GgmlType::Q8_0, [256, 128, 4, 1]);
+        sb.init_tensor(&w.tensor()).unwrap();
+        let st = sb.tensor(&w.tensor()).unwrap();
+        let bt = GpuBufferType::new(c0.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let at = |off: usize| buf.base().wrapping_add(off) as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(c0.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [256, 1, tokens, 1]);
+        x.t.data = at(0);
+        let mut ids = TT::new(GgmlType::I32, [2, tokens, 1, 1]);
+        ids.t.data = at(1 << 17);
+        let mut y = TT::new(GgmlType::F32, [128, 2, tokens, 1]);
+        y.op(op::MUL_MAT_ID).src(0, &w).src(1, &x).src(2, &ids);
+        y.t.data = at(2 << 17);
+        let nodes = [y.tensor()];
+        let splits = [Some(st.clone())];
+        let before = api.log.lock().unwrap().len();
+        be.compute_with_splits(&nodes, &splits).unwrap();
+        let log = api.log.lock().unwrap()[before..].to_vec();
+        drop(be);
+        (log, st)
+    }
+
+    #[test]
+    fn mul_mat_id_runs_over_each_gpus_rows_of_every_expert() {
+        let n = |log: &[&str], w: &str| log.iter().filter(|&&c| c == w).count();
+        let (log, st) = mmid(true, 1);
+        assert_eq!(st.blocks, 4);
+        let rows: Vec<_> = st.parts.iter().map(|p| p.rows).collect();
+        assert_eq!(rows, [(0, 64), (64, 128)], "each expert's rows halved");
+        assert_eq!(n(&log, "copy_peer_async"), 0, "src1 and ids read across");
+        assert_eq!(n(&log, "stream_wait_event"), 2);
+        // Without peer access: src1 and ids copied over, the rows copied back.
+        let (log, _) = mmid(false, 3);
+        assert_eq!(n(&log, "copy_peer_async"), 3);
+        assert_eq!(n(&log, "stream_wait_event"), 2);
     }
 }
