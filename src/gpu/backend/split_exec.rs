@@ -12,9 +12,10 @@
 //! node touches them, once for all of the lane's products before (`settle`).
 //! A graph seen twice in a row is captured, the lanes' streams joining the main stream's capture
 //! through the events, into one runtime graph over every device, and replayed from then on
-//! (token generation); a lane's memory that moved makes the next graph a new one. A graph
-//! whose capture fails (peer copies, taken for products of many columns, cannot be captured)
-//! runs launch by launch, and so do later graphs of its shape; other shapes are still captured.
+//! (tokens; prompts too where peer access is on, their copies then being plain device-to-device
+//! ones); a lane's memory that moved makes the next graph a new one. A graph whose capture
+//! fails (peer copies, taken without peer access, cannot be captured) runs launch by launch,
+//! and so do later graphs of its shape; other shapes are still captured.
 
 use super::{capture_graph, GpuBackend, GpuCtx};
 use crate::device::{Error, Result};
@@ -517,8 +518,21 @@ impl GpuBackend {
             // Few columns with peer access: the lane's kernels read src1 and write their rows of
             // dst in this device's memory directly (no copies); else copies both ways, and
             // where dst has several columns the rows come back to `back` to be gathered.
-            let direct = cols <= DIRECT_COLS && api.peer_access(dord, mord);
+            let peer = api.peer_access(dord, mord);
+            let direct = cols <= DIRECT_COLS && peer;
             let gather = !direct && cols > 1;
+            // Copies between the two devices, on the lane's stream: with peer access a plain
+            // device-to-device copy, which a capture takes (a peer copy fails it, as CUDA's
+            // cuMemcpyPeerAsync does), so prompts' graphs are captured too; without, a peer
+            // copy, which the driver stages through the host.
+            let across = |to_ord: usize, to: DevPtr, from_ord: usize, from: DevPtr, n: usize| {
+                if peer {
+                    api.copy_dtod_async(dord, to, from, n, ls)
+                } else {
+                    api.copy_peer_async(to_ord, to, from_ord, from, n, dord, ls)
+                }
+                .map_err(dev)
+            };
             let part_bytes = rows * cols * 4;
             let mut writes = vec![ds];
             if gather {
@@ -552,16 +566,7 @@ impl GpuBackend {
                     lane.x.ptr
                 } else {
                     let xd = lane.x.at_least(x_bytes)?;
-                    api.copy_peer_async(
-                        dord,
-                        xd,
-                        mord,
-                        x.data() as usize as DevPtr,
-                        x_bytes,
-                        dord,
-                        ls,
-                    )
-                    .map_err(dev)?;
+                    across(dord, xd, mord, x.data() as usize as DevPtr, x_bytes)?;
                     lane.held = Some(xs);
                     xd
                 };
@@ -575,8 +580,7 @@ impl GpuBackend {
                     } else {
                         let n = (sp.1 - sp.0) as usize;
                         let d = lane.ids.at_least(n)?;
-                        api.copy_peer_async(dord, d, mord, sp.0, n, dord, ls)
-                            .map_err(dev)?;
+                        across(dord, d, mord, sp.0, n)?;
                         d
                     };
                     let mut it = made(GgmlType::I32, t.ne(), t.nb(), at);
@@ -633,8 +637,7 @@ impl GpuBackend {
             // waits where dst (or src1's memory) is next touched, not here.
             if !gather {
                 if !direct {
-                    api.copy_peer_async(mord, yd_in_place(dst, part), dord, yd, rows * 4, dord, ls)
-                        .map_err(dev)?;
+                    across(mord, yd_in_place(dst, part), dord, yd, rows * 4)?;
                 }
                 api.event_record(dord, done, ls).map_err(dev)?;
                 lane.backend.queued = true;
@@ -643,8 +646,7 @@ impl GpuBackend {
                 continue;
             }
             let to = lane.back.ptr;
-            api.copy_peer_async(mord, to, dord, yd, rows * cols * 4, dord, ls)
-                .map_err(dev)?;
+            across(mord, to, dord, yd, rows * cols * 4)?;
             api.event_record(dord, done, ls).map_err(dev)?;
             lane.backend.queued = true;
             back.push((part.gpu, done, to, part.rows));
@@ -717,14 +719,15 @@ mod tests {
             .count()
     }
 
-    /// A graph whose capture fails (a prompt's product: peer copies, which CUDA cannot capture)
-    /// runs launch by launch, and a graph of another shape (a token's product: the other GPU
-    /// reads and writes across directly) is still captured and then replayed. A failed capture
-    /// used to turn capturing off for the backend, every token then launched product by product.
+    /// A graph whose capture fails (a prompt's product without peer access: peer copies, which
+    /// CUDA cannot capture) runs launch by launch, and a graph of another shape (a token's
+    /// product: the other GPU reads and writes across directly) is still captured and then
+    /// replayed. A failed capture used to turn capturing off for the backend, every token then
+    /// launched product by product. With peer access the prompt's copies are plain
+    /// device-to-device ones and its graph is captured too.
     #[test]
     fn a_failed_capture_leaves_other_shapes_captured() {
         let api = Arc::new(MockApi::new(0));
-        api.peer.store(true, Ordering::SeqCst);
         let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
         let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
         let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
@@ -758,6 +761,7 @@ mod tests {
             "the prompt's graph tried once"
         );
         assert_eq!(count(&api, "graph_instantiate"), 0);
+        api.peer.store(true, Ordering::SeqCst);
         run(1, 3);
         assert_eq!(
             count(&api, "graph_instantiate"),
@@ -765,6 +769,18 @@ mod tests {
             "the token's graph captured"
         );
         assert_eq!(count(&api, "graph_launch"), 2, "and launched twice");
+        // A prompt's graph with peer access: copies device to device, captured and replayed.
+        let peer_copies = count(&api, "copy_peer_async");
+        run(24, 4);
+        assert_eq!(count(&api, "capture_begin"), 3);
+        assert_eq!(
+            count(&api, "graph_instantiate"),
+            2,
+            "the prompt's graph captured"
+        );
+        assert_eq!(count(&api, "graph_launch"), 5, "captured on its second run");
+        assert_eq!(count(&api, "copy_peer_async"), peer_copies);
+        assert!(count(&api, "copy_dtod_async") > 0);
         drop(be);
     }
 
