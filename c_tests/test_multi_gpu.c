@@ -7,7 +7,8 @@
 //      all GPUs, every GPU in turn the main device, several tensor_split choices (equal, free
 //      memory, everything on one GPU, a GPU given nothing); MUL_MAT with its weights in a split
 //      buffer for several weight types and edge shapes (odd rows, fewer rows than the rounding,
-//      one column and many) against ggml-cpu, each graph three times (launched, captured, replayed;
+//      one column and many), MUL_MAT_ID with split experts (each expert's rows divided), and
+//      blocks of products (Q, K and V of one x, a product of a product), against ggml-cpu, each graph three times (launched, captured, replayed;
 //      few columns read and write across devices directly where peer access is on, many columns
 //      copy both ways); the weights read back gather the rows set; other
 //      ops and other devices decline split weights. With one GPU this is the single-GPU run of
@@ -186,17 +187,174 @@ static void run_split_mm(int main, ggml_backend_buffer_type_t split, const char 
     ggml_free(ac);
 }
 
-// Ops other than MUL_MAT (and MUL_MAT with the split tensor as src1) decline split weights.
+// Three split products of one x (Q, K and V: the other GPUs wait for x once and the main GPU
+// for their rows once), a split product reading Q's rows right away (z = w2 q), then
+// s = (q + k) + v, against ggml-cpu, launched, captured and replayed.
+static void run_split_block(int main, ggml_backend_buffer_type_t split, const char * ts_label, enum ggml_type t, int64_t k, int64_t n) {
+    char label[256];
+    snprintf(label, sizeof label, "main %s ts %s Q/K/V block %s k=%lld n=%lld", ggml_backend_dev_name(g_gpus[main]), ts_label,
+             ggml_type_name(t), (long long) k, (long long) n);
+    struct ggml_tensor *cw[4], *w[4], *cout[2], *out[2];
+    struct ggml_context * cc = new_ctx(16), * wc = new_ctx(4), * ac = new_ctx(16);
+    struct ggml_tensor *cx = ggml_new_tensor_2d(cc, GGML_TYPE_F32, k, n), *x = ggml_new_tensor_2d(ac, GGML_TYPE_F32, k, n);
+    for (int i = 0; i < 4; i++) {
+        cw[i] = ggml_new_tensor_2d(cc, t, k, i == 3 ? 64 : k);
+        w[i] = ggml_new_tensor_2d(wc, t, k, i == 3 ? 64 : k);
+    }
+    struct ggml_cgraph * gs[2];
+    for (int side = 0; side < 2; side++) {
+        struct ggml_context * c = side ? ac : cc;
+        struct ggml_tensor ** ws = side ? w : cw;
+        struct ggml_tensor * xx = side ? x : cx;
+        struct ggml_tensor * q = ggml_mul_mat(c, ws[0], xx), * kk = ggml_mul_mat(c, ws[1], xx), * v = ggml_mul_mat(c, ws[2], xx);
+        struct ggml_tensor * z = ggml_mul_mat(c, ws[3], q);
+        struct ggml_tensor * s = ggml_add(c, ggml_add(c, q, kk), v);
+        struct ggml_cgraph * g = ggml_new_graph(c);
+        ggml_build_forward_expand(g, q);
+        ggml_build_forward_expand(g, kk);
+        ggml_build_forward_expand(g, v);
+        ggml_build_forward_expand(g, z);
+        ggml_build_forward_expand(g, s);
+        gs[side] = g;
+        (side ? out : cout)[0] = z;
+        (side ? out : cout)[1] = s;
+    }
+    ggml_backend_t cpu = ggml_backend_dev_init(g_cpu, NULL);
+    ggml_backend_buffer_t cb = ggml_backend_alloc_ctx_tensors(cc, cpu);
+    for (int i = 0; i < 4; i++) rf_fill_tensor(cw[i], 21 + i, -1, 1);
+    rf_fill_tensor(cx, 5, -1, 1);
+    CHECK(rf_compute(cpu, gs[0]) == GGML_STATUS_SUCCESS, "%s: ggml-cpu", label);
+    float * ref[2] = { rf_tensor_to_float(cout[0]), rf_tensor_to_float(cout[1]) };
+    ggml_backend_buffer_t wb = ggml_backend_alloc_ctx_tensors_from_buft(wc, split);
+    ggml_backend_buffer_t ab = ggml_backend_alloc_ctx_tensors_from_buft(ac, ggml_backend_dev_buffer_type(g_gpus[main]));
+    ggml_backend_t be = ggml_backend_dev_init(g_gpus[main], NULL);
+    CHECK(wb && ab && be, "%s: split buffer, activations, backend", label);
+    if (wb && ab && be) {
+        for (int i = 0; i < 5; i++) {
+            struct ggml_tensor * from = i < 4 ? cw[i] : cx, * to = i < 4 ? w[i] : x;
+            size_t nb = ggml_nbytes(from);
+            void * b = malloc(nb);
+            ggml_backend_tensor_get(from, b, 0, nb);
+            ggml_backend_tensor_set(to, b, 0, nb);
+            free(b);
+        }
+        for (int rep = 0; rep < 3; rep++) {
+            CHECK(rf_compute(be, gs[1]) == GGML_STATUS_SUCCESS, "%s: compute", label);
+            for (int o = 0; o < 2; o++) {
+                float * got = rf_tensor_to_float(out[o]);
+                double e = rf_nmse(got, ref[o], (size_t) ggml_nelements(out[o]));
+                double thr = t == GGML_TYPE_F32 ? 1e-6 : 1e-4;
+                CHECK(e <= thr, "%s (run %d) %s: nmse %.3g > %.1g", label, rep, o ? "(q+k)+v" : "w2 q", e, thr);
+                free(got);
+            }
+        }
+    }
+    if (be) ggml_backend_free(be);
+    if (wb) ggml_backend_buffer_free(wb);
+    if (ab) ggml_backend_buffer_free(ab);
+    ggml_backend_buffer_free(cb);
+    ggml_backend_free(cpu);
+    free(ref[0]);
+    free(ref[1]);
+    ggml_free(cc);
+    ggml_free(wc);
+    ggml_free(ac);
+}
+
+// y = MUL_MAT_ID(experts, x, ids) with the experts (k x m x n_exp) in `split`: each expert's
+// rows over the devices. x is k x xs x n_tok (xs 1: one row per token for every chosen expert,
+// as gate and up; xs n_used: a row per chosen expert, as down). Against ggml-cpu, launched,
+// captured and replayed.
+static void run_split_mmid(int main, ggml_backend_buffer_type_t split, const char * ts_label, enum ggml_type t, int64_t k, int64_t m,
+                           int64_t n_exp, int64_t n_used, int64_t xs, int64_t n_tok) {
+    char label[256];
+    snprintf(label, sizeof label, "main %s ts %s MUL_MAT_ID %s k=%lld m=%lld experts=%lld used=%lld x rows=%lld tokens=%lld",
+             ggml_backend_dev_name(g_gpus[main]), ts_label, ggml_type_name(t), (long long) k, (long long) m, (long long) n_exp,
+             (long long) n_used, (long long) xs, (long long) n_tok);
+    struct ggml_context * cc = new_ctx(8), * wc = new_ctx(2), * ac = new_ctx(8);
+    struct ggml_tensor * cw = ggml_new_tensor_3d(cc, t, k, m, n_exp), * w = ggml_new_tensor_3d(wc, t, k, m, n_exp);
+    struct ggml_tensor * cx = ggml_new_tensor_3d(cc, GGML_TYPE_F32, k, xs, n_tok), * x = ggml_new_tensor_3d(ac, GGML_TYPE_F32, k, xs, n_tok);
+    struct ggml_tensor * cids = ggml_new_tensor_2d(cc, GGML_TYPE_I32, n_used, n_tok), * ids = ggml_new_tensor_2d(ac, GGML_TYPE_I32, n_used, n_tok);
+    struct ggml_tensor * cy = ggml_mul_mat_id(cc, cw, cx, cids), * y = ggml_mul_mat_id(ac, w, x, ids);
+    struct ggml_cgraph * cg = ggml_new_graph(cc), * g = ggml_new_graph(ac);
+    ggml_build_forward_expand(cg, cy);
+    ggml_build_forward_expand(g, y);
+    ggml_backend_t cpu = ggml_backend_dev_init(g_cpu, NULL);
+    ggml_backend_buffer_t cb = ggml_backend_alloc_ctx_tensors(cc, cpu);
+    rf_fill_tensor(cw, 31 + m, -1, 1);
+    rf_fill_tensor(cx, 37 + n_tok, -1, 1);
+    int32_t * iv = malloc(ggml_nbytes(cids));
+    for (int64_t j = 0; j < n_tok; j++)
+        for (int64_t u = 0; u < n_used; u++) iv[j * n_used + u] = (int32_t) ((j * 5 + u * 3 + 1) % n_exp);
+    ggml_backend_tensor_set(cids, iv, 0, ggml_nbytes(cids));
+    CHECK(rf_compute(cpu, cg) == GGML_STATUS_SUCCESS, "%s: ggml-cpu", label);
+    float * ref = rf_tensor_to_float(cy);
+    ggml_backend_buffer_t wb = ggml_backend_alloc_ctx_tensors_from_buft(wc, split);
+    ggml_backend_buffer_t ab = ggml_backend_alloc_ctx_tensors_from_buft(ac, ggml_backend_dev_buffer_type(g_gpus[main]));
+    ggml_backend_t be = ggml_backend_dev_init(g_gpus[main], NULL);
+    CHECK(wb && ab && be, "%s: split buffer, activations, backend", label);
+    if (wb && ab && be) {
+        size_t wn = ggml_nbytes(cw), xn = ggml_nbytes(cx);
+        uint8_t * wbytes = malloc(wn), * back = malloc(wn);
+        ggml_backend_tensor_get(cw, wbytes, 0, wn);
+        ggml_backend_tensor_set(w, wbytes, 0, wn);
+        memset(back, 0xAB, wn);
+        ggml_backend_tensor_get(w, back, 0, wn);
+        CHECK(memcmp(back, wbytes, wn) == 0, "%s: the split experts read back as set", label);
+        memset(back, 0, wn);
+        ggml_backend_tensor_get(w, back, wn / 3, wn / 2);
+        CHECK(memcmp(back, wbytes + wn / 3, wn / 2) == 0, "%s: part of the split experts (across experts) read back", label);
+        void * xv = malloc(xn);
+        ggml_backend_tensor_get(cx, xv, 0, xn);
+        ggml_backend_tensor_set(x, xv, 0, xn);
+        ggml_backend_tensor_set(ids, iv, 0, ggml_nbytes(ids));
+        CHECK(ggml_backend_dev_supports_op(g_gpus[main], y), "%s: the main GPU claims the split MUL_MAT_ID", label);
+        for (int o = 0; o < g_n; o++)
+            if (o != main) CHECK(!ggml_backend_dev_supports_op(g_gpus[o], y), "%s: %s declines it", label, ggml_backend_dev_name(g_gpus[o]));
+        for (int rep = 0; rep < 3; rep++) {
+            float * zeros = calloc(1, ggml_nbytes(y));
+            ggml_backend_tensor_set(y, zeros, 0, ggml_nbytes(y));
+            free(zeros);
+            CHECK(rf_compute(be, g) == GGML_STATUS_SUCCESS, "%s: compute", label);
+            float * got = rf_tensor_to_float(y);
+            double e = rf_nmse(got, ref, (size_t) ggml_nelements(cy));
+            CHECK(e <= 1e-4, "%s (run %d): nmse %.3g (got[0]=%g ref[0]=%g)", label, rep, e, got[0], ref[0]);
+            free(got);
+        }
+        free(xv);
+        free(wbytes);
+        free(back);
+    }
+    if (be) ggml_backend_free(be);
+    if (wb) ggml_backend_buffer_free(wb);
+    if (ab) ggml_backend_buffer_free(ab);
+    ggml_backend_buffer_free(cb);
+    ggml_backend_free(cpu);
+    free(iv);
+    free(ref);
+    ggml_free(cc);
+    ggml_free(wc);
+    ggml_free(ac);
+}
+
+// Ops other than MUL_MAT and MUL_MAT_ID (and those with a split tensor as src1, or a MUL_MAT of
+// 3-D split weights) decline split weights.
 static void check_declines(int main, ggml_backend_buffer_type_t split) {
     struct ggml_context * c = new_ctx(8);
     struct ggml_tensor * w = ggml_new_tensor_2d(c, GGML_TYPE_F32, 64, 32);
-    struct ggml_context * ac = new_ctx(8);
+    struct ggml_tensor * e = ggml_new_tensor_3d(c, GGML_TYPE_F32, 64, 32, 4);  // experts
+    struct ggml_context * ac = new_ctx(16);
     struct ggml_tensor * ids = ggml_new_tensor_1d(ac, GGML_TYPE_I32, 4);
     struct ggml_tensor * x = ggml_new_tensor_2d(ac, GGML_TYPE_F32, 64, 32);
     struct ggml_tensor * v = ggml_new_tensor_2d(ac, GGML_TYPE_F32, 64, 16);
     struct ggml_tensor * gr = ggml_get_rows(ac, w, ids);
     struct ggml_tensor * add = ggml_add(ac, w, x);
     struct ggml_tensor * mm1 = ggml_mul_mat(ac, v, w);
+    struct ggml_tensor * xid = ggml_new_tensor_3d(ac, GGML_TYPE_F32, 64, 1, 4);
+    struct ggml_tensor * ids2 = ggml_new_tensor_2d(ac, GGML_TYPE_I32, 2, 4);
+    struct ggml_tensor * mmid = ggml_mul_mat_id(ac, e, xid, ids2);
+    struct ggml_tensor * xb = ggml_new_tensor_3d(ac, GGML_TYPE_F32, 64, 5, 4);
+    struct ggml_tensor * mm3 = ggml_mul_mat(ac, e, xb);
     ggml_backend_buffer_t wb = ggml_backend_alloc_ctx_tensors_from_buft(c, split);
     ggml_backend_buffer_t ab = ggml_backend_alloc_ctx_tensors_from_buft(ac, ggml_backend_dev_buffer_type(g_gpus[main]));
     CHECK(wb && ab, "buffers");
@@ -204,6 +362,10 @@ static void check_declines(int main, ggml_backend_buffer_type_t split) {
         CHECK(!ggml_backend_dev_supports_op(g_gpus[main], gr), "GET_ROWS of split weights declined");
         CHECK(!ggml_backend_dev_supports_op(g_gpus[main], add), "ADD of split weights declined");
         CHECK(!ggml_backend_dev_supports_op(g_gpus[main], mm1), "MUL_MAT with split src1 declined");
+        CHECK(ggml_backend_dev_supports_op(g_gpus[main], mmid), "MUL_MAT_ID of split experts claimed");
+        CHECK(!ggml_backend_dev_supports_op(g_gpus[main], mm3), "MUL_MAT of a 3-D split tensor declined");
+        for (int o = 0; o < g_n; o++)
+            if (o != main) CHECK(!ggml_backend_dev_supports_op(g_gpus[o], mmid), "%s declines the split MUL_MAT_ID", ggml_backend_dev_name(g_gpus[o]));
         CHECK(ggml_backend_dev_supports_buft(g_gpus[main], split), "the main GPU takes its split buffer type");
         // The weight itself (a leaf the scheduler places by asking who runs it): the main GPU only.
         CHECK(ggml_backend_dev_supports_op(g_gpus[main], w), "the main GPU holds the split weight (op NONE)");
@@ -269,6 +431,12 @@ static void test_row_split(void) {
             CHECK(g_split_fn(g_reg_index[main], ts[k]) == s, "the same split gives the same buffer type");
             printf("%s\n", ggml_backend_buft_name(s));
             for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) run_split_mm(main, s, names[k], cases[c]);
+            run_split_block(main, s, names[k], GGML_TYPE_Q4_0, 256, 1);
+            run_split_block(main, s, names[k], GGML_TYPE_Q8_0, 256, 20);
+            run_split_mmid(main, s, names[k], GGML_TYPE_Q4_0, 256, 200, 8, 2, 1, 1);   // a token's gate/up
+            run_split_mmid(main, s, names[k], GGML_TYPE_Q4_K, 256, 96, 4, 2, 2, 1);    // a token's down
+            run_split_mmid(main, s, names[k], GGML_TYPE_Q8_0, 512, 128, 6, 3, 1, 24);  // a prompt's
+            run_split_mmid(main, s, names[k], GGML_TYPE_F16, 64, 33, 3, 2, 2, 5);      // odd rows
         }
     }
 }

@@ -73,7 +73,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_GPU_FUSE", "on", "0", "no fused kernels (each node its own launch)", Measuring),
     knob("ROCMFORGE_GPU_DUMP", "off", "1", "log the node sequence of big graphs", Measuring),
     knob("ROCMFORGE_GPU_PDL", "on", "0", "no programmatic dependent launch (NVIDIA sm_90+)", Measuring),
-    knob("ROCMFORGE_GPU_PEER", "on", "0", "GPUs do not map each other's memory (NVIDIA): copies between GPUs (layer and row split) go through host memory", Measuring),
+    knob("ROCMFORGE_GPU_PEER", "on", "0", "GPUs do not map each other's memory (NVIDIA and AMD): copies between GPUs (layer and row split) go through host memory", Measuring),
     knob("ROCMFORGE_GPU_DEFINES", "none", "\"-DX=1 -DY ...\"", "extra -D options for the kernel compiler (measuring builds; part of the cache key)", Measuring),
     knob("ROCMFORGE_GPU_OFFLOAD_MIN_BATCH", "32", "0..", "fewest batch columns for which RFGPU takes an op whose weights live in host memory (the scheduler copies them over); 0 = never", Measuring),
     knob("ROCMFORGE_GPU_BLAS_MIN_COLS", "8", "1..", "fewest src1 columns a MUL_MAT takes the vendor BLAS from", Measuring),

@@ -48,6 +48,7 @@ const ASYNC_BACKEND_IFACE: ggml_backend_i = ggml_backend_i {
     cpy_tensor_async: Some(backend_cpy_tensor_async),
     event_record: Some(backend_event_record),
     event_wait: Some(backend_event_wait),
+    graph_optimize: Some(backend_graph_optimize),
     ..BACKEND_IFACE
 };
 
@@ -269,6 +270,38 @@ unsafe extern "C" fn backend_event_wait(backend: ggml_backend_t, event: ggml_bac
                 report(ev.synchronize(), "event_synchronize");
             }
             Ok(false) => report(ev.synchronize(), "event_synchronize"),
+        }
+    })
+}
+
+/// Before ggml allocates a graph: row-split products of one src1 are put one after another
+/// (`gpu::split_order`); nothing else is reordered, and graphs without split weights not at all.
+unsafe extern "C" fn backend_graph_optimize(
+    backend: ggml_backend_t,
+    cgraph: *mut ggml_cgraph,
+    _params: *mut ggml_backend_graph_optimize_params,
+) {
+    guard("graph_optimize", (), || {
+        if backend_of(backend).is_none() {
+            return;
+        }
+        let Some(g) = cgraph.as_mut() else {
+            return;
+        };
+        let n = g.n_nodes.max(0) as usize;
+        if n == 0 || g.nodes.is_null() {
+            return;
+        }
+        // SAFETY: ggml hands a graph of `n_nodes` valid nodes.
+        let nodes = std::slice::from_raw_parts_mut(g.nodes, n);
+        let moved = crate::gpu::split_order::group_split_products(nodes, |w| {
+            w.src(0)
+                .is_some_and(|s| super::split::split_tensor(&s).is_some())
+        });
+        if moved > 0 {
+            log_debug!(
+                "graph_optimize: {moved} row-split products moved next to their src1's first"
+            );
         }
     })
 }

@@ -157,10 +157,12 @@ pub fn split_tensor(t: &Tensor) -> Option<Arc<SplitTensor>> {
 }
 
 /// Whether RFGPU`gpu` may claim `node` as far as split tensors go: a node reading no split
-/// tensor, a split weight itself (op NONE) on its main GPU, or a MUL_MAT whose weights (src0, a whole contiguous matrix) are split with `gpu` as
-/// the main device, with contiguous activations and output in ordinary memory. libllama's
-/// placement probe puts every source of its test node in the split buffer with no data; such
-/// a src1 is let through, since a real graph's activations never live there.
+/// tensor, a split weight itself (op NONE) on its main GPU, a MUL_MAT whose weights (src0, a
+/// whole contiguous matrix) are split with `gpu` as the main device, or a MUL_MAT_ID whose
+/// experts (src0, a whole contiguous 3-D tensor) are, with contiguous activations and output
+/// in ordinary memory. libllama's placement probe may put every source of its test
+/// node in the split buffer with no data; such sources are let through, since a real graph's
+/// activations never live there.
 pub fn split_reads_ok(node: &Tensor, gpu: usize) -> bool {
     let split_at: Vec<(usize, usize)> = (0..GGML_MAX_SRC)
         .filter_map(|i| node.src(i).and_then(|s| split_main_of(&s).map(|m| (i, m))))
@@ -177,16 +179,19 @@ pub fn split_reads_ok(node: &Tensor, gpu: usize) -> bool {
         return false;
     };
     let ne = w.ne();
-    node.op() == op::MUL_MAT
+    let shape_ok = match node.op() {
+        op::MUL_MAT => ne[2] == 1 && ne[3] == 1,
+        op::MUL_MAT_ID => ne[3] == 1 && node.src(2).is_some(),
+        _ => false,
+    };
+    shape_ok
         && split_main_of(node).is_none()
         && split_at[0] == (0, gpu)
         && split_at[1..]
             .iter()
-            .all(|&(i, _)| i == 1 && x.data().is_null())
+            .all(|&(i, _)| i <= 2 && node.src(i).is_some_and(|s| s.data().is_null()))
         && w.raw().view_src.is_null()
         && w.is_contiguous()
-        && ne[2] == 1
-        && ne[3] == 1
         && x.is_contiguous()
         && node.is_contiguous()
 }

@@ -148,6 +148,8 @@ pub struct HipApi {
     rt: Runtime,
     rtc: Hiprtc,
     count: usize,
+    /// peer[i][j]: kernels on device i read and write device j's memory (`enable_peer_access`).
+    peer: Vec<Vec<bool>>,
     _libs: (libloading::Library, Option<libloading::Library>),
 }
 
@@ -303,10 +305,12 @@ impl HipApi {
             return Err("the HIP runtime reports no device".into());
         }
         let (rtc, rtc_lib) = load_hiprtc(&lib, &dirs)?;
+        let peer = enable_peer_access(&lib, &rt, n as usize);
         Ok(HipApi {
             rt,
             rtc,
             count: n as usize,
+            peer,
             _libs: (lib, rtc_lib),
         })
     }
@@ -330,6 +334,62 @@ impl HipApi {
             "hipSetDevice",
         )
     }
+}
+
+/// Lets every GPU read and write every other's memory directly where the hardware allows
+/// (xGMI or PCIe peer to peer): peer copies (layer and row split) then go device to device
+/// instead of through host memory, and kernels may use another GPU's memory. Best effort:
+/// refused pairs keep the runtime's staged copy, logged; ROCMFORGE_GPU_PEER=0 turns it off.
+/// Returns which pairs are on (`HipApi::peer`). Leaves device `n - 1` current, as any call
+/// here sets its own.
+fn enable_peer_access(lib: &libloading::Library, rt: &Runtime, n: usize) -> Vec<Vec<bool>> {
+    let mut on = vec![vec![false; n]; n];
+    type CanAccess = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> HipError;
+    type Enable = unsafe extern "C" fn(c_int, c_uint) -> HipError;
+    if n < 2 || !crate::tuning::get().gpu_peer {
+        return on;
+    }
+    // SAFETY: the runtime's own signatures of these two functions.
+    let (Ok(can), Ok(enable)) = (
+        unsafe { sym::<CanAccess>(lib, "hipDeviceCanAccessPeer") },
+        unsafe { sym::<Enable>(lib, "hipDeviceEnablePeerAccess") },
+    ) else {
+        return on;
+    };
+    /// hipErrorPeerAccessAlreadyEnabled.
+    const ALREADY_ENABLED: HipError = 704;
+    for (i, row) in on.iter_mut().enumerate() {
+        for (j, cell) in row.iter_mut().enumerate() {
+            if i == j {
+                continue;
+            }
+            let mut ok: c_int = 0;
+            let r = unsafe { can(&mut ok, i as c_int, j as c_int) };
+            if r != 0 || ok == 0 {
+                crate::log_info!("HIP: device {i} cannot reach device {j} directly; copies between them go through the host");
+                continue;
+            }
+            // Enabling acts for the current device: `i` reaches `j`.
+            let r = unsafe {
+                match (rt.set_device)(i as c_int) {
+                    0 => enable(j as c_int, 0),
+                    e => e,
+                }
+            };
+            if r != 0 && r != ALREADY_ENABLED {
+                crate::log_info!(
+                    "HIP: peer access {i} -> {j} refused ({}); copies go through the host",
+                    hip_check(rt, r, "hipDeviceEnablePeerAccess")
+                        .err()
+                        .unwrap_or_default()
+                );
+            } else {
+                crate::log_debug!("HIP: peer access {i} -> {j} on");
+                *cell = true;
+            }
+        }
+    }
+    on
 }
 
 fn hiprtc_compile(
@@ -812,6 +872,16 @@ impl GpuApi for HipApi {
         self.check(r, "hipMemcpyAsync(DtoD)")
     }
 
+    fn peer_access(&self, from: usize, to: usize) -> bool {
+        self.peer
+            .get(from)
+            .and_then(|r| r.get(to))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Device to device where peer access is on; the runtime stages it through the host
+    /// where it is not.
     fn copy_peer_async(
         &self,
         dst_ord: usize,

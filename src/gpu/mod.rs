@@ -18,6 +18,7 @@ pub mod ops;
 pub mod pinned;
 pub mod sha256;
 pub mod split;
+pub mod split_order;
 pub mod split_rows;
 pub mod staging;
 

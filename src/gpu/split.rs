@@ -1,11 +1,13 @@
 //! Row-split weights (`-sm row`): a split buffer type spreads each matrix's rows over the GPUs
 //! (`split_rows` decides which rows go where), and a split buffer holds, per tensor, one device
-//! allocation per GPU with rows. Only MUL_MAT's weights live here: the main device's backend
-//! multiplies each device's rows there and gathers the results (`backend/split_exec.rs`).
+//! allocation per GPU with rows. Only MUL_MAT's weights and MUL_MAT_ID's experts live here: the
+//! main device's backend multiplies each device's rows there and gathers the results
+//! (`backend/split_exec.rs`). An expert tensor (3-D) has each expert's rows divided as a
+//! matrix's; a device's slice holds its rows of expert 0, then of expert 1, and so on.
 //! The host's reads and writes are scattered over, and gathered from, the devices' slices.
 
 use super::api::DevPtr;
-use super::split_rows::{pieces, row_ranges};
+use super::split_rows::{block_pieces, row_ranges};
 use super::{GpuCtx, Memory};
 use crate::device::{Error, Result};
 use crate::ggml_types::GgmlType;
@@ -87,6 +89,8 @@ pub struct Part {
 pub struct SplitTensor {
     pub parts: Vec<Part>,
     pub row_bytes: usize,
+    /// Matrices one after another (experts; 1 for a matrix), each split the same way.
+    pub blocks: usize,
     /// Every device's range, in GPU order, empty ones included (for the byte pieces).
     ranges: Vec<(usize, usize)>,
     /// Index in `parts` of each GPU with rows.
@@ -112,13 +116,13 @@ impl SplitTensor {
         len: usize,
         mut f: impl FnMut(&Part, usize, usize, usize) -> Result<()>,
     ) -> Result<()> {
-        let total = self.ranges.last().map_or(0, |r| r.1) * self.row_bytes;
+        let total = self.ranges.last().map_or(0, |r| r.1) * self.row_bytes * self.blocks;
         if offset.checked_add(len).is_none_or(|e| e > total) {
             return Err(Error::Unsupported(format!(
                 "range {offset}+{len} outside the split tensor of {total} bytes"
             )));
         }
-        for p in pieces(&self.ranges, self.row_bytes, offset, len) {
+        for p in block_pieces(&self.ranges, self.row_bytes, self.blocks, offset, len) {
             if let Some(i) = self.part_of[p.part] {
                 f(&self.parts[i], p.at, p.from, p.n)?;
             }
@@ -158,7 +162,8 @@ impl SplitBuffer {
                 t.name()
             )));
         }
-        let rows = t.nrows();
+        let rows = t.ne()[1];
+        let blocks = t.ne()[2] * t.ne()[3];
         let row_bytes = t.nb()[1];
         let ranges = row_ranges(rows, &self.fractions, row_granularity(ty));
         let mut parts = Vec::new();
@@ -168,7 +173,7 @@ impl SplitBuffer {
                 continue;
             }
             let ctx = &self.ctxs[gpu];
-            let bytes = (r1 - r0) * row_bytes;
+            let bytes = (r1 - r0) * row_bytes * blocks;
             let ptr = match ctx.api.alloc(ctx.ord, bytes) {
                 Ok(p) => p,
                 Err(e) => {
@@ -176,6 +181,7 @@ impl SplitBuffer {
                     drop(SplitTensor {
                         parts,
                         row_bytes,
+                        blocks,
                         ranges,
                         part_of,
                     });
@@ -197,6 +203,7 @@ impl SplitBuffer {
         let st = Arc::new(SplitTensor {
             parts,
             row_bytes,
+            blocks,
             ranges,
             part_of,
         });
@@ -255,7 +262,7 @@ impl SplitBuffer {
         let all: Vec<Arc<SplitTensor>> = self.lock().values().cloned().collect();
         for st in all {
             for p in &st.parts {
-                let n = (p.rows.1 - p.rows.0) * st.row_bytes;
+                let n = (p.rows.1 - p.rows.0) * st.row_bytes * st.blocks;
                 p.ctx.fill_device(p.ptr, value, n).map_err(Error::Device)?;
             }
         }

@@ -93,6 +93,38 @@ pub fn pieces(
         .collect()
 }
 
+/// As `pieces`, for a tensor of `blocks` matrices one after another (a MUL_MAT_ID's experts),
+/// each split by `ranges`: a device's slice holds its rows of block 0, then of block 1, and so
+/// on, so `at` counts from the slice's start.
+pub fn block_pieces(
+    ranges: &[(usize, usize)],
+    row_bytes: usize,
+    blocks: usize,
+    offset: usize,
+    len: usize,
+) -> Vec<Piece> {
+    let rows = ranges.last().map_or(0, |r| r.1);
+    let block = rows * row_bytes;
+    if block == 0 || len == 0 {
+        return Vec::new();
+    }
+    let end = offset.saturating_add(len).min(block * blocks);
+    let mut out = Vec::new();
+    let mut s = offset;
+    while s < end {
+        let b = s / block;
+        let e = end.min((b + 1) * block);
+        for mut p in pieces(ranges, row_bytes, s - b * block, e - s) {
+            let (r0, r1) = ranges[p.part];
+            p.at += b * (r1 - r0) * row_bytes;
+            p.from += s - offset;
+            out.push(p);
+        }
+        s = e;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +260,47 @@ mod tests {
                 n: 5
             }]
         );
+    }
+
+    #[test]
+    fn one_block_pieces_are_the_plain_pieces() {
+        let ranges = [(0, 2), (2, 2), (2, 5)];
+        for (off, len) in [(0, 50), (15, 10), (45, 100), (50, 0), (3, 1)] {
+            assert_eq!(
+                block_pieces(&ranges, 10, 1, off, len),
+                pieces(&ranges, 10, off, len.min(50usize.saturating_sub(off)))
+            );
+        }
+    }
+
+    #[test]
+    fn block_pieces_follow_each_block() {
+        // 2 blocks of 5 rows x 10 bytes; device 0 holds rows 0..2 of each, device 1 rows 2..5.
+        let ranges = [(0, 2), (2, 5)];
+        let p = |part, at, from, n| Piece { part, at, from, n };
+        assert_eq!(
+            block_pieces(&ranges, 10, 2, 0, 100),
+            vec![
+                p(0, 0, 0, 20),
+                p(1, 0, 20, 30),
+                p(0, 20, 50, 20),
+                p(1, 30, 70, 30)
+            ]
+        );
+        // From the middle of block 0's last row into block 1's second row.
+        assert_eq!(
+            block_pieces(&ranges, 10, 2, 45, 20),
+            vec![p(1, 25, 0, 5), p(0, 20, 5, 15)]
+        );
+        // Every byte lands once, at a distinct place of its device's slice.
+        let mut seen = [vec![false; 40], vec![false; 60]];
+        for q in block_pieces(&ranges, 10, 2, 7, 88) {
+            for b in 0..q.n {
+                assert!(!seen[q.part][q.at + b]);
+                seen[q.part][q.at + b] = true;
+            }
+        }
+        let n: usize = seen.iter().flatten().filter(|&&x| x).count();
+        assert_eq!(n, 88);
     }
 }
