@@ -704,6 +704,42 @@ impl HybridBackend {
         let mut weights_queued = self.prefetched.is_some();
         while i < nodes.len() {
             let n = &nodes[i];
+            // A batch's streamed experts: only those its ids name are copied, the ids read
+            // back once the nodes before it have run.
+            let mut experts = None;
+            if let Some((w, ids)) = super::experts::batch_experts(n)
+                .filter(|(w, _)| range(w).is_some_and(|(p, l)| res.region_of(p, l).is_none()))
+            {
+                if start < i {
+                    self.flush(
+                        &nodes[start..i],
+                        res,
+                        k,
+                        outputs,
+                        &mut weights_queued,
+                        overlap,
+                    )?;
+                    start = i;
+                }
+                self.sync_gpus()?;
+                if let Some((p, len)) = range(&ids) {
+                    let copies = res.make_current(p, len, Place::Cpu);
+                    self.download(res, &copies)?;
+                }
+                // SAFETY: RFHYBRID's buffers are host memory, and the ids are current there now.
+                let used = unsafe { super::experts::read_ids(&ids) };
+                experts = super::experts::used_expert_ranges(&used, w.ne()[2], w.nb()[2])
+                    .and_then(|r| Some((range(&w)?, r)));
+                if let Some((_, r)) = &experts {
+                    let bytes: usize = r.iter().map(|&(_, l)| l).sum();
+                    crate::log_debug!(
+                        "RFHYBRID: '{}' streams {} of {} experts",
+                        n.name(),
+                        bytes / w.nb()[2].max(1),
+                        w.ne()[2]
+                    );
+                }
+            }
             let srcs: Vec<(usize, usize)> = (0..GGML_MAX_SRC)
                 .filter_map(|j| n.src(j))
                 .filter_map(|s| range(&s))
@@ -748,7 +784,14 @@ impl HybridBackend {
             }
             let mut copies = Vec::new();
             for &(p, len) in &srcs {
-                copies.extend(res.make_current(p, len, Place::Gpu));
+                match &experts {
+                    Some((w, used)) if *w == (p, len) => {
+                        for &(o, l) in used {
+                            copies.extend(res.make_current(p + o, l, Place::Gpu));
+                        }
+                    }
+                    _ => copies.extend(res.make_current(p, len, Place::Gpu)),
+                }
             }
             if let Some((p, len)) = range(n) {
                 if writes_part(n) {
@@ -911,9 +954,14 @@ impl HybridBackend {
         res.reset_arena();
         let mut copies = Vec::new();
         'nodes: for n in next {
+            // A batch's experts wait for its ids (run_gpu streams only the used ones).
+            let experts = super::experts::batch_experts(n).and_then(|(w, _)| range(&w));
             for s in (0..GGML_MAX_SRC).filter_map(|j| n.src(j)) {
                 let Some((p, len)) = range(&s) else { continue };
-                if usage(&s) != Some(USAGE_WEIGHTS) || res.region_of(p, len).is_some() {
+                if usage(&s) != Some(USAGE_WEIGHTS)
+                    || res.region_of(p, len).is_some()
+                    || experts == Some((p, len))
+                {
                     continue;
                 }
                 if !res.add_stream_region(p, len) {

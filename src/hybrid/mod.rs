@@ -15,6 +15,7 @@ pub mod calibrate;
 pub mod capability;
 pub mod cost;
 pub mod device;
+pub mod experts;
 pub mod fake;
 pub mod placement;
 pub mod prefetch;
