@@ -372,8 +372,8 @@ pub(super) fn qkv_warps(t: GgmlType, k: usize) -> usize {
 /// Parts a lane takes per weight block in the integer-dot kernels (NSUB in mmvq.hip).
 pub(super) fn mvq_parts_per_block(t: GgmlType) -> usize {
     match t {
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q2_0 => 2,
-        GgmlType::NVFP4 | GgmlType::Q1_0 => 4,
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q2_0 | GgmlType::NVFP4 => 2,
+        GgmlType::Q1_0 => 4,
         GgmlType::Q4_K | GgmlType::Q6_K => 16,
         _ => 1,
     }
