@@ -781,6 +781,34 @@ struct mq_q2_0 {
 };
 #endif
 
+// A lane's share of the dots of weight row wr with COLS quantized columns (xr, dr), the first
+// ncols of them used: the lane takes whole parts of the row, MVQ_UNROLL of them loaded before any is
+// used (bytes in flight), so the warp reads the row once for all columns. Not yet summed over the warp.
+template <typename T, int COLS>
+RF_DEVICE void mvq_row_dots(const unsigned char* wr, const signed char* const* xr, const float2* const* dr, int ncols,
+                            i64 K, int lane, float* acc) {
+    const i64 nparts = K / T::QK * T::NSUB;
+    for (i64 base = lane; base < nparts; base += MVQ_UNROLL * RF_WARP_SIZE) {
+        typename T::R r[MVQ_UNROLL];
+#pragma unroll
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it < nparts) r[u] = T::load(wr + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
+        }
+#pragma unroll
+        for (int u = 0; u < MVQ_UNROLL; u++) {
+            const i64 it = base + u * RF_WARP_SIZE;
+            if (it >= nparts) break;
+            const i64 blk = it / T::NSUB;
+            const int s = (int)(it % T::NSUB);
+#pragma unroll
+            for (int c = 0; c < COLS; c++) {
+                if (c < ncols) acc[c] += T::dot(r[u], s, (const int*)(xr[c] + blk * T::QK), dr[c] + blk * (T::QK / 32));
+            }
+        }
+    }
+}
+
 template <typename T>
 RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2* xds, char* d, i64 K, i64 M, i64 N,
                              i64 ne12, i64 r2, i64 r3, i64 nb01, i64 nb02, i64 nb03, i64 nb1, i64 nb2, i64 nb3) {
@@ -800,27 +828,7 @@ RF_DEVICE void mul_mat_vec_q(const char* w, const signed char* xq, const float2*
         dr[c] = xds + xrow * (K / 32);
     }
     float acc[MVQ_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const i64 nparts = K / T::QK * T::NSUB;
-    // MVQ_UNROLL parts per lane are loaded before any is used: more bytes in flight per warp.
-    for (i64 base = lane; base < nparts; base += MVQ_UNROLL * RF_WARP_SIZE) {
-        typename T::R r[MVQ_UNROLL];
-#pragma unroll
-        for (int u = 0; u < MVQ_UNROLL; u++) {
-            const i64 it = base + u * RF_WARP_SIZE;
-            if (it < nparts) r[u] = T::load(wr + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
-        }
-#pragma unroll
-        for (int u = 0; u < MVQ_UNROLL; u++) {
-            const i64 it = base + u * RF_WARP_SIZE;
-            if (it >= nparts) break;
-            const i64 blk = it / T::NSUB;
-            const int s = (int)(it % T::NSUB);
-#pragma unroll
-            for (int c = 0; c < MVQ_COLS; c++) {
-                if (c < ncols) acc[c] += T::dot(r[u], s, (const int*)(xr[c] + blk * T::QK), dr[c] + blk * (T::QK / 32));
-            }
-        }
-    }
+    mvq_row_dots<T, MVQ_COLS>(wr, xr, dr, ncols, K, lane, acc);
     char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
 #pragma unroll
     for (int c = 0; c < MVQ_COLS; c++) {
@@ -976,26 +984,7 @@ RF_DEVICE void mul_mat_id_q_sorted(const char* w, const signed char* xq, const f
     float acc[MMQS_COLS];
 #pragma unroll
     for (int c = 0; c < MMQS_COLS; c++) acc[c] = 0.0f;
-    const i64 nparts = K / T::QK * T::NSUB;
-    for (i64 base = lane; base < nparts; base += MVQ_UNROLL * RF_WARP_SIZE) {
-        typename T::R r[MVQ_UNROLL];
-#pragma unroll
-        for (int u = 0; u < MVQ_UNROLL; u++) {
-            const i64 it = base + u * RF_WARP_SIZE;
-            if (it < nparts) r[u] = T::load(wr + it / T::NSUB * T::BYTES, (int)(it % T::NSUB));
-        }
-#pragma unroll
-        for (int u = 0; u < MVQ_UNROLL; u++) {
-            const i64 it = base + u * RF_WARP_SIZE;
-            if (it >= nparts) break;
-            const i64 blk = it / T::NSUB;
-            const int s = (int)(it % T::NSUB);
-#pragma unroll
-            for (int c = 0; c < MMQS_COLS; c++) {
-                if (c < ncols) acc[c] += T::dot(r[u], s, (const int*)(xr[c] + blk * T::QK), dr[c] + blk * (T::QK / 32));
-            }
-        }
-    }
+    mvq_row_dots<T, MMQS_COLS>(wr, xr, dr, ncols, K, lane, acc);
 #pragma unroll
     for (int c = 0; c < MMQS_COLS; c++) {
         const float s = rf_warp_sum(acc[c]);
