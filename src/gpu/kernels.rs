@@ -101,6 +101,9 @@ pub fn kernel_names() -> Vec<String> {
             .map(|suf| format!("mul_mat_vec_q1_qkv_{suf}")),
     );
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_{suf}")));
+    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_sorted_{suf}")));
+    // The tensor-core form of the batched MUL_MAT_ID (mmvq.hip): Q4_0 and Q8_0 only.
+    v.extend(["q4_0", "q8_0"].map(|suf| format!("mul_mat_id_mma_{suf}")));
     v.extend(
         MV1X_SHAPES
             .iter()
@@ -140,6 +143,7 @@ pub fn kernel_names() -> Vec<String> {
 pub const KERNEL_NAMES: &[&str] = &[
     "round_src1",
     "quantize_q8",
+    "mmid_sort",
     "fused_rms_norm",
     "fused_rope_kv",
     "binary_f32",
