@@ -101,7 +101,11 @@ pub fn kernel_names() -> Vec<String> {
             .map(|suf| format!("mul_mat_vec_q1_qkv_{suf}")),
     );
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_{suf}")));
-    v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_id_q_sorted_{suf}")));
+    v.extend(
+        MVQ_TYPES
+            .iter()
+            .map(|suf| format!("mul_mat_id_q_sorted_{suf}")),
+    );
     // The tensor-core form of the batched MUL_MAT_ID (mmvq.hip): Q4_0 and Q8_0 only.
     v.extend(["q4_0", "q8_0"].map(|suf| format!("mul_mat_id_mma_{suf}")));
     v.extend(
