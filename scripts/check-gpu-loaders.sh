@@ -15,7 +15,8 @@ ROCMFORGE_KERNEL_GROUPS_OUT="$out/groups" "${CARGO:-cargo}" test -q --release --
     gpu::kernel_groups::tests::write_group_sources -- --ignored --exact >/dev/null
 mkdir "$out/inc"
 cp "$out"/groups/headers/*.h c_tests/gpu_host/prelude.h "$out/inc/"
-awk '/^template <typename T>$/ { exit } !/^#include "/' kernels/mmvq.hip >"$out/inc/mq_blocks.h"
+# The blocks end where the first kernel template over a block type begins.
+awk '/^template <typename T[,>]/ { exit } !/^#include "/' kernels/mmvq.hip >"$out/inc/mq_blocks.h"
 awk '/^#define DEQUANT_ARGS/ { exit } !/^#include "/' kernels/dequant.hip >"$out/inc/dequant_body.h"
 "${CXX:-c++}" -O1 -std=c++17 -w -I"$out/inc" -I"$inc" c_tests/gpu_loaders.cpp -o "$out/gpu_loaders" \
     -L"$bin" -lggml-cpu -lggml-base -Wl,-rpath,"$bin"
