@@ -204,7 +204,10 @@ mod tests {
     use super::*;
     #[cfg(target_arch = "x86_64")]
     use crate::cpu::quants::q8_0;
-    use crate::cpu::quants::{q4_0, testutil::data};
+    use crate::cpu::quants::{
+        q4_0,
+        testutil::{check_repack_round_trip, data},
+    };
 
     fn weights(rows: usize, k: usize, seed: u32) -> Vec<u8> {
         let mut w = vec![0u8; rows * k / 32 * 18];
@@ -234,25 +237,8 @@ mod tests {
     /// Repacking and back gives the bytes again; whole groups change, the tail rows stay.
     #[test]
     fn repack_round_trips() {
-        for (rows, k) in [(16, 32), (37, 64), (5, 96), (48, 1024)] {
-            let nb = k / 32;
-            let w = weights(rows, k, 3);
-            let mut p = vec![0u8; w.len()];
-            let mut back = vec![0u8; w.len()];
-            unsafe {
-                repack(rows, nb, w.as_ptr(), p.as_mut_ptr());
-                unrepack(rows, nb, p.as_ptr(), back.as_mut_ptr());
-            }
-            assert!(back == w, "rows={rows} k={k}");
-            let whole = rows / ROWS * ROWS * nb * 18;
-            assert_eq!(p[whole..], w[whole..]);
-            if whole > 0 {
-                assert!(
-                    p[..whole] != w[..whole],
-                    "rows={rows} k={k}: nothing repacked"
-                );
-            }
-        }
+        let shapes = [(16, 32), (37, 64), (5, 96), (48, 1024)];
+        check_repack_round_trip(32, 18, ROWS, &shapes, weights, repack, unrepack);
     }
 
     /// A repacked group unpacks to the panel `panel::pack_ref` makes from the plain rows, and

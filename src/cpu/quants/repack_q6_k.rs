@@ -325,7 +325,10 @@ pub unsafe fn gemv_best(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::quants::{q6_k, q8_k, testutil::data};
+    use crate::cpu::quants::{
+        q6_k, q8_k,
+        testutil::{check_repack_round_trip, data},
+    };
 
     fn rows_of(rows: usize, k: usize, seed: u32) -> Vec<u8> {
         let mut w = vec![0u8; rows * k / 256 * 210];
@@ -336,25 +339,8 @@ mod tests {
     /// Repacking and back gives the bytes again; whole groups change, the tail rows stay.
     #[test]
     fn repack_round_trips() {
-        for (rows, k) in [(16, 256), (37, 512), (5, 256), (48, 1024)] {
-            let nb = k / 256;
-            let w = rows_of(rows, k, 3);
-            let mut p = vec![0u8; w.len()];
-            let mut back = vec![0u8; w.len()];
-            unsafe {
-                repack(rows, nb, w.as_ptr(), p.as_mut_ptr());
-                unrepack(rows, nb, p.as_ptr(), back.as_mut_ptr());
-            }
-            assert!(back == w, "rows={rows} k={k}");
-            let whole = rows / ROWS * ROWS * nb * 210;
-            assert_eq!(p[whole..], w[whole..]);
-            if whole > 0 {
-                assert!(
-                    p[..whole] != w[..whole],
-                    "rows={rows} k={k}: nothing repacked"
-                );
-            }
-        }
+        let shapes = [(16, 256), (37, 512), (5, 256), (48, 1024)];
+        check_repack_round_trip(256, 210, ROWS, &shapes, rows_of, repack, unrepack);
     }
 
     /// The reference and the AVX-512 kernel give the AVX2 `vec_dot`'s bits for each row and

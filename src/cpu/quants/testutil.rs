@@ -471,3 +471,36 @@ pub fn check_vec_dot_extremes(
         );
     }
 }
+
+/// The repacked layouts' round trip (repack_*.rs): for each (rows, values per row), rows from
+/// `rows_of` (blocks of `block_values` values in `block_bytes` bytes) repacked and back give the
+/// bytes again; the whole groups of `group_rows` rows change and the tail rows stay as they are.
+pub fn check_repack_round_trip(
+    block_values: usize,
+    block_bytes: usize,
+    group_rows: usize,
+    shapes: &[(usize, usize)],
+    rows_of: impl Fn(usize, usize, u32) -> Vec<u8>,
+    repack: unsafe fn(usize, usize, *const u8, *mut u8),
+    unrepack: unsafe fn(usize, usize, *const u8, *mut u8),
+) {
+    for &(rows, k) in shapes {
+        let nb = k / block_values;
+        let w = rows_of(rows, k, 3);
+        let mut p = vec![0u8; w.len()];
+        let mut back = vec![0u8; w.len()];
+        unsafe {
+            repack(rows, nb, w.as_ptr(), p.as_mut_ptr());
+            unrepack(rows, nb, p.as_ptr(), back.as_mut_ptr());
+        }
+        assert!(back == w, "rows={rows} k={k}");
+        let whole = rows / group_rows * group_rows * nb * block_bytes;
+        assert_eq!(p[whole..], w[whole..]);
+        if whole > 0 {
+            assert!(
+                p[..whole] != w[..whole],
+                "rows={rows} k={k}: nothing repacked"
+            );
+        }
+    }
+}
