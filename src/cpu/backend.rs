@@ -2,16 +2,30 @@
 
 use super::ops::{self, Ctx};
 use super::pool::{ThreadPool, Worker};
+use super::profile::Profile;
 use crate::device::{Backend, Error, Result};
 use crate::tensor::Tensor;
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 pub struct CpuBackend {
     n_threads: usize,
     pool: ThreadPool,
     /// Scratch shared by the threads of a graph; grows, never shrinks.
     work: Vec<u64>,
+    /// ROCMFORGE_CPU_PROFILE=1: node times, printed when the backend is freed.
+    profile: Option<Box<Profile>>,
+    /// Work counters of `Ctx::chunks`, node k using `counters[k % 2]` while thread 0 resets the
+    /// other for node k + 1 (no thread reads it between the barriers around node k).
+    counters: Counters,
 }
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded(AtomicUsize);
+
+#[derive(Default)]
+struct Counters([Padded; 2]);
 
 impl CpuBackend {
     /// Err when the worker threads cannot be started.
@@ -21,6 +35,8 @@ impl CpuBackend {
             n_threads: pool.max_threads(),
             pool,
             work: Vec::new(),
+            profile: crate::tuning::get().cpu_profile.then(Box::default),
+            counters: Counters::default(),
         })
     }
 }
@@ -59,6 +75,15 @@ impl SendPtr {
     }
 }
 
+impl Drop for CpuBackend {
+    fn drop(&mut self) {
+        if let Some(p) = self.profile.as_ref().filter(|p| p.graphs() > 0) {
+            // On stderr, not through the host's logger (which may be quiet): it was asked for.
+            eprint!("{}", p.report());
+        }
+    }
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> &CStr {
         c"RFCPU"
@@ -80,22 +105,46 @@ impl Backend for CpuBackend {
             self.work.resize(words, 0);
         }
         let wdata = SendPtr(self.work.as_mut_ptr() as *mut u8);
+        if let Some(p) = self.profile.as_mut() {
+            p.start(nodes.len(), nth);
+        }
+        let prof = self.profile.as_deref();
+        let counters = &self.counters.0;
+        counters[0].0.store(0, Relaxed);
         let job = |w: &Worker| {
-            let ctx = Ctx {
-                ith: w.ith,
-                nth: w.nth,
-                worker: w,
-                wdata: wdata.get(),
-                wsize,
-            };
-            for node in nodes {
+            if let (Some(p), 0) = (prof, w.ith) {
+                p.stamp(0);
+            }
+            for (k, node) in nodes.iter().enumerate() {
+                if w.ith == 0 {
+                    counters[(k + 1) % 2].0.store(0, Relaxed);
+                }
+                let ctx = Ctx {
+                    ith: w.ith,
+                    nth: w.nth,
+                    worker: w,
+                    wdata: wdata.get(),
+                    wsize,
+                    next: &counters[k % 2].0,
+                };
+                let t0 = prof.map(|p| p.now());
                 ops::compute(node, &ctx);
+                if let (Some(p), Some(t0)) = (prof, t0) {
+                    p.computed(k, w.ith, t0);
+                }
                 if !w.sync() {
                     return;
                 }
+                if let (Some(p), 0) = (prof, w.ith) {
+                    p.stamp(k + 1);
+                }
             }
         };
-        self.pool.run(nth, &job).map_err(Error::Device)
+        let done = self.pool.run(nth, &job).map_err(Error::Device);
+        if let (Some(p), Ok(())) = (self.profile.as_mut(), &done) {
+            p.finish(nodes);
+        }
+        done
     }
 
     fn set_n_threads(&mut self, n: usize) {

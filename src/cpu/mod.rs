@@ -4,6 +4,7 @@ pub mod backend;
 pub mod buffer;
 pub mod ops;
 pub mod pool;
+pub mod profile;
 pub mod quants;
 pub mod repack;
 pub mod simd;

@@ -27,6 +27,7 @@ pub(crate) mod testutil;
 use super::pool::Worker;
 use crate::ggml_types::op;
 use crate::tensor::Tensor;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// What a kernel gets besides its node: its thread index, the thread count, a barrier and a
 /// scratch area shared by the threads of the graph (sized by `work_size`).
@@ -36,12 +37,29 @@ pub struct Ctx<'a> {
     pub worker: &'a Worker<'a>,
     pub wdata: *mut u8,
     pub wsize: usize,
+    /// The node's work counter for `chunks`: 0 when the node starts (the backend resets it
+    /// before the barrier in front of the node).
+    pub next: &'a AtomicUsize,
 }
 
 impl Ctx<'_> {
     /// Waits for all threads of the graph; every thread must call it the same number of times.
     pub fn sync(&self) -> bool {
         self.worker.sync()
+    }
+
+    /// Indices `0..n`, in chunks handed to whichever thread asks next: a thread that runs ahead
+    /// (a less loaded core, another's turbo) takes more, where a fixed split waits for the
+    /// slowest (the busiest of 16 threads took 1.14x the mean in generation, 1.29x in prompts,
+    /// on Sapphire Rapids). Every thread of the node iterates it once, each index goes to one
+    /// thread; what a thread computes for an index must not depend on which thread it is.
+    pub fn chunks(&self, n: usize) -> impl Iterator<Item = usize> + '_ {
+        let size = (n / (self.nth * 4)).max(1);
+        std::iter::from_fn(move || {
+            let start = self.next.fetch_add(size, Relaxed);
+            (start < n).then(|| start..(start + size).min(n))
+        })
+        .flatten()
     }
 }
 

@@ -183,7 +183,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let col_blocks = dne[1].div_ceil(tile_cols);
     let tiles = row_blocks * col_blocks * dne[2] * dne[3];
     let (wnb, dnb) = (w.nb(), node.nb());
-    for t in split_range(tiles, ctx.ith, ctx.nth) {
+    for t in ctx.chunks(tiles) {
         let rb = t % row_blocks;
         let cb = (t / row_blocks) % col_blocks;
         let batch = t / (row_blocks * col_blocks);

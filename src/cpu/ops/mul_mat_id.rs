@@ -114,7 +114,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     // dot per row read the experts at half the host's bandwidth.
     let tile = tr.gemv.filter(|t| t.cols == 1);
     let wrow = w.nb()[1];
-    for task in split_range(groups.len() * row_blocks, ctx.ith, ctx.nth) {
+    for task in ctx.chunks(groups.len() * row_blocks) {
         let ((ex, a, b), rb) = (groups[task / row_blocks], task % row_blocks);
         let rows = rb * ROWS_PER_TASK..((rb + 1) * ROWS_PER_TASK).min(wne[1]);
         for &(_, e, t) in &slots[a..b] {

@@ -206,7 +206,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let units = panels * dne[2] * dne[3];
     let (wnb, dnb) = (w.nb(), node.nb());
     let n = dne[1];
-    for u in split_range(units, ctx.ith, ctx.nth) {
+    for u in ctx.chunks(units) {
         let p = u % panels;
         let batch = u / panels;
         let (i2, i3) = (batch % dne[2], batch / dne[2]);

@@ -181,7 +181,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let (rs, mb) = (w.nb()[1], crate::cpu::repack::matrix_bytes(&w));
     let dnb = node.nb();
     let n = dne[1];
-    for u in split_range(units_per * dne[2] * dne[3], ctx.ith, ctx.nth) {
+    for u in ctx.chunks(units_per * dne[2] * dne[3]) {
         let p = u % units_per;
         let batch = u / units_per;
         let (i2, i3) = (batch % dne[2], batch / dne[2]);

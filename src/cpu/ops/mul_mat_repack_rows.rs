@@ -80,7 +80,7 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         GgmlType::IQ4_NL => (ri::gemv_best, ri::unrepack),
         _ => (r8::gemv_best, r8::unrepack),
     };
-    for u in split_range(units_per * dne[2] * dne[3], ctx.ith, ctx.nth) {
+    for u in ctx.chunks(units_per * dne[2] * dne[3]) {
         let p = u % units_per;
         let batch = u / units_per;
         let (i2, i3) = (batch % dne[2], batch / dne[2]);
