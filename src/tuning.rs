@@ -66,6 +66,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512 | panel", "instruction set of RFCPU's quantized matmul tiles for generation; panel: Q4_0 on AVX-512 VNNI in place in the weight panels' order (ggml-cpu's repacked bits, slower)", Measuring),
     knob("ROCMFORGE_CPU_REPACK", "on", "0 | all", "0: RFCPU offers no load-time repacked buffer type (RFCPU_REPACK): Q4_0 / Q4_K weights stay in ggml's layout (A/B; the repacked products sum in the weight panels' order, ggml-cpu's repacked one); all: Q8_0, Q6_K and IQ4_NL repacked too", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
+    knob("ROCMFORGE_CPU_PREFETCH", "3072 on Intel, 0 elsewhere", "0.. (bytes)", "how far ahead of a repacked weight group's stream RFCPU's generation kernels prefetch (one core's memory reads wait on the mesh's latency on Intel server parts); 0 = none", Measuring),
     knob("ROCMFORGE_CPU_PROFILE", "off", "1", "every RFCPU node timed (wall, busiest thread, mean thread), totals per op, weight type and batch width printed when the backend is freed", Measuring),
     knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
     knob("ROCMFORGE_GPU_STAGING", "on", "0", "small synchronous writes copied synchronously instead of staged", Measuring),
@@ -123,6 +124,8 @@ pub struct Tuning {
     pub cpu_repack_all: bool,
     /// ROCMFORGE_FFI_TIMING=1.
     pub ffi_timing: bool,
+    /// ROCMFORGE_CPU_PREFETCH (bytes).
+    pub cpu_prefetch: Option<usize>,
     /// ROCMFORGE_CPU_PROFILE=1.
     pub cpu_profile: bool,
     /// ROCMFORGE_CPU_SMALL_GRAPH.
@@ -257,6 +260,7 @@ impl Tuning {
             cpu_repack: on_unless_0("ROCMFORGE_CPU_REPACK"),
             cpu_repack_all: var("ROCMFORGE_CPU_REPACK").as_deref() == Some("all"),
             ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),
+            cpu_prefetch: number("ROCMFORGE_CPU_PREFETCH"),
             cpu_profile: on_if_1("ROCMFORGE_CPU_PROFILE"),
             cpu_small_graph: number("ROCMFORGE_CPU_SMALL_GRAPH"),
             gpu_staging: on_unless_0("ROCMFORGE_GPU_STAGING"),

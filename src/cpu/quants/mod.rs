@@ -41,6 +41,7 @@ pub mod repack_q4_k;
 pub mod repack_q6_k;
 pub mod repack_q8_0;
 pub mod sign_grid;
+pub mod stream;
 pub mod tq1_0;
 pub mod tq2_0;
 

@@ -156,8 +156,12 @@ pub mod avx512 {
     ) {
         let lo = _mm512_set1_epi8(0x0f);
         let mut acc = [_mm512_setzero_ps(); C];
+        let ahead = crate::cpu::quants::stream::distance();
         for b in 0..nb {
             let gb = g.add(b * GROUP_BLOCK);
+            if ahead > 0 {
+                crate::cpu::quants::stream::prefetch(gb.wrapping_add(ahead), GROUP_BLOCK);
+            }
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(gb as *const __m256i));
             let mut wv = [_mm512_setzero_si512(); 8];
             for q in 0..4 {

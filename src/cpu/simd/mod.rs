@@ -304,6 +304,49 @@ pub fn dot_bf16_f32(a: &[u16], b: &[f32]) -> f32 {
     dot_bf16_f32_ref(a, b)
 }
 
+/// While alive, the calling thread's float unit flushes subnormal results to zero and reads
+/// subnormal inputs as zero (x86: MXCSR's FTZ and DAZ bits); dropping it restores the mode the
+/// thread had (the host's, on the calling thread). For kernels whose subnormals are far below
+/// what their results can show: on Intel cores every operation that makes or reads one takes a
+/// microcode assist of ~150 cycles, and a prompt's attention over a random model's scores makes
+/// them by the million (softmax weights of 1e-39 in front of weights of 1). Elsewhere a no-op.
+pub struct FlushSubnormals {
+    #[cfg(target_arch = "x86_64")]
+    saved: u32,
+}
+
+impl FlushSubnormals {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> FlushSubnormals {
+        #[cfg(target_arch = "x86_64")]
+        {
+            const FTZ: u32 = 1 << 15;
+            const DAZ: u32 = 1 << 6;
+            let mut saved = 0u32;
+            // SAFETY: stmxcsr / ldmxcsr read and write the thread's SSE control register
+            // through a u32 on the stack; every x86-64 CPU has them.
+            unsafe {
+                std::arch::asm!("stmxcsr [{}]", in(reg) &mut saved, options(nostack));
+                let flushed = saved | FTZ | DAZ;
+                std::arch::asm!("ldmxcsr [{}]", in(reg) &flushed, options(nostack));
+            }
+            FlushSubnormals { saved }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        FlushSubnormals {}
+    }
+}
+
+impl Drop for FlushSubnormals {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`, restoring the value read there.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            std::arch::asm!("ldmxcsr [{}]", in(reg) &self.saved, options(nostack));
+        }
+    }
+}
+
 /// Constants of Arm's vector expf (Arm optimized-routines, `v_expf`, MIT OR Apache-2.0 WITH
 /// LLVM-exception): x = n·ln2 + r, e^r ≈ 1 + r·poly(r) with a degree-4 minimax poly. ggml-cpu's
 /// SOFT_MAX, SILU, SWIGLU and tiled flash attention use this algorithm, so using it too makes

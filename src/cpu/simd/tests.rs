@@ -342,3 +342,20 @@ fn simd_dots_match_reference() {
         }
     }
 }
+
+/// FlushSubnormals flushes while alive and gives the thread its mode back when dropped.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn flush_subnormals_is_scoped() {
+    let tiny = std::hint::black_box(f32::MIN_POSITIVE);
+    let half = std::hint::black_box(0.5f32);
+    assert!((tiny * half).is_subnormal());
+    {
+        let _f = FlushSubnormals::new();
+        assert_eq!(std::hint::black_box(tiny * half), 0.0);
+        // Subnormal inputs read as zero.
+        let sub = std::hint::black_box(f32::from_bits(1));
+        assert_eq!(std::hint::black_box(sub * 2.0), 0.0);
+    }
+    assert!(std::hint::black_box(tiny * half).is_subnormal());
+}
