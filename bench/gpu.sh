@@ -69,8 +69,9 @@
 #          (llama_run generate, fa on), 3 times with an empty kernel cache then 3 times warm; the
 #          kernel group lines of the first cold run; libggml-rocmforge-base.so once cold where carried
 #   cpu    RFCPU against ggml-cpu's best variant on this host (issue 23): 8B-shaped (CPU_LAYERS of 32,
-#          default 8) and 1B-shaped (CPU_SIZES, default "8b 1b") models of each of $CPU_TYPES (default
-#          "q4_0 q4_k"; q4_k_m, q8_0, iq4_xs ... too), pp512 / tg32 at each of $CPU_THREADS (default "4 16")
+#          default 8) and 1B-shaped (CPU_SIZES, default "8b 1b"; "smol" adds the SmolLM2-shaped Q4_1) models
+#          of each of $CPU_TYPES (default "q4_0 q4_k"; q4_k_m, q8_0, iq4_xs ... too), pp512 / tg$CPU_TG
+#          (default 32) at each of $CPU_THREADS (default "4 16")
 #   mgpu   every GPU of the machine (issue 26): test_multi_gpu, SmolLM2-shaped end to end with -sm layer
 #          and -sm row over all GPUs (test_llama_e2e --device 'RFGPU*'), then 8B-class Q4_0 pp512 / tg64,
 #          fa on, over all GPUs: ggml-cuda against rocmforge with -sm layer, -sm row (the pinned
@@ -636,15 +637,18 @@ if has cpu; then
     models=
     for t in ${CPU_TYPES:-q4_0 q4_k}; do
         for size in ${CPU_SIZES:-8b 1b}; do
+            [ "$size" = smol ] && continue
             layers=; [ "$size" = 8b ] && layers="--layers ${CPU_LAYERS:-8}"
             [ -f cpu$size-$t.gguf ] || ./make_model --preset $size $layers --type $t --threads "$(nproc)" --tokenizer smol-tokenizer.gguf \
                 -o cpu$size-$t.gguf >/dev/null 2>&1
             models="$models cpu$size-$t"
         done
     done
+    # SmolLM2-shaped Q4_1 (its own type), when CPU_SIZES names smol.
+    case " ${CPU_SIZES:-} " in *" smol "*) models="$models smol" ;; esac
     for th in ${CPU_THREADS:-4 16}; do
         for m in $models; do
-            B="bench -m $m.gguf -t $th --pp 512 --tg 32 --reps 2"
+            B="bench -m $m.gguf -t $th --pp 512 --tg ${CPU_TG:-32} --reps 2"
             for r in $(seq "$ROUNDS"); do
                 echo "cpu $m t$th r$r ggml-cpu($(basename "${CPU_SO:-./libggml-cpu.so}" .so)) $(./llama_run $B -b ggml-cpu -l "${CPU_SO:-./libggml-cpu.so}" 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
                 echo "cpu $m t$th r$r RFCPU $(ROCMFORGE_GPU=0 ./llama_run $B -b rocmforge -l ./libggml-rocmforge.so 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
