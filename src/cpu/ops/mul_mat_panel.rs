@@ -17,6 +17,10 @@ use crate::tensor::{split_range, Tensor};
 /// Fewest columns the panels pay off at: packing a panel costs about what 2 columns of the
 /// kernel cost; below this the register tiles run.
 const MIN_COLS: usize = 4;
+/// Q6_K's: ggml-cpu runs Q6_K products of 8 or more columns through its tiled K-quant path,
+/// whose order the Q6_K panels take, and fewer through `vec_dot`, whose order the register
+/// tiles keep; so every Q6_K product equals ggml-cpu's to the bit.
+const Q6_K_MIN_COLS: usize = 8;
 
 pub(super) type Pack = unsafe fn(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8);
 pub(super) type Kernel = unsafe fn(
@@ -154,7 +158,13 @@ pub fn applies(node: &Tensor) -> bool {
         crate::cpu::quants::tile_isa(gemv) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
     #[cfg(not(target_arch = "x86_64"))]
     let best_isa = false;
+    let min_cols = if w.dtype() == GgmlType::Q6_K {
+        Q6_K_MIN_COLS
+    } else {
+        MIN_COLS
+    };
     format(w.dtype()).is_some()
+        && (gemv || node.ne()[1] >= min_cols)
         && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         && (!gemv || direct(&w))
         && hadamard_len(node).is_none()
@@ -402,14 +412,16 @@ pub(super) mod tests {
     /// Q6_K through the panels: each result is the super-block sum in the panels' order
     /// (`panel_q6_k`: exact integer sum, then `acc = fma(S·dx, dy, acc)`) to the bit, and within
     /// rounding of the one-row dot; the same on 1 and 3 threads; partial panels (37 rows),
-    /// column counts over and under the kernel's 4, a broadcast batch, F16 activations.
+    /// column counts over and under the kernel's 4, a broadcast batch, F16 activations; 7
+    /// columns keep the register tiles (ggml-cpu's `vec_dot` order below 8 columns).
     #[test]
     fn q6_k_panels_give_the_super_block_sum() {
         use crate::cpu::quants::{f16_to_f32, q6_k, q8_k, q8_k::BlockQ8K};
         for (m, n, nb, b2, xt) in [
             (37, 11, 2, 1, GgmlType::F32),
-            (16, 4, 1, 2, GgmlType::F16),
-            (21, 6, 17, 1, GgmlType::F32),
+            (16, 8, 1, 2, GgmlType::F16),
+            (21, 9, 17, 1, GgmlType::F32),
+            (16, 7, 1, 1, GgmlType::F32),
         ] {
             let k = nb * 256;
             let mut w = TT::new(GgmlType::Q6_K, [k, m, 1, 1]);
@@ -421,11 +433,15 @@ pub(super) mod tests {
                 let mut d = TT::new(GgmlType::F32, [m, n, b2, 1]);
                 d.op(op::MUL_MAT).src(0, &w).src(1, &x);
                 if !super::applies(&d.tensor()) {
-                    eprintln!("skipped: no AVX-512 VNNI panels here");
-                    return;
+                    // No AVX-512 VNNI here, or fewer columns than ggml-cpu's tiled path takes.
+                    assert!(n < super::Q6_K_MIN_COLS || !crate::cpu::quants::panel::available());
+                    break;
                 }
                 run(&d, nth);
                 outs.push(d.get());
+            }
+            if outs.is_empty() {
+                continue;
             }
             let same = outs[0]
                 .iter()
