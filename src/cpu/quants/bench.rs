@@ -468,9 +468,10 @@ fn bench_panel() {
     type Pack = unsafe fn(usize, *const u8, usize, usize, *mut u8);
     type Kernel = unsafe fn(usize, *const u8, *const u8, usize, usize, *mut u8, usize, usize);
     type Act = unsafe fn(usize, *const u8, *mut u8);
-    let sets: [(GgmlType, usize, usize, Act, Pack, Kernel); 2] = [
+    let sets: [(GgmlType, usize, usize, usize, Act, Pack, Kernel); 2] = [
         (
             Q4_K,
+            panel_q4_k::MAX_COLS,
             panel_q4_k::BLOCK_BYTES,
             size_of::<panel_q4_k::ActBlockK>(),
             panel_q4_k::act_row,
@@ -479,6 +480,7 @@ fn bench_panel() {
         ),
         (
             Q6_K,
+            panel_q6_k::MAX_COLS,
             panel_q6_k::BLOCK_BYTES,
             size_of::<panel_q6_k::ActBlock6>(),
             panel_q6_k::act_row,
@@ -488,7 +490,7 @@ fn bench_panel() {
     ];
     let (n, rows, cols, reps) = (4096, 64, 64, 10);
     let nb = n / QK_K;
-    for (t, pbytes, abytes, act_row, pack, kernel) in sets {
+    for (t, mc, pbytes, abytes, act_row, pack, kernel) in sets {
         let tr = all_traits(t).unwrap();
         let yfrom = all_traits(Q8_K).unwrap().from_f32.unwrap();
         let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
@@ -512,14 +514,14 @@ fn bench_panel() {
                         if packing || p == 0 {
                             pack(nb, qx.as_ptr().add(p * 16 * xs), xs, 16, pp);
                         }
-                        for j in (0..cols).step_by(4) {
+                        for j in (0..cols).step_by(mc) {
                             let o = op.add(p * 64 + j * rows * 4);
                             kernel(
                                 nb,
                                 pp,
                                 ap.add(j * nb * abytes),
                                 nb * abytes,
-                                4,
+                                mc,
                                 o,
                                 rows * 4,
                                 16,
