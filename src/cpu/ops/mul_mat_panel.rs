@@ -1,5 +1,5 @@
-//! MUL_MAT of Q4_0 and Q4_K weights by many activation columns on AVX-512 VNNI, through
-//! weight panels (`quants/panel.rs`, `quants/panel_q4_k.rs`): the activations are quantized once
+//! MUL_MAT of Q4_0, Q4_K and Q6_K weights by many activation columns on AVX-512 VNNI, through
+//! weight panels (`quants/panel.rs`, `panel_q4_k.rs`, `panel_q6_k.rs`): the activations are quantized once
 //! (Q8_0 / Q8_K, as ggml-cpu quantizes them) and laid out as the kernel reads them, then each
 //! thread packs 16 weight rows at a time into its own panel (L2-resident: 258 KiB for Q4_0 at
 //! k = 14336) and runs every column over it. Threads split the panels, so 2 and 16 threads get
@@ -8,7 +8,7 @@
 use super::Ctx;
 use crate::cpu::quants::panel;
 #[cfg(target_arch = "x86_64")]
-use crate::cpu::quants::panel_q4_k;
+use crate::cpu::quants::{panel_q4_k, panel_q6_k};
 use crate::cpu::types::traits;
 use crate::ggml_types::GgmlType;
 use crate::op_shapes::hadamard_len;
@@ -17,6 +17,10 @@ use crate::tensor::{split_range, Tensor};
 /// Fewest columns the panels pay off at: packing a panel costs about what 2 columns of the
 /// kernel cost; below this the register tiles run.
 const MIN_COLS: usize = 4;
+/// Q6_K's: ggml-cpu runs Q6_K products of 8 or more columns through its tiled K-quant path,
+/// whose order the Q6_K panels take, and fewer through `vec_dot`, whose order the register
+/// tiles keep; so every Q6_K product equals ggml-cpu's to the bit.
+const Q6_K_MIN_COLS: usize = 8;
 
 pub(super) type Pack = unsafe fn(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8);
 pub(super) type Kernel = unsafe fn(
@@ -116,6 +120,15 @@ fn format(t: GgmlType) -> Option<Format> {
             pack: panel_q4_k::avx512::pack,
             kernel: panel_q4_k::avx512::kernel_cols,
         }),
+        GgmlType::Q6_K => Some(Format {
+            blk: 256,
+            act_block: size_of::<panel_q6_k::ActBlock6>(),
+            panel_block: panel_q6_k::BLOCK_BYTES,
+            max_cols: panel_q6_k::MAX_COLS,
+            act_row: panel_q6_k::act_row,
+            pack: panel_q6_k::avx512::pack,
+            kernel: panel_q6_k::avx512::kernel_cols,
+        }),
         _ => None,
     }
 }
@@ -145,7 +158,13 @@ pub fn applies(node: &Tensor) -> bool {
         crate::cpu::quants::tile_isa(gemv) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
     #[cfg(not(target_arch = "x86_64"))]
     let best_isa = false;
+    let min_cols = if w.dtype() == GgmlType::Q6_K {
+        Q6_K_MIN_COLS
+    } else {
+        MIN_COLS
+    };
     format(w.dtype()).is_some()
+        && (gemv || node.ne()[1] >= min_cols)
         && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         && (!gemv || direct(&w))
         && hadamard_len(node).is_none()
@@ -166,13 +185,34 @@ fn act_bytes(node: &Tensor, f: &Format) -> usize {
     x.nrows() * (x.ne()[0] / f.blk) * f.act_block
 }
 
+/// Unpacks whole 16-row groups of weights repacked at load back to ggml's rows: rows, blocks
+/// per row, from, to (`repack_q6_k::unrepack`).
+pub(super) type Unrepack = unsafe fn(usize, usize, *const u8, *mut u8);
+
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
     let f = format(node.src(0).unwrap().dtype()).unwrap();
     let nb = node.src(0).unwrap().ne()[0] / f.blk;
     act_bytes(node, &f) + 64 + nth * (nb * f.panel_block + 64)
 }
 
+/// `work_size` plus each thread's scratch for a group's unpacked rows.
+pub(super) fn work_size_repacked(node: &Tensor, nth: usize) -> usize {
+    work_size(node, nth) + nth * (panel::ROWS * node.src(0).unwrap().nb()[1] + 64)
+}
+
 pub fn compute(node: &Tensor, ctx: &Ctx) {
+    compute_from(node, ctx, None)
+}
+
+/// `compute` over weights repacked at load (Q6_K, whose plain path takes these panels): each
+/// whole group is unpacked to ggml's rows in the thread's scratch, then packed as plain rows,
+/// so the results equal the plain path's to the bit; the rows past the last whole group are in
+/// ggml's layout already.
+pub(super) fn compute_repacked(node: &Tensor, ctx: &Ctx, unrepack: Unrepack) {
+    compute_from(node, ctx, Some(unrepack))
+}
+
+fn compute_from(node: &Tensor, ctx: &Ctx, unrepack: Option<Unrepack>) {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let f = format(w.dtype()).unwrap();
     let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());
@@ -182,6 +222,9 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let act = align(ctx.wdata);
     let panel_at = align(unsafe { ctx.wdata.add(act_bytes(node, &f) + 64) });
     let my_panel = unsafe { panel_at.add(ctx.ith * (nb * f.panel_block + 64)) };
+    let rs = w.nb()[1];
+    let scratch_at = align(unsafe { panel_at.add(ctx.nth * (nb * f.panel_block + 64)) });
+    let my_scratch = unsafe { scratch_at.add(ctx.ith * (panel::ROWS * rs + 64)) };
     let acs = nb * f.act_block;
 
     // Activations: quantized as ggml-cpu quantizes them, then in the kernel's layout.
@@ -228,7 +271,14 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
                 f(nb, wp, wnb[1], acol as *const _, nb, db, dnb[1]);
                 continue;
             }
-            (f.pack)(nb, wp, wnb[1], rows, my_panel);
+            let rows_at = match unrepack {
+                Some(unrepack) if rows == panel::ROWS => {
+                    unrepack(panel::ROWS, nb, wp, my_scratch);
+                    my_scratch as *const u8
+                }
+                _ => wp,
+            };
+            (f.pack)(nb, rows_at, rs, rows, my_panel);
             panel_columns(
                 f.kernel, f.max_cols, nb, my_panel, acol, acs, n, db, dnb[1], rows,
             );
@@ -355,6 +405,76 @@ pub(super) mod tests {
                     (got - want).abs() <= 1e-4 * want.abs().max(1.0),
                     "({i}, {j}): {got} vs {want}"
                 );
+            }
+        }
+    }
+
+    /// Q6_K through the panels: each result is the super-block sum in the panels' order
+    /// (`panel_q6_k`: exact integer sum, then `acc = fma(S·dx, dy, acc)`) to the bit, and within
+    /// rounding of the one-row dot; the same on 1 and 3 threads; partial panels (37 rows),
+    /// column counts over and under the kernel's 4, a broadcast batch, F16 activations; 7
+    /// columns keep the register tiles (ggml-cpu's `vec_dot` order below 8 columns).
+    #[test]
+    fn q6_k_panels_give_the_super_block_sum() {
+        use crate::cpu::quants::{f16_to_f32, q6_k, q8_k, q8_k::BlockQ8K};
+        for (m, n, nb, b2, xt) in [
+            (37, 11, 2, 1, GgmlType::F32),
+            (16, 8, 1, 2, GgmlType::F16),
+            (21, 9, 17, 1, GgmlType::F32),
+            (16, 7, 1, 1, GgmlType::F32),
+        ] {
+            let k = nb * 256;
+            let mut w = TT::new(GgmlType::Q6_K, [k, m, 1, 1]);
+            w.set(&rand_vec(k * m, 73, -1.0, 1.0));
+            let mut x = TT::new(xt, [k, n, b2, 1]);
+            x.set(&rand_vec(k * n * b2, 74, -1.0, 1.0));
+            let mut outs = vec![];
+            for nth in [1, 3] {
+                let mut d = TT::new(GgmlType::F32, [m, n, b2, 1]);
+                d.op(op::MUL_MAT).src(0, &w).src(1, &x);
+                if !super::applies(&d.tensor()) {
+                    // No AVX-512 VNNI here, or fewer columns than ggml-cpu's tiled path takes.
+                    assert!(n < super::Q6_K_MIN_COLS || !crate::cpu::quants::panel::available());
+                    break;
+                }
+                run(&d, nth);
+                outs.push(d.get());
+            }
+            if outs.is_empty() {
+                continue;
+            }
+            let same = outs[0]
+                .iter()
+                .zip(&outs[1])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "m={m} n={n}: 1 and 3 threads differ");
+            let mut y = vec![0u32; b2 * n * nb * 292 / 4];
+            let yp = y.as_mut_ptr() as *mut u8;
+            unsafe { q8_k::from_f32(&x.get(), yp) };
+            let wd = w.tensor().data();
+            for j in 0..n * b2 {
+                for i in 0..m {
+                    let (wr, yc) = unsafe { (wd.add(i * nb * 210), yp.add(j * nb * 292)) };
+                    let mut acc = 0f32;
+                    for b in 0..nb {
+                        let bx = unsafe { &*(wr as *const q6_k::BlockQ6K).add(b) };
+                        let by = unsafe { &*(yc as *const BlockQ8K).add(b) };
+                        let q = q6_k::codes(bx);
+                        let sumi: i32 = (0..256)
+                            .map(|e| {
+                                bx.scales[e / 16] as i32 * (q[e] as i32 - 32) * by.qs[e] as i32
+                            })
+                            .sum();
+                        acc = (sumi as f32 * f16_to_f32(bx.d)).mul_add(by.d, acc);
+                    }
+                    let got = outs[0][j * m + i];
+                    assert_eq!(got.to_bits(), acc.to_bits(), "m={m} n={n} ({i}, {j})");
+                    let dot = unsafe { q6_k::vec_dot_ref(k, wr, yc) };
+                    assert!(
+                        (got - dot).abs() <= 1e-5 * dot.abs().max(1.0),
+                        "({i}, {j}): {got} vs {dot}"
+                    );
+                }
             }
         }
     }

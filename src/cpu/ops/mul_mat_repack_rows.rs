@@ -8,6 +8,9 @@
 //!   KB at k = 4096) and the plain register tiles run every column over it.
 //!
 //! The rows past the last whole group are in ggml's layout and take the plain tiles directly.
+//!
+//! Q6_K prompts on AVX-512 VNNI take the weight panels on the plain path, so here too:
+//! `mul_mat_panel::compute_repacked` unpacks each group and packs it as plain rows.
 
 use super::mul_mat::{convert_row, tile_block};
 use super::Ctx;
@@ -31,12 +34,23 @@ fn act_bytes(node: &Tensor) -> usize {
     vdt.row_size(x.ne()[0]) * x.nrows()
 }
 
+/// Whether the plain path would take the weight panels (Q6_K prompts on AVX-512 VNNI).
+fn panels(node: &Tensor) -> bool {
+    node.src(0).unwrap().dtype() == GgmlType::Q6_K && super::mul_mat_panel::applies(node)
+}
+
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
+    if panels(node) {
+        return super::mul_mat_panel::work_size_repacked(node, nth);
+    }
     let w = node.src(0).unwrap();
     act_bytes(node) + 64 + nth * (ROWS * w.nb()[1] + 64)
 }
 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
+    if panels(node) {
+        return super::mul_mat_panel::compute_repacked(node, ctx, r6::unrepack);
+    }
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
     let tr = traits(w.dtype()).unwrap();
     let (wne, xne, dne) = (w.ne(), x.ne(), node.ne());

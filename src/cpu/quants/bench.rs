@@ -450,3 +450,101 @@ fn bench_vec_dot() {
         eprintln!("bench {t:?}: {gbs:6.2} GB/s weights, {gelems:6.2} G elements/s ({sink:.1})");
     }
 }
+
+/// The K-quant weight panels (AVX-512 VNNI) against the register tiles, one thread: 64 rows ×
+/// 4096 in L2 against 64 columns (a prompt's product); the panels with their packing (as
+/// `mul_mat_panel` runs them, each panel packed once for all columns) and the kernel alone.
+/// Prints G multiply-adds/s.
+/// `cargo test --release -- --ignored bench_panel --nocapture`
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn bench_panel() {
+    use GgmlType::*;
+    if !panel::available() {
+        println!("bench_panel: SKIPPED, no AVX-512 VNNI");
+        return;
+    }
+    type Pack = unsafe fn(usize, *const u8, usize, usize, *mut u8);
+    type Kernel = unsafe fn(usize, *const u8, *const u8, usize, usize, *mut u8, usize, usize);
+    type Act = unsafe fn(usize, *const u8, *mut u8);
+    let sets: [(GgmlType, usize, usize, usize, Act, Pack, Kernel); 2] = [
+        (
+            Q4_K,
+            panel_q4_k::MAX_COLS,
+            panel_q4_k::BLOCK_BYTES,
+            size_of::<panel_q4_k::ActBlockK>(),
+            panel_q4_k::act_row,
+            panel_q4_k::avx512::pack,
+            panel_q4_k::avx512::kernel_cols,
+        ),
+        (
+            Q6_K,
+            panel_q6_k::MAX_COLS,
+            panel_q6_k::BLOCK_BYTES,
+            size_of::<panel_q6_k::ActBlock6>(),
+            panel_q6_k::act_row,
+            panel_q6_k::avx512::pack,
+            panel_q6_k::avx512::kernel_cols,
+        ),
+    ];
+    let (n, rows, cols, reps) = (4096, 64, 64, 10);
+    let nb = n / QK_K;
+    for (t, mc, pbytes, abytes, act_row, pack, kernel) in sets {
+        let tr = all_traits(t).unwrap();
+        let yfrom = all_traits(Q8_K).unwrap().from_f32.unwrap();
+        let qx = testutil::quantize(t, tr.from_f32.unwrap(), &testutil::data(n * rows, 1));
+        let qy = testutil::quantize(Q8_K, yfrom, &testutil::data(n * cols, 2));
+        let (xs, ys) = (t.row_size(n), Q8_K.row_size(n));
+        let tiles = time(tr.gemm.unwrap(), n, &qx, xs, rows, &qy, ys, cols, reps);
+        let mut act = vec![0u32; cols * nb * abytes / 4];
+        let ap = act.as_mut_ptr() as *mut u8;
+        for c in 0..cols {
+            unsafe { act_row(nb, qy.as_ptr().add(c * ys), ap.add(c * nb * abytes)) };
+        }
+        let mut pnl = vec![0u32; nb * pbytes / 4];
+        let pp = pnl.as_mut_ptr() as *mut u8;
+        let mut out = vec![0f32; rows * cols];
+        let op = out.as_mut_ptr() as *mut u8;
+        let run = |packing: bool| {
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                for p in 0..rows / 16 {
+                    unsafe {
+                        if packing || p == 0 {
+                            pack(nb, qx.as_ptr().add(p * 16 * xs), xs, 16, pp);
+                        }
+                        for j in (0..cols).step_by(mc) {
+                            let o = op.add(p * 64 + j * rows * 4);
+                            kernel(
+                                nb,
+                                pp,
+                                ap.add(j * nb * abytes),
+                                nb * abytes,
+                                mc,
+                                o,
+                                rows * 4,
+                                16,
+                            );
+                        }
+                    }
+                }
+            }
+            (n * rows * cols * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+        };
+        let (with_pack, kernel_only) = (run(true), run(false));
+        let pack_only = {
+            let start = std::time::Instant::now();
+            for _ in 0..reps * 10 {
+                for p in 0..rows / 16 {
+                    unsafe { pack(nb, qx.as_ptr().add(p * 16 * xs), xs, 16, pp) };
+                }
+            }
+            start.elapsed().as_secs_f64() / (reps * 10 * rows / 16) as f64 * 1e6
+        };
+        std::hint::black_box(&out);
+        println!(
+            "bench_panel {t:?}: tiles {tiles:6.2} | panels {with_pack:6.2} | kernel alone {kernel_only:6.2} G MAC/s ({rows} rows x {n} x {cols} columns); pack {pack_only:6.1} us per 16 rows"
+        );
+    }
+}

@@ -21,6 +21,7 @@ pub mod mxfp4;
 pub mod nvfp4;
 pub mod panel;
 pub mod panel_q4_k;
+pub mod panel_q6_k;
 pub mod q1_0;
 pub mod q2_0;
 pub mod q2_k;

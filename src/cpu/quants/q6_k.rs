@@ -20,7 +20,7 @@ const _: () = assert!(size_of::<BlockQ6K>() == 210);
 
 /// The 256 codes (0..63) of a super-block.
 #[inline]
-fn codes(b: &BlockQ6K) -> [u8; QK_K] {
+pub(crate) fn codes(b: &BlockQ6K) -> [u8; QK_K] {
     let mut q = [0u8; QK_K];
     for n in 0..2 {
         for l in 0..32 {
