@@ -139,6 +139,26 @@ impl Phases {
     }
 }
 
+/// One line about a plan: nodes and predicted time per place, changes of place, the batch.
+fn plan_summary(nodes: &[Tensor], plan: &[BackendSelection]) -> String {
+    let (mut n, mut us) = ([0usize; 2], [0f64; 2]);
+    for s in plan {
+        let i = usize::from(s.place == Place::Gpu);
+        n[i] += 1;
+        us[i] += s.predicted_us;
+    }
+    let switches = plan.windows(2).filter(|w| w[0].place != w[1].place).count();
+    let rows = nodes.iter().map(|t| t.ne()[1]).max().unwrap_or(0);
+    format!(
+        "plan of {} nodes (widest {rows} rows): CPU {} nodes {:.0} us, GPU {} nodes {:.0} us predicted, {switches} changes of place",
+        plan.len(),
+        n[0],
+        us[0],
+        n[1],
+        us[1]
+    )
+}
+
 /// Events ordering the copy stream and the segments' streams around the arena's halves:
 /// `copied` after a batch of weight copies, `done[h]` after the last launch reading half h.
 struct StreamEvents {
@@ -1169,6 +1189,9 @@ impl HybridBackend {
             self.last_plan = self.plan(nodes, &mut res)?;
             if let Some(p) = self.phases.as_mut() {
                 p.planned += 1;
+            }
+            if crate::ffi::log::debug_enabled() {
+                crate::log_debug!("RFHYBRID: {}", plan_summary(nodes, &self.last_plan));
             }
         }
         let plan = self.last_plan.clone();
