@@ -157,6 +157,9 @@ pub trait Backend: Send {
     fn replay_last(&mut self) -> Result<bool> {
         Ok(false)
     }
+    /// Gets the backend's worker threads running (spinning, not asleep), so that a node timed
+    /// right after does not also time their wake-up. Nothing to do where there are none.
+    fn wake(&mut self) {}
     /// Records `event` after the work queued so far. Ok(false): this backend does not record
     /// events of that kind.
     fn record_event(&mut self, _event: &dyn Event) -> Result<bool> {

@@ -147,6 +147,13 @@ impl Backend for CpuBackend {
         done
     }
 
+    fn wake(&mut self) {
+        // An empty job on every thread: the workers then spin a while before they sleep again.
+        if let Err(e) = self.pool.run(self.n_threads, &|_: &Worker| {}) {
+            crate::log_warn!("RFCPU: waking the workers: {e}");
+        }
+    }
+
     fn set_n_threads(&mut self, n: usize) {
         let cap = super::pool::thread_cap();
         if n > cap {
@@ -164,5 +171,23 @@ impl Backend for CpuBackend {
             }
         }
         self.n_threads = n.min(self.pool.max_threads());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `wake` runs an empty job on every worker and leaves the pool usable, also when asked for
+    /// more threads than there are cores.
+    #[test]
+    fn wake_leaves_the_pool_usable() {
+        for n in [1, 3, 8] {
+            let mut be = CpuBackend::new(n).unwrap();
+            for _ in 0..50 {
+                be.wake();
+            }
+            be.compute(&[]).unwrap();
+        }
     }
 }

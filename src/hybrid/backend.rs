@@ -1304,6 +1304,14 @@ impl HybridBackend {
                         predicted_us: self.sched.cost.compute_us(n, place),
                         ..plan[a + o]
                     };
+                    if place == Place::Cpu {
+                        // Timed alone, a node would also time the CPU workers' wake-up (asleep
+                        // while the GPU ran): a prompt's last-layer products, timed so, set the
+                        // correction of every token product 1.5-10x too slow from one process
+                        // to the next, and one in three planned its tokens with 2 GB streamed
+                        // (23-27 t/s instead of 37-42 at 2048 MiB on the H100, 2026-11-26).
+                        self.cpu.wake();
+                    }
                     let t = Instant::now();
                     let copied = self.copy_us;
                     match place {
