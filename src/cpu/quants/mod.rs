@@ -4,6 +4,18 @@
 //! which picks the fastest dot product the machine runs (AVX2 or NEON where written) once, when the
 //! traits are looked up, so the hot loop pays no dispatch.
 
+/// `$kernel::<C>` for a column count known at run time: C itself for the listed counts, `$widest`
+/// for any other (what each weight panel format's `kernel_cols` dispatches).
+#[allow(unused_macros)]
+macro_rules! kernel_for_cols {
+    ($kernel:ident, $cols:expr, [$($c:literal),*], $widest:literal) => {
+        match $cols {
+            $($c => $kernel::<$c>,)*
+            _ => $kernel::<$widest>,
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 pub mod grids;

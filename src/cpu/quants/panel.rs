@@ -315,16 +315,7 @@ pub mod avx512 {
         os: usize,
         rows: usize,
     ) {
-        let f = match cols {
-            1 => kernel::<1>,
-            2 => kernel::<2>,
-            3 => kernel::<3>,
-            4 => kernel::<4>,
-            5 => kernel::<5>,
-            6 => kernel::<6>,
-            7 => kernel::<7>,
-            _ => kernel::<8>,
-        };
+        let f = kernel_for_cols!(kernel, cols, [1, 2, 3, 4, 5, 6, 7], 8);
         f(nb, panel, act, acs, out, os, rows)
     }
 }

@@ -282,12 +282,7 @@ pub mod avx512 {
         os: usize,
         rows: usize,
     ) {
-        let f = match cols {
-            1 => kernel::<1>,
-            2 => kernel::<2>,
-            3 => kernel::<3>,
-            _ => kernel::<4>,
-        };
+        let f = kernel_for_cols!(kernel, cols, [1, 2, 3], 4);
         f(nb, panel, act, acs, out, os, rows)
     }
 }
