@@ -1,7 +1,7 @@
 //! The RFCPU backend (stream): plans scratch memory for a graph and runs it on the pool.
 
 use super::ops::{self, Ctx};
-use super::pool::{ThreadPool, Worker};
+use super::pool::{Padded, ThreadPool, Worker};
 use super::profile::Profile;
 use crate::device::{Backend, Error, Result};
 use crate::tensor::Tensor;
@@ -20,12 +20,8 @@ pub struct CpuBackend {
     counters: Counters,
 }
 
-#[repr(align(128))]
 #[derive(Default)]
-struct Padded(AtomicUsize);
-
-#[derive(Default)]
-struct Counters([Padded; 2]);
+struct Counters([Padded<AtomicUsize>; 2]);
 
 impl CpuBackend {
     /// Err when the worker threads cannot be started.
@@ -110,14 +106,14 @@ impl Backend for CpuBackend {
         }
         let prof = self.profile.as_deref();
         let counters = &self.counters.0;
-        counters[0].0.store(0, Relaxed);
+        counters[0].store(0, Relaxed);
         let job = |w: &Worker| {
             if let (Some(p), 0) = (prof, w.ith) {
                 p.stamp(0);
             }
             for (k, node) in nodes.iter().enumerate() {
                 if w.ith == 0 {
-                    counters[(k + 1) % 2].0.store(0, Relaxed);
+                    counters[(k + 1) % 2].store(0, Relaxed);
                 }
                 let ctx = Ctx {
                     ith: w.ith,
@@ -125,7 +121,7 @@ impl Backend for CpuBackend {
                     worker: w,
                     wdata: wdata.get(),
                     wsize,
-                    next: &counters[k % 2].0,
+                    next: &counters[k % 2],
                 };
                 let t0 = prof.map(|p| p.now());
                 ops::compute(node, &ctx);

@@ -12,7 +12,8 @@ const SPINS_BEFORE_SLEEP: u32 = 20_000;
 
 /// A value alone on its cache lines (128 bytes: adjacent-line prefetch pairs 64-byte lines).
 #[repr(align(128))]
-struct Padded<T>(T);
+#[derive(Default)]
+pub(super) struct Padded<T>(pub(super) T);
 
 impl<T> std::ops::Deref for Padded<T> {
     type Target = T;

@@ -158,13 +158,8 @@ pub fn applies(node: &Tensor) -> bool {
         crate::cpu::quants::tile_isa(gemv) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
     #[cfg(not(target_arch = "x86_64"))]
     let best_isa = false;
-    let min_cols = if w.dtype() == GgmlType::Q6_K {
-        Q6_K_MIN_COLS
-    } else {
-        MIN_COLS
-    };
     format(w.dtype()).is_some()
-        && (gemv || node.ne()[1] >= min_cols)
+        && (w.dtype() != GgmlType::Q6_K || node.ne()[1] >= Q6_K_MIN_COLS)
         && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         && (!gemv || direct(&w))
         && hadamard_len(node).is_none()
