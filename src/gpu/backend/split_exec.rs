@@ -707,8 +707,20 @@ mod tests {
     use crate::device::{Backend, BufferType};
     use crate::gpu::buffer::GpuBufferType;
     use crate::gpu::mock::MockApi;
-    use crate::gpu::split::SplitBufferType;
+    use crate::gpu::split::{SplitBuffer, SplitBufferType};
     use std::sync::atomic::Ordering;
+
+    /// Two mocked GPUs (`peer`: each maps the other's memory), the first one's context and a
+    /// 1 MiB buffer of the row split, half the rows on each.
+    fn two_gpus(peer: bool) -> (Arc<MockApi>, Arc<GpuCtx>, SplitBuffer) {
+        let api = Arc::new(MockApi::new(0));
+        api.peer.store(peer, Ordering::SeqCst);
+        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
+        let ty = SplitBufferType::new(0, vec![c0.clone(), c1], vec![0.5, 0.5]).unwrap();
+        let sb = ty.alloc(1 << 20);
+        (api, c0, sb)
+    }
 
     fn count(api: &MockApi, what: &str) -> usize {
         api.log
@@ -727,11 +739,7 @@ mod tests {
     /// device-to-device ones and its graph is captured too.
     #[test]
     fn a_failed_capture_leaves_other_shapes_captured() {
-        let api = Arc::new(MockApi::new(0));
-        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
-        let sb = ty.alloc(1 << 20);
+        let (api, c0, sb) = two_gpus(false);
         let w = TT::new(GgmlType::Q4_0, [256, 128, 1, 1]);
         sb.init_tensor(&w.tensor()).unwrap();
         let st = sb.tensor(&w.tensor()).unwrap();
@@ -788,12 +796,7 @@ mod tests {
     /// (`peer`: the other GPU reaches this one's memory; `cols`: columns of src1). Returns the
     /// calls of one run launched directly: (waits between streams, peer copies).
     fn qkv(peer: bool, cols: usize, between: bool) -> (usize, usize) {
-        let api = Arc::new(MockApi::new(0));
-        api.peer.store(peer, Ordering::SeqCst);
-        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
-        let sb = ty.alloc(1 << 20);
+        let (api, c0, sb) = two_gpus(peer);
         let ws: Vec<TT> = (0..3)
             .map(|_| TT::new(GgmlType::Q4_0, [256, 128, 1, 1]))
             .collect();
@@ -871,12 +874,7 @@ mod tests {
     /// The token graph over both devices is still captured on its second run and replayed.
     #[test]
     fn deferred_waits_keep_the_capture() {
-        let api = Arc::new(MockApi::new(0));
-        api.peer.store(true, Ordering::SeqCst);
-        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
-        let sb = ty.alloc(1 << 20);
+        let (api, c0, sb) = two_gpus(true);
         let (wq, wk) = (
             TT::new(GgmlType::Q4_0, [256, 128, 1, 1]),
             TT::new(GgmlType::Q4_0, [256, 128, 1, 1]),
@@ -916,12 +914,7 @@ mod tests {
     /// runs MUL_MAT_ID over its rows (one launch each), and the other GPU reads src1 and ids
     /// across, or gets both copied over and its rows gathered.
     fn mmid(peer: bool, tokens: usize) -> (Vec<&'static str>, Arc<SplitTensor>) {
-        let api = Arc::new(MockApi::new(0));
-        api.peer.store(peer, Ordering::SeqCst);
-        let c0 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let c1 = GpuCtx::for_test(api.clone(), MockApi::info(), None);
-        let ty = SplitBufferType::new(0, vec![c0.clone(), c1.clone()], vec![0.5, 0.5]).unwrap();
-        let sb = ty.alloc(1 << 20);
+        let (api, c0, sb) = two_gpus(peer);
         let w = TT::new(GgmlType::Q8_0, [256, 128, 4, 1]);
         sb.init_tensor(&w.tensor()).unwrap();
         let st = sb.tensor(&w.tensor()).unwrap();
