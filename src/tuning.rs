@@ -60,6 +60,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_TRACE", "off", "<file>.json", "RFHYBRID: a Chrome trace-event timeline (one track per device and one for transfers; opens in Perfetto) written when the backend is freed", User),
     knob("ROCMFORGE_HYBRID_CALIBRATE", "cached", "cached | force | 0", "RFHYBRID's cost model: the cached calibration (measured at first use), measured again now, or the built-in guesses (no measuring)", Measuring),
     knob("ROCMFORGE_HYBRID_PREFETCH", "on", "0", "RFHYBRID does not move parts of a token's CPU layers to the GPU with their weights copied in while the CPU computes (A/B runs)", Measuring),
+    knob("ROCMFORGE_HYBRID_TRIAL", "on", "0 | force", "0: RFHYBRID keeps a new graph's plan without running it against the plan of its calibrated curves alone; force: every new graph's plan is run against the CPU-first (else GPU-first) plan (tests of a plan swapped between runs)", Measuring),
     knob("ROCMFORGE_HYBRID_USED_EXPERTS", "on", "0", "RFHYBRID streams every expert of a batch's MUL_MAT_ID to the GPU instead of only those its ids use (read back first)", Measuring),
     knob("ROCMFORGE_HYBRID_FAKE_GPU", "off", "1", "RFHYBRID's GPU side is a second RFCPU device with its own memory (tests of placement and residency without a GPU)", Measuring),
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512 | tiles", "instruction set of RFCPU's quantized matmul tiles for prompts; tiles: the register tiles instead of the Q4_0/Q4_K weight panels of AVX-512 VNNI machines", Measuring),
@@ -195,6 +196,8 @@ pub struct Tuning {
     pub hybrid_prefetch: bool,
     /// ROCMFORGE_HYBRID_USED_EXPERTS not 0.
     pub hybrid_used_experts: bool,
+    /// ROCMFORGE_HYBRID_TRIAL as given ("0", "force"; absent: on).
+    pub hybrid_trial: Option<String>,
 }
 
 /// "8GiB", "512 MiB", "1.5G", "123456" -> bytes.
@@ -318,6 +321,7 @@ impl Tuning {
             hybrid_fake_gpu: on_if_1("ROCMFORGE_HYBRID_FAKE_GPU"),
             hybrid_prefetch: on_unless_0("ROCMFORGE_HYBRID_PREFETCH"),
             hybrid_used_experts: on_unless_0("ROCMFORGE_HYBRID_USED_EXPERTS"),
+            hybrid_trial: var("ROCMFORGE_HYBRID_TRIAL"),
         }
     }
 }

@@ -3,11 +3,13 @@
 //! ("shadows") whose data pointers are the GPU copies of the same bytes; the residency map says
 //! which bytes must be copied before each segment and records what each segment wrote.
 
+use super::cost::CostModel;
 use super::device::Shared;
 use super::placement::{choose_resident, weight_value, Candidate};
 use super::residency::{copy_in_pieces, Copy, RegionKind, Residency};
 use super::scheduler::{range, DataView, HybridScheduler, NodeFacts};
 use super::telemetry::{EventKind, ExecutionEvent};
+use super::trial::{PlanTrial, Step};
 use super::{usage, USAGE_COMPUTE, USAGE_WEIGHTS};
 use super::{BackendSelection, ExecutionStrategy, Place, SelectionReason};
 use crate::device::{Backend, Error, Result};
@@ -85,7 +87,8 @@ pub struct HybridBackend {
     n_threads: usize,
     /// Telemetry is on for the graph being computed (copies are then timed).
     telemetry: bool,
-    /// Nodes timed alone: GPU launches measure their device time (`device_us`).
+    /// Nodes timed alone: GPU launches measure their device time, the CPU its backend's
+    /// compute (`device_us`).
     time_device: bool,
     device_us: Option<f64>,
     /// The next GPU segment's weights were queued on the copy stream before the CPU segment
@@ -93,6 +96,10 @@ pub struct HybridBackend {
     prefetched: Option<bool>,
     /// ROCMFORGE_FFI_TIMING=1: host time per phase of `compute`, logged when freed.
     phases: Option<Phases>,
+    /// Two plans of the last graph run against each other (`trial`), and the one not in
+    /// `last_plan` while it runs.
+    trial: PlanTrial,
+    trial_other: Option<Vec<BackendSelection>>,
 }
 
 /// Host µs spent in each phase of `compute` and how many graphs took each path.
@@ -300,6 +307,8 @@ impl HybridBackend {
             time_device: false,
             device_us: None,
             phases: crate::tuning::get().ffi_timing.then(Phases::default),
+            trial: PlanTrial::default(),
+            trial_other: None,
         })
     }
 
@@ -952,7 +961,11 @@ impl HybridBackend {
             Some(next) => self.prefetch(next, res)?,
             None => Vec::new(),
         };
+        let t = Instant::now();
         let r = self.cpu.compute(nodes);
+        if self.time_device {
+            self.device_us = Some(t.elapsed().as_secs_f64() * 1e6);
+        }
         if self.telemetry && !prefetched.is_empty() {
             // Until the copies are done: at most the CPU segment's time when they were hidden.
             self.gpus[COPIER].synchronize()?;
@@ -1007,7 +1020,15 @@ impl HybridBackend {
         Ok(copies)
     }
 
-    fn plan(&mut self, nodes: &[Tensor], res: &mut Residency) -> Result<Vec<BackendSelection>> {
+    /// The graph's plan and, where `with_raw`, the plan of the calibrated curves alone (no
+    /// online corrections) when it differs (the second candidate of a `trial`).
+    #[allow(clippy::type_complexity)]
+    fn plan(
+        &mut self,
+        nodes: &[Tensor],
+        res: &mut Residency,
+        with_raw: bool,
+    ) -> Result<(Vec<BackendSelection>, Option<Vec<BackendSelection>>)> {
         self.sched.strategy = self.shared.config().strategy;
         let mut facts = Vec::with_capacity(nodes.len());
         for n in nodes {
@@ -1019,7 +1040,35 @@ impl HybridBackend {
             0
         };
         let view = ResView(res, res.arena_half_size(), prefetch);
-        Ok(self.sched.plan(nodes, &facts, &view))
+        let plan = self.sched.plan(nodes, &facts, &view);
+        let mode = crate::tuning::get().hybrid_trial.as_deref();
+        if !with_raw || self.sched.strategy != ExecutionStrategy::Automatic || mode == Some("0") {
+            return Ok((plan, None));
+        }
+        let other = if mode == Some("force") {
+            // Tests: a second candidate that differs, CPU first or else GPU first.
+            let mut p = Vec::new();
+            for s in [
+                ExecutionStrategy::CpuPreferred,
+                ExecutionStrategy::GpuPreferred,
+            ] {
+                self.sched.strategy = s;
+                p = self.sched.plan(nodes, &facts, &view);
+                if p.iter().zip(&plan).any(|(a, b)| a.place != b.place) {
+                    break;
+                }
+            }
+            self.sched.strategy = ExecutionStrategy::Automatic;
+            p
+        } else {
+            let raw = CostModel::new(self.sched.cost.profile.clone());
+            let corrected = std::mem::replace(&mut self.sched.cost, raw);
+            let p = self.sched.plan(nodes, &facts, &view);
+            self.sched.cost = corrected;
+            p
+        };
+        let differs = other.iter().zip(&plan).any(|(a, b)| a.place != b.place);
+        Ok((plan, differs.then_some(other)))
     }
 
     /// Whether `nodes` are the graph computed last (compared word by word; kept for `compute`).
@@ -1034,6 +1083,9 @@ impl HybridBackend {
             return true;
         }
         std::mem::swap(&mut self.words, &mut self.last_words);
+        // Another graph ends a trial with the plan the last one has.
+        self.trial.stop();
+        self.trial_other = None;
         // The graph before is kept for when it comes back (a prompt after tokens).
         if let Some(uses) = self.last_uses.take().filter(|_| !self.last_plan.is_empty()) {
             self.known.insert(
@@ -1154,6 +1206,7 @@ impl HybridBackend {
     }
 
     fn compute_hybrid(&mut self, nodes: &[Tensor]) -> Result<()> {
+        let t_run = Instant::now();
         let same = self.same_graph(nodes);
         let shared = self.shared.clone();
         let mut res = shared.residency();
@@ -1180,13 +1233,30 @@ impl HybridBackend {
                 p.fast_us += t.elapsed().as_secs_f64() * 1e6;
                 p.fast += 1;
             }
+            if r.is_ok() {
+                self.trial_step(nodes, t_run);
+            }
             return r;
         }
         self.fast = None;
         self.restored = false;
         let t = Instant::now();
         if !same || self.last_plan.len() != nodes.len() {
-            self.last_plan = self.plan(nodes, &mut res)?;
+            let (plan, other) = self.plan(nodes, &mut res, true)?;
+            self.last_plan = plan;
+            self.trial_other = other;
+            if self.trial_other.is_some() {
+                self.trial.start();
+                if crate::ffi::log::debug_enabled() {
+                    let other = self.trial_other.as_deref().unwrap_or_default();
+                    crate::log_debug!(
+                        "RFHYBRID: graph {}: two plans to try: {} | uncorrected: {}",
+                        self.graphs,
+                        plan_summary(nodes, &self.last_plan),
+                        plan_summary(nodes, other)
+                    );
+                }
+            }
             if let Some(p) = self.phases.as_mut() {
                 p.planned += 1;
             }
@@ -1250,6 +1320,9 @@ impl HybridBackend {
             });
         }
         self.last_uses = Some(uses);
+        if !sample {
+            self.trial_step(nodes, t_run);
+        }
         if let Some(p) = self.phases.as_mut() {
             p.plan_us += (t_plan - t).as_secs_f64() * 1e6;
             p.uses_us += (t_uses - t_plan).as_secs_f64() * 1e6;
@@ -1304,42 +1377,7 @@ impl HybridBackend {
                         predicted_us: self.sched.cost.compute_us(n, place),
                         ..plan[a + o]
                     };
-                    if place == Place::Cpu {
-                        // Timed alone, a node would also time the CPU workers' wake-up (asleep
-                        // while the GPU ran): a prompt's last-layer products, timed so, set the
-                        // correction of every token product 1.5-10x too slow from one process
-                        // to the next, and one in three planned its tokens with 2 GB streamed
-                        // (23-27 t/s instead of 37-42 at 2048 MiB on the H100, 2026-11-26).
-                        self.cpu.wake();
-                    }
-                    let t = Instant::now();
-                    let copied = self.copy_us;
-                    match place {
-                        Place::Cpu => self.run_cpu(std::slice::from_ref(n), res, None)?,
-                        Place::Gpu => {
-                            let k = self.gpu_backend(PROBE)?;
-                            (self.time_device, self.device_us) = (true, None);
-                            let r =
-                                self.run_gpu(std::slice::from_ref(n), res, k, &|_: &Tensor| true);
-                            self.time_device = false;
-                            r?;
-                            self.sync_gpus()?;
-                        }
-                    }
-                    // The node's own time: on the GPU what its events measured; else without
-                    // the copies made for it, nor what running one node as a graph of its own
-                    // adds (a launch and a wait).
-                    let all = t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied);
-                    let alone = self.sched.cost.profile.alone_us(place);
-                    let (us, timed) = match self.device_us.take() {
-                        Some(d) if place == Place::Gpu => {
-                            (d, self.sched.cost.observe_device_time(n, d))
-                        }
-                        _ => {
-                            let us = (all - alone).max(0.25 * all).max(0.0);
-                            (us, self.sched.cost.observe(n, place, us))
-                        }
-                    };
+                    let (us, timed) = self.time_alone(n, place, res)?;
                     if telemetry {
                         self.record_node(n, &sel, us, timed);
                     }
@@ -1376,6 +1414,87 @@ impl HybridBackend {
             i = j;
         }
         Ok(())
+    }
+
+    /// A run of the graph that began at `t_run` is over: the trial of its plans, if one runs,
+    /// says whether to swap to the other candidate.
+    fn trial_step(&mut self, nodes: &[Tensor], t_run: Instant) {
+        let step = self.trial.ran(t_run.elapsed().as_secs_f64() * 1e6);
+        if step == Step::Stay {
+            if !self.trial.running() && self.trial_other.take().is_some() {
+                crate::log_debug!(
+                    "RFHYBRID: graph {}: the second plan, the faster, stays",
+                    self.graphs
+                );
+            }
+            return;
+        }
+        let Some(other) = self.trial_other.as_mut().filter(|p| p.len() == nodes.len()) else {
+            self.trial.stop();
+            return;
+        };
+        std::mem::swap(&mut self.last_plan, other);
+        self.fast = None;
+        if step == Step::Back {
+            self.trial_other = None;
+        }
+        crate::log_debug!(
+            "RFHYBRID: graph {}: {} ({})",
+            self.graphs,
+            if step == Step::Back {
+                "back to the first plan, the faster"
+            } else {
+                "trying the second plan"
+            },
+            plan_summary(nodes, &self.last_plan)
+        );
+    }
+
+    /// `n` run alone on `place` and timed: on the GPU what its events measured, on the CPU its
+    /// backend's compute (no waits or copies) less what a graph of one node adds. The cost
+    /// model observes it. Returns the µs and whether they count as a measurement of the node.
+    fn time_alone(&mut self, n: &Tensor, place: Place, res: &mut Residency) -> Result<(f64, bool)> {
+        let one = std::slice::from_ref(n);
+        (self.time_device, self.device_us) = (true, None);
+        let (t, copied) = (Instant::now(), self.copy_us);
+        let r = match place {
+            Place::Cpu => {
+                // A product runs once untimed first: the first CPU product after the GPU's
+                // part measured 2-13x its later runs on the H100 host (a prompt's last-layer
+                // one-row products, 2026-11-26), and the correction it set for every token
+                // product made one process in four stream 2 GB a token. Products never write
+                // over their inputs, so running one twice changes nothing.
+                let warm = if matches!(n.op(), op::MUL_MAT | op::MUL_MAT_ID) {
+                    self.run_cpu(one, res, None)
+                } else {
+                    Ok(())
+                };
+                // Asleep while the GPU ran, the workers' wake-up would be timed too.
+                self.cpu.wake();
+                warm.and_then(|_| self.run_cpu(one, res, None))
+            }
+            Place::Gpu => self.gpu_backend(PROBE).and_then(|k| {
+                self.run_gpu(one, res, k, &|_: &Tensor| true)?;
+                self.sync_gpus()
+            }),
+        };
+        self.time_device = false;
+        r?;
+        let alone = self.sched.cost.profile.alone_us(place);
+        Ok(match (place, self.device_us.take()) {
+            (Place::Gpu, Some(us)) => (us, self.sched.cost.observe_device_time(n, us)),
+            (Place::Cpu, Some(us)) => {
+                let us = (us - alone).max(0.25 * us);
+                (us, self.sched.cost.observe(n, place, us))
+            }
+            // A GPU without events: the wall time less the copies made for the node and what
+            // a graph of one node adds (a launch and a wait).
+            (_, None) => {
+                let all = t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied);
+                let us = (all - alone).max(0.25 * all).max(0.0);
+                (us, self.sched.cost.observe(n, place, us))
+            }
+        })
     }
 
     /// A segment timed as a whole: each node gets the share of the time its prediction has (a

@@ -23,6 +23,7 @@ pub mod residency;
 pub mod scheduler;
 pub mod synth;
 pub mod telemetry;
+pub mod trial;
 
 /// ggml's buffer usages (`ggml_backend_buffer_usage`).
 pub const USAGE_WEIGHTS: i32 = 1;
