@@ -118,6 +118,9 @@ pub unsafe fn vec_dot_ref(n: usize, x: *const u8, y: *const u8) -> f32 {
 pub fn vec_dot_fn() -> VecDot {
     #[cfg(target_arch = "x86_64")]
     if use_avx2() {
+        if crate::cpu::quants::x86::fast_pdep() {
+            return avx2::vec_dot_bmi2;
+        }
         return avx2::vec_dot;
     }
     let _ = use_avx2;
@@ -130,22 +133,19 @@ pub(super) mod avx2 {
     use crate::cpu::quants::x86::*;
     use std::arch::x86_64::*;
 
-    /// Shift signs of a sub-block's 4 groups as bytes (0xff negative, 0x01 positive), indexed by
-    /// the 4 sign bits gathered (group l at bit l).
-    #[repr(C, align(32))]
-    struct Deltas([[u64; 4]; 16]);
-    static DELTAS: Deltas = Deltas({
-        let mut t = [[0u64; 4]; 16];
+    /// IQ1S_GRID with 1 added to every byte: the points as unsigned bytes {0, 1, 2}, so one
+    /// `vpmaddubsw` with q8 gives the grid dot plus q8's pair sums (no sign operations).
+    #[repr(C, align(64))]
+    struct Grid1([u64; 2048]);
+    static GRID1: Grid1 = Grid1({
+        let mut t = [0u64; 2048];
         let mut i = 0;
-        while i < 16 {
-            let mut l = 0;
-            while l < 4 {
-                t[i][l] = if i >> l & 1 != 0 {
-                    u64::MAX
-                } else {
-                    0x0101_0101_0101_0101
-                };
-                l += 1;
+        while i < 2048 {
+            let mut b = 0;
+            while b < 8 {
+                let v = (IQ1S_GRID[i] >> (8 * b)) as u8;
+                t[i] |= (v.wrapping_add(1) as u64) << (8 * b);
+                b += 1;
             }
             i += 1;
         }
@@ -153,38 +153,97 @@ pub(super) mod avx2 {
     });
 
     /// One sub-block: the grid dot and the shift terms, each as 8 i32 lanes times the halves'
-    /// 2s + 1 (`sc`: 8 × the first half's, 8 × the second's, as i16; `idx`: the 4 grid indices).
+    /// 2s + 1 (`sc`: 8 × the first half's, 8 × the second's, as i16); `g`: the 4 points from
+    /// GRID1; `neg`: all ones in the 64-bit lanes of the groups whose shift is negative.
     #[inline(always)]
     unsafe fn sub_block(
+        g: __m256i,
+        q8: *const i8,
+        neg: __m256i,
+        sc: __m256i,
+    ) -> (__m256i, __m256i) {
+        let y = _mm256_loadu_si256(q8 as *const __m256i);
+        // (g + 1) · q8 - q8's pair sums = g · q8, pairs in i16 (|.| <= 2 · 2 · 127, exact).
+        // Q8_K's quants are in [-127, 127] (its quantizer's range): there this equals ggml's
+        // |g| · sign(q8, g), whose vpsignb would wrap only a -128.
+        let s = _mm256_maddubs_epi16(_mm256_set1_epi8(1), y);
+        let dot1 = _mm256_sub_epi16(_mm256_maddubs_epi16(g, y), s);
+        // ±s: (s ^ m) - m.
+        let dot2 = _mm256_sub_epi16(_mm256_xor_si256(s, neg), neg);
+        (_mm256_madd_epi16(dot1, sc), _mm256_madd_epi16(dot2, sc))
+    }
+
+    /// The 8 points (from GRID1) of sub-blocks 2p and 2p + 1: each index's byte offset
+    /// from its index byte and 3 high bits, in general registers (indices built in a vector
+    /// and read back cost more: the extracts or a stalled store forwarding).
+    #[inline(always)]
+    unsafe fn points<const PDEP: bool>(bx: &BlockIq1M, p: usize) -> [u64; 8] {
+        let grid = GRID1.0.as_ptr();
+        let qs = bx.qs.as_ptr().add(8 * p);
+        let qh = u32::from_le_bytes(bx.qh[4 * p..4 * p + 4].try_into().unwrap());
+        if PDEP {
+            // Four 16-bit indices per u64: the index bytes to the fields' low bytes, the 3
+            // high bits of each nibble of qh above them.
+            let q = u64::from_le_bytes(*(qs as *const [u8; 8]));
+            let a = _pdep_u64(q, 0x00ff_00ff_00ff_00ff)
+                | _pdep_u64(qh as u64 & 0x7777, 0x0f00_0f00_0f00_0f00);
+            let b = _pdep_u64(q >> 32, 0x00ff_00ff_00ff_00ff)
+                | _pdep_u64(qh as u64 >> 16 & 0x7777, 0x0f00_0f00_0f00_0f00);
+            std::array::from_fn(|l| {
+                let w = if l < 4 { a } else { b };
+                *grid.add((w >> (16 * (l % 4))) as u16 as usize)
+            })
+        } else {
+            std::array::from_fn(|l| {
+                // Byte offset: index byte * 8 + the nibble's 3 high bits << 11.
+                let hi = if l < 3 {
+                    qh << (11 - 4 * l)
+                } else {
+                    qh >> (4 * l - 11)
+                } & 0x3800;
+                *((grid as *const u8).add(hi as usize + 8 * *qs.add(l) as usize) as *const u64)
+            })
+        }
+    }
+
+    /// Sub-blocks 2P and 2P + 1 into the super-block's lane sums.
+    #[inline(always)]
+    unsafe fn pair<const P: usize, const PDEP: bool>(
         bx: &BlockIq1M,
         q8: *const i8,
-        ib: usize,
-        sc: __m256i,
-        idx: &[u32; 4],
-    ) -> (__m256i, __m256i) {
-        let qh = &bx.qh[2 * ib..2 * ib + 2];
-        let (h0, h1) = (qh[0] as usize, qh[1] as usize);
-        let grid = |k: usize| IQ1S_GRID[idx[k] as usize & 2047] as i64;
-        let g = _mm256_set_epi64x(grid(3), grid(2), grid(1), grid(0));
-        let k = (h0 >> 3 & 1) | (h0 >> 6 & 2) | (h1 >> 1 & 4) | (h1 >> 4 & 8);
-        let dl = _mm256_load_si256(DELTAS.0[k].as_ptr() as *const __m256i);
-        let y = _mm256_loadu_si256(q8 as *const __m256i);
-        // |g| times q8 with g's sign, and q8 with the shift's sign, in pairs (i16).
-        let dot1 = _mm256_maddubs_epi16(_mm256_sign_epi8(g, g), _mm256_sign_epi8(y, g));
-        let dot2 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(y, dl));
-        (_mm256_madd_epi16(dot1, sc), _mm256_madd_epi16(dot2, sc))
+        scales: __m256i,
+        sumi1: &mut __m256i,
+        sumi2: &mut __m256i,
+    ) {
+        let qh = u32::from_le_bytes(bx.qh[4 * P..4 * P + 4].try_into().unwrap());
+        let qhv = _mm256_set1_epi32(qh as i32);
+        let g = points::<PDEP>(bx, P);
+        for k in 0..2 {
+            let g = _mm256_set_epi64x(
+                g[4 * k + 3] as i64,
+                g[4 * k + 2] as i64,
+                g[4 * k + 1] as i64,
+                g[4 * k] as i64,
+            );
+            // Group l's shift sign (qh bit 16k + 4l + 3) to the top of 64-bit lane l.
+            let sh = 60 - 16 * k as i64;
+            let top = _mm256_sllv_epi64(qhv, _mm256_setr_epi64x(sh, sh - 4, sh - 8, sh - 12));
+            let neg = _mm256_cmpgt_epi64(_mm256_setzero_si256(), top);
+            // Element 4k + P of each half of `scales` to all 8 of that half.
+            let e = (k * 4 + P) as i16;
+            let sc = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(((2 * e + 1) << 8) | (2 * e)));
+            let (p1, p2) = sub_block(g, q8.add(32 * k), neg, sc);
+            *sumi1 = _mm256_add_epi32(*sumi1, p1);
+            *sumi2 = _mm256_add_epi32(*sumi2, p2);
+        }
     }
 
     /// ggml-cpu's AVX2 order, so results agree with ggml's to the bit: the grid dot and the
     /// shift terms each in 8 i32 lanes (lane k: values 4k..4k+3 of every sub-block, times
     /// their 2s + 1; exact), each with one fused multiply-add by d * dy per lane per
     /// super-block; the grid lanes' sum plus 1/8 of the shift lanes' sum at the end.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C; `x` must point to `n / QK_K` readable blocks of
-    /// IQ1_M and `y` to as many of Q8_K.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+    #[inline(always)]
+    unsafe fn dot<const PDEP: bool>(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (x, y) = (x as *const BlockIq1M, y as *const BlockQ8K);
         let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         for i in 0..n / QK_K {
@@ -200,37 +259,36 @@ pub(super) mod avx2 {
             );
             let scales = _mm256_and_si256(scales, _mm256_set1_epi16(7));
             let scales = _mm256_or_si256(_mm256_slli_epi16::<1>(scales), _mm256_set1_epi16(1));
-            // Sub-blocks in pairs: one scale word holds both pairs' 3-bit scales.
-            for p in 0..QK_K / 64 {
-                // The pair's 8 grid indices in-vector (fewer operations than 8 scalar ones),
-                // read back as scalars for the lookups.
-                let lo = _mm_loadl_epi64(bx.qs.as_ptr().add(8 * p) as *const __m128i);
-                let qh = u32::from_le_bytes(bx.qh[4 * p..4 * p + 4].try_into().unwrap());
-                let hi = _mm256_srlv_epi32(
-                    _mm256_set1_epi32(qh as i32),
-                    _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
-                );
-                let hi = _mm256_slli_epi32::<8>(_mm256_and_si256(hi, _mm256_set1_epi32(7)));
-                let idx = _mm256_or_si256(_mm256_cvtepu8_epi32(lo), hi);
-                let mut ix = [[0u32; 4]; 2];
-                _mm256_storeu_si256(ix.as_mut_ptr() as *mut __m256i, idx);
-                for (k, ib) in [2 * p, 2 * p + 1].into_iter().enumerate() {
-                    // Element k * 4 + p of each half of `scales` to all 8 of that half.
-                    let e = (k * 4 + p) as i16;
-                    let sc = _mm256_shuffle_epi8(
-                        scales,
-                        _mm256_set1_epi16(((2 * e + 1) << 8) | (2 * e)),
-                    );
-                    let (p1, p2) = sub_block(bx, by.qs.as_ptr().add(32 * ib), ib, sc, &ix[k]);
-                    sumi1 = _mm256_add_epi32(sumi1, p1);
-                    sumi2 = _mm256_add_epi32(sumi2, p2);
-                }
-            }
+            let q8 = by.qs.as_ptr();
+            pair::<0, PDEP>(bx, q8, scales, &mut sumi1, &mut sumi2);
+            pair::<1, PDEP>(bx, q8.add(64), scales, &mut sumi1, &mut sumi2);
+            pair::<2, PDEP>(bx, q8.add(128), scales, &mut sumi1, &mut sumi2);
+            pair::<3, PDEP>(bx, q8.add(192), scales, &mut sumi1, &mut sumi2);
             let d = _mm256_set1_ps(by.d * f16(bx.d()));
             acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), acc1);
             acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), acc2);
         }
         hsum_f32(acc1) + DELTA * hsum_f32(acc2)
+    }
+
+    /// The indices by shifts, for CPUs without a fast `pdep`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `x` must point to `n / QK_K` readable blocks of
+    /// IQ1_M and `y` to as many of Q8_K.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn vec_dot(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<false>(n, x, y)
+    }
+
+    /// The indices by BMI2 `pdep` (two for four indices; as ggml-cpu builds them).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C and BMI2; `x` must point to `n / QK_K` readable
+    /// blocks of IQ1_M and `y` to as many of Q8_K.
+    #[target_feature(enable = "avx2,fma,f16c,bmi2")]
+    pub unsafe fn vec_dot_bmi2(n: usize, x: *const u8, y: *const u8) -> f32 {
+        dot::<true>(n, x, y)
     }
 }
 
@@ -309,6 +367,129 @@ mod tests {
                 &[],
                 nb as u32,
             );
+        }
+    }
+
+    /// Raw Q8_K rows: random quants in [-127, 127] (the range Q8_K's quantizer, ggml's and
+    /// ours, gives), a finite scale.
+    fn raw_q8_k(n: usize, rows: usize, seed: u32) -> Vec<u8> {
+        let mut next = xorshift(seed.wrapping_mul(0x2545_f491).max(1));
+        let mut q: Vec<u8> = (0..GgmlType::Q8_K.row_size(n) * rows)
+            .map(|_| ((next() % 255) as i32 - 127) as u8)
+            .collect();
+        for block in q.chunks_exact_mut(size_of::<BlockQ8K>()) {
+            let d = (next() % 2001) as f32 / 1e5 - 0.01;
+            block[..4].copy_from_slice(&d.to_le_bytes());
+        }
+        q
+    }
+
+    /// ggml-cpu's AVX2 arithmetic one lane at a time: per super-block 8 exact i32 lanes of the
+    /// grid dot and of the shift terms (lane k: values 4k..4k+3 of each sub-block, times their
+    /// half's 2s + 1), one fused multiply-add by d * dy per lane, the lanes summed as
+    /// `hsum_f32` sums them, the shift sum weighted by 1/8.
+    fn vec_dot_avx2_order(n: usize, x: &[u8], y: &[u8]) -> f32 {
+        let hsum = |a: [f32; 8]| {
+            let s: [f32; 4] = std::array::from_fn(|j| a[j] + a[j + 4]);
+            (s[0] + s[2]) + (s[1] + s[3])
+        };
+        let (mut acc1, mut acc2) = ([0f32; 8], [0f32; 8]);
+        for i in 0..n / QK_K {
+            let bx = unsafe { &*(x.as_ptr() as *const BlockIq1M).add(i) };
+            let by = unsafe { &*(y.as_ptr() as *const BlockQ8K).add(i) };
+            let (mut s1, mut s2) = ([0i32; 8], [0i32; 8]);
+            for ib in 0..QK_K / 32 {
+                for (j, &q) in by.qs[32 * ib..32 * ib + 32].iter().enumerate() {
+                    let l = j / 8;
+                    let g = (bx.grid(ib, l) >> (8 * (j % 8))) as u8 as i8 as i32;
+                    let ls = bx.ls(ib, j / 16);
+                    s1[j / 4] += q as i32 * g * ls;
+                    s2[j / 4] += q as i32 * bx.delta(ib, l) * ls;
+                }
+            }
+            let d = by.d * f16_to_f32(bx.d());
+            for k in 0..8 {
+                acc1[k] = d.mul_add(s1[k] as f32, acc1[k]);
+                acc2[k] = d.mul_add(s2[k] as f32, acc2[k]);
+            }
+        }
+        hsum(acc1) + DELTA * hsum(acc2)
+    }
+
+    /// Every kernel this CPU runs gives ggml-cpu's AVX2 result to the bit: raw blocks (every
+    /// index, shift sign and scale), raw Q8_K, k = 256 and 4096, an odd
+    /// number of rows and of blocks.
+    #[test]
+    fn vec_dot_is_avx2_order_bits() {
+        let mut dots: Vec<(&str, VecDot)> = vec![];
+        #[cfg(target_arch = "x86_64")]
+        if use_avx2() {
+            dots.push(("avx2", avx2::vec_dot));
+            if is_x86_feature_detected!("bmi2") {
+                dots.push(("avx2 bmi2", avx2::vec_dot_bmi2));
+            }
+        }
+        if dots.is_empty() {
+            return;
+        }
+        dots.push(("dispatched", vec_dot_fn()));
+        for (n, rows) in [(256, 7), (768, 5), (4096, 9)] {
+            let qx = raw_iq1_m(n * rows, n as u32 + 3);
+            let qy = raw_q8_k(n, rows, n as u32);
+            let (xr, yr) = (GgmlType::IQ1_M.row_size(n), GgmlType::Q8_K.row_size(n));
+            for r in 0..rows {
+                let (x, y) = (&qx[r * xr..(r + 1) * xr], &qy[r * yr..(r + 1) * yr]);
+                let want = vec_dot_avx2_order(n, x, y);
+                for (name, dot) in &dots {
+                    let got = unsafe { dot(n, x.as_ptr(), y.as_ptr()) };
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{name} n={n} row {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The dot alone, one thread: 64 rows of 4096 in cache, and a [4096, 14336] matrix one row
+    /// at a time (generation's product, from memory); the kernels interleaved, best of many.
+    /// `cargo test --release -- --ignored bench_iq1_m --nocapture`
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn bench_iq1_m() {
+        if !use_avx2() {
+            return;
+        }
+        let mut dots: Vec<(&str, VecDot)> = vec![("avx2", avx2::vec_dot)];
+        if is_x86_feature_detected!("bmi2") {
+            dots.push(("avx2 bmi2", avx2::vec_dot_bmi2));
+        }
+        let n = 4096;
+        let xr = GgmlType::IQ1_M.row_size(n);
+        let qy = raw_q8_k(n, 1, 5);
+        for (rows, reps, rounds) in [(64usize, 20usize, 41usize), (14336, 1, 31)] {
+            let qx = raw_iq1_m(n * rows, 9);
+            let mut best = vec![f64::MAX; dots.len()];
+            let mut sink = 0f32;
+            for _ in 0..rounds {
+                for (b, (_, dot)) in best.iter_mut().zip(&dots) {
+                    let start = std::time::Instant::now();
+                    for _ in 0..reps {
+                        for r in 0..rows {
+                            sink += unsafe { dot(n, qx.as_ptr().add(r * xr), qy.as_ptr()) };
+                        }
+                    }
+                    *b = b.min(start.elapsed().as_secs_f64() * 1e3 / reps as f64);
+                }
+            }
+            for ((name, _), b) in dots.iter().zip(&best) {
+                println!(
+                    "bench_iq1_m {rows:5} rows x {n}: {name:12} {:8.1} us ({sink})",
+                    b * 1e3
+                );
+            }
         }
     }
 }

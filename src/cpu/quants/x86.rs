@@ -1,5 +1,26 @@
 use std::arch::x86_64::*;
 
+/// Whether BMI2's `pdep` is present and fast: one cycle on Intel (Haswell on) and AMD Zen 3
+/// on; microcoded (hundreds of cycles) on AMD's and Hygon's earlier families (below 0x19).
+pub fn fast_pdep() -> bool {
+    static FAST: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+        let (v, f) = (__cpuid(0), __cpuid(1));
+        is_x86_feature_detected!("bmi2") && pdep_is_fast([v.ebx, v.edx, v.ecx], f.eax)
+    });
+    *FAST
+}
+
+/// `pdep`'s speed from CPUID: the vendor string's words (leaf 0's ebx, edx, ecx) and leaf 1's
+/// eax (family, model, stepping).
+fn pdep_is_fast(vendor: [u32; 3], eax: u32) -> bool {
+    let amd = vendor == [0x6874_7541, 0x6974_6e65, 0x444d_4163] // "AuthenticAMD"
+        || vendor == [0x6f67_7948, 0x6e65_476e, 0x656e_6975]; // "HygonGenuine"
+                                                              // The family: the base field, plus the extended one where the base is 0xf.
+    let base = eax >> 8 & 0xf;
+    let family = base + if base == 0xf { eax >> 20 & 0xff } else { 0 };
+    !amd || family >= 0x19
+}
+
 /// Converts a 32-bit pair of f16 to 4 lanes [a, b, 0, 0]. Going through a general register
 /// matters: a 16-bit insert (what LLVM emits for one half) merges into whatever register it
 /// picks, often a loop accumulator, which chains every iteration onto the previous one.
@@ -271,6 +292,23 @@ pub unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256i {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Zen 1 and 2 (family 0x17) and Hygon's Dhyana (0x18) microcode `pdep`; Zen 3 and 4
+    /// (0x19), Zen 5 (0x1a) and Intel do not.
+    #[test]
+    fn pdep_speed_by_family() {
+        let amd = [0x6874_7541, 0x6974_6e65, 0x444d_4163];
+        let hygon = [0x6f67_7948, 0x6e65_476e, 0x656e_6975];
+        let intel = [0x756e_6547, 0x4965_6e69, 0x6c65_746e]; // "GenuineIntel"
+        assert!(!pdep_is_fast(amd, 0x0080_0f12)); // Zen 1
+        assert!(!pdep_is_fast(amd, 0x0083_0f10)); // Zen 2
+        assert!(!pdep_is_fast(hygon, 0x0090_0f01)); // Dhyana
+        assert!(pdep_is_fast(amd, 0x00a2_0f10)); // Zen 3
+        assert!(pdep_is_fast(amd, 0x00a1_0f11)); // Zen 4
+        assert!(pdep_is_fast(amd, 0x00b4_0f00)); // Zen 5
+        assert!(pdep_is_fast(intel, 0x0003_06c3)); // Haswell
+        assert!(pdep_is_fast(intel, 0x0006_06a6)); // Ice Lake server
+    }
 
     /// The table holds F16C's conversion of every bit pattern (NaN payloads included), so a
     /// kernel may take either.
