@@ -1,0 +1,274 @@
+//! Prompt products of Q4_0 and Q8_0 weights on AMX tiles (`amx-int8`), through weight panels of
+//! 16 rows as `panel.rs` packs them for VNNI, and in the same float order, so a Q4_0 result is
+//! `panel::kernel_ref`'s to the bit: per 32-value block one `tdpbssd` of a 16-row × 32-byte
+//! weight tile (signed codes: q − 8 for Q4_0, q for Q8_0) by 16 activation columns (Q8_0 codes
+//! in VNNI layout: 8 rows × 64 bytes) into a zeroed 16 × 16 int32 tile, then per (row, column)
+//! `acc = fma(float(C), dx·dy, acc)` in block order (the integer sums are exact).
+//!
+//! Up to 4 column groups share each weight tile load (C tiles tmm0..tmm3, A tmm4, B tmm5..tmm7).
+//! The kernels are generic over `amx_tiles::Tiles`: `Emu` runs them anywhere (the tests),
+//! `Hw` on Sapphire Rapids and later.
+
+use super::amx_tiles::Tiles;
+use super::f16_to_f32;
+use super::q4_0::BlockQ4_0;
+use super::q8_0::BlockQ8_0;
+
+/// Weight rows per panel (one C tile's rows) and activation columns per group (its columns).
+pub const ROWS: usize = 16;
+pub const GROUP: usize = 16;
+/// Column groups per kernel call (one C tile each).
+pub const MAX_GROUPS: usize = 4;
+/// Bytes of one panel block: 16 f32 row scales, then each row's 32 signed codes in turn.
+pub const BLOCK_BYTES: usize = ROWS * 4 + ROWS * 32;
+/// Bytes of one activation block of a group: 16 f32 column scales, then the codes in VNNI
+/// layout (row k, column c: values 4k .. 4k + 3 of column c at 64 + 64k + 4c).
+pub const ACT_BYTES: usize = GROUP * 4 + 8 * 64;
+
+/// The tile shapes: C tiles 0..3 (16 × 64 bytes), A tile 4 (16 × 32), B tiles 5..7 (8 × 64).
+pub const CONFIG: [u8; 64] = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        let (rows, colsb) = match t {
+            0..=3 => (16, 64),
+            4 => (16, 32),
+            _ => (8, 64),
+        };
+        c[16 + 2 * t] = colsb;
+        c[48 + t] = rows;
+        t += 1;
+    }
+    c
+};
+
+pub fn panel_bytes(nb: usize) -> usize {
+    nb * BLOCK_BYTES
+}
+
+/// Bytes of the activations of `n` columns of `nb` blocks (whole groups).
+pub fn act_bytes(nb: usize, n: usize) -> usize {
+    n.div_ceil(GROUP) * nb * ACT_BYTES
+}
+
+/// Packs `rows` ≤ 16 Q4_0 rows of `nb` blocks (`w`, `ws` bytes apart) into the panel at `dst`;
+/// rows from `rows` to 16 get zero codes and scales.
+///
+/// # Safety
+/// `w` must point to `rows` readable rows of `nb` Q4_0 blocks, `dst` to `panel_bytes(nb)`
+/// writable bytes (4-byte aligned).
+pub unsafe fn pack_q4_0(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8) {
+    for b in 0..nb {
+        let pb = dst.add(b * BLOCK_BYTES);
+        for r in 0..ROWS {
+            let codes = std::slice::from_raw_parts_mut(pb.add(ROWS * 4 + r * 32) as *mut i8, 32);
+            if r >= rows {
+                *(pb as *mut f32).add(r) = 0.0;
+                codes.fill(0);
+                continue;
+            }
+            let bx = &*(w.add(r * ws) as *const BlockQ4_0).add(b);
+            *(pb as *mut f32).add(r) = f16_to_f32(bx.d);
+            // Element e: low nibble of byte e (e < 16), else high nibble of byte e − 16.
+            let (lo, hi) = codes.split_at_mut(16);
+            for j in 0..16 {
+                lo[j] = (bx.qs[j] & 0x0f) as i8 - 8;
+                hi[j] = (bx.qs[j] >> 4) as i8 - 8;
+            }
+        }
+    }
+}
+
+/// `pack_q4_0` for Q8_0 rows (the codes as they are).
+///
+/// # Safety
+/// As `pack_q4_0`, with Q8_0 rows.
+pub unsafe fn pack_q8_0(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8) {
+    for b in 0..nb {
+        let pb = dst.add(b * BLOCK_BYTES);
+        for r in 0..ROWS {
+            let codes = pb.add(ROWS * 4 + r * 32) as *mut i8;
+            if r >= rows {
+                *(pb as *mut f32).add(r) = 0.0;
+                std::ptr::write_bytes(codes, 0, 32);
+                continue;
+            }
+            let bx = &*(w.add(r * ws) as *const BlockQ8_0).add(b);
+            *(pb as *mut f32).add(r) = f16_to_f32(bx.d);
+            std::ptr::copy_nonoverlapping(bx.qs.as_ptr(), codes, 32);
+        }
+    }
+}
+
+/// The `nb` Q8_0 blocks of one activation column at `y` into lane `lane` of the group at `dst`
+/// (block b at `dst + b · ACT_BYTES`); `y` null: a zero column (padding past the last one).
+///
+/// # Safety
+/// `y` must be null or point to `nb` readable Q8_0 blocks, `dst` to `nb · ACT_BYTES` writable
+/// bytes (4-byte aligned); `lane` < 16.
+pub unsafe fn act_col(nb: usize, y: *const u8, dst: *mut u8, lane: usize) {
+    for b in 0..nb {
+        let db = dst.add(b * ACT_BYTES);
+        let (d, qs) = if y.is_null() {
+            (0.0, [0i8; 32])
+        } else {
+            let by = &*(y as *const BlockQ8_0).add(b);
+            (f16_to_f32(by.d), by.qs)
+        };
+        *(db as *mut f32).add(lane) = d;
+        for k in 0..8 {
+            let at = db.add(GROUP * 4 + k * 64 + 4 * lane) as *mut i8;
+            std::ptr::copy_nonoverlapping(qs.as_ptr().add(4 * k), at, 4);
+        }
+    }
+}
+
+/// One block's C tiles for `G` groups: zero, load the group's B, multiply, store to `cbuf`
+/// (group g at 256·g i32, row-major 16 × 16).
+///
+/// # Safety
+/// The tiles configured with `CONFIG`, tile 4 holding the block's weights; `act` at the
+/// block's first group, groups `nb · ACT_BYTES` apart.
+#[inline(always)]
+unsafe fn block_tiles<T: Tiles, const G: usize>(
+    t: &mut T,
+    act: *const u8,
+    gs: usize,
+    cbuf: *mut i32,
+) {
+    let b = |g: usize| act.add(g * gs + GROUP * 4);
+    let c = |g: usize| cbuf.add(g * 256) as *mut u8;
+    t.zero::<0>();
+    t.load::<5>(b(0), 64);
+    t.dpbssd::<0, 4, 5>();
+    if G > 1 {
+        t.zero::<1>();
+        t.load::<6>(b(1), 64);
+        t.dpbssd::<1, 4, 6>();
+    }
+    if G > 2 {
+        t.zero::<2>();
+        t.load::<7>(b(2), 64);
+        t.dpbssd::<2, 4, 7>();
+    }
+    if G > 3 {
+        t.zero::<3>();
+        t.load::<5>(b(3), 64);
+        t.dpbssd::<3, 4, 5>();
+    }
+    t.store::<0>(c(0), 64);
+    if G > 1 {
+        t.store::<1>(c(1), 64);
+    }
+    if G > 2 {
+        t.store::<2>(c(2), 64);
+    }
+    if G > 3 {
+        t.store::<3>(c(3), 64);
+    }
+}
+
+/// The panel's products with `G` groups of columns: `cols` (≤ 16·G, > 16·(G − 1)) columns of
+/// which row r of column c goes to `out + r · 4 + c · os` for r < `rows`.
+///
+/// # Safety
+/// The tiles configured with `CONFIG` (AMX usable, for `Hw`); `panel` holds `nb` packed
+/// blocks, `act` `G` groups of `nb` blocks each; `out` writable at every result's place.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+// The indices address the scales, the C tiles and the accumulators together.
+#[allow(clippy::needless_range_loop)]
+unsafe fn kernel_groups<T: Tiles, const G: usize>(
+    t: &mut T,
+    nb: usize,
+    panel: *const u8,
+    act: *const u8,
+    cols: usize,
+    out: *mut u8,
+    os: usize,
+    rows: usize,
+) {
+    let mut acc = [[0f32; ROWS * GROUP]; G];
+    let mut cbuf = [[0i32; ROWS * GROUP]; G];
+    let gs = nb * ACT_BYTES;
+    for b in 0..nb {
+        let pb = panel.add(b * BLOCK_BYTES);
+        t.load::<4>(pb.add(ROWS * 4), 32);
+        let ab = act.add(b * ACT_BYTES);
+        block_tiles::<T, G>(t, ab, gs, cbuf.as_mut_ptr() as *mut i32);
+        let dx = &*(pb as *const [f32; ROWS]);
+        for g in 0..G {
+            let dy = &*(ab.add(g * gs) as *const [f32; GROUP]);
+            for r in 0..ROWS {
+                for c in 0..GROUP {
+                    let i = r * GROUP + c;
+                    acc[g][i] = (cbuf[g][i] as f32).mul_add(dx[r] * dy[c], acc[g][i]);
+                }
+            }
+        }
+    }
+    for (g, acc) in acc.iter().enumerate() {
+        for c in 0..GROUP.min(cols - g * GROUP) {
+            let o = out.add((g * GROUP + c) * os) as *mut f32;
+            for r in 0..rows {
+                *o.add(r) = acc[r * GROUP + c];
+            }
+        }
+    }
+}
+
+/// The panel's `rows` products with `n` activation columns (groups `nb · ACT_BYTES` apart from
+/// `act`), at most `MAX_GROUPS` groups a pass; row r of column c to `out + r · 4 + c · os`.
+///
+/// # Safety
+/// As `kernel_groups`, for every group of the `n` columns.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn kernel<T: Tiles>(
+    t: &mut T,
+    nb: usize,
+    panel: *const u8,
+    act: *const u8,
+    n: usize,
+    out: *mut u8,
+    os: usize,
+    rows: usize,
+) {
+    let per = MAX_GROUPS * GROUP;
+    for j in (0..n).step_by(per) {
+        let cols = (n - j).min(per);
+        let a = act.add(j / GROUP * nb * ACT_BYTES);
+        let o = out.add(j * os);
+        match cols.div_ceil(GROUP) {
+            1 => kernel_groups::<T, 1>(t, nb, panel, a, cols, o, os, rows),
+            2 => kernel_groups::<T, 2>(t, nb, panel, a, cols, o, os, rows),
+            3 => kernel_groups::<T, 3>(t, nb, panel, a, cols, o, os, rows),
+            _ => kernel_groups::<T, 4>(t, nb, panel, a, cols, o, os, rows),
+        }
+    }
+}
+
+/// `kernel` on the AMX instructions, its float epilogue on AVX-512 (every AMX CPU has it).
+///
+/// # Safety
+/// As `kernel`; AMX usable (`amx::available`) and the calling thread's tiles configured with
+/// `CONFIG` (`amx_tiles::Hw::config`).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn kernel_amx(
+    nb: usize,
+    panel: *const u8,
+    act: *const u8,
+    n: usize,
+    out: *mut u8,
+    os: usize,
+    rows: usize,
+) {
+    kernel(&mut super::amx_tiles::Hw, nb, panel, act, n, out, os, rows)
+}
+
+#[cfg(test)]
+#[path = "panel_amx_tests.rs"]
+mod tests;

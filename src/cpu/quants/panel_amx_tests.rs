@@ -1,0 +1,216 @@
+use super::super::amx_tiles::{Emu, Tiles};
+use super::*;
+use crate::cpu::quants::{panel, q4_0, q8_0, testutil::data};
+
+/// Q8_0 activations of `n` columns of `k` values: as rows, and as the AMX groups.
+fn activations(n: usize, k: usize, seed: u32) -> (Vec<u8>, Vec<u32>) {
+    let nb = k / 32;
+    let mut y = vec![0u8; n * nb * 34];
+    unsafe { q8_0::from_f32(&data(n * k, seed), y.as_mut_ptr()) };
+    let mut groups = vec![0x5a5a5a5au32; act_bytes(nb, n) / 4];
+    let gp = groups.as_mut_ptr() as *mut u8;
+    for c in 0..n.next_multiple_of(GROUP) {
+        let src = if c < n {
+            unsafe { y.as_ptr().add(c * nb * 34) }
+        } else {
+            std::ptr::null()
+        };
+        unsafe { act_col(nb, src, gp.add(c / GROUP * nb * ACT_BYTES), c % GROUP) };
+    }
+    (y, groups)
+}
+
+/// The emulated kernel's results for panel `p` (rows × n, column c at c · 16).
+fn emulated(nb: usize, panel: &[u32], act: &[u32], n: usize, rows: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; ROWS * n];
+    let mut t = Emu::default();
+    unsafe {
+        t.config(&CONFIG);
+        kernel(
+            &mut t,
+            nb,
+            panel.as_ptr() as *const u8,
+            act.as_ptr() as *const u8,
+            n,
+            out.as_mut_ptr() as *mut u8,
+            ROWS * 4,
+            rows,
+        );
+        t.release();
+    }
+    out
+}
+
+fn same_bits(a: &[f32], b: &[f32], rows: usize, what: &str) {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        if i % ROWS < rows {
+            assert_eq!(
+                x.to_bits(),
+                y.to_bits(),
+                "{what}: row {} col {}",
+                i % ROWS,
+                i / ROWS
+            );
+        }
+    }
+}
+
+/// Q4_0 on (emulated) AMX gives `panel::kernel_ref`'s bits: 1, 15, 16, 17 and 33 rows (partial
+/// panels), every column count 1..=40 and 64 + 6 (partial groups, two passes), k = 32 and 256;
+/// k = 4096 + 32 with a few column counts.
+#[test]
+fn q4_0_equals_the_vnni_panels_reference() {
+    let mut cases = vec![];
+    for k in [32, 256] {
+        for n in 1..=40 {
+            cases.push((k, n));
+        }
+        cases.push((k, 70));
+    }
+    for n in [1, 16, 17, 40, 70] {
+        cases.push((4096 + 32, n));
+    }
+    for (k, n) in cases {
+        let nb = k / 32;
+        let (_, act) = activations(n, k, 3 + n as u32);
+        // The VNNI panels' activation blocks of the same Q8_0 rows.
+        let (y, _) = activations(n, k, 3 + n as u32);
+        let mut ab = vec![
+            panel::ActBlock {
+                corr: 0,
+                d: 0.0,
+                qs: [0; 32]
+            };
+            n * nb
+        ];
+        for c in 0..n {
+            unsafe { panel::act_row(nb, y.as_ptr().add(c * nb * 34), ab.as_mut_ptr().add(c * nb)) };
+        }
+        for m in [1, 15, 16, 17, 33] {
+            if k > 256 && m != 17 {
+                continue;
+            }
+            let mut w = vec![0u8; m * nb * 18];
+            unsafe { q4_0::from_f32(&data(m * k, 7 + m as u32), w.as_mut_ptr()) };
+            for p in 0..m.div_ceil(ROWS) {
+                let rows = (m - p * ROWS).min(ROWS);
+                let wp = unsafe { w.as_ptr().add(p * ROWS * nb * 18) };
+                let mut vp = vec![0u32; panel::panel_bytes(nb) / 4];
+                let mut ap = vec![0x77777777u32; panel_bytes(nb) / 4];
+                let mut want = vec![f32::NAN; ROWS * n];
+                unsafe {
+                    panel::pack_ref(nb, wp, nb * 18, rows, vp.as_mut_ptr() as *mut u8);
+                    panel::kernel_ref(
+                        nb,
+                        vp.as_ptr() as *const u8,
+                        ab.as_ptr(),
+                        nb,
+                        n,
+                        want.as_mut_ptr() as *mut u8,
+                        ROWS * 4,
+                        rows,
+                    );
+                    pack_q4_0(nb, wp, nb * 18, rows, ap.as_mut_ptr() as *mut u8);
+                }
+                let got = emulated(nb, &ap, &act, n, rows);
+                same_bits(&got, &want, rows, &format!("m={m} n={n} k={k} panel {p}"));
+                // Past `rows` nothing is written.
+                assert!(got
+                    .iter()
+                    .enumerate()
+                    .all(|(i, v)| i % ROWS < rows || v.is_nan()));
+            }
+        }
+    }
+}
+
+/// Q8_0 on (emulated) AMX: per (row, column) the blocks in order, `acc = fma(Σ qx·qy, dx·dy,
+/// acc)`, to the bit, and within rounding of the one-row dot (its other order).
+#[test]
+fn q8_0_is_the_blockwise_fma_sum() {
+    for (m, n, k) in [(1, 5, 32), (17, 40, 256), (15, 23, 4096 + 32), (16, 16, 64)] {
+        let nb = k / 32;
+        let (y, act) = activations(n, k, 11);
+        let mut w = vec![0u8; m * nb * 34];
+        unsafe { q8_0::from_f32(&data(m * k, 13), w.as_mut_ptr()) };
+        for p in 0..m.div_ceil(ROWS) {
+            let rows = (m - p * ROWS).min(ROWS);
+            let wp = unsafe { w.as_ptr().add(p * ROWS * nb * 34) };
+            let mut ap = vec![0u32; panel_bytes(nb) / 4];
+            unsafe { pack_q8_0(nb, wp, nb * 34, rows, ap.as_mut_ptr() as *mut u8) };
+            let got = emulated(nb, &ap, &act, n, rows);
+            for c in 0..n {
+                for r in 0..rows {
+                    let (wr, yc) = unsafe { (wp.add(r * nb * 34), y.as_ptr().add(c * nb * 34)) };
+                    let mut acc = 0f32;
+                    for b in 0..nb {
+                        let bx = unsafe { &*(wr as *const BlockQ8_0).add(b) };
+                        let by = unsafe { &*(yc as *const BlockQ8_0).add(b) };
+                        let s: i32 = (0..32).map(|e| bx.qs[e] as i32 * by.qs[e] as i32).sum();
+                        acc = (s as f32).mul_add(f16_to_f32(bx.d) * f16_to_f32(by.d), acc);
+                    }
+                    let g = got[c * ROWS + r];
+                    assert_eq!(g.to_bits(), acc.to_bits(), "m={m} n={n} k={k} ({r}, {c})");
+                    let dot = unsafe { q8_0::vec_dot_ref(k, wr, yc) };
+                    assert!((g - dot).abs() <= 1e-4 * dot.abs().max(1.0), "{g} vs {dot}");
+                }
+            }
+        }
+    }
+}
+
+/// The instructions give the emulator's bits (runs where `amx::available()`: Sapphire Rapids
+/// and later; elsewhere it says it skipped).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn hardware_equals_the_emulator() {
+    use super::super::amx_tiles::Hw;
+    if !crate::cpu::amx::available() {
+        eprintln!("skipped: no AMX here ({:?})", crate::cpu::amx::detected());
+        return;
+    }
+    for (m, n, k) in [(17, 40, 256), (16, 70, 4096 + 32), (5, 3, 32)] {
+        let nb = k / 32;
+        let (_, act) = activations(n, k, 21);
+        for q8 in [false, true] {
+            let bs = if q8 { 34 } else { 18 };
+            let mut w = vec![0u8; m * nb * bs];
+            unsafe {
+                if q8 {
+                    q8_0::from_f32(&data(m * k, 23), w.as_mut_ptr())
+                } else {
+                    q4_0::from_f32(&data(m * k, 23), w.as_mut_ptr())
+                }
+            };
+            for p in 0..m.div_ceil(ROWS) {
+                let rows = (m - p * ROWS).min(ROWS);
+                let wp = unsafe { w.as_ptr().add(p * ROWS * nb * bs) };
+                let mut ap = vec![0u32; panel_bytes(nb) / 4];
+                let pp = ap.as_mut_ptr() as *mut u8;
+                unsafe {
+                    if q8 {
+                        pack_q8_0(nb, wp, nb * bs, rows, pp)
+                    } else {
+                        pack_q4_0(nb, wp, nb * bs, rows, pp)
+                    }
+                };
+                let want = emulated(nb, &ap, &act, n, rows);
+                let mut got = vec![f32::NAN; ROWS * n];
+                unsafe {
+                    Hw.config(&CONFIG);
+                    kernel_amx(
+                        nb,
+                        pp,
+                        act.as_ptr() as *const u8,
+                        n,
+                        got.as_mut_ptr() as *mut u8,
+                        ROWS * 4,
+                        rows,
+                    );
+                    Hw.release();
+                }
+                same_bits(&got, &want, rows, &format!("q8={q8} m={m} n={n} k={k}"));
+            }
+        }
+    }
+}
