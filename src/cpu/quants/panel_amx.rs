@@ -258,6 +258,7 @@ pub unsafe fn kernel<T: Tiles>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn kernel_amx(
+    t: &mut super::amx_tiles::Hw,
     nb: usize,
     panel: *const u8,
     act: *const u8,
@@ -266,7 +267,7 @@ pub unsafe fn kernel_amx(
     os: usize,
     rows: usize,
 ) {
-    kernel(&mut super::amx_tiles::Hw, nb, panel, act, n, out, os, rows)
+    kernel(t, nb, panel, act, n, out, os, rows)
 }
 
 #[cfg(test)]

@@ -199,6 +199,7 @@ fn hardware_equals_the_emulator() {
                 unsafe {
                     Hw.config(&CONFIG);
                     kernel_amx(
+                        &mut Hw,
                         nb,
                         pp,
                         act.as_ptr() as *const u8,
