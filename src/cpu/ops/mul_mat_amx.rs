@@ -1,8 +1,8 @@
 //! MUL_MAT of Q4_0 and Q8_0 weights by many activation columns on AMX tiles (`quants/
 //! panel_amx.rs`), where `cpu::amx` found them usable. The activations are quantized once to
 //! Q8_0 (as ggml-cpu quantizes them) into groups of 16 columns in the tiles' VNNI layout, shared
-//! by the threads; each thread packs 16 weight rows at a time into its own panel (plain rows,
-//! or a load-time repacked group unpacked to plain rows first) and runs every column over it,
+//! by the threads; each thread packs 32 weight rows at a time into two panels of its own (plain
+//! rows, or load-time repacked groups unpacked to plain rows first) and runs every column over them,
 //! its tiles configured before its share and released after.
 //!
 //! Float order: the VNNI panels' (`panel::kernel_ref`), so Q4_0 results are the panels' bits
@@ -54,11 +54,13 @@ fn act_bytes(node: &Tensor) -> usize {
     xne[2] * xne[3] * pa::act_bytes(xne[0] / 32, xne[1])
 }
 
-/// Activation groups, then per thread a panel and a scratch for one unpacked repacked group.
+/// Activation groups, then per thread two panels and a scratch for two unpacked repacked
+/// groups.
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
     let w = node.src(0).unwrap();
     let nb = w.ne()[0] / 32;
-    act_bytes(node) + 64 + nth * (pa::panel_bytes(nb) + 64) + nth * (ROWS * w.nb()[1] + 64)
+    let per_thread = 2 * pa::panel_bytes(nb) + 64 + 2 * ROWS * w.nb()[1] + 64;
+    act_bytes(node) + 64 + nth * per_thread
 }
 
 pub fn compute(node: &Tensor, ctx: &Ctx) {
@@ -91,9 +93,9 @@ fn compute_on<T: Tiles>(node: &Tensor, ctx: &Ctx, tiles: &mut T, kernel: Kernel<
     let align = |p: *mut u8| p.wrapping_add(p.align_offset(64));
     let act = align(ctx.wdata);
     let panel_at = align(unsafe { ctx.wdata.add(act_bytes(node) + 64) });
-    let my_panel = unsafe { panel_at.add(ctx.ith * (pa::panel_bytes(nb) + 64)) };
-    let scratch_at = align(unsafe { panel_at.add(ctx.nth * (pa::panel_bytes(nb) + 64)) });
-    let my_scratch = unsafe { scratch_at.add(ctx.ith * (ROWS * rs + 64)) };
+    let my_panel = unsafe { panel_at.add(ctx.ith * (2 * pa::panel_bytes(nb) + 64)) };
+    let scratch_at = align(unsafe { panel_at.add(ctx.nth * (2 * pa::panel_bytes(nb) + 64)) });
+    let my_scratch = unsafe { scratch_at.add(ctx.ith * (2 * ROWS * rs + 64)) };
     let batch_act = pa::act_bytes(nb, xne[1]);
     let group_bytes = nb * pa::ACT_BYTES;
 
@@ -128,7 +130,8 @@ fn compute_on<T: Tiles>(node: &Tensor, ctx: &Ctx, tiles: &mut T, kernel: Kernel<
         _ => (pa::pack_q4_0, unrepack_q4_0),
     };
     let (r2, r3) = (xne[2] / wne[2], xne[3] / wne[3]);
-    let panels = dne[0].div_ceil(ROWS);
+    // Units of two panels (the kernel's 2 × 2 tiles); the last may hold one.
+    let units_per = dne[0].div_ceil(2 * ROWS);
     let whole = dne[0] / ROWS;
     let (wnb, dnb) = (w.nb(), node.nb());
     let mb = if repacked {
@@ -139,28 +142,38 @@ fn compute_on<T: Tiles>(node: &Tensor, ctx: &Ctx, tiles: &mut T, kernel: Kernel<
     let n = dne[1];
     // SAFETY: `applies` found AMX usable (or `T` is the emulator); the config is the kernel's.
     unsafe { tiles.config(&pa::CONFIG) };
-    for u in ctx.chunks(panels * dne[2] * dne[3]) {
-        let p = u % panels;
-        let batch = u / panels;
+    for u in ctx.chunks(units_per * dne[2] * dne[3]) {
+        let p = u % units_per;
+        let batch = u / units_per;
         let (i2, i3) = (batch % dne[2], batch / dne[2]);
-        let row0 = p * ROWS;
-        let rows = (dne[0] - row0).min(ROWS);
+        let row0 = p * 2 * ROWS;
+        let rows = (dne[0] - row0).min(2 * ROWS);
         unsafe {
-            // Repacked: a group fills its rows' bytes, so row0 · rs is a group's start and the
-            // plain tail's.
+            // Repacked: a group fills its rows' bytes, so a row's offset · rs is a group's
+            // start and the plain tail's.
             let mat = if repacked {
                 w.data().add((i2 / r2 + (i3 / r3) * wne[2]) * mb)
             } else {
                 w.data().add((i2 / r2) * wnb[2] + (i3 / r3) * wnb[3])
             };
-            let wp = mat.add(row0 * rs);
-            let rows_at = if repacked && p < whole {
-                unrepack(nb, wp, rs, ROWS, my_scratch);
-                my_scratch as *const u8
-            } else {
-                wp
-            };
-            pack(nb, rows_at, rs, rows, my_panel);
+            for h in 0..rows.div_ceil(ROWS) {
+                let wp = mat.add((row0 + h * ROWS) * rs);
+                let rows_at = if repacked && 2 * p + h < whole {
+                    let s = my_scratch.add(h * ROWS * rs);
+                    unrepack(nb, wp, rs, ROWS, s);
+                    s as *const u8
+                } else {
+                    wp
+                };
+                let hrows = (rows - h * ROWS).min(ROWS);
+                pack(
+                    nb,
+                    rows_at,
+                    rs,
+                    hrows,
+                    my_panel.add(h * pa::panel_bytes(nb)),
+                );
+            }
             let acol = act.add((i3 * xne[2] + i2) * batch_act);
             let db = node.data().add(i2 * dnb[2] + i3 * dnb[3] + row0 * 4);
             kernel(tiles, nb, my_panel, acol, n, db, dnb[1], rows);

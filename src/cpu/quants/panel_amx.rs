@@ -17,15 +17,13 @@ use super::q8_0::BlockQ8_0;
 /// Weight rows per panel (one C tile's rows) and activation columns per group (its columns).
 pub const ROWS: usize = 16;
 pub const GROUP: usize = 16;
-/// Column groups per kernel call (one C tile each).
-pub const MAX_GROUPS: usize = 4;
 /// Bytes of one panel block: 16 f32 row scales, then each row's 32 signed codes in turn.
 pub const BLOCK_BYTES: usize = ROWS * 4 + ROWS * 32;
 /// Bytes of one activation block of a group: 16 f32 column scales, then the codes in VNNI
 /// layout (row k, column c: values 4k .. 4k + 3 of column c at 64 + 64k + 4c).
 pub const ACT_BYTES: usize = GROUP * 4 + 8 * 64;
 
-/// The tile shapes: C tiles 0..3 (16 × 64 bytes), A tile 4 (16 × 32), B tiles 5..7 (8 × 64).
+/// The tile shapes: C tiles 0..3 (16 × 64 bytes), A tiles 4, 5 (16 × 32), B tiles 6, 7 (8 × 64).
 pub const CONFIG: [u8; 64] = {
     let mut c = [0u8; 64];
     c[0] = 1;
@@ -33,7 +31,7 @@ pub const CONFIG: [u8; 64] = {
     while t < 8 {
         let (rows, colsb) = match t {
             0..=3 => (16, 64),
-            4 => (16, 32),
+            4 | 5 => (16, 32),
             _ => (8, 64),
         };
         c[16 + 2 * t] = colsb;
@@ -124,38 +122,61 @@ pub unsafe fn act_col(nb: usize, y: *const u8, dst: *mut u8, lane: usize) {
     }
 }
 
-/// One block's C tiles for `G` groups: zero, load the group's B, multiply, store to `cbuf`
-/// (group g at 256·g i32, row-major 16 × 16).
+/// One block's C tiles for `R` panels (A tiles 4, 5 loaded) by `G` column groups: R = 1: up to
+/// 4 groups, C tile g, B tiles 6 and 7 in turn; R = 2: up to 2 groups, C tile 2h + g for panel
+/// h, B tile 6 + g. Zeroed, multiplied, stored to `cbuf` (C tile i at 256·i i32, row-major
+/// 16 × 16).
 ///
 /// # Safety
-/// The tiles configured with `CONFIG`, tile 4 holding the block's weights; `act` at the
-/// block's first group, groups `nb · ACT_BYTES` apart.
+/// The tiles configured with `CONFIG`, tiles 4 (and 5 for R = 2) holding the block's weights;
+/// `act` at the block's first group, groups `gs` bytes apart.
 #[inline(always)]
-unsafe fn block_tiles<T: Tiles, const G: usize>(
+unsafe fn block_tiles<T: Tiles, const R: usize, const G: usize>(
     t: &mut T,
     act: *const u8,
     gs: usize,
     cbuf: *mut i32,
 ) {
     let b = |g: usize| act.add(g * gs + GROUP * 4);
-    let c = |g: usize| cbuf.add(g * 256) as *mut u8;
+    let c = |i: usize| cbuf.add(i * 256) as *mut u8;
+    if R == 2 {
+        t.zero::<0>();
+        t.zero::<2>();
+        t.load::<6>(b(0), 64);
+        t.dpbssd::<0, 4, 6>();
+        t.dpbssd::<2, 5, 6>();
+        if G > 1 {
+            t.zero::<1>();
+            t.zero::<3>();
+            t.load::<7>(b(1), 64);
+            t.dpbssd::<1, 4, 7>();
+            t.dpbssd::<3, 5, 7>();
+        }
+        t.store::<0>(c(0), 64);
+        t.store::<2>(c(2), 64);
+        if G > 1 {
+            t.store::<1>(c(1), 64);
+            t.store::<3>(c(3), 64);
+        }
+        return;
+    }
     t.zero::<0>();
-    t.load::<5>(b(0), 64);
-    t.dpbssd::<0, 4, 5>();
+    t.load::<6>(b(0), 64);
+    t.dpbssd::<0, 4, 6>();
     if G > 1 {
         t.zero::<1>();
-        t.load::<6>(b(1), 64);
-        t.dpbssd::<1, 4, 6>();
+        t.load::<7>(b(1), 64);
+        t.dpbssd::<1, 4, 7>();
     }
     if G > 2 {
         t.zero::<2>();
-        t.load::<7>(b(2), 64);
-        t.dpbssd::<2, 4, 7>();
+        t.load::<6>(b(2), 64);
+        t.dpbssd::<2, 4, 6>();
     }
     if G > 3 {
         t.zero::<3>();
-        t.load::<5>(b(3), 64);
-        t.dpbssd::<3, 4, 5>();
+        t.load::<7>(b(3), 64);
+        t.dpbssd::<3, 4, 7>();
     }
     t.store::<0>(c(0), 64);
     if G > 1 {
@@ -169,17 +190,18 @@ unsafe fn block_tiles<T: Tiles, const G: usize>(
     }
 }
 
-/// The panel's products with `G` groups of columns: `cols` (≤ 16·G, > 16·(G − 1)) columns of
-/// which row r of column c goes to `out + r · 4 + c · os` for r < `rows`.
+/// The products of `R` panels (the second `nb · BLOCK_BYTES` after the first) with `G` groups
+/// of columns: `cols` (≤ 16·G, > 16·(G − 1)) columns, of which row r (of the R·16) of column c
+/// goes to `out + r · 4 + c · os` for r < `rows`.
 ///
 /// # Safety
-/// The tiles configured with `CONFIG` (AMX usable, for `Hw`); `panel` holds `nb` packed
-/// blocks, `act` `G` groups of `nb` blocks each; `out` writable at every result's place.
+/// The tiles configured with `CONFIG` (AMX usable, for `Hw`); `panel` holds R panels of `nb`
+/// packed blocks, `act` `G` groups of `nb` blocks each; `out` writable at every result's place.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 // The indices address the scales, the C tiles and the accumulators together.
 #[allow(clippy::needless_range_loop)]
-unsafe fn kernel_groups<T: Tiles, const G: usize>(
+unsafe fn kernel_tiles<T: Tiles, const R: usize, const G: usize>(
     t: &mut T,
     nb: usize,
     panel: *const u8,
@@ -189,40 +211,54 @@ unsafe fn kernel_groups<T: Tiles, const G: usize>(
     os: usize,
     rows: usize,
 ) {
-    let mut acc = [[0f32; ROWS * GROUP]; G];
-    let mut cbuf = [[0i32; ROWS * GROUP]; G];
+    // C tile of panel h and group g: R = 1: g; R = 2: 2h + g.
+    let tile = |h: usize, g: usize| if R == 2 { 2 * h + g } else { g };
+    let mut acc = [[0f32; ROWS * GROUP]; 4];
+    let mut cbuf = [[0i32; ROWS * GROUP]; 4];
     let gs = nb * ACT_BYTES;
+    let ps = nb * BLOCK_BYTES;
     for b in 0..nb {
         let pb = panel.add(b * BLOCK_BYTES);
         t.load::<4>(pb.add(ROWS * 4), 32);
+        if R == 2 {
+            t.load::<5>(pb.add(ps + ROWS * 4), 32);
+        }
         let ab = act.add(b * ACT_BYTES);
-        block_tiles::<T, G>(t, ab, gs, cbuf.as_mut_ptr() as *mut i32);
-        let dx = &*(pb as *const [f32; ROWS]);
-        for g in 0..G {
-            let dy = &*(ab.add(g * gs) as *const [f32; GROUP]);
-            for r in 0..ROWS {
-                for c in 0..GROUP {
-                    let i = r * GROUP + c;
-                    acc[g][i] = (cbuf[g][i] as f32).mul_add(dx[r] * dy[c], acc[g][i]);
+        block_tiles::<T, R, G>(t, ab, gs, cbuf.as_mut_ptr() as *mut i32);
+        for h in 0..R {
+            let dx = &*(pb.add(h * ps) as *const [f32; ROWS]);
+            for g in 0..G {
+                let dy = &*(ab.add(g * gs) as *const [f32; GROUP]);
+                let (acc, cb) = (&mut acc[tile(h, g)], &cbuf[tile(h, g)]);
+                for r in 0..ROWS {
+                    for c in 0..GROUP {
+                        let i = r * GROUP + c;
+                        acc[i] = (cb[i] as f32).mul_add(dx[r] * dy[c], acc[i]);
+                    }
                 }
             }
         }
     }
-    for (g, acc) in acc.iter().enumerate() {
-        for c in 0..GROUP.min(cols - g * GROUP) {
-            let o = out.add((g * GROUP + c) * os) as *mut f32;
-            for r in 0..rows {
-                *o.add(r) = acc[r * GROUP + c];
+    for h in 0..R {
+        for g in 0..G {
+            let acc = &acc[tile(h, g)];
+            for c in 0..GROUP.min(cols - g * GROUP) {
+                let o = out.add((g * GROUP + c) * os + h * ROWS * 4) as *mut f32;
+                for r in 0..ROWS.min(rows - h * ROWS) {
+                    *o.add(r) = acc[r * GROUP + c];
+                }
             }
         }
     }
 }
 
-/// The panel's `rows` products with `n` activation columns (groups `nb · ACT_BYTES` apart from
-/// `act`), at most `MAX_GROUPS` groups a pass; row r of column c to `out + r · 4 + c · os`.
+/// The products of `rows` ≤ 32 weight rows (one panel, or two: the second `nb · BLOCK_BYTES`
+/// after the first, from 17 rows) with `n` activation columns (groups `nb · ACT_BYTES` apart
+/// from `act`): row r of column c to `out + r · 4 + c · os`. Two panels run 2 × 2 C tiles
+/// (32 columns a pass), one panel 1 × 4 (64 columns a pass).
 ///
 /// # Safety
-/// As `kernel_groups`, for every group of the `n` columns.
+/// As `kernel_tiles`, for every group of the `n` columns.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn kernel<T: Tiles>(
@@ -235,16 +271,18 @@ pub unsafe fn kernel<T: Tiles>(
     os: usize,
     rows: usize,
 ) {
-    let per = MAX_GROUPS * GROUP;
+    let per = if rows > ROWS { 2 * GROUP } else { 4 * GROUP };
     for j in (0..n).step_by(per) {
         let cols = (n - j).min(per);
         let a = act.add(j / GROUP * nb * ACT_BYTES);
         let o = out.add(j * os);
-        match cols.div_ceil(GROUP) {
-            1 => kernel_groups::<T, 1>(t, nb, panel, a, cols, o, os, rows),
-            2 => kernel_groups::<T, 2>(t, nb, panel, a, cols, o, os, rows),
-            3 => kernel_groups::<T, 3>(t, nb, panel, a, cols, o, os, rows),
-            _ => kernel_groups::<T, 4>(t, nb, panel, a, cols, o, os, rows),
+        match (rows > ROWS, cols.div_ceil(GROUP)) {
+            (true, 1) => kernel_tiles::<T, 2, 1>(t, nb, panel, a, cols, o, os, rows),
+            (true, _) => kernel_tiles::<T, 2, 2>(t, nb, panel, a, cols, o, os, rows),
+            (false, 1) => kernel_tiles::<T, 1, 1>(t, nb, panel, a, cols, o, os, rows),
+            (false, 2) => kernel_tiles::<T, 1, 2>(t, nb, panel, a, cols, o, os, rows),
+            (false, 3) => kernel_tiles::<T, 1, 3>(t, nb, panel, a, cols, o, os, rows),
+            (false, _) => kernel_tiles::<T, 1, 4>(t, nb, panel, a, cols, o, os, rows),
         }
     }
 }

@@ -20,9 +20,27 @@ fn activations(n: usize, k: usize, seed: u32) -> (Vec<u8>, Vec<u32>) {
     (y, groups)
 }
 
-/// The emulated kernel's results for panel `p` (rows × n, column c at c · 16).
+/// Results of up to 32 rows per column (column c at c · 32).
+const OS: usize = 2 * ROWS;
+
+/// Packs rows `row0..row0 + rows` (≤ 32) of `w` (rows `ws` bytes apart) with `pack` into one
+/// or two panels.
+fn pack_unit(pack: PackFn, nb: usize, w: &[u8], ws: usize, row0: usize, rows: usize) -> Vec<u32> {
+    let mut out = vec![0x77777777u32; 2 * panel_bytes(nb) / 4];
+    for h in 0..rows.div_ceil(ROWS) {
+        let hrows = (rows - h * ROWS).min(ROWS);
+        unsafe {
+            let dst = (out.as_mut_ptr() as *mut u8).add(h * panel_bytes(nb));
+            pack(nb, w.as_ptr().add((row0 + h * ROWS) * ws), ws, hrows, dst)
+        };
+    }
+    out
+}
+type PackFn = unsafe fn(usize, *const u8, usize, usize, *mut u8);
+
+/// The emulated kernel's results for `rows` ≤ 32 rows (rows × n, column c at c · 32).
 fn emulated(nb: usize, panel: &[u32], act: &[u32], n: usize, rows: usize) -> Vec<f32> {
-    let mut out = vec![f32::NAN; ROWS * n];
+    let mut out = vec![f32::NAN; OS * n];
     let mut t = Emu::default();
     unsafe {
         t.config(&CONFIG);
@@ -33,7 +51,7 @@ fn emulated(nb: usize, panel: &[u32], act: &[u32], n: usize, rows: usize) -> Vec
             act.as_ptr() as *const u8,
             n,
             out.as_mut_ptr() as *mut u8,
-            ROWS * 4,
+            OS * 4,
             rows,
         );
         t.release();
@@ -55,9 +73,9 @@ fn same_bits(a: &[f32], b: &[f32], rows: usize, what: &str) {
     }
 }
 
-/// Q4_0 on (emulated) AMX gives `panel::kernel_ref`'s bits: 1, 15, 16, 17 and 33 rows (partial
-/// panels), every column count 1..=40 and 64 + 6 (partial groups, two passes), k = 32 and 256;
-/// k = 4096 + 32 with a few column counts.
+/// Q4_0 on (emulated) AMX gives `panel::kernel_ref`'s bits: 1, 15, 16, 17, 33 and 40 rows
+/// (partial panels, one and two panels a unit), every column count 1..=40 and 64 + 6 (partial
+/// groups, several passes), k = 32 and 256; k = 4096 + 32 with a few column counts.
 #[test]
 fn q4_0_equals_the_vnni_panels_reference() {
     let mut cases = vec![];
@@ -86,18 +104,19 @@ fn q4_0_equals_the_vnni_panels_reference() {
         for c in 0..n {
             unsafe { panel::act_row(nb, y.as_ptr().add(c * nb * 34), ab.as_mut_ptr().add(c * nb)) };
         }
-        for m in [1, 15, 16, 17, 33] {
+        for m in [1, 15, 16, 17, 33, 40] {
             if k > 256 && m != 17 {
                 continue;
             }
             let mut w = vec![0u8; m * nb * 18];
             unsafe { q4_0::from_f32(&data(m * k, 7 + m as u32), w.as_mut_ptr()) };
+            // The reference: the VNNI panels of 16 rows, results at the unit's stride.
+            let mut want = vec![f32::NAN; m.next_multiple_of(OS) * n];
             for p in 0..m.div_ceil(ROWS) {
                 let rows = (m - p * ROWS).min(ROWS);
                 let wp = unsafe { w.as_ptr().add(p * ROWS * nb * 18) };
                 let mut vp = vec![0u32; panel::panel_bytes(nb) / 4];
-                let mut ap = vec![0x77777777u32; panel_bytes(nb) / 4];
-                let mut want = vec![f32::NAN; ROWS * n];
+                let (u, h) = (p / 2, p % 2);
                 unsafe {
                     panel::pack_ref(nb, wp, nb * 18, rows, vp.as_mut_ptr() as *mut u8);
                     panel::kernel_ref(
@@ -106,19 +125,23 @@ fn q4_0_equals_the_vnni_panels_reference() {
                         ab.as_ptr(),
                         nb,
                         n,
-                        want.as_mut_ptr() as *mut u8,
-                        ROWS * 4,
+                        want.as_mut_ptr().add(u * OS * n + h * ROWS) as *mut u8,
+                        OS * 4,
                         rows,
                     );
-                    pack_q4_0(nb, wp, nb * 18, rows, ap.as_mut_ptr() as *mut u8);
                 }
+            }
+            for u in 0..m.div_ceil(OS) {
+                let rows = (m - u * OS).min(OS);
+                let ap = pack_unit(pack_q4_0, nb, &w, nb * 18, u * OS, rows);
                 let got = emulated(nb, &ap, &act, n, rows);
-                same_bits(&got, &want, rows, &format!("m={m} n={n} k={k} panel {p}"));
+                let want = &want[u * OS * n..(u + 1) * OS * n];
+                same_bits(&got, want, rows, &format!("m={m} n={n} k={k} unit {u}"));
                 // Past `rows` nothing is written.
                 assert!(got
                     .iter()
                     .enumerate()
-                    .all(|(i, v)| i % ROWS < rows || v.is_nan()));
+                    .all(|(i, v)| i % OS < rows || v.is_nan()));
             }
         }
     }
@@ -128,16 +151,21 @@ fn q4_0_equals_the_vnni_panels_reference() {
 /// acc)`, to the bit, and within rounding of the one-row dot (its other order).
 #[test]
 fn q8_0_is_the_blockwise_fma_sum() {
-    for (m, n, k) in [(1, 5, 32), (17, 40, 256), (15, 23, 4096 + 32), (16, 16, 64)] {
+    for (m, n, k) in [
+        (1, 5, 32),
+        (17, 40, 256),
+        (15, 23, 4096 + 32),
+        (16, 16, 64),
+        (50, 33, 64),
+    ] {
         let nb = k / 32;
         let (y, act) = activations(n, k, 11);
         let mut w = vec![0u8; m * nb * 34];
         unsafe { q8_0::from_f32(&data(m * k, 13), w.as_mut_ptr()) };
-        for p in 0..m.div_ceil(ROWS) {
-            let rows = (m - p * ROWS).min(ROWS);
-            let wp = unsafe { w.as_ptr().add(p * ROWS * nb * 34) };
-            let mut ap = vec![0u32; panel_bytes(nb) / 4];
-            unsafe { pack_q8_0(nb, wp, nb * 34, rows, ap.as_mut_ptr() as *mut u8) };
+        for u in 0..m.div_ceil(OS) {
+            let rows = (m - u * OS).min(OS);
+            let wp = unsafe { w.as_ptr().add(u * OS * nb * 34) };
+            let ap = pack_unit(pack_q8_0, nb, &w, nb * 34, u * OS, rows);
             let got = emulated(nb, &ap, &act, n, rows);
             for c in 0..n {
                 for r in 0..rows {
@@ -149,7 +177,7 @@ fn q8_0_is_the_blockwise_fma_sum() {
                         let s: i32 = (0..32).map(|e| bx.qs[e] as i32 * by.qs[e] as i32).sum();
                         acc = (s as f32).mul_add(f16_to_f32(bx.d) * f16_to_f32(by.d), acc);
                     }
-                    let g = got[c * ROWS + r];
+                    let g = got[c * OS + r];
                     assert_eq!(g.to_bits(), acc.to_bits(), "m={m} n={n} k={k} ({r}, {c})");
                     let dot = unsafe { q8_0::vec_dot_ref(k, wr, yc) };
                     assert!((g - dot).abs() <= 1e-4 * dot.abs().max(1.0), "{g} vs {dot}");
@@ -169,7 +197,7 @@ fn hardware_equals_the_emulator() {
         eprintln!("skipped: no AMX here ({:?})", crate::cpu::amx::detected());
         return;
     }
-    for (m, n, k) in [(17, 40, 256), (16, 70, 4096 + 32), (5, 3, 32)] {
+    for (m, n, k) in [(17, 40, 256), (16, 70, 4096 + 32), (5, 3, 32), (45, 33, 96)] {
         let nb = k / 32;
         let (_, act) = activations(n, k, 21);
         for q8 in [false, true] {
@@ -182,20 +210,13 @@ fn hardware_equals_the_emulator() {
                     q4_0::from_f32(&data(m * k, 23), w.as_mut_ptr())
                 }
             };
-            for p in 0..m.div_ceil(ROWS) {
-                let rows = (m - p * ROWS).min(ROWS);
-                let wp = unsafe { w.as_ptr().add(p * ROWS * nb * bs) };
-                let mut ap = vec![0u32; panel_bytes(nb) / 4];
-                let pp = ap.as_mut_ptr() as *mut u8;
-                unsafe {
-                    if q8 {
-                        pack_q8_0(nb, wp, nb * bs, rows, pp)
-                    } else {
-                        pack_q4_0(nb, wp, nb * bs, rows, pp)
-                    }
-                };
+            for u in 0..m.div_ceil(OS) {
+                let rows = (m - u * OS).min(OS);
+                let pack: PackFn = if q8 { pack_q8_0 } else { pack_q4_0 };
+                let ap = pack_unit(pack, nb, &w, nb * bs, u * OS, rows);
+                let pp = ap.as_ptr() as *const u8;
                 let want = emulated(nb, &ap, &act, n, rows);
-                let mut got = vec![f32::NAN; ROWS * n];
+                let mut got = vec![f32::NAN; OS * n];
                 unsafe {
                     Hw.config(&CONFIG);
                     kernel_amx(
@@ -205,7 +226,7 @@ fn hardware_equals_the_emulator() {
                         act.as_ptr() as *const u8,
                         n,
                         got.as_mut_ptr() as *mut u8,
-                        ROWS * 4,
+                        OS * 4,
                         rows,
                     );
                     Hw.release();
