@@ -190,6 +190,9 @@ unsafe fn block_tiles<T: Tiles, const R: usize, const G: usize>(
     }
 }
 
+#[repr(C, align(64))]
+struct Aligned<T>(T);
+
 /// The products of `R` panels (the second `nb · BLOCK_BYTES` after the first) with `G` groups
 /// of columns: `cols` (≤ 16·G, > 16·(G − 1)) columns, of which row r (of the R·16) of column c
 /// goes to `out + r · 4 + c · os` for r < `rows`.
@@ -213,8 +216,10 @@ unsafe fn kernel_tiles<T: Tiles, const R: usize, const G: usize>(
 ) {
     // C tile of panel h and group g: R = 1: g; R = 2: 2h + g.
     let tile = |h: usize, g: usize| if R == 2 { 2 * h + g } else { g };
-    let mut acc = [[0f32; ROWS * GROUP]; 4];
-    let mut cbuf = [[0i32; ROWS * GROUP]; 4];
+    // Cache-line aligned: the tile rows stored and the accumulator rows are 64-byte vectors.
+    let mut acc = Aligned([[0f32; ROWS * GROUP]; 4]);
+    let mut cbuf = Aligned([[0i32; ROWS * GROUP]; 4]);
+    let (acc, cbuf) = (&mut acc.0, &mut cbuf.0);
     let gs = nb * ACT_BYTES;
     let ps = nb * BLOCK_BYTES;
     for b in 0..nb {
