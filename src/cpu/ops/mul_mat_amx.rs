@@ -1,8 +1,8 @@
 //! MUL_MAT of Q4_0 and Q8_0 weights by many activation columns on AMX tiles (`quants/
 //! panel_amx.rs`), where `cpu::amx` found them usable. The activations are quantized once to
 //! Q8_0 (as ggml-cpu quantizes them) into groups of 16 columns in the tiles' VNNI layout, shared
-//! by the threads; each thread packs 32 weight rows at a time into two panels of its own (plain
-//! rows, or load-time repacked groups unpacked to plain rows first) and runs every column over them,
+//! by the threads; each thread packs 32 weight rows at a time into two panels of its own (from
+//! plain rows, or from groups repacked at load) and runs every column over them,
 //! its tiles configured before its share and released after.
 //!
 //! Float order: the VNNI panels' (`panel::kernel_ref`), so Q4_0 results are the panels' bits
@@ -13,7 +13,7 @@
 use super::Ctx;
 use crate::cpu::quants::amx_tiles::Tiles;
 use crate::cpu::quants::panel_amx::{self as pa, ROWS};
-use crate::cpu::quants::{repack_q4_0, repack_q8_0};
+use crate::cpu::quants::repack_q8_0;
 use crate::ggml_types::GgmlType;
 use crate::op_shapes::hadamard_len;
 use crate::tensor::{split_range, Tensor};
@@ -54,12 +54,11 @@ fn act_bytes(node: &Tensor) -> usize {
     xne[2] * xne[3] * pa::act_bytes(xne[0] / 32, xne[1])
 }
 
-/// Activation groups, then per thread two panels and a scratch for two unpacked repacked
-/// groups.
+/// Activation groups, then per thread two panels and a scratch for one unpacked repacked group.
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
     let w = node.src(0).unwrap();
     let nb = w.ne()[0] / 32;
-    let per_thread = 2 * pa::panel_bytes(nb) + 64 + 2 * ROWS * w.nb()[1] + 64;
+    let per_thread = 2 * pa::panel_bytes(nb) + 64 + ROWS * w.nb()[1] + 64;
     act_bytes(node) + 64 + nth * per_thread
 }
 
@@ -95,7 +94,7 @@ fn compute_on<T: Tiles>(node: &Tensor, ctx: &Ctx, tiles: &mut T, kernel: Kernel<
     let panel_at = align(unsafe { ctx.wdata.add(act_bytes(node) + 64) });
     let my_panel = unsafe { panel_at.add(ctx.ith * (2 * pa::panel_bytes(nb) + 64)) };
     let scratch_at = align(unsafe { panel_at.add(ctx.nth * (2 * pa::panel_bytes(nb) + 64)) });
-    let my_scratch = unsafe { scratch_at.add(ctx.ith * (2 * ROWS * rs + 64)) };
+    let my_scratch = unsafe { scratch_at.add(ctx.ith * (ROWS * rs + 64)) };
     let batch_act = pa::act_bytes(nb, xne[1]);
     let group_bytes = nb * pa::ACT_BYTES;
 
@@ -125,9 +124,9 @@ fn compute_on<T: Tiles>(node: &Tensor, ctx: &Ctx, tiles: &mut T, kernel: Kernel<
     }
 
     let repacked = crate::cpu::repack::is_repacked(&w);
-    let (pack, unrepack): (PackFn, PackFn) = match w.dtype() {
-        GgmlType::Q8_0 => (pa::pack_q8_0, unrepack_q8_0),
-        _ => (pa::pack_q4_0, unrepack_q4_0),
+    let (pack, pack_group): (PackFn, GroupFn) = match w.dtype() {
+        GgmlType::Q8_0 => (pa::pack_q8_0, pack_group_q8_0),
+        _ => (pa::pack_q4_0, pack_group_q4_0),
     };
     let (r2, r3) = (xne[2] / wne[2], xne[3] / wne[3]);
     // Units of two panels (the kernel's 2 × 2 tiles); the last may hold one.
@@ -158,21 +157,12 @@ fn compute_on<T: Tiles>(node: &Tensor, ctx: &Ctx, tiles: &mut T, kernel: Kernel<
             };
             for h in 0..rows.div_ceil(ROWS) {
                 let wp = mat.add((row0 + h * ROWS) * rs);
-                let rows_at = if repacked && 2 * p + h < whole {
-                    let s = my_scratch.add(h * ROWS * rs);
-                    unrepack(nb, wp, rs, ROWS, s);
-                    s as *const u8
+                let dst = my_panel.add(h * pa::panel_bytes(nb));
+                if repacked && 2 * p + h < whole {
+                    pack_group(nb, wp, my_scratch, dst);
                 } else {
-                    wp
-                };
-                let hrows = (rows - h * ROWS).min(ROWS);
-                pack(
-                    nb,
-                    rows_at,
-                    rs,
-                    hrows,
-                    my_panel.add(h * pa::panel_bytes(nb)),
-                );
+                    pack(nb, wp, rs, (rows - h * ROWS).min(ROWS), dst);
+                }
             }
             let acol = act.add((i3 * xne[2] + i2) * batch_act);
             let db = node.data().add(i2 * dnb[2] + i3 * dnb[3] + row0 * 4);
@@ -182,16 +172,19 @@ fn compute_on<T: Tiles>(node: &Tensor, ctx: &Ctx, tiles: &mut T, kernel: Kernel<
     unsafe { tiles.release() };
 }
 
-/// `panel_amx::pack_q4_0`'s type; the unrepack functions take it too (blocks, from, row
-/// size, rows, to).
+/// `panel_amx::pack_q4_0`'s type: blocks, rows, row size, row count, panel.
 type PackFn = unsafe fn(usize, *const u8, usize, usize, *mut u8);
+/// Packs a group of 16 rows repacked at load: blocks, group, scratch for 16 plain rows, panel.
+type GroupFn = unsafe fn(usize, *const u8, *mut u8, *mut u8);
 
-unsafe fn unrepack_q4_0(nb: usize, g: *const u8, _: usize, rows: usize, dst: *mut u8) {
-    repack_q4_0::unrepack(rows, nb, g, dst)
+unsafe fn pack_group_q4_0(nb: usize, g: *const u8, _: *mut u8, dst: *mut u8) {
+    pa::pack_q4_0_group(nb, g, dst)
 }
 
-unsafe fn unrepack_q8_0(nb: usize, g: *const u8, _: usize, rows: usize, dst: *mut u8) {
-    repack_q8_0::unrepack(rows, nb, g, dst)
+/// Q8_0 (repacked only with ROCMFORGE_CPU_REPACK=all): back to plain rows, then packed.
+unsafe fn pack_group_q8_0(nb: usize, g: *const u8, scratch: *mut u8, dst: *mut u8) {
+    repack_q8_0::unrepack(ROWS, nb, g, scratch);
+    pa::pack_q8_0(nb, scratch, nb * 34, ROWS, dst)
 }
 
 #[cfg(test)]

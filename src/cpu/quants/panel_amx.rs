@@ -50,31 +50,75 @@ pub fn act_bytes(nb: usize, n: usize) -> usize {
     n.div_ceil(GROUP) * nb * ACT_BYTES
 }
 
+/// The 16 f16 scales `h` as the f32 row scales of the panel block at `pb` (one vector
+/// conversion where the CPU has one: a conversion call per row cost a fifth of the packing).
+///
+/// # Safety
+/// `pb` must be 64 writable bytes, 4-byte aligned.
+#[inline(always)]
+unsafe fn put_scales(h: &[u16; ROWS], pb: *mut u8) {
+    use half::slice::HalfFloatSliceExt;
+    let h: &[half::f16; ROWS] = &*(h as *const [u16; ROWS] as *const [half::f16; ROWS]);
+    h.convert_to_f32_slice(std::slice::from_raw_parts_mut(pb as *mut f32, ROWS));
+}
+
+/// Row r's 16 Q4_0 code bytes `qs` as 32 signed codes (q − 8) at `dst`, element order: low
+/// nibble of byte e for e < 16, else high nibble of byte e − 16.
+#[inline(always)]
+fn put_q4_0_codes(qs: &[u8; 16], dst: &mut [i8; 32]) {
+    for j in 0..16 {
+        dst[j] = (qs[j] & 0x0f) as i8 - 8;
+        dst[j + 16] = (qs[j] >> 4) as i8 - 8;
+    }
+}
+
 /// Packs `rows` ≤ 16 Q4_0 rows of `nb` blocks (`w`, `ws` bytes apart) into the panel at `dst`;
 /// rows from `rows` to 16 get zero codes and scales.
 ///
 /// # Safety
 /// `w` must point to `rows` readable rows of `nb` Q4_0 blocks, `dst` to `panel_bytes(nb)`
 /// writable bytes (4-byte aligned).
+// r addresses the row, its scale and its codes together.
+#[allow(clippy::needless_range_loop)]
 pub unsafe fn pack_q4_0(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8) {
     for b in 0..nb {
         let pb = dst.add(b * BLOCK_BYTES);
+        let mut h = [0u16; ROWS];
         for r in 0..ROWS {
-            let codes = std::slice::from_raw_parts_mut(pb.add(ROWS * 4 + r * 32) as *mut i8, 32);
+            let codes = &mut *(pb.add(ROWS * 4 + r * 32) as *mut [i8; 32]);
             if r >= rows {
-                *(pb as *mut f32).add(r) = 0.0;
                 codes.fill(0);
                 continue;
             }
             let bx = &*(w.add(r * ws) as *const BlockQ4_0).add(b);
-            *(pb as *mut f32).add(r) = f16_to_f32(bx.d);
-            // Element e: low nibble of byte e (e < 16), else high nibble of byte e − 16.
-            let (lo, hi) = codes.split_at_mut(16);
-            for j in 0..16 {
-                lo[j] = (bx.qs[j] & 0x0f) as i8 - 8;
-                hi[j] = (bx.qs[j] >> 4) as i8 - 8;
-            }
+            h[r] = bx.d;
+            put_q4_0_codes(&bx.qs, codes);
         }
+        put_scales(&h, pb);
+    }
+}
+
+/// `pack_q4_0` of a group of 16 Q4_0 rows repacked at load (`repack_q4_0`'s layout: per block
+/// the 16 f16 scales, then dword q of row r at 32 + 64·q + 4·r), without unpacking it first.
+///
+/// # Safety
+/// `g` must hold a repacked group of `nb` blocks, `dst` `panel_bytes(nb)` writable bytes
+/// (4-byte aligned).
+pub unsafe fn pack_q4_0_group(nb: usize, g: *const u8, dst: *mut u8) {
+    for b in 0..nb {
+        let (gb, pb) = (
+            g.add(b * super::repack_q4_0::GROUP_BLOCK),
+            dst.add(b * BLOCK_BYTES),
+        );
+        for r in 0..ROWS {
+            let mut qs = [0u8; 16];
+            for q in 0..4 {
+                let at = gb.add(ROWS * 2 + 64 * q + 4 * r);
+                std::ptr::copy_nonoverlapping(at, qs.as_mut_ptr().add(4 * q), 4);
+            }
+            put_q4_0_codes(&qs, &mut *(pb.add(ROWS * 4 + r * 32) as *mut [i8; 32]));
+        }
+        put_scales(&(gb as *const [u16; ROWS]).read_unaligned(), pb);
     }
 }
 
@@ -82,20 +126,23 @@ pub unsafe fn pack_q4_0(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *m
 ///
 /// # Safety
 /// As `pack_q4_0`, with Q8_0 rows.
+// r addresses the row, its scale and its codes together.
+#[allow(clippy::needless_range_loop)]
 pub unsafe fn pack_q8_0(nb: usize, w: *const u8, ws: usize, rows: usize, dst: *mut u8) {
     for b in 0..nb {
         let pb = dst.add(b * BLOCK_BYTES);
+        let mut h = [0u16; ROWS];
         for r in 0..ROWS {
             let codes = pb.add(ROWS * 4 + r * 32) as *mut i8;
             if r >= rows {
-                *(pb as *mut f32).add(r) = 0.0;
                 std::ptr::write_bytes(codes, 0, 32);
                 continue;
             }
             let bx = &*(w.add(r * ws) as *const BlockQ8_0).add(b);
-            *(pb as *mut f32).add(r) = f16_to_f32(bx.d);
+            h[r] = bx.d;
             std::ptr::copy_nonoverlapping(bx.qs.as_ptr(), codes, 32);
         }
+        put_scales(&h, pb);
     }
 }
 

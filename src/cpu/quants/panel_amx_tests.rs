@@ -236,3 +236,32 @@ fn hardware_equals_the_emulator() {
         }
     }
 }
+
+/// A group repacked at load packs to the bytes of its plain rows' panel, and partial panels
+/// get zero scales and codes past their rows.
+#[test]
+fn packing_a_repacked_group_equals_packing_its_rows() {
+    let nb = 5;
+    let mut w = vec![0u8; ROWS * nb * 18];
+    unsafe { q4_0::from_f32(&data(ROWS * nb * 32, 31), w.as_mut_ptr()) };
+    let mut g = vec![0u8; w.len()];
+    unsafe { crate::cpu::quants::repack_q4_0::repack(ROWS, nb, w.as_ptr(), g.as_mut_ptr()) };
+    let (mut a, mut b) = (
+        vec![1u32; panel_bytes(nb) / 4],
+        vec![2u32; panel_bytes(nb) / 4],
+    );
+    unsafe {
+        pack_q4_0(nb, w.as_ptr(), nb * 18, ROWS, a.as_mut_ptr() as *mut u8);
+        pack_q4_0_group(nb, g.as_ptr(), b.as_mut_ptr() as *mut u8);
+    }
+    assert!(a == b);
+    for rows in [1, 9] {
+        let mut p = vec![0x7f7f7f7fu32; panel_bytes(nb) / 4];
+        unsafe { pack_q4_0(nb, w.as_ptr(), nb * 18, rows, p.as_mut_ptr() as *mut u8) };
+        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr() as *const u8, p.len() * 4) };
+        for blk in bytes.chunks(BLOCK_BYTES) {
+            assert!(blk[rows * 4..ROWS * 4].iter().all(|&v| v == 0));
+            assert!(blk[ROWS * 4 + rows * 32..].iter().all(|&v| v == 0));
+        }
+    }
+}
