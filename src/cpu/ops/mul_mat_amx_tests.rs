@@ -151,7 +151,8 @@ fn backend_takes_amx_where_usable() {
 }
 
 /// AMX against the VNNI paths for 8B-shaped products (4096 × 14336 × 512 columns, both ways
-/// round), Q4_0 and Q8_0 weights, 1 and 16 threads (`THREADS=1,16` to choose):
+/// round), Q4_0 (plain and repacked at load) and Q8_0 weights, 1 and 16 threads (`THREADS=1,16`
+/// to choose):
 /// `cargo test --release --lib -- --ignored bench_amx --nocapture`.
 #[test]
 #[ignore]
@@ -170,10 +171,20 @@ fn bench_amx() {
         for wt in [GgmlType::Q4_0, GgmlType::Q8_0] {
             let mut w = TT::new(wt, [k, m, 1, 1]);
             w.set(&rand_vec(k * m, 96, -1.0, 1.0));
-            for &nth in &threads {
+            // Q4_0 also as libllama places it on AVX-512 VNNI machines (RFCPU_REPACK).
+            let wr = (wt == GgmlType::Q4_0).then(|| repacked(&w));
+            for (ws, nth) in threads
+                .iter()
+                .flat_map(|&t| [(&w, t)].into_iter().chain(wr.as_ref().map(|r| (r, t))))
+            {
                 let mut d = TT::new(GgmlType::F32, [m, n, 1, 1]);
-                d.op(op::MUL_MAT).src(0, &w).src(1, &x);
-                let mut line = format!("{wt:?} k={k} m={m} n={n} threads={nth}:");
+                d.op(op::MUL_MAT).src(0, ws).src(1, &x);
+                let rp = if std::ptr::eq(ws, &w) {
+                    ""
+                } else {
+                    " repacked"
+                };
+                let mut line = format!("{wt:?}{rp} k={k} m={m} n={n} threads={nth}:");
                 let mut outs = vec![];
                 for off in [true, false] {
                     super::OFF.store(off, Relaxed);
