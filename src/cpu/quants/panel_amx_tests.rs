@@ -265,3 +265,81 @@ fn packing_a_repacked_group_equals_packing_its_rows() {
         }
     }
 }
+
+/// Kernel speed, one thread, panels and columns in cache (k = 4096, 64 columns): AMX (two
+/// panels, 2 × 2 tiles; one panel, 1 × 4) against the VNNI panel kernel, with the packing's
+/// cost: `cargo test --release --lib -- --ignored bench_amx_kernel --nocapture`.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+#[ignore]
+fn bench_amx_kernel() {
+    use super::super::amx_tiles::Hw;
+    use std::time::Instant;
+    let (k, n, reps) = (4096, 64, 20000);
+    let nb = k / 32;
+    let (y, act) = activations(n, k, 41);
+    let mut w = vec![0u8; 2 * ROWS * nb * 18];
+    unsafe { q4_0::from_f32(&data(2 * ROWS * k, 43), w.as_mut_ptr()) };
+    let mut out = vec![0f32; OS * n];
+    let op = out.as_mut_ptr() as *mut u8;
+    let macs = |rows: usize| (rows * n * k * reps) as f64;
+    if panel::available() {
+        let mut ab = vec![
+            panel::ActBlock {
+                corr: 0,
+                d: 0.0,
+                qs: [0; 32]
+            };
+            n * nb
+        ];
+        for c in 0..n {
+            unsafe { panel::act_row(nb, y.as_ptr().add(c * nb * 34), ab.as_mut_ptr().add(c * nb)) };
+        }
+        let mut vp = vec![0u32; panel::panel_bytes(nb) / 4];
+        let vpp = vp.as_mut_ptr() as *mut u8;
+        unsafe { panel::avx512::pack(nb, w.as_ptr(), nb * 18, ROWS, vpp) };
+        let t = Instant::now();
+        for _ in 0..reps {
+            for j in (0..n).step_by(panel::MAX_COLS) {
+                unsafe {
+                    let a = ab.as_ptr().add(j * nb);
+                    panel::avx512::kernel_cols(nb, vpp, a, nb, 8, op.add(j * OS * 4), OS * 4, 16)
+                };
+            }
+        }
+        let s = t.elapsed().as_secs_f64();
+        eprintln!("VNNI panel kernel: {:.1} GMAC/s", macs(ROWS) / s / 1e9);
+    }
+    let t = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(pack_unit(pack_q4_0, nb, &w, nb * 18, 0, 2 * ROWS));
+    }
+    let pack = t.elapsed().as_secs_f64() / reps as f64;
+    if !crate::cpu::amx::available() {
+        eprintln!(
+            "AMX n/a ({:?}); packing 32 rows: {:.1} us",
+            crate::cpu::amx::detected(),
+            pack * 1e6
+        );
+        return;
+    }
+    let ap = pack_unit(pack_q4_0, nb, &w, nb * 18, 0, 2 * ROWS);
+    for rows in [2 * ROWS, ROWS] {
+        let t = Instant::now();
+        unsafe {
+            Hw.config(&CONFIG);
+            for _ in 0..reps {
+                let (p, a) = (ap.as_ptr() as *const u8, act.as_ptr() as *const u8);
+                kernel_amx(&mut Hw, nb, p, a, n, op, OS * 4, rows);
+            }
+            Hw.release();
+        }
+        let s = t.elapsed().as_secs_f64();
+        eprintln!(
+            "AMX kernel, {rows} rows: {:.1} GMAC/s; packing 32 rows {:.1} us = {:.0}% of one {n}-column pass",
+            macs(rows) / s / 1e9,
+            pack * 1e6,
+            pack / (s / reps as f64) * 100.0
+        );
+    }
+}
