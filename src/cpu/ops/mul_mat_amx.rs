@@ -32,10 +32,20 @@ pub fn applies(node: &Tensor) -> bool {
     if OFF.load(std::sync::atomic::Ordering::Relaxed) {
         return false;
     }
-    shape_applies(node) && crate::cpu::amx::available()
+    // Where the VNNI panels would run: ROCMFORGE_GEMM=tiles or a lower instruction set (or
+    // ROCMFORGE_SIMD) keeps AMX off too (its epilogue is AVX-512).
+    #[cfg(target_arch = "x86_64")]
+    let best_isa =
+        crate::cpu::quants::tile_isa(false) == Some(crate::cpu::quants::TileIsa::Avx512Vnni);
+    #[cfg(not(target_arch = "x86_64"))]
+    let best_isa = false;
+    shape_applies(node)
+        && best_isa
+        && crate::tuning::get().gemm.as_deref() != Some("tiles")
+        && crate::cpu::amx::available()
 }
 
-/// `applies` but for AMX being usable here.
+/// The weight, activation and column conditions of `applies` (what the kernels handle).
 fn shape_applies(node: &Tensor) -> bool {
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
         return false;
@@ -44,7 +54,6 @@ fn shape_applies(node: &Tensor) -> bool {
         && matches!(x.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         && node.ne()[1] >= MIN_COLS
         && hadamard_len(node).is_none()
-        && crate::tuning::get().gemm.as_deref() != Some("tiles")
 }
 
 /// Bytes of the activation groups of every batch (then 64 for alignment).

@@ -130,7 +130,12 @@ fn backend_takes_amx_where_usable() {
         let mut d = TT::new(GgmlType::F32, [m, n, 1, 1]);
         d.op(op::MUL_MAT).src(0, &w).src(1, &x);
         let amx = super::applies(&d.tensor());
-        assert_eq!(amx, crate::cpu::amx::available());
+        // Unless a knob lowers the instruction set, AMX runs wherever it is usable.
+        let knobs = ["ROCMFORGE_GEMM", "ROCMFORGE_SIMD"].map(|k| std::env::var_os(k).is_some());
+        if knobs == [false, false] {
+            assert_eq!(amx, crate::cpu::amx::available());
+        }
+        assert!(!amx || crate::cpu::amx::available());
         run(&d, 3);
         let got = d.get();
         let want = if wt == GgmlType::Q8_0 {
