@@ -1,5 +1,6 @@
 //! The RFCPU device: host-memory buffers and a multi-threaded graph executor over Rust kernels.
 
+pub mod amx;
 pub mod backend;
 pub mod buffer;
 pub mod ops;

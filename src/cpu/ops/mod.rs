@@ -9,6 +9,7 @@ mod flash_attn_tiled;
 mod glu;
 mod layout;
 mod mul_mat;
+mod mul_mat_amx;
 mod mul_mat_id;
 mod mul_mat_panel;
 mod mul_mat_repack;

@@ -97,6 +97,9 @@ pub unsafe fn convert_row(
 
 pub fn work_size(node: &Tensor, nth: usize) -> usize {
     let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    if super::mul_mat_amx::applies(node) {
+        return super::mul_mat_amx::work_size(node, nth);
+    }
     if crate::cpu::repack::is_repacked(&w) {
         return super::mul_mat_repack::work_size(node, nth);
     }
@@ -114,6 +117,9 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
 pub fn compute(node: &Tensor, ctx: &Ctx) {
     if let Some(n) = hadamard_len(node) {
         return hadamard(node, n, ctx);
+    }
+    if super::mul_mat_amx::applies(node) {
+        return super::mul_mat_amx::compute(node, ctx);
     }
     if crate::cpu::repack::is_repacked(&node.src(0).unwrap()) {
         return super::mul_mat_repack::compute(node, ctx);

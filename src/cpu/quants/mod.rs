@@ -16,6 +16,7 @@ macro_rules! kernel_for_cols {
     };
 }
 
+pub mod amx_tiles;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 pub mod grids;
@@ -32,6 +33,7 @@ pub mod kquant_search;
 pub mod mxfp4;
 pub mod nvfp4;
 pub mod panel;
+pub mod panel_amx;
 pub mod panel_q4_k;
 pub mod panel_q6_k;
 pub mod q1_0;
