@@ -65,7 +65,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_HYBRID_FAKE_GPU", "off", "1", "RFHYBRID's GPU side is a second RFCPU device with its own memory (tests of placement and residency without a GPU)", Measuring),
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512 | tiles", "instruction set of RFCPU's quantized matmul tiles for prompts; tiles: the register tiles instead of the Q4_0/Q4_K weight panels of AVX-512 VNNI machines", Measuring),
     knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512 | panel", "instruction set of RFCPU's quantized matmul tiles for generation; panel: Q4_0 on AVX-512 VNNI in place in the weight panels' order (ggml-cpu's repacked bits, slower)", Measuring),
-    knob("ROCMFORGE_CPU_AMX", "on where the CPU and OS allow", "0", "0: RFCPU never uses AMX tiles (prompt products of Q4_0 / Q8_0 weights on Sapphire Rapids and later take the AVX-512 VNNI paths; A/B)", Measuring),
+    knob("ROCMFORGE_CPU_AMX", "off", "1", "1: prompt products of Q4_0 / Q8_0 weights run on AMX tiles where the CPU and OS allow (Sapphire Rapids and later; slower than the AVX-512 VNNI panels on the machines measured)", Measuring),
     knob("ROCMFORGE_CPU_REPACK", "on", "0 | all", "0: RFCPU offers no load-time repacked buffer type (RFCPU_REPACK): Q4_0 / Q4_K weights stay in ggml's layout (A/B; the repacked products sum in the weight panels' order, ggml-cpu's repacked one); all: Q8_0, Q6_K and IQ4_NL repacked too", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
     knob("ROCMFORGE_CPU_PREFETCH", "3072 on Intel, 0 elsewhere", "0.. (bytes)", "how far ahead of a repacked weight group's stream RFCPU's generation kernels prefetch (one core's memory reads wait on the mesh's latency on Intel server parts); 0 = none", Measuring),
@@ -121,7 +121,7 @@ pub struct Tuning {
     pub gemv: Option<String>,
     /// ROCMFORGE_CPU_REPACK not 0.
     pub cpu_repack: bool,
-    /// ROCMFORGE_CPU_AMX not 0.
+    /// ROCMFORGE_CPU_AMX=1.
     pub cpu_amx: bool,
     /// ROCMFORGE_CPU_REPACK=all: Q8_0, Q6_K and IQ4_NL weights repacked too (see
     /// cpu::repack::repackable for why not by default).
@@ -264,7 +264,7 @@ impl Tuning {
             gemm: var("ROCMFORGE_GEMM"),
             gemv: var("ROCMFORGE_GEMV"),
             cpu_repack: on_unless_0("ROCMFORGE_CPU_REPACK"),
-            cpu_amx: on_unless_0("ROCMFORGE_CPU_AMX"),
+            cpu_amx: on_if_1("ROCMFORGE_CPU_AMX"),
             cpu_repack_all: var("ROCMFORGE_CPU_REPACK").as_deref() == Some("all"),
             ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),
             cpu_prefetch: number("ROCMFORGE_CPU_PREFETCH"),

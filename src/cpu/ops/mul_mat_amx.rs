@@ -42,7 +42,7 @@ pub fn applies(node: &Tensor) -> bool {
     shape_applies(node)
         && best_isa
         && crate::tuning::get().gemm.as_deref() != Some("tiles")
-        && crate::cpu::amx::available()
+        && crate::cpu::amx::used()
 }
 
 /// The weight, activation and column conditions of `applies` (what the kernels handle).

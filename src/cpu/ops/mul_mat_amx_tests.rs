@@ -117,7 +117,7 @@ fn emulated_op_gives_the_blockwise_sum() {
     }
 }
 
-/// Through the backend (where `cpu::amx` allows, else the VNNI paths): Q4_0 gives the panels'
+/// Through the backend (where `cpu::amx::used`, else the VNNI paths): Q4_0 gives the panels'
 /// bits either way; Q8_0 the blockwise sum on AMX, within rounding of it elsewhere.
 #[test]
 fn backend_takes_amx_where_usable() {
@@ -130,12 +130,13 @@ fn backend_takes_amx_where_usable() {
         let mut d = TT::new(GgmlType::F32, [m, n, 1, 1]);
         d.op(op::MUL_MAT).src(0, &w).src(1, &x);
         let amx = super::applies(&d.tensor());
-        // Unless a knob lowers the instruction set, AMX runs wherever it is usable.
+        // Unless a knob lowers the instruction set, AMX runs wherever it is usable and asked for
+        // (ROCMFORGE_CPU_AMX=1).
         let knobs = ["ROCMFORGE_GEMM", "ROCMFORGE_SIMD"].map(|k| std::env::var_os(k).is_some());
         if knobs == [false, false] {
-            assert_eq!(amx, crate::cpu::amx::available());
+            assert_eq!(amx, crate::cpu::amx::used());
         }
-        assert!(!amx || crate::cpu::amx::available());
+        assert!(!amx || crate::cpu::amx::used());
         run(&d, 3);
         let got = d.get();
         let want = if wt == GgmlType::Q8_0 {
