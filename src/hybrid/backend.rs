@@ -1246,7 +1246,10 @@ impl HybridBackend {
             self.last_plan = plan;
             self.trial_other = other;
             if self.trial_other.is_some() {
-                self.trial.start();
+                // Forced trials (tests) take one run a turn.
+                let forced = crate::tuning::get().hybrid_trial.as_deref() == Some("force");
+                self.trial
+                    .start(if forced { 1 } else { super::trial::WINDOW });
                 if crate::ffi::log::debug_enabled() {
                     let other = self.trial_other.as_deref().unwrap_or_default();
                     crate::log_debug!(
@@ -1420,32 +1423,32 @@ impl HybridBackend {
     /// says whether to swap to the other candidate.
     fn trial_step(&mut self, nodes: &[Tensor], t_run: Instant) {
         let step = self.trial.ran(t_run.elapsed().as_secs_f64() * 1e6);
-        if step == Step::Stay {
-            if !self.trial.running() && self.trial_other.take().is_some() {
-                crate::log_debug!(
-                    "RFHYBRID: graph {}: the second plan, the faster, stays",
-                    self.graphs
-                );
+        let what = match step {
+            Step::Stay => return,
+            Step::Keep => {
+                self.trial_other = None;
+                "the first plan, the faster, stays"
             }
-            return;
-        }
-        let Some(other) = self.trial_other.as_mut().filter(|p| p.len() == nodes.len()) else {
-            self.trial.stop();
-            return;
+            Step::Swap | Step::SwapBack => {
+                let Some(other) = self.trial_other.as_mut().filter(|p| p.len() == nodes.len())
+                else {
+                    self.trial.stop();
+                    self.trial_other = None;
+                    return;
+                };
+                std::mem::swap(&mut self.last_plan, other);
+                self.fast = None;
+                if step == Step::SwapBack {
+                    self.trial_other = None;
+                    "the second plan, the faster, stays"
+                } else {
+                    "swapped plans"
+                }
+            }
         };
-        std::mem::swap(&mut self.last_plan, other);
-        self.fast = None;
-        if step == Step::Back {
-            self.trial_other = None;
-        }
         crate::log_debug!(
-            "RFHYBRID: graph {}: {} ({})",
+            "RFHYBRID: graph {}: {what} ({})",
             self.graphs,
-            if step == Step::Back {
-                "back to the first plan, the faster"
-            } else {
-                "trying the second plan"
-            },
             plan_summary(nodes, &self.last_plan)
         );
     }

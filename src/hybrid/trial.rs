@@ -7,23 +7,28 @@
 //! no prediction tells them apart; running them does.
 //!
 //! When a new graph's plan differs from the plan the calibrated curves alone give (no online
-//! corrections), both are candidates: the first runs `WINDOW` measured runs, then the second
-//! (each plan's first run after a switch is left out: it builds its shadows and captures), and
-//! the graph keeps the one with the lower median. Another graph in between ends the trial with
-//! the plan the graph has. A graph that runs fewer times (a prompt) keeps its first plan.
+//! corrections), both are candidates. They take turns in the order first, second, second,
+//! first, `WINDOW` measured runs a turn (the first run after each swap left out: it builds
+//! shadows and captures), so that a host drifting steadily over the first tokens counts against
+//! both alike; the graph keeps the one with the lower median over its turns. Another graph in between ends the trial with the plan
+//! the graph has. A graph that runs fewer times (a prompt) keeps its first plan.
 
-/// Measured runs per candidate.
+/// Measured runs per turn (`start`'s default).
 pub const WINDOW: usize = 4;
+/// Which candidate each turn runs (0: the first).
+const ORDER: [usize; 4] = [0, 1, 1, 0];
 
 /// What the caller does after a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Keep running the plan it has.
     Stay,
-    /// Swap to the other candidate (the trial's second half).
-    TryOther,
-    /// The trial is over: swap back to the first candidate, which was faster.
-    Back,
+    /// Swap to the other candidate; the trial goes on.
+    Swap,
+    /// The trial is over and the candidate in place (the first) was the faster: drop the other.
+    Keep,
+    /// The trial is over and the other candidate was the faster: swap to it, drop this one.
+    SwapBack,
 }
 
 /// The trial of the graph computed last, if one runs (the caller stops it when another graph
@@ -31,11 +36,15 @@ pub enum Step {
 #[derive(Default)]
 pub struct PlanTrial {
     active: bool,
-    /// The first candidate's median once measured.
-    first_us: Option<f64>,
-    /// Runs of the current candidate since it was put in place (the first is left out).
+    /// The turn running (an index into ORDER).
+    turn: usize,
+    /// Runs of the current turn, and whether its first is left out (after a swap).
     runs: usize,
-    recent: Vec<f64>,
+    warm: bool,
+    /// Measured runs per turn.
+    window: usize,
+    /// Measured runs of each candidate.
+    times: [Vec<f64>; 2],
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -49,10 +58,13 @@ fn median(v: &[f64]) -> f64 {
 }
 
 impl PlanTrial {
-    /// Starts a trial (the first candidate in place), replacing any other.
-    pub fn start(&mut self) {
+    /// Starts a trial (the first candidate in place) of `window` measured runs a turn,
+    /// replacing any other.
+    pub fn start(&mut self, window: usize) {
         *self = PlanTrial {
             active: true,
+            warm: true,
+            window: window.max(1),
             ..PlanTrial::default()
         };
     }
@@ -73,29 +85,26 @@ impl PlanTrial {
             return Step::Stay;
         }
         self.runs += 1;
-        if self.runs == 1 || !us.is_finite() {
+        if (self.warm && self.runs == 1) || !us.is_finite() {
             return Step::Stay;
         }
-        self.recent.push(us);
-        if self.recent.len() < WINDOW {
+        self.times[ORDER[self.turn]].push(us);
+        if self.runs < self.window + self.warm as usize {
             return Step::Stay;
         }
-        let m = median(&self.recent);
-        self.recent.clear();
         self.runs = 0;
-        match self.first_us {
-            None => {
-                self.first_us = Some(m);
-                Step::TryOther
-            }
-            Some(first) => {
-                self.stop();
-                if m <= first {
-                    Step::Stay
-                } else {
-                    Step::Back
-                }
-            }
+        self.turn += 1;
+        if self.turn < ORDER.len() {
+            self.warm = ORDER[self.turn] != ORDER[self.turn - 1];
+            return if self.warm { Step::Swap } else { Step::Stay };
+        }
+        // The last turn ran the first candidate.
+        let second_faster = median(&self.times[1]) < median(&self.times[0]);
+        self.stop();
+        if second_faster {
+            Step::SwapBack
+        } else {
+            Step::Keep
         }
     }
 }
@@ -103,61 +112,74 @@ impl PlanTrial {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Step::*;
 
-    fn run(t: &mut PlanTrial, us: f64, times: usize) -> Vec<Step> {
-        (0..times).map(|_| t.ran(us)).collect()
+    /// A turn after a swap: the left-out run, then WINDOW runs at `us`; the last run's step.
+    fn turn(t: &mut PlanTrial, us: f64) -> Step {
+        assert_eq!(t.ran(1e9), Stay, "the first run after a swap is left out");
+        same_turn(t, us)
+    }
+
+    /// A turn without a swap before it: WINDOW runs at `us`; the last run's step.
+    fn same_turn(t: &mut PlanTrial, us: f64) -> Step {
+        for _ in 0..WINDOW - 1 {
+            assert_eq!(t.ran(us), Stay);
+        }
+        t.ran(us)
     }
 
     #[test]
-    fn the_faster_candidate_is_kept() {
-        use Step::*;
+    fn turns_go_first_second_second_first_and_the_faster_is_kept() {
         let mut t = PlanTrial::default();
-        assert_eq!(
-            run(&mut t, 1.0, 2 * WINDOW + 2),
-            vec![Stay; 2 * WINDOW + 2],
-            "no trial"
-        );
-        // The second is faster: it stays.
-        t.start();
-        // The first run after a switch is left out, then WINDOW measured.
-        assert_eq!(run(&mut t, 1e6, 1), [Stay]);
-        assert_eq!(run(&mut t, 100.0, WINDOW), [Stay, Stay, Stay, TryOther]);
-        assert_eq!(run(&mut t, 1e6, 1), [Stay]);
-        assert_eq!(run(&mut t, 90.0, WINDOW), [Stay, Stay, Stay, Stay]);
+        assert_eq!(t.ran(1.0), Stay, "no trial");
+        // The second is faster: swapped to at the end.
+        t.start(WINDOW);
+        assert_eq!(turn(&mut t, 100.0), Swap);
+        assert_eq!(turn(&mut t, 90.0), Stay);
+        assert_eq!(same_turn(&mut t, 90.0), Swap);
+        assert_eq!(turn(&mut t, 100.0), SwapBack);
         assert!(!t.running());
-        // The first is faster: back to it, once.
-        t.start();
-        run(&mut t, 100.0, WINDOW + 1);
-        assert_eq!(run(&mut t, 130.0, WINDOW + 1).last(), Some(&Back));
-        assert_eq!(
-            run(&mut t, 130.0, 2 * WINDOW + 2),
-            vec![Stay; 2 * WINDOW + 2]
-        );
+        assert_eq!(t.ran(1.0), Stay);
+        // The first is faster: kept.
+        t.start(WINDOW);
+        assert_eq!(turn(&mut t, 100.0), Swap);
+        assert_eq!(turn(&mut t, 130.0), Stay);
+        assert_eq!(same_turn(&mut t, 130.0), Swap);
+        assert_eq!(turn(&mut t, 100.0), Keep);
+        assert!(!t.running());
     }
 
     #[test]
-    fn medians_not_means() {
+    fn steady_drift_counts_against_both() {
+        // The host slows by 30% a turn: the second candidate, 5% faster than the first at any
+        // point in time, wins although the first ran first (first, second, first, second
+        // would have kept the first: medians 130 against 152).
         let mut t = PlanTrial::default();
-        t.start();
+        t.start(WINDOW);
+        let at = |k: usize| 100.0 * (1.0 + 0.3 * k as f64);
+        assert_eq!(turn(&mut t, at(0)), Swap);
+        assert_eq!(turn(&mut t, 0.95 * at(1)), Stay);
+        assert_eq!(same_turn(&mut t, 0.95 * at(2)), Swap);
+        assert_eq!(turn(&mut t, at(3)), SwapBack);
+    }
+
+    #[test]
+    fn medians_not_means_and_stop() {
+        let mut t = PlanTrial::default();
+        t.start(WINDOW);
         t.ran(0.0);
-        for us in [100.0, 100.0, 100.0, 5000.0] {
+        for us in [100.0, 100.0, 100.0] {
             t.ran(us);
         }
-        // One slow run among the second candidate's does not make it lose either.
-        t.ran(0.0);
-        for us in [99.0, 99.0, 99.0] {
-            t.ran(us);
-        }
-        assert_eq!(t.ran(9000.0), Step::Stay);
-        assert!(!t.running());
-        // stop ends a trial.
-        t.start();
+        // One slow run does not make the first lose.
+        assert_eq!(t.ran(5000.0), Swap);
+        turn(&mut t, 101.0);
+        same_turn(&mut t, 101.0);
+        assert_eq!(turn(&mut t, 100.0), Keep);
+        t.start(WINDOW);
         t.stop();
         assert!(!t.running());
-        assert_eq!(
-            run(&mut t, 1.0, 2 * WINDOW + 2),
-            vec![Step::Stay; 2 * WINDOW + 2]
-        );
+        assert_eq!(t.ran(1.0), Stay);
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
