@@ -120,7 +120,7 @@ if has repack; then
     dir=${REPACK_MODELS:-models}
     layers=${REPACK_LAYERS:-8}
     rounds=${ROUNDS:-2}
-    for spec in ${REPACK_SPECS:-"8b:$layers 1b:16"}; do
+    for spec in ${REPACK_SPECS:-8b:$layers 1b:16}; do
         preset=${spec%%:*}
         for t in ${REPACK_TYPES:-q4_0 q4_k}; do
             m=$dir/llama-$preset-${spec#*:}l-$t.gguf
