@@ -159,7 +159,7 @@ fn backend_takes_amx_where_usable() {
 /// AMX against the VNNI paths for 8B-shaped products (4096 × 14336 × 512 columns, both ways
 /// round), Q4_0 (plain and repacked at load) and Q8_0 weights, 1 and 16 threads (`THREADS=1,16`
 /// to choose):
-/// `cargo test --release --lib -- --ignored bench_amx --nocapture`.
+/// `ROCMFORGE_CPU_AMX=1 cargo test --release --lib -- --ignored bench_amx --nocapture`.
 #[test]
 #[ignore]
 fn bench_amx() {
