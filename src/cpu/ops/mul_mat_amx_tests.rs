@@ -3,7 +3,7 @@ use super::super::Ctx;
 use crate::cpu::pool::{ThreadPool, Worker};
 use crate::cpu::quants::amx_tiles::Emu;
 use crate::cpu::quants::panel_amx as pa;
-use crate::cpu::quants::{f16_to_f32, q8_0, q8_0::BlockQ8_0};
+use crate::cpu::quants::q8_0::BlockQ8_0;
 use crate::ggml_types::{op, GgmlType};
 use std::sync::atomic::AtomicUsize;
 
@@ -33,29 +33,10 @@ fn run_emulated(d: &TT, nth: usize) {
 /// dst[i, j] for Q8_0 weights in the panels' order: x rounded to Q8_0, then per block in order
 /// `acc = fma(Σ qx·qy, dx·dy, acc)`.
 fn blockwise_q8_0(w: &TT, x: &TT) -> Vec<f32> {
-    let (wne, xne) = (w.ne(), x.ne());
-    let nb = wne[0] / 32;
-    let wd = w.tensor().data() as *const BlockQ8_0;
-    let mut y = vec![0u8; xne[1] * xne[2] * nb * 34];
-    unsafe { q8_0::from_f32(&x.get(), y.as_mut_ptr()) };
-    let y = y.as_ptr() as *const BlockQ8_0;
-    let r2 = xne[2] / wne[2];
-    let mut out = vec![];
-    for i2 in 0..xne[2] {
-        for j in 0..xne[1] {
-            for i in 0..wne[1] {
-                let mut acc = 0f32;
-                for b in 0..nb {
-                    let bx = unsafe { &*wd.add(((i2 / r2) * wne[1] + i) * nb + b) };
-                    let by = unsafe { &*y.add((i2 * xne[1] + j) * nb + b) };
-                    let s: i32 = (0..32).map(|e| bx.qs[e] as i32 * by.qs[e] as i32).sum();
-                    acc = (s as f32).mul_add(f16_to_f32(bx.d) * f16_to_f32(by.d), acc);
-                }
-                out.push(acc);
-            }
-        }
-    }
-    out
+    super::super::mul_mat_panel::tests::blockwise_by(w, x, |bx: &BlockQ8_0, by| {
+        let s: i32 = (0..32).map(|e| bx.qs[e] as i32 * by.qs[e] as i32).sum();
+        (s, bx.d)
+    })
 }
 
 /// A copy of `w` repacked at load as `cpu/repack.rs` would (and marked so).

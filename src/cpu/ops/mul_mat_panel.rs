@@ -290,9 +290,28 @@ pub(super) mod tests {
     /// dst[i, j] as ggml-cpu's repacked Q4_0 kernels sum it: x rounded to Q8_0, then per block
     /// in order `acc = fma(Σ (q − 8)·y, dx·dy, acc)`.
     pub(in crate::cpu::ops) fn blockwise(w: &TT, x: &TT) -> Vec<f32> {
+        blockwise_by(w, x, |bx: &BlockQ4_0, by| {
+            let s: i32 = (0..16)
+                .map(|t| {
+                    ((bx.qs[t] & 15) as i32 - 8) * by.qs[t] as i32
+                        + ((bx.qs[t] >> 4) as i32 - 8) * by.qs[t + 16] as i32
+                })
+                .sum();
+            (s, bx.d)
+        })
+    }
+
+    /// The blockwise sum for weight blocks `B` of 32 values: x rounded to Q8_0, then per block
+    /// in order `acc = fma(dot, dx·dy, acc)`, `block_dot` giving the block's integer dot and
+    /// its f16 scale.
+    pub(in crate::cpu::ops) fn blockwise_by<B>(
+        w: &TT,
+        x: &TT,
+        block_dot: impl Fn(&B, &BlockQ8_0) -> (i32, u16),
+    ) -> Vec<f32> {
         let (wne, xne) = (w.ne(), x.ne());
         let nb = wne[0] / 32;
-        let wd = w.tensor().data() as *const BlockQ4_0;
+        let wd = w.tensor().data() as *const B;
         let mut y = vec![0u8; xne[1] * xne[2] * nb * 34];
         unsafe { q8_0::from_f32(&x.get(), y.as_mut_ptr()) };
         let y = y.as_ptr() as *const BlockQ8_0;
@@ -305,13 +324,8 @@ pub(super) mod tests {
                     for b in 0..nb {
                         let bx = unsafe { &*wd.add(((i2 / r2) * wne[1] + i) * nb + b) };
                         let by = unsafe { &*y.add((i2 * xne[1] + j) * nb + b) };
-                        let s: i32 = (0..16)
-                            .map(|t| {
-                                ((bx.qs[t] & 15) as i32 - 8) * by.qs[t] as i32
-                                    + ((bx.qs[t] >> 4) as i32 - 8) * by.qs[t + 16] as i32
-                            })
-                            .sum();
-                        acc = (s as f32).mul_add(f16_to_f32(bx.d) * f16_to_f32(by.d), acc);
+                        let (s, dx) = block_dot(bx, by);
+                        acc = (s as f32).mul_add(f16_to_f32(dx) * f16_to_f32(by.d), acc);
                     }
                     out.push(acc);
                 }

@@ -20,6 +20,20 @@ fn activations(n: usize, k: usize, seed: u32) -> (Vec<u8>, Vec<u32>) {
     (y, groups)
 }
 
+/// The VNNI panels' activation blocks of `n` Q8_0 rows of `nb` blocks at `y`.
+fn vnni_acts(y: &[u8], n: usize, nb: usize) -> Vec<panel::ActBlock> {
+    let blank = panel::ActBlock {
+        corr: 0,
+        d: 0.0,
+        qs: [0; 32],
+    };
+    let mut ab = vec![blank; n * nb];
+    for c in 0..n {
+        unsafe { panel::act_row(nb, y.as_ptr().add(c * nb * 34), ab.as_mut_ptr().add(c * nb)) };
+    }
+    ab
+}
+
 /// Results of up to 32 rows per column (column c at c · 32).
 const OS: usize = 2 * ROWS;
 
@@ -93,17 +107,7 @@ fn q4_0_equals_the_vnni_panels_reference() {
         let (_, act) = activations(n, k, 3 + n as u32);
         // The VNNI panels' activation blocks of the same Q8_0 rows.
         let (y, _) = activations(n, k, 3 + n as u32);
-        let mut ab = vec![
-            panel::ActBlock {
-                corr: 0,
-                d: 0.0,
-                qs: [0; 32]
-            };
-            n * nb
-        ];
-        for c in 0..n {
-            unsafe { panel::act_row(nb, y.as_ptr().add(c * nb * 34), ab.as_mut_ptr().add(c * nb)) };
-        }
+        let ab = vnni_acts(&y, n, nb);
         for m in [1, 15, 16, 17, 33, 40] {
             if k > 256 && m != 17 {
                 continue;
@@ -284,17 +288,7 @@ fn bench_amx_kernel() {
     let op = out.as_mut_ptr() as *mut u8;
     let macs = |rows: usize| (rows * n * k * reps) as f64;
     if panel::available() {
-        let mut ab = vec![
-            panel::ActBlock {
-                corr: 0,
-                d: 0.0,
-                qs: [0; 32]
-            };
-            n * nb
-        ];
-        for c in 0..n {
-            unsafe { panel::act_row(nb, y.as_ptr().add(c * nb * 34), ab.as_mut_ptr().add(c * nb)) };
-        }
+        let ab = vnni_acts(&y, n, nb);
         let mut vp = vec![0u32; panel::panel_bytes(nb) / 4];
         let vpp = vp.as_mut_ptr() as *mut u8;
         unsafe { panel::avx512::pack(nb, w.as_ptr(), nb * 18, ROWS, vpp) };
