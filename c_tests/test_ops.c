@@ -919,6 +919,13 @@ static void cases_mul_mat(void) {
             { { K, 16, 2, 1 }, { K, 33, 4, 2 }, 0 },  // broadcast over dims 2 and 3
             { { K, 12, 3, 1 }, { K, 36, 3, 1 }, 1 },  // permuted activations
             { { K, 11, 1, 1 }, { K, 34, 1, 1 }, 2 },  // row-strided weight view
+            // The GPU's tensor-core prompt kernel (128 rows x 64 columns a block, 4 blocks of
+            // 32 values a step): several row and column tiles, partial ones, a partial step;
+            // columns over dims 2 and 3 of one weight matrix, permuted; exactly 8 columns.
+            { { 3 * K, 300, 1, 1 }, { 3 * K, 130, 1, 1 }, 0 },
+            { { K, 129, 1, 1 }, { K, 9, 3, 2 }, 0 },
+            { { K, 40, 1, 1 }, { K, 11, 3, 1 }, 1 },
+            { { K, 40, 1, 1 }, { K, 8, 1, 1 }, 0 },
         };
         for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
             struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .i = { cs[i].layout } };

@@ -225,36 +225,36 @@ struct mq_iq4_nl {
 };
 
 // IQ4_XS: IQ4_NL's levels in 256-value blocks with a 6-bit scale (minus 32) per 32 values;
-// 16 parts per block, part s = 2 ib + h takes quant bytes 16 ib + 8h .. +7 of sub-block ib:
-// low nibbles are its values 8h.., high nibbles its values 16 + 8h...
+// 8 parts per block, part ib is sub-block ib: quant bytes 16 ib .. +15, low nibbles its values
+// 0..15, high nibbles 16..31. Three 8-byte loads a part (the block's header: d, scales_h and
+// scales_l; then the 16 quant bytes; blocks are 8-byte aligned), where 16 parts of 8 quant
+// bytes with the scale bytes loaded one by one gave 0.78x ggml-cuda's 8B-shaped generation.
 #if RF_ALL || RF_T_iq4_xs
 struct mq_iq4_xs {
-    enum { QK = 256, BYTES = 136, NSUB = 16 };
+    enum { QK = 256, BYTES = 136, NSUB = 8 };
     struct R {
-        float d;
-        int sc;
-        int v0, v1;
+        int2 h;  // d | scales_h << 16, scales_l[4]
+        int2 v0, v1;
     };
     MQ_MEMBER R load(const unsigned char* b, int s) {
         R r;
-        const int ib = s >> 1, h = s & 1;
-        r.d = ld_f16_a2(b);
-        const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 15;
-        const int hi = (((int)b[2] | ((int)b[3] << 8)) >> (2 * ib)) & 3;
-        r.sc = (lo | (hi << 4)) - 32;
-        r.v0 = ld_i32_a4(b + 8 + 16 * ib + 8 * h);
-        r.v1 = ld_i32_a4(b + 12 + 16 * ib + 8 * h);
+        r.h = *(const int2*)b;
+        r.v0 = *(const int2*)(b + 8 + 16 * s);
+        r.v1 = *(const int2*)(b + 16 + 16 * s);
         return r;
     }
-    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
-        const int ib = s >> 1, h = s & 1;
-        const int* xl = x + 8 * ib + 2 * h;
-        int sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v0)), xl[0], 0);
-        sumi = rf_dp4a(iq4nl_map(NIB_LO(r.v1)), xl[1], sumi);
-        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v0)), xl[4], sumi);
-        sumi = rf_dp4a(iq4nl_map(NIB_HI(r.v1)), xl[5], sumi);
+    MQ_MEMBER float dot(const R& r, int ib, const int* x, const float2* ds) {
+        const int* xl = x + 8 * ib;
+        const int v[4] = {r.v0.x, r.v0.y, r.v1.x, r.v1.y};
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            sumi = rf_dp4a(iq4nl_map(NIB_LO(v[i])), xl[i], sumi);
+            sumi = rf_dp4a(iq4nl_map(NIB_HI(v[i])), xl[4 + i], sumi);
+        }
+        const int ls = (((unsigned)r.h.y >> (4 * ib)) & 15) | ((((unsigned)r.h.x >> (16 + 2 * ib)) & 3) << 4);
         // The block's activation scale is the same in all its ds entries (Q8_K).
-        return r.d * ds[0].x * (float)(r.sc * sumi);
+        return rf_f16_to_f32((f16_bits)(r.h.x & 0xffff)) * ds[0].x * (float)((ls - 32) * sumi);
     }
 };
 #endif
@@ -995,7 +995,7 @@ RF_DEVICE void mul_mat_id_q_sorted(const char* w, const signed char* xq, const f
     }
 }
 
-// The same products on tensor cores (NVIDIA sm_80+, Q4_0 and Q8_0 weights): mma.sync m16n8k32
+// The same products on tensor cores (NVIDIA sm_80+; Q4_0, Q8_0, IQ4_NL and IQ4_XS weights): mma.sync m16n8k32
 // with 8-bit inputs and 32-bit sums takes one weight block (32 values) of 16 rows against the
 // same block of 8 pairs' quantized activations, giving the very integer sums the dp4a kernels
 // form; each is scaled by the weight block's d and the activation block's d and added in f32,
@@ -1007,23 +1007,84 @@ RF_DEVICE void mul_mat_id_q_sorted(const char* w, const signed char* xq, const f
 //   C 16x8:            c0 / c1 row g pairs 2q, 2q + 1; c2 / c3 row g + 8.
 #define MMQT_COLS 32
 #define MMQT_WARPS 4
-// Weight block words for mul_mat_id_mma: the signed bytes of values 4q.. (lo) and 16 + 4q.. (hi).
+// Weight block words for the tensor-core kernels (mul_mat_id_mma here, mul_mat_mma in
+// mul_mat_mma.hip), in two halves so that a kernel can have loads in flight while it computes:
+// T::fetch(row, kb, q) only loads (no arithmetic on what it loads: a warp would wait there),
+// T::unpack(raw, kb, &lo, &hi, &d) gives block kb (32 values) of the weight row as signed
+// bytes, values 4q..4q+3 in lo and 16 + 4q.. in hi, and the block's float scale d (for IQ4_XS
+// the super-block's d times the sub-block's 6-bit scale). T::words does both. Only formats
+// whose values are symmetric (no min, no activation sum) and whose activations are Q8_0 / Q8_K.
+struct mt_raw {
+    int a0, a1, b0, b1, s;
+};
+// 2-byte aligned blocks of 32 values (Q4_0 / IQ4_NL: 18 bytes; Q8_0: 34): the f16 scale, then
+// the two 16-bit halves of the word of bytes 2 + 4q.. (and of 18 + 4q.. for Q8_0).
+template <int BYTES>
+RF_DEVICE mt_raw mt_fetch32(const unsigned char* row, i64 kb, int q) {
+    const unsigned short* h = (const unsigned short*)(row + kb * BYTES);
+    mt_raw r;
+    r.s = h[0];
+    r.a0 = h[1 + 2 * q];
+    r.a1 = h[2 + 2 * q];
+    r.b0 = BYTES == 34 ? h[9 + 2 * q] : 0;
+    r.b1 = BYTES == 34 ? h[10 + 2 * q] : 0;
+    return r;
+}
+#define MT_WORDS                                                                                        \
+    MQ_MEMBER void words(const unsigned char* row, i64 kb, int q, int* lo, int* hi, float* d) {         \
+        unpack(fetch(row, kb, q), kb, lo, hi, d);                                                       \
+    }
 struct mt_q4_0 {
-    enum { BYTES = 18 };
-    MQ_MEMBER void words(const unsigned char* b, int q, int* lo, int* hi, float* d) {
-        const int w = ld_i32_a2(b + 2 + 4 * q);  // byte j: value j (low nibble), 16 + j (high)
+    MQ_MEMBER mt_raw fetch(const unsigned char* row, i64 kb, int q) { return mt_fetch32<18>(row, kb, q); }
+    MQ_MEMBER void unpack(const mt_raw& r, i64, int* lo, int* hi, float* d) {
+        const int w = (int)((unsigned)r.a0 | ((unsigned)r.a1 << 16));  // byte j: value j (low nibble), 16 + j (high)
         *lo = BYTES_MINUS(NIB_LO(w), 8);
         *hi = BYTES_MINUS(NIB_HI(w), 8);
-        *d = ld_f16_a2(b);
+        *d = rf_f16_to_f32((f16_bits)r.s);
     }
+    MT_WORDS
 };
 struct mt_q8_0 {
-    enum { BYTES = 34 };
-    MQ_MEMBER void words(const unsigned char* b, int q, int* lo, int* hi, float* d) {
-        *lo = ld_i32_a2(b + 2 + 4 * q);
-        *hi = ld_i32_a2(b + 18 + 4 * q);
-        *d = ld_f16_a2(b);
+    MQ_MEMBER mt_raw fetch(const unsigned char* row, i64 kb, int q) { return mt_fetch32<34>(row, kb, q); }
+    MQ_MEMBER void unpack(const mt_raw& r, i64, int* lo, int* hi, float* d) {
+        *lo = (int)((unsigned)r.a0 | ((unsigned)r.a1 << 16));
+        *hi = (int)((unsigned)r.b0 | ((unsigned)r.b1 << 16));
+        *d = rf_f16_to_f32((f16_bits)r.s);
     }
+    MT_WORDS
+};
+struct mt_iq4_nl {
+    MQ_MEMBER mt_raw fetch(const unsigned char* row, i64 kb, int q) { return mt_fetch32<18>(row, kb, q); }
+    MQ_MEMBER void unpack(const mt_raw& r, i64, int* lo, int* hi, float* d) {
+        const int w = (int)((unsigned)r.a0 | ((unsigned)r.a1 << 16));
+        *lo = iq4nl_map(NIB_LO(w));
+        *hi = iq4nl_map(NIB_HI(w));
+        *d = rf_f16_to_f32((f16_bits)r.s);
+    }
+    MT_WORDS
+};
+// IQ4_XS: sub-block ib = kb % 8 of super-block kb / 8 (136 bytes, 4-byte aligned: d and
+// scales_h in its first word, scales_l[4], then 16 quant bytes per sub-block, low nibbles its
+// values 0..15, high nibbles 16..31).
+struct mt_iq4_xs {
+    MQ_MEMBER mt_raw fetch(const unsigned char* row, i64 kb, int q) {
+        const unsigned char* b = row + (kb / 8) * 136;
+        const int ib = (int)(kb % 8);
+        mt_raw r;
+        r.s = ld_i32_a4(b);
+        r.b0 = b[4 + ib / 2];
+        r.a0 = ld_i32_a4(b + 8 + 16 * ib + 4 * q);
+        r.a1 = r.b1 = 0;
+        return r;
+    }
+    MQ_MEMBER void unpack(const mt_raw& r, i64 kb, int* lo, int* hi, float* d) {
+        const int ib = (int)(kb % 8);
+        *lo = iq4nl_map(NIB_LO(r.a0));
+        *hi = iq4nl_map(NIB_HI(r.a0));
+        const int ls = ((r.b0 >> (4 * (ib % 2))) & 15) | ((((unsigned)r.s >> (16 + 2 * ib)) & 3) << 4);
+        *d = rf_f16_to_f32((f16_bits)(r.s & 0xffff)) * (float)(ls - 32);
+    }
+    MT_WORDS
 };
 template <typename T>
 RF_DEVICE void mul_mat_id_mma(const char* w, const signed char* xq, const float2* xds, const int* sorted, char* d,
@@ -1065,8 +1126,8 @@ RF_DEVICE void mul_mat_id_mma(const char* w, const signed char* xq, const float2
     for (int kb = 0; kb < nb; kb++) {
         int a[4];
         float da, db;
-        T::words(wa + kb * T::BYTES, q, &a[0], &a[2], &da);
-        T::words(wb + kb * T::BYTES, q, &a[1], &a[3], &db);
+        T::words(wa, kb, q, &a[0], &a[2], &da);
+        T::words(wb, kb, q, &a[1], &a[3], &db);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const int b0 = *(const int*)(xb[j] + kb * 32 + 4 * q), b1 = *(const int*)(xb[j] + kb * 32 + 16 + 4 * q);
@@ -1107,6 +1168,12 @@ RF_KERNEL void mul_mat_id_mma_q4_0(MMID_MMA_ARGS) { rf_grid_begin(); mul_mat_id_
 #endif
 #if RF_ALL || RF_T_q8_0
 RF_KERNEL void mul_mat_id_mma_q8_0(MMID_MMA_ARGS) { rf_grid_begin(); mul_mat_id_mma<mt_q8_0>(MMID_MMA_PASS); }
+#endif
+#if RF_ALL || RF_T_iq4_nl
+RF_KERNEL void mul_mat_id_mma_iq4_nl(MMID_MMA_ARGS) { rf_grid_begin(); mul_mat_id_mma<mt_iq4_nl>(MMID_MMA_PASS); }
+#endif
+#if RF_ALL || RF_T_iq4_xs
+RF_KERNEL void mul_mat_id_mma_iq4_xs(MMID_MMA_ARGS) { rf_grid_begin(); mul_mat_id_mma<mt_iq4_xs>(MMID_MMA_PASS); }
 #endif
 
 // Two one-column products sharing their quantized activation (attention's V and K, adjacent

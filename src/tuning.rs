@@ -82,7 +82,8 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_GPU_DEFINES", "none", "\"-DX=1 -DY ...\"", "extra -D options for the kernel compiler (measuring builds; part of the cache key)", Measuring),
     knob("ROCMFORGE_GPU_OFFLOAD_MIN_BATCH", "32", "0..", "fewest batch columns for which RFGPU takes an op whose weights live in host memory (the scheduler copies them over); 0 = never", Measuring),
     knob("ROCMFORGE_GPU_BLAS_MIN_COLS", "8", "1..", "fewest src1 columns a MUL_MAT takes the vendor BLAS from", Measuring),
-    knob("ROCMFORGE_GPU_MMID_MMA", "on", "0", "batched Q4_0 / Q8_0 MUL_MAT_ID on the integer dot kernel instead of tensor cores (NVIDIA sm_80+)", Measuring),
+    knob("ROCMFORGE_GPU_MMID_MMA", "on", "0", "batched Q4_0 / Q8_0 / IQ4_NL / IQ4_XS MUL_MAT_ID on the integer dot kernel instead of tensor cores (NVIDIA sm_80+)", Measuring),
+    knob("ROCMFORGE_GPU_MMQ", "auto", "0 | 1", "batched Q4_0 / Q8_0 / IQ4_NL / IQ4_XS MUL_MAT on the tensor-core integer kernel (NVIDIA sm_80+): auto = IQ4_NL / IQ4_XS weights and batched (3-D) weights of all four, the vendor BLAS (f16 operands) for 2-D Q4_0 / Q8_0; 0 = never; 1 = always", Measuring),
     knob("ROCMFORGE_GPU_MMID_SORTED_MIN", "8", "0..", "fewest tokens for which a quantized MUL_MAT_ID groups its (slot, token) pairs by expert before its products (each expert row read once for several tokens); 0 = never", Measuring),
     knob("ROCMFORGE_GPU_MV1", "unset", "rows,unroll,warps (a compiled shape, warps 1..8)", "shape of the one-column Q4_0 matrix-vector kernel (sweeps: docs/gpu-matvec.md)", Measuring),
     knob("ROCMFORGE_GPU_FA_TILED", "on", "0", "prompt attention on the row-per-block kernel instead of the tiled one", Measuring),
@@ -158,6 +159,8 @@ pub struct Tuning {
     pub gpu_blas_min_cols: Option<usize>,
     /// ROCMFORGE_GPU_MMID_MMA not 0.
     pub gpu_mmid_mma: bool,
+    /// ROCMFORGE_GPU_MMQ: Some(false) "0", Some(true) "1", None (default) auto.
+    pub gpu_mmq: Option<bool>,
     /// ROCMFORGE_GPU_MMID_SORTED_MIN (default 8; 0 = never).
     pub gpu_mmid_sorted_min: usize,
     /// ROCMFORGE_GPU_MV1=rows,unroll,warps with warps in 1..=8 (the caller checks the shape).
@@ -287,6 +290,11 @@ impl Tuning {
             gpu_offload_min_batch: number("ROCMFORGE_GPU_OFFLOAD_MIN_BATCH").unwrap_or(32),
             gpu_blas_min_cols: number("ROCMFORGE_GPU_BLAS_MIN_COLS"),
             gpu_mmid_mma: on_unless_0("ROCMFORGE_GPU_MMID_MMA"),
+            gpu_mmq: match var("ROCMFORGE_GPU_MMQ").as_deref() {
+                Some("0") => Some(false),
+                Some("1") => Some(true),
+                _ => None,
+            },
             gpu_mmid_sorted_min: number("ROCMFORGE_GPU_MMID_SORTED_MIN").unwrap_or(8),
             gpu_mv1: var("ROCMFORGE_GPU_MV1").and_then(|v| {
                 let p: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();

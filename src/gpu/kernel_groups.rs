@@ -30,6 +30,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("mul_mat.hip", include_str!("../../kernels/mul_mat.hip")),
     ("mmvq.hip", include_str!("../../kernels/mmvq.hip")),
     (
+        "mul_mat_mma.hip",
+        include_str!("../../kernels/mul_mat_mma.hip"),
+    ),
+    (
         "elementwise.hip",
         include_str!("../../kernels/elementwise.hip"),
     ),
@@ -94,6 +98,7 @@ pub const FAMILIES: &[(&str, &[&str])] = &[
         "mmvq",
         &[
             "mmvq.hip",
+            "mul_mat_mma.hip",
             "activation.hip",
             "rope.hip",
             "quantize.hip",

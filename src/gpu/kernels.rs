@@ -59,6 +59,11 @@ pub const MVQ_TYPES: &[&str] = &[
     "q2_0",
 ];
 
+/// Weight types with tensor-core integer kernels for batches of columns: mul_mat_id_mma_{suffix}
+/// (mmvq.hip) and mul_mat_mma_{suffix} (mul_mat_mma.hip); symmetric formats whose activations
+/// are Q8_0 or Q8_K.
+pub const MMA_TYPES: &[&str] = &["q4_0", "q8_0", "iq4_nl", "iq4_xs"];
+
 /// (rows, unroll) shapes of the measuring variants mul_mat_vec_q1x_q4_0_r{rows}_u{unroll} (mmvq.hip).
 pub const MV1X_SHAPES: &[(usize, usize)] = &[(1, 4), (1, 8), (2, 2), (2, 8), (4, 2), (4, 4)];
 
@@ -106,8 +111,9 @@ pub fn kernel_names() -> Vec<String> {
             .iter()
             .map(|suf| format!("mul_mat_id_q_sorted_{suf}")),
     );
-    // The tensor-core form of the batched MUL_MAT_ID (mmvq.hip): Q4_0 and Q8_0 only.
-    v.extend(["q4_0", "q8_0"].map(|suf| format!("mul_mat_id_mma_{suf}")));
+    // The tensor-core forms of the batched MUL_MAT_ID (mmvq.hip) and MUL_MAT (mul_mat_mma.hip).
+    v.extend(MMA_TYPES.iter().map(|suf| format!("mul_mat_id_mma_{suf}")));
+    v.extend(MMA_TYPES.iter().map(|suf| format!("mul_mat_mma_{suf}")));
     v.extend(
         MV1X_SHAPES
             .iter()

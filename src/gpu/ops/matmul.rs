@@ -8,7 +8,7 @@ use super::widen::{half_src1, launch_widened};
 use super::{flat_blocks, row_block, LaunchCtx, MAX_FLAT_BLOCKS, MAX_GRID_YZ};
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::ApiResult;
-use crate::gpu::kernels::weight_suffix;
+use crate::gpu::kernels::{weight_suffix, MMA_TYPES};
 use crate::op_shapes::{hadamard_len, hadamard_scale};
 use crate::tensor::Tensor;
 
@@ -559,6 +559,9 @@ pub(super) fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
     if uses_mvq(node) && lc.scratch != 0 {
         return launch_mul_mat_vec_q(node, lc);
     }
+    if lc.mma && lc.scratch != 0 && uses_mma(node) {
+        return launch_mul_mat_mma(node, lc);
+    }
     if let (Some(ops), Some(blas)) = (
         blas_operands(node),
         crate::gpu::blas::for_vendor(lc.api.vendor()),
@@ -624,6 +627,88 @@ pub(super) fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             args,
         )
     }
+}
+
+/// Weight rows and src1 columns per block of mul_mat_mma (MMA_BM, MMA_BN, MMA_WARPS in mul_mat_mma.hip).
+const MMA_BM: usize = 128;
+const MMA_BN: usize = 64;
+const MMA_THREADS: u32 = 256;
+
+/// Whether a weight type has the tensor-core integer kernels (MMA_TYPES).
+fn has_mma_kernel(t: GgmlType) -> bool {
+    weight_suffix(t).is_some_and(|s| MMA_TYPES.contains(&s))
+}
+
+/// Whether a MUL_MAT node of a batch of columns takes the tensor-core integer kernel
+/// (mul_mat_mma.hip) on a device that has one (LaunchCtx::mma): weights of MMA_TYPES, F32
+/// src1, dst rows of dense floats; which of them by `ROCMFORGE_GPU_MMQ` (tuning.rs).
+pub(super) fn uses_mma(node: &Tensor) -> bool {
+    let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
+        return false;
+    };
+    let (wne, xne, dnb) = (w.ne(), x.ne(), node.nb());
+    let (ncols, batches) = mma_columns(wne, xne);
+    let wanted = match crate::tuning::get().gpu_mmq {
+        Some(all) => all,
+        // cuBLAS on f16 operands is 1.6x faster for 2-D Q4_0 / Q8_0 weights (8B-shaped pp512
+        // on an H100); IQ4_NL / IQ4_XS are near parity and batched weights are small products.
+        None => matches!(w.dtype(), GgmlType::IQ4_NL | GgmlType::IQ4_XS) || wne[2] * wne[3] > 1,
+    };
+    node.op() == op::MUL_MAT
+        && wanted
+        && x.dtype() == GgmlType::F32
+        && xne[1] >= MUL_MAT_VEC_MAX_COLS
+        && has_mma_kernel(w.dtype())
+        && wne[0].is_multiple_of(w.dtype().block_size())
+        && dnb[0] == 4
+        && dnb[1..].iter().all(|s| s.is_multiple_of(4))
+        && (node.data() as usize).is_multiple_of(4)
+        && ncols.div_ceil(MMA_BN) <= MAX_GRID_YZ
+        && batches <= MAX_GRID_YZ
+}
+
+/// (columns per launch z, z count) of mul_mat_mma: a 2-D weight takes every src1 row in one
+/// z (more columns per tile), a batched weight a z per src1 matrix.
+fn mma_columns(wne: [usize; 4], xne: [usize; 4]) -> (usize, usize) {
+    if wne[2] == 1 && wne[3] == 1 {
+        (xne[1] * xne[2] * xne[3], 1)
+    } else {
+        (xne[1], xne[2] * xne[3])
+    }
+}
+
+/// MUL_MAT on tensor cores: src1 quantized as ggml-cpu quantizes it (unless it is in the
+/// scratch already: the Q, K and V products of a prompt share one), then mul_mat_mma.
+fn launch_mul_mat_mma(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
+    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+    let (wne, wnb, xne, dnb) = (w.ne(), w.nb(), x.ne(), node.nb());
+    let (k, m) = (wne[0], wne[1]);
+    let (ncols, batches) = mma_columns(wne, xne);
+    let suffix = weight_suffix(w.dtype()).unwrap_or("q4_0");
+    let (xq, xds) = ensure_q8(&x, mvq_mode(w.dtype()).unwrap_or(0), lc)?;
+    if m == 0 || ncols == 0 || batches == 0 {
+        return Ok(());
+    }
+    let args = Args::default()
+        .ptr(w.data())
+        .ptr(xq as *const u8)
+        .ptr(xds as *const u8)
+        .ptr(node.data())
+        .i64(k)
+        .i64(m)
+        .i64(xne[1])
+        .i64(xne[2])
+        .i64(ncols)
+        .i64(xne[2] / wne[2])
+        .i64(xne[3] / wne[3])
+        .i64s(&wnb[1..])
+        .i64s(&dnb[1..]);
+    lc.run(
+        &format!("mul_mat_mma_{suffix}"),
+        [m.div_ceil(MMA_BM), ncols.div_ceil(MMA_BN), batches],
+        MMA_THREADS,
+        args,
+    )
 }
 
 /// Rows (one warp each) per block of the MUL_MAT_ID kernel (MMID_ROWS in mul_mat_id.hip).
@@ -730,9 +815,7 @@ pub(super) fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()
     {
         let (n_pairs, n_as) = (ine[0] * ine[1], wne[2]);
         // Tensor cores where the device and the weight type have them (wider tiles of pairs).
-        let mma = lc.mma
-            && crate::tuning::get().gpu_mmid_mma
-            && matches!(w.dtype(), GgmlType::Q4_0 | GgmlType::Q8_0);
+        let mma = lc.mma && crate::tuning::get().gpu_mmid_mma && has_mma_kernel(w.dtype());
         let cols = if mma { MMQT_COLS } else { MMQS_COLS };
         let sort = Args::default()
             .ptr(ids.data())
@@ -802,4 +885,72 @@ pub(super) fn launch_mul_mat_id_q(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()
         (MV1_WARPS * lc.warp_size as usize) as u32,
         args,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::ops::testutil::TT;
+    use crate::gpu::ops::widen::tests::launched_on;
+
+    /// (dst, weight, src1): the node points at the other two.
+    fn mul_mat(wt: GgmlType, w: [usize; 4], x: [usize; 4]) -> (TT, TT, TT) {
+        let wt = TT::new(wt, w);
+        let xt = TT::new(GgmlType::F32, x);
+        let mut d = TT::new(GgmlType::F32, [w[1], x[1], x[2], x[3]]);
+        d.op(op::MUL_MAT).src(0, &wt).src(1, &xt);
+        (d, wt, xt)
+    }
+
+    /// ROCMFORGE_GPU_MMQ's default: the tensor-core integer kernel takes IQ4_XS / IQ4_NL
+    /// weights and batched (3-D) weights of its types on a device with tensor cores, after one
+    /// quantization of src1; 2-D Q4_0 / Q8_0 stay with the BLAS path (here, without a library,
+    /// the tiled kernel), and so does everything on a device without tensor cores or with
+    /// fewer columns than a batch.
+    #[test]
+    fn integer_prompt_kernel_takes_what_auto_names() {
+        let k = 512;
+        let cases = [
+            (GgmlType::IQ4_XS, [k, 300, 1, 1], [k, 40, 1, 1], true),
+            (GgmlType::IQ4_NL, [k, 300, 1, 1], [k, 9, 3, 2], true),
+            (GgmlType::Q4_0, [k, 300, 1, 1], [k, 40, 1, 1], false),
+            (GgmlType::Q8_0, [k, 300, 1, 1], [k, 40, 1, 1], false),
+            (GgmlType::Q8_0, [k, 64, 4, 1], [k, 40, 8, 1], true),
+            (GgmlType::Q4_0, [k, 64, 2, 1], [k, 33, 4, 2], true),
+            (GgmlType::Q4_K, [k, 64, 2, 1], [k, 33, 4, 2], false),
+            (GgmlType::IQ4_XS, [k, 300, 1, 1], [k, 7, 1, 1], false),
+        ];
+        for (wt, w, x, want) in cases {
+            let (d, _w, _x) = mul_mat(wt, w, x);
+            let node = d.tensor();
+            let suffix = weight_suffix(wt).unwrap();
+            let mma = format!("mul_mat_mma_{suffix}");
+            let names = launched_on(&node, true);
+            assert_eq!(
+                names.contains(&mma),
+                want,
+                "{wt:?} {w:?} x {x:?}: {names:?}"
+            );
+            if want {
+                assert_eq!(names, ["quantize_q8", mma.as_str()], "{wt:?}");
+                assert!(scratch_bytes_of(&node) >= x.iter().product::<usize>());
+            }
+            assert!(
+                !launched_on(&node, false).contains(&mma),
+                "{wt:?} without tensor cores"
+            );
+        }
+    }
+
+    fn scratch_bytes_of(node: &Tensor) -> usize {
+        super::super::scratch::scratch_bytes(node)
+    }
+
+    /// A 2-D weight takes every src1 row in one launch z; a batched one a z per src1 matrix.
+    #[test]
+    fn mma_columns_flatten_only_one_weight_matrix() {
+        assert_eq!(mma_columns([64, 9, 1, 1], [64, 5, 3, 2]), (30, 1));
+        assert_eq!(mma_columns([64, 9, 3, 1], [64, 5, 3, 2]), (5, 6));
+        assert_eq!(mma_columns([64, 9, 1, 2], [64, 5, 3, 2]), (5, 6));
+    }
 }

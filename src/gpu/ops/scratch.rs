@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use super::attention::{fa_part_floats, fa_q8_at, fa_split_max_parts, fm_split_max};
-use super::matmul::{blas_operands, src1_rounding, uses_mmid_q, uses_mvq};
+use super::matmul::{blas_operands, src1_rounding, uses_mma, uses_mmid_q, uses_mvq};
 use super::LaunchCtx;
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::ApiResult;
@@ -129,7 +129,13 @@ pub fn scratch_bytes(node: &Tensor) -> usize {
     let blas = blas_operands(node).map_or(0, |o| {
         crate::gpu::blas::WORKSPACE_BYTES + o.x16_bytes.next_multiple_of(256) + o.w16_bytes
     });
-    rounded.max(blas)
+    // The tensor-core kernel's quantized src1 (where the device has none: one of the above).
+    let mma = if uses_mma(node) {
+        q8_region(node.src(1).map_or(0, |x| x.nelements()))
+    } else {
+        0
+    };
+    rounded.max(blas).max(mma)
 }
 
 impl Q8Src {
@@ -174,7 +180,8 @@ impl LaunchCtx<'_> {
             return;
         }
         let (a, e) = (node.data() as usize, node.data() as usize + node.nbytes());
-        let other_scratch = scratch_bytes(node) > 0 && !uses_mvq(node) && !uses_mmid_q(node);
+        let q8_kernel = uses_mvq(node) || uses_mmid_q(node) || (self.mma && uses_mma(node));
+        let other_scratch = scratch_bytes(node) > 0 && !q8_kernel;
         if other_scratch || (a < c.data + c.bytes() && c.data < e) {
             self.q8.set(None);
         }

@@ -99,7 +99,7 @@ pub(super) fn launch_widened(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cpu::ops::testutil::TT;
     use crate::gpu::kernel_groups::group_of;
@@ -109,6 +109,11 @@ mod tests {
 
     /// The kernels a dry run of `node` launches (`LaunchCtx::wants`).
     fn launched(node: &Tensor) -> Vec<String> {
+        launched_on(node, true)
+    }
+
+    /// The same on a device with (`mma`) or without tensor cores.
+    pub(in crate::gpu::ops) fn launched_on(node: &Tensor, mma: bool) -> Vec<String> {
         let api: Arc<dyn crate::gpu::api::GpuApi> = Arc::new(MockApi::new(0));
         let kernels = crate::gpu::kernels::Kernels::new(api.clone(), 0, &MockApi::info(), None);
         let wants = std::cell::RefCell::new(Vec::new());
@@ -126,7 +131,7 @@ mod tests {
             q8: Default::default(),
             q8_next: Default::default(),
             fuse: false,
-            mma: true,
+            mma,
             wants: Some(&wants),
         };
         super::super::launch(node, &lc).unwrap();
