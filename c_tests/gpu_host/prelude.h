@@ -25,6 +25,7 @@ struct int2 {
     int x, y;
 };
 static inline float2 make_float2(float a, float b) { return {a, b}; }
+static inline int2 make_int2(int a, int b) { return {a, b}; }
 static inline unsigned __float_as_uint(float f) {
     unsigned u;
     memcpy(&u, &f, 4);
