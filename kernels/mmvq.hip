@@ -664,6 +664,53 @@ struct mq_q4_k {
     }
 };
 
+// Q5_K: Q4_K's parts, scales and mins with a fifth bit per value from qh[32]: bit 2c of qh[l]
+// for value 64c + l, bit 2c + 1 for value 64c + 32 + l, so part s = 4c + p takes qh bytes
+// 8p .. +7 beside its quant bytes (at 48 + 32c + 8p). Values 0..31, d * sc * q - dmin * m.
+// (Before it Q5_K went through the float matrix-vector kernel: an 8B-shaped IQ4_XS mix's Q5_K
+// ffn_down took 290 us a token on an H100 against 26 us for its IQ4_XS ones.)
+#if RF_ALL || RF_T_q5_k
+struct mq_q5_k {
+    enum { QK = 256, BYTES = 176, NSUB = 16 };
+    struct R {
+        float d, dmin;
+        int sc_lo, m_lo, sc_hi, m_hi;
+        int v0, v1, h0, h1;
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        const int c = s >> 2, p = s & 3;
+        r.d = ld_f16_a2(b);
+        r.dmin = ld_f16_a2(b + 2);
+        const int w0 = ld_i32_a4(b + 4), w1 = ld_i32_a4(b + 8), w2 = ld_i32_a4(b + 12);
+        mq_q4_k::scale_min(w0, w1, w2, 2 * c, r.sc_lo, r.m_lo);
+        mq_q4_k::scale_min(w0, w1, w2, 2 * c + 1, r.sc_hi, r.m_hi);
+        r.h0 = ld_i32_a4(b + 16 + 8 * p);
+        r.h1 = ld_i32_a4(b + 20 + 8 * p);
+        r.v0 = ld_i32_a4(b + 48 + 32 * c + 8 * p);
+        r.v1 = ld_i32_a4(b + 52 + 32 * c + 8 * p);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int c = s >> 2, p = s & 3;
+        const int2 xl = ((const int2*)x)[8 * c + p], xh = ((const int2*)x)[8 * c + 4 + p];
+        const int ones = 0x01010101;
+        // The fifth bits of the low (sub-block 2c) and high (2c + 1) values, moved to bit 4.
+        const int l0 = NIB_LO(r.v0) | ((((unsigned)r.h0 >> (2 * c)) & 0x01010101u) << 4);
+        const int l1 = NIB_LO(r.v1) | ((((unsigned)r.h1 >> (2 * c)) & 0x01010101u) << 4);
+        const int h0 = NIB_HI(r.v0) | ((((unsigned)r.h0 >> (2 * c + 1)) & 0x01010101u) << 4);
+        const int h1 = NIB_HI(r.v1) | ((((unsigned)r.h1 >> (2 * c + 1)) & 0x01010101u) << 4);
+        const int sl = rf_dp4a(l1, xl.y, rf_dp4a(l0, xl.x, 0));
+        const int sh = rf_dp4a(h1, xh.y, rf_dp4a(h0, xh.x, 0));
+        const int xl_sum = rf_dp4a(ones, xl.y, rf_dp4a(ones, xl.x, 0));
+        const int xh_sum = rf_dp4a(ones, xh.y, rf_dp4a(ones, xh.x, 0));
+        const float dl = ds[2 * c].x, dh = ds[2 * c + 1].x;
+        return r.d * (dl * (float)(r.sc_lo * sl) + dh * (float)(r.sc_hi * sh)) -
+               r.dmin * (dl * (float)(r.m_lo * xl_sum) + dh * (float)(r.m_hi * xh_sum));
+    }
+};
+#endif
+
 // Q6_K: 16 parts per block; part s = 8n + t takes, in half n (128 values), the four values
 // l = 4t..4t+3 of each quarter q (value 128n + 32q + l): low 4 bits from ql (quarters 0, 2 in
 // the low / high nibbles of bytes 64n + l, quarters 1, 3 of bytes 64n + 32 + l), high 2 bits
