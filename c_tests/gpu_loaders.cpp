@@ -181,7 +181,7 @@ int main() {
         LOADER(q2_0, Q2_0)
 #define DOT(NAME, TYPE) failed += check_dot<mq_##NAME>(GGML_TYPE_##TYPE);
         DOT(q4_0, Q4_0) DOT(q4_1, Q4_1) DOT(q5_0, Q5_0) DOT(q5_1, Q5_1) DOT(q8_0, Q8_0) DOT(iq4_nl, IQ4_NL)
-        DOT(q4_k, Q4_K) DOT(q5_k, Q5_K) DOT(q6_k, Q6_K) DOT(iq4_xs, IQ4_XS) DOT(mxfp4, MXFP4) DOT(tq2_0, TQ2_0) DOT(tq1_0, TQ1_0)
+        DOT(q2_k, Q2_K) DOT(q3_k, Q3_K) DOT(q4_k, Q4_K) DOT(q5_k, Q5_K) DOT(q6_k, Q6_K) DOT(iq4_xs, IQ4_XS) DOT(mxfp4, MXFP4) DOT(tq2_0, TQ2_0) DOT(tq1_0, TQ1_0)
         DOT(iq2_xxs, IQ2_XXS) DOT(iq2_xs, IQ2_XS) DOT(iq2_s, IQ2_S) DOT(iq3_xxs, IQ3_XXS) DOT(iq3_s, IQ3_S)
         DOT(iq1_s, IQ1_S) DOT(iq1_m, IQ1_M) DOT(nvfp4, NVFP4) DOT(q1_0, Q1_0) DOT(q2_0, Q2_0)
     }

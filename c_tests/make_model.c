@@ -1,7 +1,7 @@
 // make_model: writes a small synthetic GGUF model of a real architecture (real tensor names, shapes and
 // metadata keys, random weights) that libllama loads and runs like a downloaded one.
 //
-//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q4_k_m|iq4_xs|iq3_m
+//   make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q2_k|q3_k|q5_k|q4_k_m|iq4_xs|iq3_m
 //              --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S] [--threads N]
 //   make_model --preset 8b|1b|70b --tokenizer SRC.gguf -o OUT.gguf [--type q4_0]
 //       Llama-3-8B shapes (4096 wide, 32 layers, 32/8 heads, ffn 14336), for benchmarks only (~4.5 GB);
@@ -74,7 +74,7 @@ static void die(const char * msg) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q4_k_m|iq4_xs|iq3_m\n"
+            "usage: make_model --arch llama|qwen2|qwen3|gemma3|qwen3moe|phi3|gemma2|bert|gpt-oss|deepseek2 --type f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|q6_k|mxfp4|nvfp4|q1_0|q2_0|q2_k|q3_k|q5_k|q4_k_m|iq4_xs|iq3_m\n"
             "                  --tokenizer SRC.gguf -o OUT.gguf [--layers N] [--seed S] [--threads N]\n"
             "       make_model --preset 8b|1b|70b|moe|smollm2 --tokenizer SRC.gguf -o OUT.gguf [--type q4_0] [--threads N]\n"
             "       make_model --tokenizer-only --tokenizer SRC.gguf -o OUT.gguf\n"
@@ -95,7 +95,8 @@ static enum ggml_type parse_type(const char * s, enum mix * mix) {
         {"q4_k", GGML_TYPE_Q4_K, MIX_NONE}, {"q6_k", GGML_TYPE_Q6_K, MIX_NONE}, {"mxfp4", GGML_TYPE_MXFP4, MIX_NONE},
         {"q4_k_m", GGML_TYPE_Q4_K, MIX_Q4_K_M}, {"iq4_xs", GGML_TYPE_IQ4_XS, MIX_IQ4_XS},
         {"iq3_m", GGML_TYPE_IQ3_S, MIX_IQ3_M}, {"nvfp4", GGML_TYPE_NVFP4, MIX_NONE}, {"q1_0", GGML_TYPE_Q1_0, MIX_NONE},
-        {"q2_0", GGML_TYPE_Q2_0, MIX_NONE},
+        {"q2_0", GGML_TYPE_Q2_0, MIX_NONE}, {"q2_k", GGML_TYPE_Q2_K, MIX_NONE}, {"q3_k", GGML_TYPE_Q3_K, MIX_NONE},
+        {"q5_k", GGML_TYPE_Q5_K, MIX_NONE},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (!strcmp(s, types[i].name)) {

@@ -711,6 +711,81 @@ struct mq_q5_k {
 };
 #endif
 
+// Q2_K and Q3_K: 16 parts per 256-value block, as Q6_K's: part s takes, in half n = s / 8
+// (128 values), bytes l0 = 4 (s % 8) .. +3 of the half's 32 quant bytes, whose 2-bit fields j
+// = 0..3 are values 128n + 32j + l0 ..; each 16 values have a scale (sub-block 8n + 2j +
+// l0 / 16). Integer sums times the scales are summed as integers, then scaled once, as
+// ggml-cpu does. (Both went through the float matrix-vector kernel before.)
+// Q2_K (84 bytes): scales[16] (4-bit scale, 4-bit min), qs[64], d, dmin; d sc q - dmin m.
+#if RF_ALL || RF_T_q2_k
+struct mq_q2_k {
+    enum { QK = 256, BYTES = 84, NSUB = 16 };
+    struct R {
+        float d, dmin;
+        int q;
+        int sc[4];
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        const int n = s >> 3, l0 = 4 * (s & 7);
+        r.q = ld_i32_a4(b + 16 + 32 * n + l0);
+#pragma unroll
+        for (int j = 0; j < 4; j++) r.sc[j] = b[8 * n + 2 * j + (l0 >> 4)];
+        r.d = ld_f16_a2(b + 80);
+        r.dmin = ld_f16_a2(b + 82);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int n = s >> 3, l0 = 4 * (s & 7);
+        int isum = 0, msum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int xj = x[32 * n + 8 * j + (l0 >> 2)];
+            isum += (r.sc[j] & 15) * rf_dp4a(((unsigned)r.q >> (2 * j)) & 0x03030303u, xj, 0);
+            msum += (r.sc[j] >> 4) * rf_dp4a(0x01010101, xj, 0);
+        }
+        return ds[0].x * (r.d * (float)isum - r.dmin * (float)msum);
+    }
+};
+#endif
+// Q3_K (110 bytes, 2-byte aligned): hmask[32] (bit 4n + j of byte l: the third bit of value
+// 128n + 32j + l, set = no minus 4), qs[64], scales[12] (16 6-bit scales minus 32: low 4 bits
+// in bytes 0..7, low then high nibbles; high 2 bits in bytes 8..11), d.
+#if RF_ALL || RF_T_q3_k
+struct mq_q3_k {
+    enum { QK = 256, BYTES = 110, NSUB = 16 };
+    struct R {
+        float d;
+        int q, h;
+        int sc[4];
+    };
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        const int n = s >> 3, l0 = 4 * (s & 7);
+        r.h = ld_i32_a2(b + l0);
+        r.q = ld_i32_a2(b + 32 + 32 * n + l0);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int t = 8 * n + 2 * j + (l0 >> 4);
+            r.sc[j] = ((b[96 + (t & 7)] >> (4 * (t >> 3))) & 15) | (((b[104 + (t & 3)] >> (2 * (t >> 2))) & 3) << 4);
+        }
+        r.d = ld_f16_a2(b + 108);
+        return r;
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        const int n = s >> 3, l0 = 4 * (s & 7);
+        int isum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned v = (((unsigned)r.q >> (2 * j)) & 0x03030303u) |
+                               ((((unsigned)r.h >> (4 * n + j)) & 0x01010101u) << 2);
+            isum += (r.sc[j] - 32) * rf_dp4a(BYTES_MINUS((int)v, 4), x[32 * n + 8 * j + (l0 >> 2)], 0);
+        }
+        return ds[0].x * r.d * (float)isum;
+    }
+};
+#endif
+
 // Q6_K: 16 parts per block; part s = 8n + t takes, in half n (128 values), the four values
 // l = 4t..4t+3 of each quarter q (value 128n + 32q + l): low 4 bits from ql (quarters 0, 2 in
 // the low / high nibbles of bytes 64n + l, quarters 1, 3 of bytes 64n + 32 + l), high 2 bits

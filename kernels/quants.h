@@ -209,7 +209,7 @@ struct w_q2_0 {};
 #endif
 #define RF_EACH_WEIGHT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_bf16(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_q5_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X) RF_X_nvfp4(X) RF_X_q1_0(X) RF_X_q2_0(X)
 // Types with an integer-dot matrix-vector kernel (mmvq.hip's mq_* loaders).
-#define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q5_k(X) RF_X_q6_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X) RF_X_nvfp4(X) RF_X_q1_0(X) RF_X_q2_0(X)
+#define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q5_k(X) RF_X_q6_k(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X) RF_X_nvfp4(X) RF_X_q1_0(X) RF_X_q2_0(X)
 
 // f32 -> bf16 bits as ggml rounds (nearest even; NaN stays a quiet NaN), and the value back.
 RF_DEVICE unsigned short rf_f32_to_bf16(float f) {

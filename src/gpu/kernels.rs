@@ -54,9 +54,9 @@ pub fn weight_suffix(t: crate::ggml_types::GgmlType) -> Option<&'static str> {
 
 /// Weight types with an integer-dot matrix-vector kernel `mul_mat_vec_q_{suffix}` (mmvq.hip).
 pub const MVQ_TYPES: &[&str] = &[
-    "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q5_k", "q6_k", "iq4_xs", "mxfp4",
-    "tq2_0", "tq1_0", "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "nvfp4",
-    "q1_0", "q2_0",
+    "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k",
+    "iq4_xs", "mxfp4", "tq2_0", "tq1_0", "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s",
+    "iq1_m", "nvfp4", "q1_0", "q2_0",
 ];
 
 /// Weight types with tensor-core integer kernels for batches of columns: mul_mat_id_mma_{suffix}

@@ -180,7 +180,9 @@ pub(super) fn mvq_mode(t: GgmlType) -> Option<i32> {
         | GgmlType::NVFP4
         | GgmlType::Q1_0
         | GgmlType::Q2_0 => Some(0),
-        GgmlType::Q4_K
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
         | GgmlType::Q5_K
         | GgmlType::Q6_K
         | GgmlType::IQ4_XS

@@ -142,7 +142,7 @@ pub(super) mod tests {
     /// and MUL_MAT_ID: claimed, and every kernel it launches exists in a kernel group (a type
     /// wired into the Rust side but not into the kernel lists fails here, not on a GPU). Half
     /// activations are widened first and then take the F32 path's kernels; the formats with an
-    /// integer-dot kernel (all quantized ones but Q2_K and Q3_K) use it for one column and
+    /// integer-dot kernel (every quantized one) use it for one column and
     /// for the experts.
     #[test]
     fn every_weight_type_launches_known_kernels() {
