@@ -571,7 +571,7 @@ fi
 
 # Step fmt: one model per weight type, ggml-cuda then RFGPU0 (pair), the ratio table of those rows.
 if has fmt && cuda_ok; then
-    for t in ${FMT_TYPES:-q4_0 q4_k_m iq4_xs iq3_m mxfp4}; do
+    for t in ${FMT_TYPES:-q4_0 q4_k_m iq4_xs iq3_m mxfp4 q2_k q3_k q5_k}; do
         ./make_model --preset 8b --layers "${FMT_LAYERS:-8}" --type "$t" --threads "$(nproc)" --tokenizer smol-tokenizer.gguf \
             -o "fmt-$t.gguf" >"$OUT/make-fmt-$t.log" 2>&1 || { echo "fmt $t: make_model failed"; continue; }
         pair "fmt-$t" off "fmt-$t.gguf" 512 64 2 >/dev/null
