@@ -26,6 +26,8 @@
 #   smoke  gpu_smoke, test_gpu_io and test_offload
 #   e2e    synthetic llama-family models, and the real SmolLM2 where carried, fully on RFGPU0 against
 #          ggml-cpu (test_llama_e2e)
+#   e2ecuda  the e2e step's synthetic models (E2E_SPECS) through ggml-cuda + ggml-cpu instead of RFGPU0, fa off
+#          (test_llama_e2e --with-lib): how ggml's own GPU backend fares on the same criteria
 #   smol   SmolLM2-shaped Q4_1 (make_model --preset smollm2, same speed as the real model): pp512 and
 #          tg128, fa on and off, best of 3
 #   defaults  SmolLM2-shaped pp512 / tg128 with libllama's default context parameters (llama_run
@@ -215,6 +217,19 @@ if has e2e; then
         timeout 90 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so "$m" "e2e/$a-$t" --fa both \
             --threads "$THREADS" --min-stable 0 --device RFGPU0 $mode >"$OUT/e2e-$a-$t.log" 2>&1
         echo "e2e $spec rc=$? $(grep -c '^fa=' "$OUT/e2e-$a-$t.log") fa rows, $(tail -1 "$OUT/e2e-$a-$t.log" | cut -c1-120)"
+    done
+fi
+
+if has e2ecuda && cuda_ok; then
+    mkdir -p e2e
+    for spec in ${E2E_SPECS:-llama:q8_0 llama:q4_0 deepseek2:q8_0 llama:iq4_xs llama:q4_k_m}; do
+        a=${spec%:*} t=${spec#*:} m=e2e/$a-$t.gguf mode=
+        [ "$a" = bert ] && mode=--embd
+        mkdir -p "e2e/cuda-$a-$t"
+        [ -f "$m" ] || ./make_model --arch "$a" --type "$t" --tokenizer smol-tokenizer.gguf -o "$m" >/dev/null 2>&1
+        timeout 90 ./test_llama_e2e ./llama_run ./libggml-cuda.so ./libggml-cpu.so "$m" "e2e/cuda-$a-$t" --fa off \
+            --threads "$THREADS" --min-stable 0 --device CUDA0 --with-lib ./libggml-cpu.so $mode >"$OUT/e2ecuda-$a-$t.log" 2>&1
+        echo "e2e on ggml-cuda $spec rc=$? $(tail -1 "$OUT/e2ecuda-$a-$t.log" | cut -c1-120)"
     done
 fi
 

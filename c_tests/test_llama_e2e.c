@@ -1,7 +1,10 @@
 // End-to-end: a real model through libllama with only rocmforge loaded, against ggml's CPU backend.
 //
 //   test_llama_e2e LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--strict]
-//                  [--device NAME|PREFIX*] [--sm layer|row] [--ts A,B] [--against-plain] [--embd]
+//                  [--device NAME|PREFIX*] [--sm layer|row] [--ts A,B] [--against-plain] [--embd] [--with-lib SO]
+// --with-lib SO: a second backend library loaded beside ROCMFORGE_SO for the run under test (llama_run -L):
+// ggml's own GPU backend with ggml-cpu (ROCMFORGE_SO=libggml-cuda.so --with-lib libggml-cpu.so --device
+// CUDA0) measures these criteria on ggml-cuda, the yardstick for RFGPU's rounding.
 // (--device RFGPU* --sm row: every GPU, each weight matrix's rows split over them; "skipped: no GPU"
 // and exit 0 where the pattern names no device)
 //
@@ -111,14 +114,16 @@ static const char * g_sm = NULL, * g_ts = NULL;
 static const char * g_kv = "f16";
 // --embd: pooled embeddings (llama_run embed) instead of logits and greedy tokens.
 static int g_embd = 0;
+// --with-lib: a second backend library for the run under test.
+static const char * g_lib2 = NULL;
 
 // ENV: variable assignments for the run ("" for none); LOG: where its stderr goes (NULL: inherited).
 static int produce_env(const char * env, const char * log, const char * exe, const char * backend, const char * lib,
                        const char * model, const char * out, int threads, int fa) {
-    char cmd[4096], dev[256] = "", redirect[1100] = "";
+    char cmd[4096], dev[1400] = "", redirect[1100] = "";
     if (g_device && !strcmp(backend, "rocmforge"))
-        snprintf(dev, sizeof dev, " --device '%s'%s%s%s%s", g_device, g_sm ? " --sm " : "", g_sm ? g_sm : "",
-                 g_ts ? " --ts " : "", g_ts ? g_ts : "");
+        snprintf(dev, sizeof dev, " --device '%s'%s%s%s%s%s%s%s", g_device, g_sm ? " --sm " : "", g_sm ? g_sm : "",
+                 g_ts ? " --ts " : "", g_ts ? g_ts : "", g_lib2 ? " -L '" : "", g_lib2 ? g_lib2 : "", g_lib2 ? "'" : "");
     if (log) snprintf(redirect, sizeof redirect, " 2>'%s'", log);
     snprintf(cmd, sizeof cmd, "%s '%s' %s -b %s -l '%s' -m '%s' -o '%s' -t %d --fa %s --kv %s --positions 64%s%s%s",
              env, exe, g_embd ? "embed" : "logits", backend, lib, model, out, threads, fa ? "on" : "off", g_kv,
@@ -146,7 +151,7 @@ static int file_has(const char * path, const char * needle) {
 
 int main(int argc, char ** argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0] [--sm layer|row] [--ts A,B] [--strict] [--embd]\n", argv[0]);
+        fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0] [--sm layer|row] [--ts A,B] [--strict] [--embd] [--with-lib SO]\n", argv[0]);
         return 2;
     }
     const char * exe = argv[1], * rf_so = argv[2], * cpu_so = argv[3], * model = argv[4], * dir = argv[5];
@@ -165,6 +170,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "--kv")) g_kv = v;
         else if (!strcmp(a, "--sm")) g_sm = v;
         else if (!strcmp(a, "--ts")) g_ts = v;
+        else if (!strcmp(a, "--with-lib")) g_lib2 = v;
         else { fprintf(stderr, "unknown option %s\n", a); return 2; }
         i++;
     }
