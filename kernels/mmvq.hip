@@ -638,29 +638,39 @@ struct mq_q4_k {
             m = (b2 >> 4) | ((b1 >> 6) << 4);
         }
     }
-    MQ_MEMBER R load(const unsigned char* b, int s) {
-        R r;
-        const int c = s >> 2, p = s & 3;
+    // d, dmin and the scales and mins of part s's two sub-blocks (Q5_K's are laid out alike).
+    MQ_MEMBER void load_scales(const unsigned char* b, int s, R& r) {
+        const int c = s >> 2;
         r.d = ld_f16_a2(b);
         r.dmin = ld_f16_a2(b + 2);
         const int w0 = ld_i32_a4(b + 4), w1 = ld_i32_a4(b + 8), w2 = ld_i32_a4(b + 12);
         scale_min(w0, w1, w2, 2 * c, r.sc_lo, r.m_lo);
         scale_min(w0, w1, w2, 2 * c + 1, r.sc_hi, r.m_hi);
+    }
+    MQ_MEMBER R load(const unsigned char* b, int s) {
+        R r;
+        const int c = s >> 2, p = s & 3;
+        load_scales(b, s, r);
         r.v0 = ld_i32_a4(b + 16 + 32 * c + 8 * p);
         r.v1 = ld_i32_a4(b + 20 + 32 * c + 8 * p);
         return r;
     }
-    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+    // Part s's dot from its values as bytes: l0, l1 of sub-block 2c, h0, h1 of 2c + 1 (Q5_K
+    // passes its 5-bit values).
+    MQ_MEMBER float dot_values(const R& r, int l0, int l1, int h0, int h1, int s, const int* x, const float2* ds) {
         const int c = s >> 2, p = s & 3;
         const int2 xl = ((const int2*)x)[8 * c + p], xh = ((const int2*)x)[8 * c + 4 + p];
         const int ones = 0x01010101;
-        const int sl = rf_dp4a(NIB_LO(r.v1), xl.y, rf_dp4a(NIB_LO(r.v0), xl.x, 0));
-        const int sh = rf_dp4a(NIB_HI(r.v1), xh.y, rf_dp4a(NIB_HI(r.v0), xh.x, 0));
+        const int sl = rf_dp4a(l1, xl.y, rf_dp4a(l0, xl.x, 0));
+        const int sh = rf_dp4a(h1, xh.y, rf_dp4a(h0, xh.x, 0));
         const int xl_sum = rf_dp4a(ones, xl.y, rf_dp4a(ones, xl.x, 0));
         const int xh_sum = rf_dp4a(ones, xh.y, rf_dp4a(ones, xh.x, 0));
         const float dl = ds[2 * c].x, dh = ds[2 * c + 1].x;
         return r.d * (dl * (float)(r.sc_lo * sl) + dh * (float)(r.sc_hi * sh)) -
                r.dmin * (dl * (float)(r.m_lo * xl_sum) + dh * (float)(r.m_hi * xh_sum));
+    }
+    MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
+        return dot_values(r, NIB_LO(r.v0), NIB_LO(r.v1), NIB_HI(r.v0), NIB_HI(r.v1), s, x, ds);
     }
 };
 
@@ -673,40 +683,27 @@ struct mq_q4_k {
 struct mq_q5_k {
     enum { QK = 256, BYTES = 176, NSUB = 16 };
     struct R {
-        float d, dmin;
-        int sc_lo, m_lo, sc_hi, m_hi;
-        int v0, v1, h0, h1;
+        mq_q4_k::R k;  // scales, mins and the low 4 bits (v0, v1)
+        int h0, h1;    // qh bytes 8p .. +7
     };
     MQ_MEMBER R load(const unsigned char* b, int s) {
         R r;
         const int c = s >> 2, p = s & 3;
-        r.d = ld_f16_a2(b);
-        r.dmin = ld_f16_a2(b + 2);
-        const int w0 = ld_i32_a4(b + 4), w1 = ld_i32_a4(b + 8), w2 = ld_i32_a4(b + 12);
-        mq_q4_k::scale_min(w0, w1, w2, 2 * c, r.sc_lo, r.m_lo);
-        mq_q4_k::scale_min(w0, w1, w2, 2 * c + 1, r.sc_hi, r.m_hi);
+        mq_q4_k::load_scales(b, s, r.k);
         r.h0 = ld_i32_a4(b + 16 + 8 * p);
         r.h1 = ld_i32_a4(b + 20 + 8 * p);
-        r.v0 = ld_i32_a4(b + 48 + 32 * c + 8 * p);
-        r.v1 = ld_i32_a4(b + 52 + 32 * c + 8 * p);
+        r.k.v0 = ld_i32_a4(b + 48 + 32 * c + 8 * p);
+        r.k.v1 = ld_i32_a4(b + 52 + 32 * c + 8 * p);
         return r;
     }
     MQ_MEMBER float dot(const R& r, int s, const int* x, const float2* ds) {
-        const int c = s >> 2, p = s & 3;
-        const int2 xl = ((const int2*)x)[8 * c + p], xh = ((const int2*)x)[8 * c + 4 + p];
-        const int ones = 0x01010101;
+        const int c = s >> 2;
         // The fifth bits of the low (sub-block 2c) and high (2c + 1) values, moved to bit 4.
-        const int l0 = NIB_LO(r.v0) | ((((unsigned)r.h0 >> (2 * c)) & 0x01010101u) << 4);
-        const int l1 = NIB_LO(r.v1) | ((((unsigned)r.h1 >> (2 * c)) & 0x01010101u) << 4);
-        const int h0 = NIB_HI(r.v0) | ((((unsigned)r.h0 >> (2 * c + 1)) & 0x01010101u) << 4);
-        const int h1 = NIB_HI(r.v1) | ((((unsigned)r.h1 >> (2 * c + 1)) & 0x01010101u) << 4);
-        const int sl = rf_dp4a(l1, xl.y, rf_dp4a(l0, xl.x, 0));
-        const int sh = rf_dp4a(h1, xh.y, rf_dp4a(h0, xh.x, 0));
-        const int xl_sum = rf_dp4a(ones, xl.y, rf_dp4a(ones, xl.x, 0));
-        const int xh_sum = rf_dp4a(ones, xh.y, rf_dp4a(ones, xh.x, 0));
-        const float dl = ds[2 * c].x, dh = ds[2 * c + 1].x;
-        return r.d * (dl * (float)(r.sc_lo * sl) + dh * (float)(r.sc_hi * sh)) -
-               r.dmin * (dl * (float)(r.m_lo * xl_sum) + dh * (float)(r.m_hi * xh_sum));
+        const int l0 = NIB_LO(r.k.v0) | ((((unsigned)r.h0 >> (2 * c)) & 0x01010101u) << 4);
+        const int l1 = NIB_LO(r.k.v1) | ((((unsigned)r.h1 >> (2 * c)) & 0x01010101u) << 4);
+        const int h0 = NIB_HI(r.k.v0) | ((((unsigned)r.h0 >> (2 * c + 1)) & 0x01010101u) << 4);
+        const int h1 = NIB_HI(r.k.v1) | ((((unsigned)r.h1 >> (2 * c + 1)) & 0x01010101u) << 4);
+        return mq_q4_k::dot_values(r.k, l0, l1, h0, h1, s, x, ds);
     }
 };
 #endif

@@ -649,6 +649,10 @@ pub(super) fn uses_mma(node: &Tensor) -> bool {
     let (Some(w), Some(x)) = (node.src(0), node.src(1)) else {
         return false;
     };
+    // Asked of every node a graph launches (scratch sizes, the quantized src1's reuse).
+    if node.op() != op::MUL_MAT {
+        return false;
+    }
     let (wne, xne, dnb) = (w.ne(), x.ne(), node.nb());
     let (ncols, batches) = mma_columns(wne, xne);
     let wanted = match crate::tuning::get().gpu_mmq {
@@ -657,8 +661,7 @@ pub(super) fn uses_mma(node: &Tensor) -> bool {
         // on an H100); IQ4_NL / IQ4_XS are near parity and batched weights are small products.
         None => matches!(w.dtype(), GgmlType::IQ4_NL | GgmlType::IQ4_XS) || wne[2] * wne[3] > 1,
     };
-    node.op() == op::MUL_MAT
-        && wanted
+    wanted
         && x.dtype() == GgmlType::F32
         && xne[1] >= MUL_MAT_VEC_MAX_COLS
         && has_mma_kernel(w.dtype())
@@ -936,17 +939,13 @@ mod tests {
             );
             if want {
                 assert_eq!(names, ["quantize_q8", mma.as_str()], "{wt:?}");
-                assert!(scratch_bytes_of(&node) >= x.iter().product::<usize>());
+                assert!(super::super::scratch::scratch_bytes(&node) >= x.iter().product::<usize>());
             }
             assert!(
                 !launched_on(&node, false).contains(&mma),
                 "{wt:?} without tensor cores"
             );
         }
-    }
-
-    fn scratch_bytes_of(node: &Tensor) -> usize {
-        super::super::scratch::scratch_bytes(node)
     }
 
     /// A 2-D weight takes every src1 row in one launch z; a batched one a z per src1 matrix.
