@@ -32,6 +32,7 @@ fn main() {
         // Only the files that hold the C API: the crate's many internal constants stay out.
         .with_src(crate_dir.join("src/ffi/exports.rs"))
         .with_src(crate_dir.join("src/ffi/hybrid_exports.rs"))
+        .with_src(crate_dir.join("src/ffi/comm.rs"))
         .with_src(crate_dir.join("src/ffi/version.rs"))
         .with_config(config)
         .with_after_include(string_constants(&crate_dir.join("src/ffi/version.rs")))

@@ -74,12 +74,14 @@
 #          default 8) and 1B-shaped (CPU_SIZES, default "8b 1b"; "smol" adds the SmolLM2-shaped Q4_1) models
 #          of each of $CPU_TYPES (default "q4_0 q4_k"; q4_k_m, q8_0, iq4_xs ... too), pp512 / tg$CPU_TG
 #          (default 32) at each of $CPU_THREADS (default "4 16")
-#   mgpu   every GPU of the machine (issue 26): test_multi_gpu, SmolLM2-shaped end to end with -sm layer
-#          and -sm row over all GPUs (test_llama_e2e --device 'RFGPU*'), then 8B-class Q4_0 pp512 / tg64,
+#   mgpu   every GPU of the machine (issue 26): test_multi_gpu, SmolLM2-shaped end to end with -sm layer,
+#          -sm row and -sm tensor over all GPUs (test_llama_e2e --device 'RFGPU*'), then 8B-class Q4_0 pp512 / tg64,
 #          fa on, over all GPUs: ggml-cuda against rocmforge with -sm layer, -sm row (the pinned
 #          ggml-cuda has no split buffer type: its row is -sm tensor, ggml's own tensor parallelism) and
-#          -sm tensor; the same model's one-GPU tg (CUDA0, RFGPU0) for the "row split >= 1.3x one GPU"
-#          target; with MGPU_70B=N also a 70B-shaped Q4_0 of N layers (make_model --preset 70b)
+#          -sm tensor (rocmforge's also without its AllReduce and without its graph cache); the same
+#          model's one-GPU tg (CUDA0, RFGPU0) for the "row split >= 1.3x one GPU"
+#          target; with MGPU_70B=N also a 70B-shaped Q4_0 of N layers (make_model --preset 70b);
+#          MGPU_PEER_OFF=0 leaves out the row split without peer access
 #   fmt    the weight formats of issue 25 on RFGPU0 against ggml-cuda: 8B-shaped models of FMT_LAYERS
 #          (default 8) layers in each of $FMT_TYPES, pp512 / tg64, fa off (the carried ggml-cuda may lack
 #          its FA kernels: with fa on its attention ran on the CPU)
@@ -416,7 +418,7 @@ if has mgpu; then
     nvidia-smi topo -m 2>/dev/null | head -4
     timeout 300 ./test_multi_gpu >"$OUT/test_multi_gpu.log" 2>&1
     echo "test_multi_gpu rc=$?"; grep -E "FAIL|PASS|GPU|skipped" "$OUT/test_multi_gpu.log" | head -20
-    for sm in layer row; do
+    for sm in layer row tensor; do
         mkdir -p "e2e-sm-$sm"
         timeout 150 ./test_llama_e2e ./llama_run ./libggml-rocmforge.so ./libggml-cpu.so smol.gguf "e2e-sm-$sm" --fa on \
             --threads "$THREADS" --min-stable 0 --device 'RFGPU*' --sm "$sm" >"$OUT/e2e-sm-$sm.log" 2>&1
@@ -427,8 +429,16 @@ if has mgpu; then
         {
             mgpu_pair 8B-Q4_0-all-GPUs layer layer 8b.gguf 512 64 2
             mgpu_pair 8B-Q4_0-all-GPUs row row 8b.gguf 512 64 2
+            mgpu_pair 8B-Q4_0-all-GPUs tensor tensor 8b.gguf 512 64 2
+            # Tensor parallelism without rocmforge's AllReduce (ggml's copies and ADD graphs: peer
+            # access off declines it) and without the graph cache (each part launched kernel by kernel).
+            for v in ROCMFORGE_GPU_PEER=0 ROCMFORGE_GPU_GRAPH_CACHE=0; do
+                env "$v" ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device 'RFGPU*' \
+                    --sm tensor --fa "$MFA" -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" |
+                    sed "s/^/8B-Q4_0-all-GPUs tensor-${v#ROCMFORGE_GPU_} /" | tee -a "$OUT/mgpu-pairs.txt"
+            done
             # The row split without peer access (copies through host memory, no direct reads).
-            ROCMFORGE_GPU_PEER=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device 'RFGPU*' \
+            [ "${MGPU_PEER_OFF:-1}" = 1 ] && ROCMFORGE_GPU_PEER=0 ./llama_run bench -b rocmforge -l ./libggml-rocmforge.so -m 8b.gguf --device 'RFGPU*' \
                 --sm row --fa "$MFA" -t "$THREADS" --pp 512 --tg 64 --reps 2 2>>"$OUT/mgpu.err" |
                 sed "s/^/8B-Q4_0-all-GPUs row-peer-off /" | tee -a "$OUT/mgpu-pairs.txt"
             for r in $(seq "$ROUNDS"); do
@@ -456,9 +466,11 @@ for line in open(sys.argv[1]):
     for k, v in kv.items():
         if k.startswith("tg"):
             tg.setdefault((f[1], kv.get("backend")), []).append(float(v))
-one, row = tg.get(("none", "rocmforge")), tg.get(("row", "rocmforge"))
-if one and row:
-    print(f"rocmforge 8B tg64: -sm row {max(row):.1f} t/s vs one GPU {max(one):.1f} t/s = {max(row) / max(one):.2f}x (target >= 1.3x)")
+one = tg.get(("none", "rocmforge"))
+for sm in ("row", "tensor"):
+    got = tg.get((sm, "rocmforge"))
+    if one and got:
+        print(f"rocmforge 8B tg64: -sm {sm} {max(got):.1f} t/s vs one GPU {max(one):.1f} t/s = {max(got) / max(one):.2f}x (target >= 1.3x)")
 PY
         # ggml-cuda with only GPU 0 visible (its one-GPU number on a one-GPU machine).
         echo "ggml-cuda, CUDA_VISIBLE_DEVICES=0: $(CUDA_VISIBLE_DEVICES=0 ./llama_run bench -b ggml-cuda -l ./libggml-cuda.so \

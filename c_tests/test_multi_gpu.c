@@ -13,6 +13,11 @@
 //      copy both ways); the weights read back gather the rows set; other
 //      ops and other devices decline split weights. With one GPU this is the single-GPU run of
 //      the row-split path.
+//   4. the AllReduce of ggml's meta device (-sm tensor): the registry's "ggml_backend_comm_init",
+//      "_allreduce_tensor" and "_free" over a backend of every GPU, and over two backends of
+//      RFGPU0 (so one GPU runs it too); F32 partial sums of odd and growing sizes, each GPU's
+//      result equal to the bits of the partials summed in order; a part without the compute flag
+//      adds nothing; other types, mismatched sizes and foreign handles declined.
 // Without a GPU it prints "skipped: no GPU" and exits 0; part 2 needs two.
 #include "common.h"
 
@@ -441,6 +446,107 @@ static void test_row_split(void) {
     }
 }
 
+// ---- 4. the meta device's AllReduce ------------------------------------------------------------
+
+typedef void * (*comm_init_fn)(ggml_backend_t *, size_t);
+typedef void (*comm_free_fn)(void *);
+typedef bool (*comm_allreduce_fn)(void *, struct ggml_tensor **);
+
+static void allreduce_over(ggml_backend_dev_t * devs, int n, const char * label) {
+    ggml_backend_reg_t reg = rf_rocmforge_reg();
+    comm_init_fn init = (comm_init_fn) ggml_backend_reg_get_proc_address(reg, "ggml_backend_comm_init");
+    comm_free_fn cfree = (comm_free_fn) ggml_backend_reg_get_proc_address(reg, "ggml_backend_comm_free");
+    comm_allreduce_fn ar = (comm_allreduce_fn) ggml_backend_reg_get_proc_address(reg, "ggml_backend_comm_allreduce_tensor");
+    CHECK(init && cfree && ar, "comm proc addresses");
+    if (!init || !cfree || !ar) return;
+    ggml_backend_t be[MAX_GPUS];
+    for (int i = 0; i < n; i++) be[i] = ggml_backend_dev_init(devs[i], NULL);
+    void * comm = init(be, (size_t) n);
+    CHECK(comm != NULL, "comm_init over %s", label);
+    if (comm) {
+        // Growing and shrinking sizes: the send buffers grow, and alternate calls use the other one.
+        const int64_t sizes[] = { 1, 7, 4096, 300001, 5, 4096, 131072 };
+        const int n_sizes = (int) (sizeof(sizes) / sizeof(sizes[0]));
+        struct ggml_context * ctx[MAX_GPUS];
+        struct ggml_tensor * t[MAX_GPUS][8];
+        ggml_backend_buffer_t buf[MAX_GPUS];
+        for (int i = 0; i < n; i++) {
+            ctx[i] = new_ctx(n_sizes + 1);
+            for (int k = 0; k < n_sizes; k++) t[i][k] = ggml_new_tensor_1d(ctx[i], GGML_TYPE_F32, sizes[k]);
+            t[i][n_sizes] = ggml_new_tensor_1d(ctx[i], GGML_TYPE_F16, 64);
+            buf[i] = ggml_backend_alloc_ctx_tensors_from_buft(ctx[i], ggml_backend_dev_buffer_type(devs[i]));
+            CHECK(buf[i] != NULL, "buffer on %s", ggml_backend_dev_name(devs[i]));
+        }
+        for (int rep = 0; rep < 2; rep++) {
+            for (int k = 0; k < n_sizes; k++) {
+                const int64_t ne = sizes[k];
+                // Round 2: the last backend's part was not computed (a zero-sized slice).
+                const int skip = rep == 1 ? n - 1 : -1;
+                float * part[MAX_GPUS];
+                struct ggml_tensor * ts[MAX_GPUS];
+                for (int i = 0; i < n; i++) {
+                    ts[i] = t[i][k];
+                    rf_fill_tensor(ts[i], 1000 + 97 * k + 13 * i + rep, -3, 3);
+                    ts[i]->flags = i == skip ? 0 : GGML_TENSOR_FLAG_COMPUTE;
+                    part[i] = malloc(ne * sizeof(float));
+                    ggml_backend_tensor_get(ts[i], part[i], 0, ne * sizeof(float));
+                }
+                CHECK(ar(comm, ts), "allreduce %s, %lld values", label, (long long) ne);
+                float * want = malloc(ne * sizeof(float)), * got = malloc(ne * sizeof(float));
+                for (int64_t j = 0; j < ne; j++) {
+                    float v = skip == 0 ? 0.0f : part[0][j];
+                    for (int i = 1; i < n; i++) v += i == skip ? 0.0f : part[i][j];
+                    want[j] = v;
+                }
+                for (int i = 0; i < n; i++) {
+                    ggml_backend_synchronize(be[i]);
+                    ggml_backend_tensor_get(ts[i], got, 0, ne * sizeof(float));
+                    CHECK(memcmp(want, got, ne * sizeof(float)) == 0, "allreduce %s, %lld values%s: result on backend %d",
+                          label, (long long) ne, skip >= 0 ? ", one part not computed" : "", i);
+                }
+                for (int i = 0; i < n; i++) free(part[i]);
+                free(want);
+                free(got);
+            }
+        }
+        // Declined, nothing written: F16, sizes that differ.
+        struct ggml_tensor * f16[MAX_GPUS], * mixed[MAX_GPUS];
+        for (int i = 0; i < n; i++) {
+            f16[i] = t[i][n_sizes];
+            mixed[i] = t[i][i == 0 ? 0 : 1];
+        }
+        CHECK(!ar(comm, f16), "allreduce of F16 declined");
+        CHECK(!ar(comm, mixed), "allreduce of different sizes declined");
+        cfree(comm);
+        for (int i = 0; i < n; i++) {
+            if (buf[i]) ggml_backend_buffer_free(buf[i]);
+            ggml_free(ctx[i]);
+        }
+    }
+    for (int i = 0; i < n; i++) if (be[i]) ggml_backend_free(be[i]);
+    printf("AllReduce over %s checked\n", label);
+}
+
+static void test_allreduce(void) {
+    ggml_backend_reg_t reg = rf_rocmforge_reg();
+    comm_init_fn init = (comm_init_fn) ggml_backend_reg_get_proc_address(reg, "ggml_backend_comm_init");
+    // A foreign backend (ggml-cpu's) is declined: the meta device then uses its own AllReduce.
+    if (init) {
+        ggml_backend_t b[2] = { ggml_backend_dev_init(g_cpu, NULL), ggml_backend_dev_init(g_gpus[0], NULL) };
+        CHECK(init(b, 2) == NULL, "comm_init with a ggml-cpu backend declined");
+        CHECK(init(b + 1, 1) == NULL, "comm_init over one backend declined");
+        for (int i = 0; i < 2; i++) if (b[i]) ggml_backend_free(b[i]);
+    }
+    ggml_backend_dev_t twice[2] = { g_gpus[0], g_gpus[0] };
+    allreduce_over(twice, 2, "two backends of RFGPU0");
+    if (g_n >= 2) {
+        int n = g_n < 8 ? g_n : 8;
+        allreduce_over(g_gpus, n, "every GPU");
+    } else {
+        printf("AllReduce between GPUs: skipped (one GPU)\n");
+    }
+}
+
 int main(int argc, char ** argv) {
     (void) argc;
     (void) argv;
@@ -461,5 +567,6 @@ int main(int argc, char ** argv) {
     test_memory();
     test_pair_copies();
     test_row_split();
+    test_allreduce();
     return rf_finish("test_multi_gpu");
 }

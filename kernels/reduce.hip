@@ -107,3 +107,67 @@ RF_KERNEL void argsort_f32(const char* a, char* d, int desc, i64 ne0, i64 k, i64
     }
     for (int i = threadIdx.x; i < k; i += blockDim.x) y[i] = idx[i];
 }
+
+// The sum of ggml's tensor-parallel AllReduce (src/gpu/backend/allreduce.rs): d = s0 + s1 + ...,
+// in that order on every GPU, so that each GPU's copy of the result is the same to the bit. The
+// sources are other GPUs' memory, read across (peer access).
+RF_KERNEL void allreduce_sum_f32(float* d, const float* s0, const float* s1, const float* s2, const float* s3,
+                                 const float* s4, const float* s5, const float* s6, const float* s7, int n_src,
+                                 i64 n) {
+    rf_grid_begin();
+    const float* s[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        float v = s0[i];
+        for (int k = 1; k < n_src; ++k) v += s[k][i];
+        d[i] = v;
+    }
+}
+
+// AllReduce of a small tensor in one launch a GPU (NVIDIA, peer access; src/gpu/backend/allreduce.rs).
+// One block: it writes this GPU's part t into each other GPU's receive slot for it (remote writes),
+// raises its flag there to seq, waits until every other GPU's flag here reached seq, then sums the
+// parts in GPU order (this GPU's own from t) into t. zero_me: this GPU's part counts as 0.
+// out[k] / out_flag[k]: GPU k's slot and flag for this GPU (unused for k == me); in[k]: the local slot
+// GPU k writes; flags: the local flags. A GPU that never comes leaves the wait after 2^26 polls and
+// writes NaN (a visible failure, not a hang).
+RF_KERNEL void allreduce_small_f32(float* t, float* o0, float* o1, float* o2, float* o3, float* o4, float* o5,
+                                   float* o6, float* o7, unsigned* f0, unsigned* f1, unsigned* f2, unsigned* f3,
+                                   unsigned* f4, unsigned* f5, unsigned* f6, unsigned* f7, const float* i0,
+                                   const float* i1, const float* i2, const float* i3, const float* i4,
+                                   const float* i5, const float* i6, const float* i7, const unsigned* flags, int n,
+                                   int me, unsigned seq, int zero_me, i64 ne) {
+    rf_grid_begin();
+    float* out[8] = {o0, o1, o2, o3, o4, o5, o6, o7};
+    unsigned* out_flag[8] = {f0, f1, f2, f3, f4, f5, f6, f7};
+    const float* in[8] = {i0, i1, i2, i3, i4, i5, i6, i7};
+    for (i64 j = threadIdx.x; j < ne; j += blockDim.x) {
+        const float v = zero_me ? 0.0f : t[j];
+        for (int k = 0; k < n; ++k)
+            if (k != me) out[k][j] = v;
+    }
+    __syncthreads();
+    __shared__ int timed_out;
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        for (int k = 0; k < n; ++k)
+            if (k != me) *(volatile unsigned*)out_flag[k] = seq;
+        timed_out = 0;
+        for (int k = 0; k < n; ++k) {
+            if (k == me) continue;
+            long polls = 0;
+            while ((int)(*(const volatile unsigned*)(flags + k) - seq) < 0 && ++polls < (1l << 26)) {
+            }
+            if (polls >= (1l << 26)) timed_out = 1;
+        }
+        __threadfence_system();
+    }
+    __syncthreads();
+    for (i64 j = threadIdx.x; j < ne; j += blockDim.x) {
+        float v = 0.0f;
+        for (int k = 0; k < n; ++k) {
+            const float x = k == me ? (zero_me ? 0.0f : t[j]) : rf_load_l2(in[k] + j);
+            v = k == 0 ? x : v + x;
+        }
+        t[j] = timed_out ? __int_as_float(0x7fc00000) : v;
+    }
+}

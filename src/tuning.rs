@@ -53,6 +53,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_CACHE_DIR", "$XDG_CACHE_HOME/rocmforge or ~/.cache/rocmforge", "a directory", "where compiled GPU kernels are cached", User),
     knob("ROCMFORGE_GPU_BLAS", "on", "0 | off", "prompt matrix products on rocmforge's kernels instead of cuBLAS / hipBLAS (closer to ggml-cpu's rounding, slower)", Measuring),
     knob("ROCMFORGE_GPU_GRAPHS", "on", "0", "no GPU graph capture and replay", Measuring),
+    knob("ROCMFORGE_GPU_GRAPH_CACHE", "128", "0 | a count", "captured GPU graphs a backend keeps besides the last one, replayed when a graph comes again (ggml's tensor-parallel -sm tensor gives each GPU one graph per layer part); 0: only the last graph is replayed", Measuring),
     knob("ROCMFORGE_GPU_PIN_HOST", "on", "0", "RFCPU's weight memory (host-pointer buffers, allocations of 64 MiB and more) is not page-locked for the first GPU (the scheduler's copies of offloaded ops' weights then go through pageable memory)", Measuring),
     knob("ROCMFORGE_HYBRID_STRATEGY", "auto", "auto | gpu | cpu | gpu-only | cpu-only", "how RFHYBRID places nodes: by the cost model, GPU first, CPU first, or one device only", User),
     knob("ROCMFORGE_HYBRID_VRAM", "the GPU's free memory less 512 MiB", "bytes, or with KiB / MiB / GiB (e.g. 8GiB)", "GPU memory RFHYBRID may use (resident weights, KV cache, activations, staging)", User),
@@ -115,6 +116,8 @@ pub struct Tuning {
     pub gpu_blas: bool,
     /// ROCMFORGE_GPU_GRAPHS not 0.
     pub gpu_graphs: bool,
+    /// ROCMFORGE_GPU_GRAPH_CACHE (default 128).
+    pub gpu_graph_cache: usize,
     /// ROCMFORGE_GPU_PIN_HOST not 0.
     pub gpu_pin_host: bool,
     /// ROCMFORGE_GEMM / ROCMFORGE_GEMV as given.
@@ -263,6 +266,7 @@ impl Tuning {
             gpu_blas: var("ROCMFORGE_GPU_BLAS")
                 .is_none_or(|v| v != "0" && !v.eq_ignore_ascii_case("off")),
             gpu_graphs: on_unless_0("ROCMFORGE_GPU_GRAPHS"),
+            gpu_graph_cache: number("ROCMFORGE_GPU_GRAPH_CACHE").unwrap_or(128),
             gpu_pin_host: on_unless_0("ROCMFORGE_GPU_PIN_HOST"),
             gemm: var("ROCMFORGE_GEMM"),
             gemv: var("ROCMFORGE_GEMV"),

@@ -190,6 +190,16 @@ unsafe extern "C" fn reg_get_proc_address(
             b"ggml_backend_split_buffer_type" | b"ggml_backend_rocmforge_split_buffer_type" => {
                 super::exports::ggml_backend_rocmforge_split_buffer_type as *mut c_void
             }
+            // ggml's meta device (-sm tensor) sums partial results through these.
+            b"ggml_backend_comm_init" => {
+                super::comm::ggml_backend_rocmforge_comm_init as *mut c_void
+            }
+            b"ggml_backend_comm_free" => {
+                super::comm::ggml_backend_rocmforge_comm_free as *mut c_void
+            }
+            b"ggml_backend_comm_allreduce_tensor" => {
+                super::comm::ggml_backend_rocmforge_comm_allreduce_tensor as *mut c_void
+            }
             b"ggml_backend_dev_get_extra_bufts" => {
                 super::vtables::dev_get_extra_bufts as *mut c_void
             }

@@ -22,6 +22,8 @@ use crate::tensor::{node_words, Tensor, NODE_WORDS, TENSOR_WORDS};
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
+pub(crate) mod allreduce;
+pub(crate) mod graph_cache;
 mod split_exec;
 
 /// Cycles the spin kernel holds the stream before a node timed alone (`compute_timed`): about
@@ -55,6 +57,10 @@ pub struct GpuBackend {
     /// from a graph with the same (see the capture in `compute_graph`).
     exec_nodes: Option<usize>,
     exec_shape: u64,
+    /// `exec` was captured from a plain graph (no row-split products): it may be kept.
+    exec_plain: bool,
+    /// Captured graphs kept besides `exec` (`graph_cache`).
+    pub(crate) cache: graph_cache::GraphCache,
     /// The last `compute` had no row-split sources (`replay_last` replays only such a graph).
     last_plain: bool,
     /// False once capture failed on this runtime: then every graph is launched directly.
@@ -266,6 +272,25 @@ fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr) -> bool {
     at == last.len()
 }
 
+/// ROCMFORGE_GPU_TIMING: host time per phase of a compute (to `t1`: checks and scratch, to
+/// `t2`: graph key and the kernels' dry run, then launching) and how the graph ran (0 replayed,
+/// 1 captured, 2 kernel by kernel).
+fn note_phases(
+    timing: &mut Option<Timing>,
+    mode: usize,
+    t0: std::time::Instant,
+    t1: std::time::Instant,
+    t2: std::time::Instant,
+) {
+    if let Some(t) = timing.as_mut() {
+        let t3 = std::time::Instant::now();
+        for (p, d) in t.phases.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2]) {
+            *p += d.as_secs_f64();
+        }
+        t.modes[mode] += 1;
+    }
+}
+
 /// What ROCMFORGE_GPU_PROFILE adds a launch's time to: op, how many nodes it fused, the
 /// tensor's name without its layer number ("ffn_up-7" -> "ffn_up"), types and shapes.
 fn profile_label(node: &Tensor, taken: usize) -> String {
@@ -316,6 +341,8 @@ impl GpuBackend {
             exec_current: false,
             exec_nodes: None,
             exec_shape: 0,
+            exec_plain: false,
+            cache: graph_cache::GraphCache::new(if graphs_ok { knobs.gpu_graph_cache } else { 0 }),
             last_plain: false,
             graphs_ok,
             profile,
@@ -528,6 +555,61 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// Launches outside a graph (a timing's spin kernel, AllReduce's sum) on this stream.
+    fn launch_ctx<'a>(&self, ctx: &'a GpuCtx) -> ops::LaunchCtx<'a> {
+        ops::LaunchCtx {
+            api: ctx.api.as_ref(),
+            ord: ctx.ord,
+            stream: self.stream,
+            kernels: &ctx.kernels,
+            warp_size: ctx.info.warp_size,
+            compute_units: ctx.info.compute_units,
+            scratch: self.scratch.0,
+            scratch_len: self.scratch.1,
+            fa_counters: self.fa_counters,
+            q8: Default::default(),
+            q8_next: Default::default(),
+            fuse: self.fuse,
+            mma: false,
+            wants: None,
+        }
+    }
+
+    /// Moves the current executable (of the last graph, a plain one) into the cache.
+    fn park_current(&mut self) -> Result<()> {
+        if !self.cache.enabled() || !self.exec_current || !self.exec_plain {
+            return Ok(());
+        }
+        let Some(e) = self.exec.take() else {
+            return Ok(());
+        };
+        self.exec_current = false;
+        let out = self
+            .cache
+            .put(self.last_key.clone(), e, self.exec_nodes, self.exec_shape);
+        self.destroy_execs(out.into_iter().collect())
+    }
+
+    /// Drops kept graphs made before the scratch moved or a buffer was freed (never to match).
+    fn drop_stale_kept(&mut self) -> Result<()> {
+        let prefix = [self.scratch.0, crate::tensor::free_epoch()];
+        let stale = self.cache.stale(&prefix);
+        self.destroy_execs(stale)
+    }
+
+    /// Destroys executables once the stream has finished running them.
+    fn destroy_execs(&mut self, execs: Vec<GraphExec>) -> Result<()> {
+        if execs.is_empty() {
+            return Ok(());
+        }
+        let (api, ord) = (&self.ctx.api, self.ctx.ord);
+        api.stream_sync(ord, self.stream).map_err(Error::Device)?;
+        for e in execs {
+            api.graph_exec_destroy(ord, e);
+        }
+        Ok(())
+    }
+
     /// Queues a graph's kernels (replayed as a captured graph where it repeats).
     fn compute_graph(&mut self, nodes: &[Tensor]) -> Result<()> {
         self.abort_capture();
@@ -552,6 +634,33 @@ impl GpuBackend {
         let ctx = self.ctx.clone();
         let kernels = &ctx.kernels;
         let t1 = std::time::Instant::now();
+        // A new graph's key is taken after the scratch grew (its address is in the key).
+        if self.graphs_ok && !repeated {
+            graph_key(&mut self.key, nodes, self.scratch.0);
+        }
+        let (api, ord) = (ctx.api.as_ref(), ctx.ord);
+        // A graph captured earlier (not just before): replayed. A graph seen before: captured.
+        let mut capture_now = false;
+        if self.graphs_ok && !repeated && self.cache.enabled() && self.profile.is_none() {
+            self.drop_stale_kept()?;
+            if let Some(k) = self.cache.take(&self.key) {
+                self.park_current()?;
+                std::mem::swap(&mut self.last_key, &mut self.key);
+                (self.exec, self.exec_current, self.exec_plain) = (Some(k.exec), true, true);
+                (self.exec_nodes, self.exec_shape) = (k.nodes, k.shape);
+                let r = api
+                    .graph_launch(ord, k.exec, self.stream)
+                    .map_err(Error::Device);
+                note_phases(&mut self.timing, 0, t0, t1, t1);
+                return r;
+            }
+            if self.cache.seen_before(&self.key) {
+                self.park_current()?;
+                std::mem::swap(&mut self.last_key, &mut self.key);
+                self.exec_current = false;
+                capture_now = true;
+            }
+        }
         let wants = std::cell::RefCell::new(Vec::new());
         let mut lc = ops::LaunchCtx {
             api: ctx.api.as_ref(),
@@ -587,23 +696,9 @@ impl GpuBackend {
                 self.prefetch_settled = None;
             }
         }
-        // A new graph's key is taken after the scratch grew (its address is in the key).
-        if self.graphs_ok && !repeated {
-            graph_key(&mut self.key, nodes, self.scratch.0);
-        }
         let t2 = std::time::Instant::now();
-        // ROCMFORGE_GPU_TIMING: host time per phase and how the graph ran (0 replayed,
-        // 1 captured, 2 kernel by kernel), noted when compute_graph returns.
+        let note = |timing: &mut Option<Timing>, mode: usize| note_phases(timing, mode, t0, t1, t2);
         let mut mode = 0;
-        let note = |timing: &mut Option<Timing>, mode: usize| {
-            if let Some(t) = timing.as_mut() {
-                let t3 = std::time::Instant::now();
-                for (p, d) in t.phases.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2]) {
-                    *p += d.as_secs_f64();
-                }
-                t.modes[mode] += 1;
-            }
-        };
         if !repeated {
             for node in nodes {
                 self.check_memory(node)?;
@@ -635,7 +730,6 @@ impl GpuBackend {
             }
             Ok(())
         };
-        let (api, ord) = (ctx.api.as_ref(), ctx.ord);
         if self.profile.is_some() {
             // A spin kernel holds the stream while the host queues every launch with a timed
             // event behind it; then the kernels run back to back, and event i-1 -> i times
@@ -686,7 +780,7 @@ impl GpuBackend {
             return Ok(());
         }
         if self.graphs_ok {
-            if repeated {
+            if repeated || capture_now {
                 if !self.exec_current {
                     mode = 1;
                     // Seen twice in a row: capture it. The old executable is re-pointed at the
@@ -694,7 +788,10 @@ impl GpuBackend {
                     // (and freed with the backend). The stream is drained first, so the old
                     // executable is not running while it is updated or destroyed.
                     let captured = (|| -> Result<(GraphExec, Option<usize>, u64)> {
-                        api.stream_sync(ord, self.stream).map_err(Error::Device)?;
+                        // Only an old executable needs the drain (none after one was kept).
+                        if self.exec.is_some() {
+                            api.stream_sync(ord, self.stream).map_err(Error::Device)?;
+                        }
                         self.capturing = true;
                         let graph = capture_graph(api, ord, self.stream, launch_all);
                         self.capturing = false;
@@ -727,7 +824,7 @@ impl GpuBackend {
                             if let Some(old) = self.exec.filter(|&old| old != e) {
                                 api.graph_exec_destroy(ord, old);
                             }
-                            (self.exec, self.exec_current) = (Some(e), true);
+                            (self.exec, self.exec_current, self.exec_plain) = (Some(e), true, true);
                             (self.exec_nodes, self.exec_shape) = (count, shape);
                         }
                         Err(e) => {
@@ -756,6 +853,7 @@ impl GpuBackend {
                     self.key.len()
                 );
             }
+            self.park_current()?;
             self.exec_current = false;
             std::mem::swap(&mut self.last_key, &mut self.key);
         }
@@ -809,6 +907,9 @@ impl Drop for GpuBackend {
             self.ctx.api.event_destroy(self.ctx.ord, e);
         }
         if let Some(e) = self.exec.take() {
+            self.ctx.api.graph_exec_destroy(self.ctx.ord, e);
+        }
+        for e in self.cache.drain() {
             self.ctx.api.graph_exec_destroy(self.ctx.ord, e);
         }
         if self.scratch.0 != 0 {
@@ -875,22 +976,7 @@ impl Backend for GpuBackend {
         // A spin kernel holds the stream while the host queues the start event, the node's
         // launches and the end event: the events then time the node's kernels alone, not the
         // host's launch between them (12-16 us for a small node, more than its kernel).
-        let lc = ops::LaunchCtx {
-            api: api.as_ref(),
-            ord,
-            stream: self.stream,
-            kernels: &ctx.kernels,
-            warp_size: ctx.info.warp_size,
-            compute_units: ctx.info.compute_units,
-            scratch: self.scratch.0,
-            scratch_len: self.scratch.1,
-            fa_counters: self.fa_counters,
-            q8: Default::default(),
-            q8_next: Default::default(),
-            fuse: self.fuse,
-            mma: false,
-            wants: None,
-        };
+        let lc = self.launch_ctx(&ctx);
         ops::launch_spin(&lc, TIMED_HOLD_CYCLES).map_err(Error::Device)?;
         api.event_record(ord, a, self.stream)
             .map_err(Error::Device)?;

@@ -204,6 +204,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "glu_f16",
     "norm_f32",
     "sum_rows_f32",
+    "allreduce_sum_f32",
+    "allreduce_small_f32",
     "sum_f32",
     "cumsum_f32",
     "argsort_f32",

@@ -363,6 +363,7 @@ mod tests {
     use crate::gpu::backend::GpuBackend;
     use crate::gpu::buffer::GpuBufferType;
     use crate::gpu::GpuCtx;
+    use crate::tensor::Tensor;
     use std::ffi::CString;
     use std::sync::Arc;
 
@@ -500,6 +501,56 @@ mod tests {
         assert_eq!(built, ["cpy.hip", "elementwise.hip"]);
         assert_eq!(ctx.kernels.misses(), 0, "a launch had to build its group");
         drop(be);
+        drop(buf);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Graphs that come back, but never right after themselves (ggml's tensor-parallel meta
+    /// device gives a GPU one graph per layer part): captured at their second run, replayed
+    /// from the third without a kernel launch, each kept once; all freed with the backend.
+    #[test]
+    fn graphs_that_come_back_are_kept_and_replayed() {
+        let dir = cache_dir("kept");
+        let api = Arc::new(MockApi::new(0));
+        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
+        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let base = buf.base();
+        let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        x.t.data = at(0);
+        let mut outs = Vec::new();
+        for k in 0..3 {
+            let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+            a.op(if k == 1 { op::MUL } else { op::ADD })
+                .src(0, &x)
+                .src(1, &x);
+            a.t.data = at(4096 * (k + 1));
+            outs.push(a);
+        }
+        let graphs: Vec<[Tensor; 1]> = outs.iter().map(|a| [a.tensor()]).collect();
+        let mut per_round = Vec::new();
+        for _ in 0..4 {
+            let from = api.log.lock().unwrap().len();
+            for g in &graphs {
+                be.repeats_last(g);
+                be.compute(g).unwrap();
+            }
+            be.synchronize().unwrap();
+            let log = api.log.lock().unwrap();
+            let n = |what: &str| log[from..].iter().filter(|w| **w == what).count();
+            per_round.push((n("launch"), n("capture_begin"), n("graph_launch")));
+        }
+        // Round 1 runs each launch by launch; round 2 captures each; then replays only.
+        assert_eq!(per_round[0], (3, 0, 0));
+        assert_eq!(per_round[1], (3, 3, 3));
+        assert_eq!(per_round[2], (0, 0, 3));
+        assert_eq!(per_round[3], (0, 0, 3));
+        assert_eq!(be.cache.len(), 2, "the current graph is not in the cache");
+        assert_eq!(api.live.execs.load(Ordering::SeqCst), 3);
+        drop(be);
+        assert_eq!(api.live.execs.load(Ordering::SeqCst), 0);
         drop(buf);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -48,7 +48,7 @@ pub(super) fn split_sources(nodes: &[Tensor]) -> Option<Vec<Option<Arc<SplitTens
 
 /// Device memory that grows on demand (freed after the device is idle: the driver's free
 /// waits, and the owner drains its stream first).
-struct Grown {
+pub(super) struct Grown {
     ctx: Arc<GpuCtx>,
     ptr: DevPtr,
     len: usize,
@@ -57,7 +57,7 @@ struct Grown {
 }
 
 impl Grown {
-    fn new(ctx: Arc<GpuCtx>) -> Grown {
+    pub(super) fn new(ctx: Arc<GpuCtx>) -> Grown {
         Grown {
             ctx,
             ptr: 0,
@@ -75,7 +75,12 @@ impl Grown {
         }
     }
 
-    fn at_least(&mut self, bytes: usize) -> Result<DevPtr> {
+    /// Bytes allocated now.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn at_least(&mut self, bytes: usize) -> Result<DevPtr> {
         if bytes > self.len {
             self.release();
             let size = bytes.next_power_of_two().max(1 << 16);
@@ -299,7 +304,7 @@ impl GpuBackend {
                         api.graph_exec_destroy(ord, old);
                     }
                     // Made from a capture over several devices: never updated in place.
-                    (self.exec_current, self.exec_nodes) = (true, None);
+                    (self.exec_current, self.exec_nodes, self.exec_plain) = (true, None, false);
                 }
                 Err(e) => {
                     crate::log_info!(

@@ -48,6 +48,7 @@ use std::ffi::c_void;
 
 pub use attention::FA_COUNTERS;
 pub use fused::Uses;
+pub use reduce::{launch_allreduce_small, launch_allreduce_sum, SmallAllreduce, ALLREDUCE_MAX};
 pub use scratch::scratch_bytes;
 
 /// Most blocks in grid dimensions y and z.

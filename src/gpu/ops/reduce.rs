@@ -1,9 +1,10 @@
 //! Reductions: SUM, SUM_ROWS, MEAN, CUMSUM, ARGSORT, TOP_K (reduce.hip).
 
 use super::args::Args;
-use super::{row_block, LaunchCtx};
+use super::{flat_blocks, row_block, LaunchCtx};
 use crate::ggml_types::{op, GgmlType};
 use crate::gpu::api::ApiResult;
+use crate::gpu::api::DevPtr;
 use crate::tensor::Tensor;
 
 pub(super) fn supports_reduce(node: &Tensor) -> bool {
@@ -97,4 +98,65 @@ pub(super) fn launch_reduce(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
             lc.run("argsort_f32", [rows, 1, 1], 256, args)
         }
     }
+}
+
+/// Most GPUs one AllReduce sums over (the kernel's source pointers).
+pub const ALLREDUCE_MAX: usize = 8;
+
+/// Queues `dst[i] = srcs[0][i] + srcs[1][i] + ...` for `n` F32 values (`srcs`: 1 to
+/// ALLREDUCE_MAX device addresses this device can read).
+pub fn launch_allreduce_sum(
+    lc: &LaunchCtx,
+    dst: DevPtr,
+    srcs: &[DevPtr],
+    n: usize,
+) -> ApiResult<()> {
+    assert!((1..=ALLREDUCE_MAX).contains(&srcs.len()));
+    let mut args = Args::default().ptr(dst as usize as *const u8);
+    for k in 0..ALLREDUCE_MAX {
+        let p = srcs.get(k).copied().unwrap_or(0);
+        args = args.ptr(p as usize as *const u8);
+    }
+    let args = args.i32(srcs.len() as i32).i64(n);
+    lc.run("allreduce_sum_f32", [flat_blocks(n, 256), 1, 1], 256, args)
+}
+
+/// Where one GPU's small AllReduce (`allreduce_small_f32`) writes and reads; index k is GPU k.
+pub struct SmallAllreduce<'a> {
+    /// GPU k's receive slot for this GPU, and GPU k's flag for this GPU (0 for this GPU).
+    pub out: &'a [DevPtr],
+    pub out_flag: &'a [DevPtr],
+    /// The local receive slot GPU k writes (0 for this GPU), and the local flags.
+    pub inp: &'a [DevPtr],
+    pub flags: DevPtr,
+    pub me: usize,
+    pub seq: u32,
+    /// This GPU's part was not computed: it counts as 0.
+    pub zero_me: bool,
+}
+
+/// Queues one GPU's part of a small AllReduce of the `n` F32 values at `t` (in place).
+pub fn launch_allreduce_small(
+    lc: &LaunchCtx,
+    t: DevPtr,
+    n: usize,
+    s: &SmallAllreduce,
+) -> ApiResult<()> {
+    let gpus = s.out.len();
+    assert!((2..=ALLREDUCE_MAX).contains(&gpus) && s.out_flag.len() == gpus && s.inp.len() == gpus);
+    let at = |v: &[DevPtr], k: usize| v.get(k).copied().unwrap_or(0) as usize as *const u8;
+    let mut args = Args::default().ptr(t as usize as *const u8);
+    for list in [s.out, s.out_flag, s.inp] {
+        for k in 0..ALLREDUCE_MAX {
+            args = args.ptr(at(list, k));
+        }
+    }
+    let args = args
+        .ptr(s.flags as usize as *const u8)
+        .i32(gpus as i32)
+        .i32(s.me as i32)
+        .i32(s.seq as i32)
+        .i32(s.zero_me as i32)
+        .i64(n);
+    lc.run("allreduce_small_f32", [1, 1, 1], 1024, args)
 }
