@@ -660,8 +660,54 @@ fn busy() -> Option<(f64, usize)> {
     (load > cpus as f64).then_some((load, cpus))
 }
 
+/// Jiffies the machine spent busy (all but idle and I/O wait; a VM's stolen time counts as
+/// busy), in all, and in this process: from /proc/stat's first line and /proc/self/stat.
+fn jiffies() -> Option<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+    parse_jiffies(stat.lines().next()?, &own)
+}
+
+fn parse_jiffies(cpu_line: &str, self_stat: &str) -> Option<(u64, u64, u64)> {
+    let v: Vec<u64> = cpu_line
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice: inside user already]
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    // After the command name (in parentheses, may hold spaces): utime, stime are fields 14, 15.
+    let rest: Vec<&str> = self_stat
+        .get(self_stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let own = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
+    Some((total - idle, total, own))
+}
+
+/// Others' share of the machine between two `jiffies` readings (busy time not this process's
+/// over all time), where above a quarter: then this process's measurements shared the CPUs.
+fn others_busy(before: (u64, u64, u64), after: (u64, u64, u64)) -> Option<f64> {
+    let total = after.1.checked_sub(before.1)?;
+    let busy = after.0.checked_sub(before.0)?;
+    let own = after.2.checked_sub(before.2)?;
+    if total == 0 {
+        return None;
+    }
+    let share = busy.saturating_sub(own) as f64 / total as f64;
+    (share > 0.25).then_some(share)
+}
+
+/// A node's fixed cost on an idle CPU is about a microsecond (1.1 µs on the H100 machine's
+/// host); hundreds of microseconds mean the workers waited for CPUs others held.
+const SUSPECT_CPU_NODE_US: f64 = 100.0;
+
 /// `cost::load_or_calibrate`: the mode from ROCMFORGE_HYBRID_CALIBRATE, the file in the kernel
-/// cache's directory, the devices measured.
+/// cache's directory, the devices measured. A profile measured while other processes used a
+/// quarter of the machine or more (the load average lags a minute behind, so this is read
+/// from the CPU counters around the measurement), or with a node's fixed cost over
+/// `SUSPECT_CPU_NODE_US`, is not cached: a cached one serves every later process.
 pub fn load_or_calibrate(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile {
     let key = cache_key(cpu, gpu);
     let path = crate::gpu::kernels::cache_dir().map(|d| cache_file(&d, &key));
@@ -671,8 +717,16 @@ pub fn load_or_calibrate(cpu: &dyn Device, gpu: Option<&dyn Device>) -> Profile 
         &key,
         gpu.is_some(),
         || {
-            let b = busy();
-            (measure(cpu, gpu), b)
+            let loaded = busy();
+            let before = jiffies();
+            let p = measure(cpu, gpu);
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let shared = before
+                .zip(jiffies())
+                .and_then(|(b, a)| others_busy(b, a))
+                .map(|share| (share * cpus as f64, cpus));
+            let slow = (p.cpu_node_us > SUSPECT_CPU_NODE_US).then_some((f64::NAN, cpus));
+            (p, loaded.or(shared).or(slow))
         },
     )
 }
@@ -717,8 +771,9 @@ pub fn load_or_measure(
     };
     if let Some((load, cpus)) = busy {
         crate::log_warn!(
-            "RFHYBRID: the machine was busy (load {load:.1} on {cpus} CPUs): the measured \
-             profile is used by this process only, not cached"
+            "RFHYBRID: the machine was busy (load {load:.1} on {cpus} CPUs; NaN: a CPU node's \
+             fixed cost of {:.0} us): the measured profile is used by this process only, not cached",
+            p.cpu_node_us
         );
         return p;
     }
@@ -735,6 +790,20 @@ mod tests {
     use super::*;
     use crate::hybrid::cost::CostModel;
     use crate::hybrid::Place;
+
+    #[test]
+    fn others_share_of_the_cpus() {
+        let own = "4242 (llama run) S 1 2 3 4 5 6 7 8 9 10 300 40 0 0 20 0 17";
+        let (busy, total, me) = parse_jiffies("cpu  100 5 50 1000 10 1 2 3 0 0", own).unwrap();
+        assert_eq!((busy, total, me), (161, 1171, 340));
+        // 1000 jiffies pass: 600 busy, 500 of them ours: others 10%.
+        let quiet = others_busy((0, 0, 0), (600, 1000, 500));
+        assert_eq!(quiet, None);
+        // 800 busy, 300 ours: others half of the machine.
+        assert_eq!(others_busy((0, 0, 0), (800, 1000, 300)), Some(0.5));
+        assert_eq!(others_busy((5, 5, 5), (5, 5, 5)), None);
+        assert!(parse_jiffies("intr 1 2", own).is_none());
+    }
 
     fn positive(x: f64) -> bool {
         x.is_finite() && x > 0.0
