@@ -107,7 +107,7 @@ pub struct HybridBackend {
 
 /// Host µs spent in each phase of `compute` and how many graphs took each path.
 #[derive(Default)]
-struct Phases {
+pub(super) struct Phases {
     plan_us: f64,
     uses_us: f64,
     segments_us: f64,
@@ -123,6 +123,13 @@ struct Phases {
     /// compute returned.
     fast_upload_us: f64,
     fast_launch_us: f64,
+    /// Inside the copies in: finding what changed (the map or the log), and what was copied.
+    fast_walk_us: f64,
+    fast_copies: u64,
+    fast_bytes: u64,
+    fast_restored: u64,
+    /// The driver's copy calls made for uploads (pieces included).
+    copy_calls: u64,
     planned: u64,
     slow: u64,
     fast: u64,
@@ -131,7 +138,7 @@ struct Phases {
 impl Phases {
     fn report(&self) -> String {
         format!(
-            "RFHYBRID host ms in compute: planning {:.1} ({} plans), uses {:.1}, segments {:.1} (GPU launches {:.1}, their shadows {:.1}) and after them {:.1} (waiting {:.1}) ({} graphs), replays {:.1} (copies in queued after {:.1}, launched after {:.1}) ({} graphs)",
+            "RFHYBRID host ms in compute: planning {:.1} ({} plans), uses {:.1}, segments {:.1} (GPU launches {:.1}, their shadows {:.1}) and after them {:.1} (waiting {:.1}) ({} graphs), replays {:.1} (copies in queued after {:.1}: {:.1} finding them, {} copies of {} bytes, {} graphs walked whole; {} copy calls; launched after {:.1}) ({} graphs)",
             self.plan_us * 1e-3,
             self.planned,
             self.uses_us * 1e-3,
@@ -143,6 +150,11 @@ impl Phases {
             self.slow,
             self.fast_us * 1e-3,
             self.fast_upload_us * 1e-3,
+            self.fast_walk_us * 1e-3,
+            self.fast_copies,
+            self.fast_bytes,
+            self.fast_restored,
+            self.copy_calls,
             self.fast_launch_us * 1e-3,
             self.fast
         )
@@ -371,9 +383,14 @@ impl HybridBackend {
     fn queue_uploads(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
         for c in copies {
             let g = &mut self.gpus[k];
+            let mut calls = 0;
             let queued = copy_in_pieces(c, &mut |c: &Copy| {
+                calls += 1;
                 g.set_async(c.dev as *mut u8, c.host as *const u8, c.len)
             })?;
+            if let Some(p) = self.phases.as_mut() {
+                p.copy_calls += calls;
+            }
             if queued {
                 self.pending[k] = true;
             } else {

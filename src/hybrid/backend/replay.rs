@@ -43,16 +43,26 @@ impl HybridBackend {
         let fast = self.fast.take().unwrap();
         let k = self.gpu_backend(0)?;
         let restored = std::mem::take(&mut self.restored);
+        let note = |phases: &mut Option<super::Phases>, copies: &[Copy]| {
+            if let Some(p) = phases.as_mut() {
+                p.fast_walk_us += t0.elapsed().as_secs_f64() * 1e6;
+                p.fast_copies += copies.len() as u64;
+                p.fast_bytes += copies.iter().map(|c| c.len as u64).sum::<u64>();
+                p.fast_restored += u64::from(restored);
+            }
+        };
         if restored {
             // Other graphs ran since this one last did: the map, not the log, says what
             // changed.
             let copies = Self::walk_for_replay(nodes, res);
+            note(&mut self.phases, &copies);
             self.upload(res, k, &copies)?;
         } else {
             let mut copies = Vec::new();
             for &(p, len) in log {
                 copies.extend(res.make_current(p, len, Place::Gpu));
             }
+            note(&mut self.phases, &copies);
             self.upload(res, k, &copies)?;
             // Outputs over bytes the host wrote are the GPU's again once the graph runs.
             for &(p, len) in log {
