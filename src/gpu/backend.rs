@@ -645,6 +645,9 @@ impl GpuBackend {
             self.drop_stale_kept()?;
             if let Some(k) = self.cache.take(&self.key) {
                 self.park_current()?;
+                // An executable left that could not be kept (a row split's) is replaced.
+                let left: Vec<GraphExec> = self.exec.take().into_iter().collect();
+                self.destroy_execs(left)?;
                 std::mem::swap(&mut self.last_key, &mut self.key);
                 (self.exec, self.exec_current, self.exec_plain) = (Some(k.exec), true, true);
                 (self.exec_nodes, self.exec_shape) = (k.nodes, k.shape);
