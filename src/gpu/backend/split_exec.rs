@@ -797,6 +797,67 @@ mod tests {
         drop(be);
     }
 
+    /// A graph replayed from the cache of kept graphs after a row-split graph's executable
+    /// (which is never kept) frees that executable: nothing is left live once the backend goes.
+    #[test]
+    fn a_kept_graph_after_a_split_one_leaves_no_executable() {
+        let (api, c0, sb) = two_gpus(true);
+        let w = TT::new(GgmlType::Q4_0, [256, 128, 1, 1]);
+        sb.init_tensor(&w.tensor()).unwrap();
+        let st = sb.tensor(&w.tensor()).unwrap();
+        let bt = GpuBufferType::new(c0.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let at = |off: usize| buf.base().wrapping_add(off) as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(c0.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [256, 1, 1, 1]);
+        x.t.data = at(0);
+        let mut y = TT::new(GgmlType::F32, [128, 1, 1, 1]);
+        y.op(op::MUL_MAT).src(0, &w).src(1, &x);
+        y.t.data = at(512 << 10);
+        let split = [y.tensor()];
+        let plain: Vec<TT> = (0..2)
+            .map(|k| {
+                let mut a = TT::new(GgmlType::F32, [256, 1, 1, 1]);
+                a.op(op::ADD).src(0, &x).src(1, &x);
+                a.t.data = at(4096 * (k + 1));
+                a
+            })
+            .collect();
+        let graphs: Vec<[Tensor; 1]> = plain.iter().map(|a| [a.tensor()]).collect();
+        let splits = [Some(st.clone())];
+        let mut compute = |nodes: &[Tensor], split: bool| {
+            be.repeats_last(nodes);
+            if split {
+                be.compute_with_splits(nodes, &splits).unwrap();
+            } else {
+                be.compute(nodes).unwrap();
+            }
+        };
+        // The split graph first: its scratch (src1 quantized) is in every key after it.
+        compute(&split, true);
+        for _ in 0..3 {
+            for g in &graphs {
+                compute(g, false);
+            }
+        }
+        for _ in 0..3 {
+            compute(&split, true);
+        }
+        let launches = count(&api, "graph_launch");
+        compute(&graphs[0], false);
+        assert_eq!(
+            count(&api, "graph_launch"),
+            launches + 1,
+            "replayed from the cache"
+        );
+        drop(be);
+        assert_eq!(
+            api.live.execs.load(Ordering::SeqCst),
+            0,
+            "an executable leaked"
+        );
+    }
+
     /// Q, K and V products of one src1 followed by a node reading Q and K, on two mocked GPUs
     /// (`peer`: the other GPU reaches this one's memory; `cols`: columns of src1). Returns the
     /// calls of one run launched directly: (waits between streams, peer copies).
