@@ -555,7 +555,8 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Launches outside a graph (a timing's spin kernel, AllReduce's sum) on this stream.
+    /// What launches on this stream need: the device's kernels and facts, the scratch, the
+    /// attention counters; nothing noted yet about the scratch's contents.
     fn launch_ctx<'a>(&self, ctx: &'a GpuCtx) -> ops::LaunchCtx<'a> {
         ops::LaunchCtx {
             api: ctx.api.as_ref(),
@@ -570,7 +571,7 @@ impl GpuBackend {
             q8: Default::default(),
             q8_next: Default::default(),
             fuse: self.fuse,
-            mma: false,
+            mma: ops::arch_has_mma(&ctx.info.arch),
             wants: None,
         }
     }
@@ -665,22 +666,7 @@ impl GpuBackend {
             }
         }
         let wants = std::cell::RefCell::new(Vec::new());
-        let mut lc = ops::LaunchCtx {
-            api: ctx.api.as_ref(),
-            ord: ctx.ord,
-            stream: self.stream,
-            kernels,
-            warp_size: ctx.info.warp_size,
-            compute_units: ctx.info.compute_units,
-            scratch: self.scratch.0,
-            scratch_len: self.scratch.1,
-            fa_counters: self.fa_counters,
-            q8: Default::default(),
-            q8_next: Default::default(),
-            fuse: self.fuse,
-            mma: ops::arch_has_mma(&ctx.info.arch),
-            wants: None,
-        };
+        let mut lc = self.launch_ctx(&ctx);
         if !repeated && self.prefetch_settled != Some(kernels.misses()) {
             // The kernel groups this graph launches, compiled together on a few threads
             // instead of one after another as the launches reach them.

@@ -357,22 +357,7 @@ impl GpuBackend {
         splits: &[Option<Arc<SplitTensor>>],
     ) -> Result<()> {
         let ctx = self.ctx.clone();
-        let lc = ops::LaunchCtx {
-            api: ctx.api.as_ref(),
-            ord: ctx.ord,
-            stream: self.stream,
-            kernels: &ctx.kernels,
-            warp_size: ctx.info.warp_size,
-            compute_units: ctx.info.compute_units,
-            scratch: self.scratch.0,
-            scratch_len: self.scratch.1,
-            fa_counters: self.fa_counters,
-            q8: Default::default(),
-            q8_next: Default::default(),
-            fuse: self.fuse,
-            mma: ops::arch_has_mma(&ctx.info.arch),
-            wants: None,
-        };
+        let lc = self.launch_ctx(&ctx);
         let uses = ops::Uses::of(nodes);
         for lane in self.lanes.iter_mut().flatten() {
             (lane.since, lane.held) = (None, None);
