@@ -201,9 +201,9 @@ impl Comm {
 
 impl Comm {
     /// The receive slots and flags on every GPU, made once (flags zeroed before any use).
-    fn small_buffers(&mut self) -> Result<(Vec<DevPtr>, Vec<DevPtr>)> {
-        if let Some(b) = &self.small {
-            return Ok(b.clone());
+    fn small_buffers(&mut self) -> Result<()> {
+        if self.small.is_some() {
+            return Ok(());
         }
         let n = self.ctxs.len();
         let (mut recv, mut flags) = (Vec::new(), Vec::new());
@@ -228,8 +228,8 @@ impl Comm {
             }
             return Err(e);
         }
-        self.small = Some((recv.clone(), flags.clone()));
-        Ok((recv, flags))
+        self.small = Some((recv, flags));
+        Ok(())
     }
 
     fn queue_small(
@@ -238,11 +238,12 @@ impl Comm {
         tensors: &[Tensor],
         ne: usize,
     ) -> Result<()> {
-        let (recv, flags) = self.small_buffers()?;
+        self.small_buffers()?;
         let n = self.ctxs.len();
         let p = self.parity;
         self.parity ^= 1;
         self.seq = self.seq.wrapping_add(1).max(1);
+        let (recv, flags) = self.small.as_ref().unwrap();
         for (me, (b, t)) in backends.iter_mut().zip(tensors).enumerate() {
             b.after_staged_writes()?;
             b.queued = true;
