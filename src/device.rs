@@ -151,6 +151,14 @@ pub trait Backend: Send {
     ) -> Result<bool> {
         Ok(false)
     }
+    /// Host-to-device copies (device address, host address, bytes) that the next `compute` or
+    /// `replay_last` makes first, on its stream, inside its captured graph where it is captured:
+    /// a replayed graph then copies its inputs in without a driver call each. The host memory
+    /// must be page-locked (a copy from pageable memory cannot be captured) and must not change
+    /// until the backend is synchronized. False: not taken (the caller copies them itself).
+    fn set_prelude(&mut self, _copies: &[(usize, usize, usize)]) -> bool {
+        false
+    }
     /// Queues the graph computed last again, as it was: the caller knows its nodes are the
     /// same structs with the same contents (RFHYBRID's replay of a kept graph), so nothing is
     /// compared. Ok(false): not possible here now (compute the nodes instead).

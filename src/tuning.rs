@@ -60,6 +60,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_TELEMETRY", "off", "summary | <file>.json", "RFHYBRID: a table of what ran where printed when the backend is freed, or every event and the statistics written as JSON", User),
     knob("ROCMFORGE_TRACE", "off", "<file>.json", "RFHYBRID: a Chrome trace-event timeline (one track per device and one for transfers; opens in Perfetto) written when the backend is freed", User),
     knob("ROCMFORGE_HYBRID_CALIBRATE", "cached", "cached | force | 0", "RFHYBRID's cost model: the cached calibration (measured at first use), measured again now, or the built-in guesses (no measuring)", Measuring),
+    knob("ROCMFORGE_HYBRID_GRAPH_COPIES", "on", "0", "RFHYBRID queues a replayed graph's input copies one by one instead of having the GPU's captured graph make them (A/B runs)", Measuring),
     knob("ROCMFORGE_HYBRID_PREFETCH", "on", "0", "RFHYBRID does not move parts of a token's CPU layers to the GPU with their weights copied in while the CPU computes (A/B runs)", Measuring),
     knob("ROCMFORGE_HYBRID_TRIAL", "on", "0 | force", "0: RFHYBRID keeps a new graph's plan without running it against the plan of its calibrated curves alone; force: every new graph's plan is run against the CPU-first (else GPU-first) plan, one run a turn (tests of a plan swapped between runs)", Measuring),
     knob("ROCMFORGE_HYBRID_USED_EXPERTS", "on", "0", "RFHYBRID streams every expert of a batch's MUL_MAT_ID to the GPU instead of only those its ids use (read back first)", Measuring),
@@ -69,6 +70,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_CPU_AMX", "off", "1", "1: prompt products of Q4_0 / Q8_0 weights run on AMX tiles where the CPU and OS allow (Sapphire Rapids and later; slower than the AVX-512 VNNI panels on the machines measured)", Measuring),
     knob("ROCMFORGE_CPU_REPACK", "on", "0 | all", "0: RFCPU offers no load-time repacked buffer type (RFCPU_REPACK): Q4_0 / Q4_K weights stay in ggml's layout (A/B; the repacked products sum in the weight panels' order, ggml-cpu's repacked one); all: Q8_0, Q6_K and IQ4_NL repacked too", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
+    knob("ROCMFORGE_FFI_TRACE", "off", "<file>", "with ROCMFORGE_FFI_TIMING=1: the last 16,384 entry calls in order (start, length, entry) written to the file at exit", Measuring),
     knob("ROCMFORGE_CPU_PREFETCH", "3072 on Intel, 0 elsewhere", "0.. (bytes)", "how far ahead of a repacked weight group's stream RFCPU's generation kernels prefetch (one core's memory reads wait on the mesh's latency on Intel server parts); 0 = none", Measuring),
     knob("ROCMFORGE_CPU_PROFILE", "off", "1", "every RFCPU node timed (wall, busiest thread, mean thread), totals per op, weight type and batch width printed when the backend is freed", Measuring),
     knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
@@ -132,6 +134,8 @@ pub struct Tuning {
     pub cpu_repack_all: bool,
     /// ROCMFORGE_FFI_TIMING=1.
     pub ffi_timing: bool,
+    /// ROCMFORGE_FFI_TRACE=<file>.
+    pub ffi_trace: Option<PathBuf>,
     /// ROCMFORGE_CPU_PREFETCH (bytes).
     pub cpu_prefetch: Option<usize>,
     /// ROCMFORGE_CPU_PROFILE=1.
@@ -203,6 +207,8 @@ pub struct Tuning {
     pub hybrid_fake_gpu: bool,
     /// ROCMFORGE_HYBRID_PREFETCH not 0.
     pub hybrid_prefetch: bool,
+    /// ROCMFORGE_HYBRID_GRAPH_COPIES not 0.
+    pub hybrid_graph_copies: bool,
     /// ROCMFORGE_HYBRID_USED_EXPERTS not 0.
     pub hybrid_used_experts: bool,
     /// ROCMFORGE_HYBRID_TRIAL as given ("0", "force"; absent: on).
@@ -274,6 +280,7 @@ impl Tuning {
             cpu_amx: on_if_1("ROCMFORGE_CPU_AMX"),
             cpu_repack_all: var("ROCMFORGE_CPU_REPACK").as_deref() == Some("all"),
             ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),
+            ffi_trace: var("ROCMFORGE_FFI_TRACE").map(PathBuf::from),
             cpu_prefetch: number("ROCMFORGE_CPU_PREFETCH"),
             cpu_profile: on_if_1("ROCMFORGE_CPU_PROFILE"),
             cpu_small_graph: number("ROCMFORGE_CPU_SMALL_GRAPH"),
@@ -336,6 +343,7 @@ impl Tuning {
             hybrid_calibrate: var("ROCMFORGE_HYBRID_CALIBRATE").unwrap_or_else(|| "cached".into()),
             hybrid_fake_gpu: on_if_1("ROCMFORGE_HYBRID_FAKE_GPU"),
             hybrid_prefetch: on_unless_0("ROCMFORGE_HYBRID_PREFETCH"),
+            hybrid_graph_copies: on_unless_0("ROCMFORGE_HYBRID_GRAPH_COPIES"),
             hybrid_used_experts: on_unless_0("ROCMFORGE_HYBRID_USED_EXPERTS"),
             hybrid_trial: var("ROCMFORGE_HYBRID_TRIAL"),
         }

@@ -6,6 +6,9 @@ use std::ffi::CStr;
 
 /// Alignment of tensor data; a multiple of every SIMD width we use.
 pub const ALIGNMENT: usize = 64;
+/// Buffers of at least this many bytes start and end on page boundaries.
+pub const LARGE: usize = 1 << 20;
+const PAGE: usize = 4096;
 
 pub struct HostBufferType;
 
@@ -36,7 +39,15 @@ unsafe impl Send for HostBuffer {}
 impl HostBuffer {
     pub fn alloc(size: usize) -> Result<HostBuffer> {
         let mut p: *mut libc::c_void = std::ptr::null_mut();
-        let rc = unsafe { libc::posix_memalign(&mut p, ALIGNMENT, size.max(1)) };
+        // Large buffers in whole pages: a GPU page-locks whole pages only, so a tensor at either
+        // end of an unaligned buffer would be copied from pageable memory (RFHYBRID's compute
+        // buffer's first input was).
+        let (align, bytes) = if size >= LARGE {
+            (PAGE, size.next_multiple_of(PAGE))
+        } else {
+            (ALIGNMENT, size.max(1))
+        };
+        let rc = unsafe { libc::posix_memalign(&mut p, align, bytes) };
         if rc != 0 || p.is_null() {
             return Err(Error::Alloc(format!("out of host memory for {size} bytes")));
         }

@@ -150,8 +150,13 @@ pub struct ThreadPool {
 /// Most threads a pool gets, whatever is asked (`set_n_threads`, ROCMFORGE_THREADS): 4 per
 /// hardware thread, at least 8, at most 512. Beyond that threads only cost memory and wake-ups.
 pub fn thread_cap() -> usize {
-    let hw = std::thread::available_parallelism().map_or(1, |n| n.get());
-    hw.saturating_mul(4).clamp(8, 512)
+    // Read once: available_parallelism reads the cgroup's files (10-20 µs), and libllama sets
+    // the thread count before every graph.
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        let hw = std::thread::available_parallelism().map_or(1, |n| n.get());
+        hw.saturating_mul(4).clamp(8, 512)
+    })
 }
 
 type Spawn<'a> = dyn FnMut(usize, Arc<Shared>) -> std::io::Result<JoinHandle<()>> + 'a;

@@ -42,8 +42,69 @@ fn entry_times() -> Option<&'static EntryTimes> {
 /// time it is not in this library.
 static LAST_EXIT: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
 
+/// ROCMFORGE_FFI_TRACE=<file>: the last `TRACE_LEN` entry calls (start and length in µs from
+/// the first, the entry) written to the file at exit, to see one host loop's calls in order.
+const TRACE_LEN: usize = 16384;
+
+struct Trace {
+    t0: std::time::Instant,
+    path: std::path::PathBuf,
+    ring: Vec<(f64, f64, &'static str)>,
+    next: usize,
+}
+
+fn trace() -> Option<&'static std::sync::Mutex<Trace>> {
+    static T: once_cell::sync::OnceCell<Option<std::sync::Mutex<Trace>>> =
+        once_cell::sync::OnceCell::new();
+    T.get_or_init(|| {
+        let path = crate::tuning::get().ffi_trace.clone()?;
+        extern "C" fn write() {
+            let _ = catch_unwind(write_trace);
+        }
+        fn write_trace() {
+            let Some(t) = trace() else { return };
+            let t = t.lock().unwrap_or_else(|e| e.into_inner());
+            let n = t.ring.len();
+            let mut out = String::from("# start_us length_us entry\n");
+            for i in 0..n {
+                let (s, d, what) = t.ring[(t.next + i) % n];
+                out += &format!("{s:.1} {d:.1} {what}\n");
+            }
+            if let Err(e) = std::fs::write(&t.path, out) {
+                eprintln!("rocmforge: ROCMFORGE_FFI_TRACE: {}: {e}", t.path.display());
+            }
+        }
+        // SAFETY: registering a function with no captured state to run at exit.
+        unsafe { libc::atexit(write) };
+        Some(std::sync::Mutex::new(Trace {
+            t0: std::time::Instant::now(),
+            path,
+            ring: Vec::with_capacity(TRACE_LEN),
+            next: 0,
+        }))
+    })
+    .as_ref()
+}
+
+fn traced(what: &'static str, t0: std::time::Instant, t1: std::time::Instant) {
+    let Some(t) = trace() else { return };
+    let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+    let e = (
+        (t0 - t.t0).as_secs_f64() * 1e6,
+        (t1 - t0).as_secs_f64() * 1e6,
+        what,
+    );
+    if t.ring.len() < TRACE_LEN {
+        t.ring.push(e);
+    } else {
+        let i = t.next;
+        t.ring[i] = e;
+        t.next = (i + 1) % TRACE_LEN;
+    }
+}
+
 /// Runs `f`; on panic logs `what` and returns `on_panic`.
-pub fn guard<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
+pub fn guard<T>(what: &'static str, on_panic: T, f: impl FnOnce() -> T) -> T {
     if let Some(times) = entry_times() {
         let t0 = std::time::Instant::now();
         let gap = LAST_EXIT
@@ -65,13 +126,14 @@ pub fn guard<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
             *e = (e.0 + 1, e.1 + g);
         }
         drop(map);
+        traced(what, t0, t1);
         *LAST_EXIT.lock().unwrap_or_else(|e| e.into_inner()) = Some(t1);
         return r;
     }
     guarded(what, on_panic, f)
 }
 
-fn guarded<T>(what: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
+fn guarded<T>(what: &'static str, on_panic: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(e) => {

@@ -43,6 +43,10 @@ pub struct GpuBackend {
     /// next key is written into.
     last_key: Vec<u64>,
     key: Vec<u64>,
+    /// `set_prelude`'s copies for the next graph, and those of the last graph (the end of
+    /// `last_key`), as key words: PRELUDE_MARK, then (device, host, bytes) per copy.
+    prelude: Vec<u64>,
+    last_prelude: Vec<u64>,
     /// Whether the graph `repeats_last` was just asked about matched `last_key`: the
     /// `compute` that follows takes the answer instead of walking the graph again.
     known_repeat: Option<bool>,
@@ -256,7 +260,7 @@ fn shape_key(nodes: &[Tensor]) -> u64 {
 
 /// Whether the graph's key equals `last`, compared node by node as it is walked (nothing
 /// kept: this runs for every token, and the key is rebuilt only when it differs).
-fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr) -> bool {
+fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr, prelude: &[u64]) -> bool {
     if last.first() != Some(&scratch) || last.get(1) != Some(&crate::tensor::free_epoch()) {
         return false;
     }
@@ -269,7 +273,32 @@ fn key_matches(last: &[u64], nodes: &[Tensor], scratch: DevPtr) -> bool {
         }
         at += len;
     }
-    at == last.len()
+    last.get(at..) == Some(prelude)
+}
+
+/// Queues a prelude's copies (key words: PRELUDE_MARK, then device, host, bytes each).
+fn queue_prelude(
+    api: &dyn super::api::GpuApi,
+    ord: usize,
+    stream: Stream,
+    prelude: &[u64],
+) -> Result<()> {
+    for c in prelude.get(1..).unwrap_or_default().chunks_exact(3) {
+        api.copy_htod_async(ord, c[0], c[1] as usize as *const u8, c[2] as usize, stream)
+            .map_err(Error::Device)?;
+    }
+    Ok(())
+}
+
+/// Marks the prelude's words at the end of a graph's key.
+const PRELUDE_MARK: u64 = 0x7072_656c_7564_6500;
+
+/// The lengths of a prelude's copies mixed into a shape key: an executable is re-pointed only
+/// at a graph whose copies have the same sizes.
+fn prelude_shape(shape: u64, prelude: &[u64]) -> u64 {
+    prelude.iter().skip(3).step_by(3).fold(shape, |h, &len| {
+        (h ^ len).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// ROCMFORGE_GPU_TIMING: host time per phase of a compute (to `t1`: checks and scratch, to
@@ -334,6 +363,8 @@ impl GpuBackend {
             scratch: (0, 0),
             fa_counters: 0,
             last_key: Vec::new(),
+            prelude: Vec::new(),
+            last_prelude: Vec::new(),
             key: Vec::new(),
             known_repeat: None,
             prefetch_settled: None,
@@ -470,7 +501,7 @@ impl GpuBackend {
 
     /// Whether `nodes` have the key of the graph computed last (where graphs are kept at all).
     fn is_last_graph(&self, nodes: &[Tensor]) -> bool {
-        self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0)
+        self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0, &self.prelude)
     }
 
     /// Makes the scratch at least `bytes` large. Work queued earlier may still use the old
@@ -611,8 +642,17 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Queues a graph's kernels (replayed as a captured graph where it repeats).
+    /// Queues a graph's kernels (replayed as a captured graph where it repeats), after the
+    /// prelude's copies.
     fn compute_graph(&mut self, nodes: &[Tensor]) -> Result<()> {
+        let prelude = std::mem::take(&mut self.prelude);
+        let r = self.compute_graph_with(nodes, &prelude);
+        // What `replay_last` compares with; a failed graph is never replayed.
+        self.last_prelude = if r.is_ok() { prelude } else { vec![u64::MAX] };
+        r
+    }
+
+    fn compute_graph_with(&mut self, nodes: &[Tensor], prelude: &[u64]) -> Result<()> {
         self.abort_capture();
         if let Some(e) = self.failed.take() {
             return Err(Error::Device(format!(
@@ -626,8 +666,8 @@ impl GpuBackend {
         // determines (scratch size, the attention counters, addresses checked) was done for it.
         // The scratch address is part of the key, and only a new graph grows the scratch.
         let repeated = match self.known_repeat.take() {
-            Some(r) => r,
-            None => self.is_last_graph(nodes),
+            Some(r) => r && prelude == self.last_prelude,
+            None => self.graphs_ok && key_matches(&self.last_key, nodes, self.scratch.0, prelude),
         };
         if !repeated {
             self.prepare(nodes)?;
@@ -638,6 +678,7 @@ impl GpuBackend {
         // A new graph's key is taken after the scratch grew (its address is in the key).
         if self.graphs_ok && !repeated {
             graph_key(&mut self.key, nodes, self.scratch.0);
+            self.key.extend_from_slice(prelude);
         }
         let (api, ord) = (ctx.api.as_ref(), ctx.ord);
         // A graph captured earlier (not just before): replayed. A graph seen before: captured.
@@ -711,7 +752,9 @@ impl GpuBackend {
             }
             crate::log_info!("{out}");
         }
+        let stream = self.stream;
         let launch_all = || -> Result<()> {
+            queue_prelude(api, ord, stream, prelude)?;
             let uses = ops::Uses::of(nodes);
             let mut i = 0;
             while i < nodes.len() {
@@ -726,6 +769,7 @@ impl GpuBackend {
             api.stream_sync(ord, self.stream).map_err(Error::Device)?;
             let mut events = std::mem::take(&mut self.profile_events);
             let result = (|| -> Result<Vec<String>> {
+                queue_prelude(api, ord, self.stream, prelude)?;
                 let spin_cycles = 40_000_000; // about 20 ms at 2 GHz: longer than queueing a graph
                 ops::launch_spin(&lc, spin_cycles).map_err(Error::Device)?;
                 let uses = ops::Uses::of(nodes);
@@ -792,7 +836,7 @@ impl GpuBackend {
                         // accepted some updates that then computed wrong results (H100, the
                         // stress test: about 5 in 100,000 captured graphs).
                         let count = api.graph_node_count(ord, graph);
-                        let shape = shape_key(nodes);
+                        let shape = prelude_shape(shape_key(nodes), prelude);
                         let exec = match self.exec {
                             Some(e)
                                 if count.is_some()
@@ -919,13 +963,34 @@ impl Backend for GpuBackend {
         &self.name
     }
 
+    fn set_prelude(&mut self, copies: &[(usize, usize, usize)]) -> bool {
+        if copies
+            .iter()
+            .any(|&(d, _, n)| !self.ctx.owns_device(d as DevPtr, n))
+        {
+            return false;
+        }
+        self.prelude.clear();
+        if !copies.is_empty() {
+            self.prelude.push(PRELUDE_MARK);
+            for &(d, h, n) in copies {
+                self.prelude.extend([d as u64, h as u64, n as u64]);
+            }
+        }
+        true
+    }
+
     fn replay_last(&mut self) -> Result<bool> {
         // Only the captured executable of the last plain graph, untimed and unprofiled.
         let exec = match self.exec {
             Some(e) if self.exec_current && self.graphs_ok && self.last_plain => e,
             _ => return Ok(false),
         };
-        if self.timing.is_some() || self.profile.is_some() || self.failed.is_some() {
+        if self.timing.is_some()
+            || self.profile.is_some()
+            || self.failed.is_some()
+            || self.prelude != self.last_prelude
+        {
             return Ok(false);
         }
         self.abort_capture();
@@ -935,6 +1000,8 @@ impl Backend for GpuBackend {
         ctx.api
             .graph_launch(ctx.ord, exec, self.stream)
             .map_err(Error::Device)?;
+        // The executable makes the prelude's copies.
+        self.prelude.clear();
         Ok(true)
     }
 
@@ -981,6 +1048,12 @@ impl Backend for GpuBackend {
         let splits = split_exec::split_sources(nodes);
         self.last_plain = splits.is_none();
         if let Some(splits) = splits {
+            // A split graph's copies in are made as they are, never captured with it.
+            let prelude = std::mem::take(&mut self.prelude);
+            self.last_prelude = vec![u64::MAX];
+            self.after_staged_writes()?;
+            self.queued = true;
+            queue_prelude(self.ctx.api.as_ref(), self.ctx.ord, self.stream, &prelude)?;
             return self.compute_with_splits(nodes, &splits);
         }
         let Some(t) = self.timing.as_mut() else {
@@ -1126,45 +1199,48 @@ mod tests {
         let nodes = [a.tensor(), s.tensor()];
         let mut key = Vec::new();
         graph_key(&mut key, &nodes, 4096);
-        assert!(key_matches(&key, &nodes, 4096));
-        assert!(!key_matches(&key, &nodes, 8192), "scratch address");
+        assert!(key_matches(&key, &nodes, 4096, &[]));
+        assert!(!key_matches(&key, &nodes, 8192, &[]), "scratch address");
         crate::tensor::bump_free_epoch();
-        assert!(!key_matches(&key, &nodes, 4096), "a buffer freed since");
+        assert!(
+            !key_matches(&key, &nodes, 4096, &[]),
+            "a buffer freed since"
+        );
         graph_key(&mut key, &nodes, 4096);
         assert!(
-            !key_matches(&key[..key.len() - 1], &nodes, 4096),
+            !key_matches(&key[..key.len() - 1], &nodes, 4096, &[]),
             "a shorter key"
         );
-        assert!(!key_matches(&key, &nodes[..1], 4096), "fewer nodes");
+        assert!(!key_matches(&key, &nodes[..1], 4096, &[]), "fewer nodes");
         let mut s2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         s2.op(op::SCALE).pf(0, 3.0).src(0, &a);
         assert!(
-            !key_matches(&key, &[a.tensor(), s2.tensor()], 4096),
+            !key_matches(&key, &[a.tensor(), s2.tensor()], 4096, &[]),
             "an op parameter"
         );
         let mut a2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         a2.op(op::ADD).src(0, &x).src(1, &x);
         assert!(
-            !key_matches(&key, &[a2.tensor(), s.tensor()], 4096),
+            !key_matches(&key, &[a2.tensor(), s.tensor()], 4096, &[]),
             "a source"
         );
         let mut key2 = Vec::new();
         graph_key(&mut key2, &[a2.tensor(), s.tensor()], 4096);
-        assert!(key_matches(&key2, &[a2.tensor(), s.tensor()], 4096));
+        assert!(key_matches(&key2, &[a2.tensor(), s.tensor()], 4096, &[]));
         // The last of the 16 op parameters, and a third source after an absent second one.
         let mut s3 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         s3.op(op::SCALE).pf(0, 2.0).pi(15, 1).src(0, &a);
         assert!(
-            !key_matches(&key, &[a.tensor(), s3.tensor()], 4096),
+            !key_matches(&key, &[a.tensor(), s3.tensor()], 4096, &[]),
             "parameter 15"
         );
         let mut a3 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         a3.op(op::ADD).src(0, &x).src(2, &y);
         let mut key3 = Vec::new();
         graph_key(&mut key3, &[a3.tensor(), s.tensor()], 4096);
-        assert!(key_matches(&key3, &[a3.tensor(), s.tensor()], 4096));
+        assert!(key_matches(&key3, &[a3.tensor(), s.tensor()], 4096, &[]));
         assert!(
-            !key_matches(&key3, &nodes, 4096),
+            !key_matches(&key3, &nodes, 4096, &[]),
             "a source in another slot"
         );
     }
@@ -1205,15 +1281,18 @@ mod tests {
         graph_key(&mut key, &[n.tensor()], 0);
         let mut x2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         x2.t.data = x.t.data;
-        assert!(key_matches(&key, &[n.tensor()], 0));
+        assert!(key_matches(&key, &[n.tensor()], 0, &[]));
         x2.t.type_ = GgmlType::I32 as i32;
         let mut n2 = TT::new(GgmlType::F32, [8, 2, 1, 1]);
         n2.t.data = n.t.data;
         n2.op(op::SCALE).pf(0, 1.0).src(0, &x2);
-        assert!(!key_matches(&key, &[n2.tensor()], 0), "source type");
+        assert!(!key_matches(&key, &[n2.tensor()], 0, &[]), "source type");
         x2.t.type_ = GgmlType::F32 as i32;
-        assert!(key_matches(&key, &[n2.tensor()], 0), "same words again");
+        assert!(
+            key_matches(&key, &[n2.tensor()], 0, &[]),
+            "same words again"
+        );
         x2.t.nb[1] = 64;
-        assert!(!key_matches(&key, &[n2.tensor()], 0), "source stride");
+        assert!(!key_matches(&key, &[n2.tensor()], 0, &[]), "source stride");
     }
 }

@@ -555,6 +555,72 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// RFHYBRID's replays: the copies in set as a prelude are made by the captured graph, so
+    /// a replay makes no copy call; other copies make the graph a new one.
+    #[test]
+    fn a_prelude_is_captured_with_its_graph() {
+        let dir = cache_dir("prelude");
+        let api = Arc::new(MockApi::new(0));
+        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
+        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let base = buf.base();
+        let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
+        let mut be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        x.t.data = at(0);
+        let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        a.op(op::ADD).src(0, &x).src(1, &x);
+        a.t.data = at(4096);
+        let g = [a.tensor()];
+        let host = vec![0u8; 2048];
+        let p = [
+            (at(0) as usize, host.as_ptr() as usize, 1024),
+            (at(1024) as usize, host.as_ptr() as usize + 1024, 1024),
+        ];
+        let other = [(at(0) as usize, host.as_ptr() as usize, 512)];
+        let mut run = |prelude: &[(usize, usize, usize)]| {
+            let from = api.log.lock().unwrap().len();
+            assert!(be.set_prelude(prelude));
+            let replayed = be.replay_last().unwrap();
+            if !replayed {
+                be.compute(&g).unwrap();
+            }
+            be.synchronize().unwrap();
+            let log = api.log.lock().unwrap();
+            let n = |what: &str| log[from..].iter().filter(|w| **w == what).count();
+            (
+                replayed,
+                n("copy_htod_async"),
+                n("capture_begin"),
+                n("graph_launch"),
+            )
+        };
+        assert_eq!(
+            run(&p),
+            (false, 2, 0, 0),
+            "a new graph: copies, then launch by launch"
+        );
+        assert_eq!(
+            run(&p),
+            (false, 2, 1, 1),
+            "seen twice: captured with its copies"
+        );
+        assert_eq!(
+            run(&p),
+            (true, 0, 0, 1),
+            "replayed: the graph makes the copies"
+        );
+        assert_eq!(run(&p), (true, 0, 0, 1));
+        assert_eq!(run(&other), (false, 1, 0, 0), "other copies: another graph");
+        assert_eq!(run(&[]), (false, 0, 0, 0), "no copies: another graph again");
+        // Device memory that is not the backend's is refused.
+        assert!(!be.set_prelude(&[(0x10, host.as_ptr() as usize, 16)]));
+        drop(be);
+        drop(buf);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn clean_run_works_and_leaks_nothing() {
         let api = Arc::new(MockApi::new(0));

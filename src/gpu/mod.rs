@@ -259,6 +259,9 @@ impl GpuCtx {
 /// page-locks the part of a mapped model file it holds, and a GPU tensor tied to it (the output
 /// head of a model with tied embeddings) is copied from the same pages, its first and last
 /// partial pages not locked.
+/// Copies the driver refused (counted for ROCMFORGE_FFI_TIMING's phases).
+pub static REFUSED_COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 pub(crate) fn in_page_pieces(
     base: usize,
     at: usize,
@@ -266,7 +269,11 @@ pub(crate) fn in_page_pieces(
     f: &mut dyn FnMut(usize, usize) -> api::ApiResult<()>,
 ) -> api::ApiResult<()> {
     const PAGE: usize = 4096;
-    match f(at, len) {
+    let r = f(at, len);
+    if r.is_err() {
+        REFUSED_COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    match r {
         Ok(()) => Ok(()),
         // Only the driver's "invalid value" (CUDA_ERROR_INVALID_VALUE, hipErrorInvalidValue:
         // code 1, the APIs' messages end in "(1)") is what a partly locked range gives; any

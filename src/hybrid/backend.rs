@@ -85,6 +85,8 @@ pub struct HybridBackend {
     /// they took so far.
     time_copies: bool,
     copy_us: f64,
+    /// ROCMFORGE_HYBRID_GRAPH_COPIES: a replay's copies in made by the captured graph.
+    in_graph_copies: bool,
     shadows: Shadows,
     shadow_of: HashMap<usize, usize>,
     n_threads: usize,
@@ -119,6 +121,8 @@ pub(super) struct Phases {
     wait_us: f64,
     finish_us: f64,
     fast_us: f64,
+    /// Before a replay: comparing the graph, the placement check, the log.
+    pre_fast_us: f64,
     /// Inside the replays: until the copies in were queued, and until the GPU backend's
     /// compute returned.
     fast_upload_us: f64,
@@ -128,8 +132,13 @@ pub(super) struct Phases {
     fast_copies: u64,
     fast_bytes: u64,
     fast_restored: u64,
-    /// The driver's copy calls made for uploads (pieces included).
+    /// The driver's copy calls made for uploads (pieces included), and those it refused.
     copy_calls: u64,
+    refused: u64,
+    /// The last `repeats_last`'s µs, and per replay: that, then µs from the replay's start to
+    /// its copies in queued, to its launch, to its end (medians reported).
+    same_us_last: f64,
+    replays: Vec<[f32; 4]>,
     planned: u64,
     slow: u64,
     fast: u64,
@@ -137,8 +146,20 @@ pub(super) struct Phases {
 
 impl Phases {
     fn report(&self) -> String {
+        let med = |i: usize| {
+            let mut v: Vec<f32> = self.replays.iter().map(|r| r[i]).collect();
+            v.sort_by(f32::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(f32::NAN)
+        };
+        let medians = format!(
+            "; per replay, medians: graph compared {:.1} us, then from the replay's start: copies in queued {:.1} us, launched {:.1} us, done {:.1} us",
+            med(0),
+            med(1),
+            med(2),
+            med(3)
+        );
         format!(
-            "RFHYBRID host ms in compute: planning {:.1} ({} plans), uses {:.1}, segments {:.1} (GPU launches {:.1}, their shadows {:.1}) and after them {:.1} (waiting {:.1}) ({} graphs), replays {:.1} (copies in queued after {:.1}: {:.1} finding them, {} copies of {} bytes, {} graphs walked whole; {} copy calls; launched after {:.1}) ({} graphs)",
+            "RFHYBRID host ms in compute: planning {:.1} ({} plans), uses {:.1}, segments {:.1} (GPU launches {:.1}, their shadows {:.1}) and after them {:.1} (waiting {:.1}) ({} graphs), replays {:.1} after {:.1} before them (copies in queued after {:.1}: {:.1} finding them, {} copies of {} bytes, {} graphs walked whole; {} copy calls, {} refused; launched after {:.1}) ({} graphs)",
             self.plan_us * 1e-3,
             self.planned,
             self.uses_us * 1e-3,
@@ -149,15 +170,17 @@ impl Phases {
             self.wait_us * 1e-3,
             self.slow,
             self.fast_us * 1e-3,
+            self.pre_fast_us * 1e-3,
             self.fast_upload_us * 1e-3,
             self.fast_walk_us * 1e-3,
             self.fast_copies,
             self.fast_bytes,
             self.fast_restored,
             self.copy_calls,
+            self.refused,
             self.fast_launch_us * 1e-3,
             self.fast
-        )
+        ) + &medians
     }
 }
 
@@ -195,6 +218,39 @@ struct Fast {
     ptrs: Vec<usize>,
     outs: Vec<(usize, usize)>,
     sinks: Vec<(usize, usize)>,
+    /// The host log of the last replay, and the parts of the graph's outputs over it (merged,
+    /// in order): the same every token, so computed once (the compute buffer's temporaries
+    /// reuse the inputs' bytes, hundreds of overlaps for an 8B-class token).
+    marks_for: Vec<(usize, usize)>,
+    marks: Vec<(usize, usize)>,
+}
+
+impl Fast {
+    /// The parts of the outputs inside the ranges of `log`, merged.
+    fn marks(&mut self, log: &[(usize, usize)]) -> &[(usize, usize)] {
+        if self.marks_for != log {
+            let mut m: Vec<(usize, usize)> = Vec::new();
+            for &(p, len) in log {
+                for &(o, ol) in &self.outs {
+                    let (x, y) = (o.max(p), (o + ol).min(p + len));
+                    if x < y {
+                        m.push((x, y));
+                    }
+                }
+            }
+            m.sort_unstable();
+            let mut merged: Vec<(usize, usize)> = Vec::with_capacity(m.len());
+            for (x, y) in m {
+                match merged.last_mut() {
+                    Some(last) if x <= last.1 => last.1 = last.1.max(y),
+                    _ => merged.push((x, y)),
+                }
+            }
+            self.marks = merged;
+            self.marks_for = log.to_vec();
+        }
+        &self.marks
+    }
 }
 
 /// A graph computed before the last one: what `same_graph` keeps of it for when it comes back.
@@ -264,6 +320,38 @@ fn graph_words(nodes: &[Tensor], epoch: u64, out: &mut Vec<u64>) {
     }
 }
 
+/// Whether `graph_words` of `nodes` would equal `last`, compared as they are walked (nothing
+/// built: every token's graph is compared, ~45 µs for an 8B-class token when built first).
+fn words_match(last: &[u64], nodes: &[Tensor], epoch: u64) -> bool {
+    if last.first() != Some(&epoch) || last.get(1) != Some(&crate::tensor::free_epoch()) {
+        return false;
+    }
+    let mut at = 2;
+    let mut w = [0u64; NODE_WORDS];
+    for n in nodes {
+        let r = n.raw();
+        let head = [n.as_ptr() as u64, r.view_src as u64];
+        let Some(got) = last.get(at..at + 2 + r.src.len()) else {
+            return false;
+        };
+        if got[..2] != head
+            || got[2..]
+                .iter()
+                .zip(r.src.iter())
+                .any(|(&a, &s)| a != s as u64)
+        {
+            return false;
+        }
+        at += 2 + r.src.len();
+        let len = node_words(n, &mut w);
+        if last.get(at..at + len) != Some(&w[..len]) {
+            return false;
+        }
+        at += len;
+    }
+    at == last.len()
+}
+
 /// The residency map for the planner, the arena's half size, and the half size prefetches may
 /// use (0: none).
 struct ResView<'a>(&'a Residency, usize, usize);
@@ -313,6 +401,7 @@ impl HybridBackend {
             events: None,
             log,
             time_copies: false,
+            in_graph_copies: crate::tuning::get().hybrid_graph_copies,
             copy_us: 0.0,
             shadows: Shadows(Vec::new()),
             shadow_of: HashMap::new(),
@@ -381,15 +470,33 @@ impl HybridBackend {
     /// Queues host-to-device copies on GPU stream `k` (made at once where it has no
     /// asynchronous copy).
     fn queue_uploads(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
+        let detail = self.phases.is_some() && self.graphs == 40;
         for c in copies {
             let g = &mut self.gpus[k];
             let mut calls = 0;
+            let t = Instant::now();
+            let refused0 = crate::gpu::REFUSED_COPIES.load(std::sync::atomic::Ordering::Relaxed);
             let queued = copy_in_pieces(c, &mut |c: &Copy| {
                 calls += 1;
                 g.set_async(c.dev as *mut u8, c.host as *const u8, c.len)
             })?;
             if let Some(p) = self.phases.as_mut() {
                 p.copy_calls += calls;
+                let refused = crate::gpu::REFUSED_COPIES.load(std::sync::atomic::Ordering::Relaxed)
+                    - refused0;
+                p.refused += refused;
+                if detail {
+                    let b = res.buffer_of(c.host, c.len);
+                    eprintln!(
+                        "RFHYBRID upload (graph {}): host {:#x} len {} pinned {} buffer {:?} calls {calls} refused {refused} queued {queued} {:.1} us",
+                        self.graphs,
+                        c.host,
+                        c.len,
+                        c.pinned,
+                        b.map(|(base, h)| (format!("{base:#x}"), h.len, h.pin, h.pinned)),
+                        t.elapsed().as_secs_f64() * 1e6
+                    );
+                }
             }
             if queued {
                 self.pending[k] = true;
@@ -404,12 +511,14 @@ impl HybridBackend {
 
     /// One transfer event for a batch of copies in one direction.
     fn record_copies(&self, copies: &[Copy], us: f64) {
-        self.record_transfer(copies, us, false);
+        self.record_transfer(copies, us, "to-GPU");
     }
 
-    /// One transfer event; `prefetch`: weights copied while a CPU segment ran (`us`: until
-    /// they were done, at most the segment's time when the copy was hidden).
-    fn record_transfer(&self, copies: &[Copy], us: f64, prefetch: bool) {
+    /// One transfer event; `to_gpu`: what copies to the GPU are ("to-GPU"; "to-GPU-prefetch":
+    /// weights copied while a CPU segment ran, `us` until they were done, at most the
+    /// segment's time when the copy was hidden; "to-GPU-in-graph": a replayed graph's inputs
+    /// copied by the graph itself, their time inside the graph's, `us` 0).
+    fn record_transfer(&self, copies: &[Copy], us: f64, to_gpu: &'static str) {
         let Some(first) = copies.first() else { return };
         let bytes: usize = copies.iter().map(|c| c.len).sum();
         let predicted: f64 = copies
@@ -421,10 +530,9 @@ impl HybridBackend {
         t.record(ExecutionEvent {
             graph: self.graphs,
             node: format!("{} copies", copies.len()),
-            op: match (first.to, prefetch) {
-                (Place::Gpu, true) => "to-GPU-prefetch",
-                (Place::Gpu, false) => "to-GPU",
-                (Place::Cpu, _) => "to-CPU",
+            op: match first.to {
+                Place::Gpu => to_gpu,
+                Place::Cpu => "to-CPU",
             },
             kind: EventKind::Transfer { to: first.to },
             place: first.to,
@@ -989,7 +1097,11 @@ impl HybridBackend {
         if self.telemetry && !prefetched.is_empty() {
             // Until the copies are done: at most the CPU segment's time when they were hidden.
             self.gpus[COPIER].synchronize()?;
-            self.record_transfer(&prefetched, t0.elapsed().as_secs_f64() * 1e6, true);
+            self.record_transfer(
+                &prefetched,
+                t0.elapsed().as_secs_f64() * 1e6,
+                "to-GPU-prefetch",
+            );
         }
         r
     }
@@ -1097,6 +1209,9 @@ impl HybridBackend {
             return same;
         }
         let epoch = self.shared.config().epoch;
+        if self.last_plan.len() == nodes.len() && words_match(&self.last_words, nodes, epoch) {
+            return true;
+        }
         graph_words(nodes, epoch, &mut self.words);
         let same = self.words == self.last_words && self.last_plan.len() == nodes.len();
         if same {
@@ -1163,6 +1278,7 @@ impl HybridBackend {
             let t = Instant::now();
             let r = self.compute_fast(nodes, &mut res, &log);
             if let Some(p) = self.phases.as_mut() {
+                p.pre_fast_us += (t - t_run).as_secs_f64() * 1e6;
                 p.fast_us += t.elapsed().as_secs_f64() * 1e6;
                 p.fast += 1;
             }
@@ -1253,6 +1369,8 @@ impl HybridBackend {
                     .collect(),
                 outs: nodes.iter().filter_map(range).collect(),
                 sinks,
+                marks_for: Vec::new(),
+                marks: Vec::new(),
             });
         }
         self.last_uses = Some(uses);
@@ -1373,8 +1491,12 @@ impl Backend for HybridBackend {
         if self.shared.gpu.is_none() {
             return self.cpu.repeats_last(nodes);
         }
+        let t = Instant::now();
         let same = self.same_graph(nodes);
         self.known_same = Some(same);
+        if let Some(p) = self.phases.as_mut() {
+            p.same_us_last = t.elapsed().as_secs_f64() * 1e6;
+        }
         same
     }
 
@@ -1399,7 +1521,10 @@ impl Backend for HybridBackend {
         }
         let r = self.compute_hybrid(nodes);
         if r.is_err() {
-            // Leave nothing queued behind a failed graph.
+            // Leave nothing queued behind a failed graph, and no copies in for the next one.
+            for g in &mut self.gpus {
+                g.set_prelude(&[]);
+            }
             let _ = self.sync_gpus();
         }
         r
@@ -1415,5 +1540,61 @@ impl Backend for HybridBackend {
         for g in &mut self.gpus {
             g.set_n_threads(n);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fast;
+
+    #[test]
+    fn a_replay_marks_the_outputs_over_the_host_log_once() {
+        let mut f = Fast {
+            ptrs: Vec::new(),
+            outs: vec![(100, 50), (140, 20), (300, 10), (500, 100)],
+            sinks: Vec::new(),
+            marks_for: Vec::new(),
+            marks: Vec::new(),
+        };
+        let log = [(120, 200), (550, 10)];
+        // [120, 150) and [140, 160) merge; [300, 310) apart; [550, 560) inside the last out.
+        assert_eq!(f.marks(&log), &[(120, 160), (300, 310), (550, 560)]);
+        f.outs.clear();
+        assert_eq!(f.marks(&log).len(), 3, "the same log: kept");
+        assert!(
+            f.marks(&[(0, 10)]).is_empty(),
+            "another log: computed again"
+        );
+    }
+
+    /// The walk that compares a graph with the last one agrees with building its words.
+    #[test]
+    fn words_match_agrees_with_graph_words() {
+        use crate::cpu::ops::testutil::TT;
+        use crate::ggml_types::{op, GgmlType};
+        let x = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        let mut a = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        a.op(op::ADD).src(0, &x).src(1, &x);
+        let mut b = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        b.op(op::MUL).src(0, &a).src(1, &x);
+        let nodes = [a.tensor(), b.tensor()];
+        let mut words = Vec::new();
+        super::graph_words(&nodes, 7, &mut words);
+        assert!(super::words_match(&words, &nodes, 7));
+        assert!(
+            !super::words_match(&words, &nodes, 8),
+            "configuration epoch"
+        );
+        assert!(!super::words_match(&words, &nodes[..1], 7), "fewer nodes");
+        assert!(
+            !super::words_match(&words[..words.len() - 1], &nodes, 7),
+            "shorter"
+        );
+        let mut c = TT::new(GgmlType::F32, [8, 2, 1, 1]);
+        c.op(op::MUL).src(0, &x).src(1, &x);
+        assert!(
+            !super::words_match(&words, &[a.tensor(), c.tensor()], 7),
+            "another source"
+        );
     }
 }

@@ -215,7 +215,11 @@ impl Device for HybridDevice {
     }
     fn buffer_from_host_ptr(&self, ptr: *mut u8, size: usize) -> Option<Box<dyn Buffer>> {
         let inner = self.shared.cpu.buffer_from_host_ptr(ptr, size)?;
-        Some(Box::new(HybridBuffer::wrap(self.shared.clone(), inner)))
+        Some(Box::new(HybridBuffer::wrap(
+            self.shared.clone(),
+            inner,
+            false,
+        )))
     }
     fn device_id(&self) -> Option<&CStr> {
         self.shared.gpu.and_then(|g| g.device_id())
@@ -232,7 +236,12 @@ impl BufferType for HybridBufferType {
     }
     fn alloc(&self, size: usize) -> Result<Box<dyn Buffer>> {
         let inner = self.shared.cpu.buffer_type().alloc(size)?;
-        Ok(Box::new(HybridBuffer::wrap(self.shared.clone(), inner)))
+        // RFCPU allocates large buffers in whole pages (cpu::buffer): all of it is pinned.
+        Ok(Box::new(HybridBuffer::wrap(
+            self.shared.clone(),
+            inner,
+            true,
+        )))
     }
     fn alignment(&self) -> usize {
         self.shared.cpu.buffer_type().alignment()
@@ -254,13 +263,23 @@ pub struct HybridBuffer {
 }
 
 impl HybridBuffer {
-    fn wrap(shared: Arc<Shared>, inner: Box<dyn Buffer>) -> HybridBuffer {
+    /// `owned_pages`: the buffer's last page is its own (an allocation rounded up to whole
+    /// pages), so it may be pinned whole.
+    fn wrap(shared: Arc<Shared>, inner: Box<dyn Buffer>, owned_pages: bool) -> HybridBuffer {
         // Whole pages inside the buffer only: a neighbouring buffer (RFCPU's part of the same
         // mapped file) may have pinned the pages at its ends, and the driver refuses a range
         // that overlaps a registered one.
         let page = 4096usize;
         let lo = (inner.base() as usize).next_multiple_of(page);
-        let hi = (inner.base() as usize + inner.size()) & !(page - 1);
+        let end = inner.base() as usize + inner.size();
+        let hi = if owned_pages
+            && lo == inner.base() as usize
+            && inner.size() >= crate::cpu::buffer::LARGE
+        {
+            end.next_multiple_of(page)
+        } else {
+            end & !(page - 1)
+        };
         let pin = match shared.gpu {
             Some(g) if hi > lo && hi - lo >= PIN_MIN => g.pin_host(lo as *mut u8, hi - lo),
             _ => None,
