@@ -89,8 +89,73 @@ enum Report {
     Json(PathBuf),
 }
 
+/// One node of a `SegmentTemplate`.
+pub struct TemplateNode {
+    pub name: String,
+    pub op: &'static str,
+    pub place: Place,
+    pub reason: String,
+    pub predicted_us: f64,
+}
+
+/// A segment timed as a whole, as it comes back every token: its nodes are recorded once, and
+/// each run adds one entry (expanded into the nodes' events, each the share of the time its
+/// prediction has, only when the JSON or the trace is written). Recording a token of an
+/// 8B-class model is then a handful of additions instead of ~700 events.
+pub struct SegmentTemplate {
+    nodes: Vec<TemplateNode>,
+    predicted_us: f64,
+    /// Per (op, device): nodes and their predicted µs.
+    by_op: Vec<((&'static str, Place), u64, f64)>,
+}
+
+impl SegmentTemplate {
+    pub fn new(nodes: Vec<TemplateNode>) -> SegmentTemplate {
+        let mut by_op: Vec<((&'static str, Place), u64, f64)> = Vec::new();
+        for n in &nodes {
+            let p = fin(n.predicted_us);
+            match by_op.iter_mut().find(|e| e.0 == (n.op, n.place)) {
+                Some(e) => (e.1, e.2) = (e.1 + 1, e.2 + p),
+                None => by_op.push(((n.op, n.place), 1, p)),
+            }
+        }
+        SegmentTemplate {
+            predicted_us: nodes.iter().map(|n| fin(n.predicted_us)).sum(),
+            nodes,
+            by_op,
+        }
+    }
+
+    /// Nodes in the segment.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// A node's share of a run that took `us` (as `record_segment` gives it).
+    fn share(&self, us: f64, predicted_us: f64, count: u64) -> f64 {
+        if self.predicted_us > 0.0 {
+            us * predicted_us / self.predicted_us
+        } else {
+            us * count as f64 / self.nodes.len().max(1) as f64
+        }
+    }
+}
+
+/// What is kept for the JSON and the trace.
+enum Entry {
+    One(ExecutionEvent),
+    /// A run of a template: graph, start and length (µs).
+    Repeat(u64, std::sync::Arc<SegmentTemplate>, f64, f64),
+}
+
 pub struct Telemetry {
-    pub events: Vec<ExecutionEvent>,
+    entries: Vec<Entry>,
+    /// Events the entries expand to.
+    kept: usize,
     epoch: std::time::Instant,
     enabled: bool,
     report: Report,
@@ -173,7 +238,8 @@ impl Telemetry {
             (None, false) => Report::Off,
         };
         Telemetry {
-            events: Vec::new(),
+            entries: Vec::new(),
+            kept: 0,
             epoch: std::time::Instant::now(),
             enabled: report != Report::Off || trace.is_some(),
             report,
@@ -255,11 +321,89 @@ impl Telemetry {
                 s.transfer_us += measured;
             }
         }
-        if self.events.len() < self.cap {
-            self.events.push(ev);
+        if self.kept < self.cap {
+            self.kept += 1;
+            self.entries.push(Entry::One(ev));
         } else {
             self.dropped += 1;
         }
+    }
+
+    /// A run of `template` (graph `graph`, `us` from `start_us`): as `record` of each of its
+    /// nodes with its share of the time, not timed alone.
+    pub fn record_repeat(
+        &mut self,
+        graph: u64,
+        template: &std::sync::Arc<SegmentTemplate>,
+        start_us: f64,
+        us: f64,
+    ) {
+        self.finished = false;
+        if self.last_graph != Some(graph) {
+            self.graphs += 1;
+            self.last_graph = Some(graph);
+        }
+        let us = fin(us);
+        for &((op, place), count, predicted) in &template.by_op {
+            let measured = template.share(us, predicted, count);
+            let s = &mut self.stats[slot(place)];
+            s.nodes += count;
+            s.compute_us += measured;
+            s.predicted_us += predicted;
+            let a = self.ops.entry((op, place)).or_default();
+            a.count += count;
+            a.measured_us += measured;
+            a.predicted_us += predicted;
+        }
+        let n = template.nodes.len();
+        if self.kept + n <= self.cap {
+            self.kept += n;
+            self.entries
+                .push(Entry::Repeat(graph, template.clone(), start_us, us));
+        } else {
+            self.dropped += n as u64;
+        }
+    }
+
+    /// Every event kept, in order (the runs of templates expanded).
+    pub fn for_each_event(&self, mut f: impl FnMut(&ExecutionEvent)) {
+        for e in &self.entries {
+            match e {
+                Entry::One(ev) => f(ev),
+                Entry::Repeat(graph, t, start_us, us) => {
+                    let mut at = *start_us;
+                    for n in &t.nodes {
+                        let share = t.share(*us, fin(n.predicted_us), 1);
+                        f(&ExecutionEvent {
+                            graph: *graph,
+                            node: n.name.clone(),
+                            op: n.op,
+                            kind: EventKind::Compute,
+                            place: n.place,
+                            reason: n.reason.clone(),
+                            predicted_us: n.predicted_us,
+                            measured_us: share,
+                            bytes_moved: 0,
+                            start_us: at,
+                            timed: false,
+                        });
+                        at += share;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every event kept (the runs of templates expanded).
+    pub fn events(&self) -> Vec<ExecutionEvent> {
+        let mut out = Vec::with_capacity(self.kept);
+        self.for_each_event(|e| out.push(e.clone()));
+        out
+    }
+
+    /// How many events are kept.
+    pub fn event_count(&self) -> usize {
+        self.kept
     }
 
     pub fn stats(&self, place: Place) -> BackendStats {
@@ -396,9 +540,7 @@ impl Telemetry {
             let _ = writeln!(
                 s,
                 "events: {} kept, {} dropped past {} (the tables above count them all)",
-                self.events.len(),
-                self.dropped,
-                self.cap
+                self.kept, self.dropped, self.cap
             );
         }
         s
@@ -406,10 +548,11 @@ impl Telemetry {
 
     /// `{"events":[...],"stats":{...}}`.
     pub fn to_json(&self) -> String {
-        let mut s = String::with_capacity(64 + self.events.len() * 200);
+        let mut s = String::with_capacity(64 + self.kept * 200);
         s.push_str("{\"events\":[");
-        for (i, e) in self.events.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        self.for_each_event(|e| {
+            if !std::mem::take(&mut first) {
                 s.push(',');
             }
             let kind = match e.kind {
@@ -437,7 +580,7 @@ impl Telemetry {
             s.push_str(",\"start_us\":");
             json_num(&mut s, e.start_us);
             s.push('}');
-        }
+        });
         s.push_str("],\"stats\":{");
         for p in PLACES {
             let st = self.stats(p);
@@ -486,7 +629,7 @@ impl Telemetry {
 
     /// Chrome trace-event JSON (one track per device and one for transfers).
     pub fn chrome_trace(&self) -> String {
-        let mut s = String::with_capacity(512 + self.events.len() * 200);
+        let mut s = String::with_capacity(512 + self.kept * 200);
         s.push_str("{\"traceEvents\":[");
         s.push_str(
             "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\
@@ -501,7 +644,7 @@ impl Telemetry {
                  \"args\":{{\"sort_index\":{tid}}}}}"
             );
         }
-        for e in &self.events {
+        self.for_each_event(|e| {
             let (tid, cat) = match (e.kind, e.place) {
                 (EventKind::Compute, Place::Cpu) => (1, "compute"),
                 (EventKind::Compute, Place::Gpu) => (2, "compute"),
@@ -525,7 +668,7 @@ impl Telemetry {
             s.push_str(",\"predicted_us\":");
             json_num(&mut s, e.predicted_us);
             let _ = write!(s, ",\"bytes\":{}}}}}", e.bytes_moved);
-        }
+        });
         s.push_str("],\"displayTimeUnit\":\"ms\"}");
         s
     }
@@ -788,6 +931,68 @@ mod tests {
         t
     }
 
+    /// A template's runs count as its nodes recorded one by one with their shares, and expand
+    /// to the same events.
+    #[test]
+    fn a_template_run_equals_its_nodes_recorded_one_by_one() {
+        let nodes = [
+            ("MUL_MAT", Place::Gpu, 30.0),
+            ("ADD", Place::Gpu, 10.0),
+            ("MUL_MAT", Place::Gpu, 60.0),
+        ];
+        let template = std::sync::Arc::new(SegmentTemplate::new(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &(op, place, p))| TemplateNode {
+                    name: format!("n{i}"),
+                    op,
+                    place,
+                    reason: "gpu-available".into(),
+                    predicted_us: p,
+                })
+                .collect(),
+        ));
+        let mut by_template = Telemetry::with_outputs(false, None, None);
+        let mut by_node = Telemetry::with_outputs(false, None, None);
+        for (graph, us, start) in [(3u64, 200.0, 1000.0), (4, 100.0, 5000.0)] {
+            by_template.record_repeat(graph, &template, start, us);
+            let mut at = start;
+            for (i, &(op, place, p)) in nodes.iter().enumerate() {
+                let share = us * p / 100.0;
+                by_node.record(ExecutionEvent {
+                    graph,
+                    node: format!("n{i}"),
+                    op,
+                    kind: EventKind::Compute,
+                    place,
+                    reason: "gpu-available".into(),
+                    predicted_us: p,
+                    measured_us: share,
+                    bytes_moved: 0,
+                    start_us: at,
+                    timed: false,
+                });
+                at += share;
+            }
+        }
+        assert_eq!(by_template.stats(Place::Gpu), by_node.stats(Place::Gpu));
+        assert_eq!(by_template.graphs(), 2);
+        assert_eq!(by_template.event_count(), 6);
+        assert_eq!(by_template.to_json(), by_node.to_json());
+        assert_eq!(by_template.chrome_trace(), by_node.chrome_trace());
+        let rows = by_template.operations_by_type();
+        assert_eq!(
+            (rows[0].op, rows[0].count, rows[0].measured_us),
+            ("MUL_MAT", 4, 270.0)
+        );
+        // Past the cap a run is dropped whole, and still counted.
+        by_template.cap = 7;
+        by_template.record_repeat(5, &template, 9000.0, 100.0);
+        assert_eq!((by_template.event_count(), by_template.dropped()), (6, 3));
+        assert_eq!(by_template.stats(Place::Gpu).nodes, 9);
+    }
+
     #[test]
     fn stats_per_device() {
         let t = sample();
@@ -915,7 +1120,7 @@ mod tests {
         for i in 0..10 {
             t.record(compute(i, "ADD", Place::Cpu, 1.0, 1.0));
         }
-        assert_eq!(t.events.len(), 4);
+        assert_eq!(t.event_count(), 4);
         assert_eq!(t.dropped(), 6);
         assert_eq!(t.stats(Place::Cpu).nodes, 10);
         assert_eq!(t.operations_by_type()[0].count, 10);

@@ -2,10 +2,14 @@
 //! candidate plans (`trial.rs`), and telemetry's records of nodes and segments.
 
 use super::super::residency::Residency;
-use super::super::telemetry::{EventKind, ExecutionEvent};
+use super::super::telemetry::{EventKind, ExecutionEvent, SegmentTemplate, TemplateNode};
 use super::super::trial::Step;
-use super::super::{BackendSelection, Place};
+use super::super::{BackendSelection, Place, SelectionReason};
 use super::{plan_summary, HybridBackend, PROBE};
+use std::sync::Arc;
+
+/// Segment templates kept per backend (a prompt's and a token's segments, a few plans).
+const TEMPLATES_MAX: usize = 256;
 use crate::device::Result;
 use crate::ggml_types::op;
 use crate::tensor::Tensor;
@@ -119,32 +123,62 @@ impl HybridBackend {
         });
     }
 
-    pub(super) fn record_segment(&self, seg: &[Tensor], sels: &[BackendSelection], us: f64) {
-        let total: f64 = sels.iter().map(|s| s.predicted_us).sum();
-        let mut t = self.shared.telemetry();
-        let mut at = t.now_us() - us;
-        for (n, s) in seg.iter().zip(sels) {
-            let share = if seg.len() == 1 {
-                us
-            } else if total > 0.0 {
-                us * s.predicted_us / total
-            } else {
-                us / seg.len() as f64
-            };
-            t.record(ExecutionEvent {
-                graph: self.graphs,
-                node: n.name(),
-                op: op::name(n.op()),
-                kind: EventKind::Compute,
-                place: s.place,
-                reason: s.reason.to_string(),
-                predicted_us: s.predicted_us,
-                measured_us: share,
-                bytes_moved: 0,
-                start_us: at,
-                timed: seg.len() == 1,
-            });
-            at += share;
+    pub(super) fn record_segment(&mut self, seg: &[Tensor], sels: &[BackendSelection], us: f64) {
+        if seg.len() == 1 {
+            // One node: a measurement of it.
+            return self.record_node(&seg[0], &sels[0], us, true);
         }
+        // The same segment under the same plan (every token): recorded from its template.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut mix = |x: u64| h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3);
+        mix(seg.len() as u64);
+        for (n, s) in seg.iter().zip(sels) {
+            mix(n.as_ptr() as u64);
+            mix(u64::from(s.place == Place::Gpu));
+            mix(s.predicted_us.to_bits());
+            mix(match s.reason {
+                SelectionReason::CostModel {
+                    cpu_us,
+                    gpu_us,
+                    transfer_us,
+                } => {
+                    cpu_us.to_bits()
+                        ^ gpu_us.to_bits().rotate_left(21)
+                        ^ transfer_us.to_bits().rotate_left(42)
+                }
+                SelectionReason::GpuAvailable => 1,
+                SelectionReason::GpuUnavailable => 2,
+                SelectionReason::CpuFallback => 3,
+                SelectionReason::MemoryConstraint => 4,
+                SelectionReason::UserPreference => 5,
+            });
+        }
+        if self.templates.len() > TEMPLATES_MAX {
+            self.templates.clear();
+        }
+        if self.templates.get(&h).is_some_and(|t| t.len() != seg.len()) {
+            self.templates.remove(&h);
+        }
+        let template = self
+            .templates
+            .entry(h)
+            .or_insert_with(|| {
+                Arc::new(SegmentTemplate::new(
+                    seg.iter()
+                        .zip(sels)
+                        .map(|(n, s)| TemplateNode {
+                            name: n.name(),
+                            op: op::name(n.op()),
+                            place: s.place,
+                            reason: s.reason.to_string(),
+                            predicted_us: s.predicted_us,
+                        })
+                        .collect(),
+                ))
+            })
+            .clone();
+        let mut t = self.shared.telemetry();
+        let start_us = t.now_us() - us;
+        t.record_repeat(self.graphs, &template, start_us, us);
     }
 }
