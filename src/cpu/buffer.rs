@@ -43,7 +43,10 @@ impl HostBuffer {
         // end of an unaligned buffer would be copied from pageable memory (RFHYBRID's compute
         // buffer's first input was).
         let (align, bytes) = if size >= LARGE {
-            (PAGE, size.next_multiple_of(PAGE))
+            let Some(b) = size.checked_next_multiple_of(PAGE) else {
+                return Err(Error::Alloc(format!("out of host memory for {size} bytes")));
+            };
+            (PAGE, b)
         } else {
             (ALIGNMENT, size.max(1))
         };
@@ -132,5 +135,14 @@ mod tests {
     #[test]
     fn huge_allocation_fails_cleanly() {
         assert!(HostBuffer::alloc(usize::MAX / 2).is_err());
+        // Rounding up to whole pages must not wrap around to a small allocation.
+        assert!(HostBuffer::alloc(usize::MAX - 100).is_err());
+    }
+
+    #[test]
+    fn large_buffers_are_whole_pages() {
+        let b = HostBuffer::alloc(LARGE + 1).unwrap();
+        assert_eq!(b.base() as usize % PAGE, 0);
+        assert_eq!(b.size(), LARGE + 1);
     }
 }

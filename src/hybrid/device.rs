@@ -276,7 +276,8 @@ impl HybridBuffer {
             && lo == inner.base() as usize
             && inner.size() >= crate::cpu::buffer::LARGE
         {
-            end.next_multiple_of(page)
+            end.checked_next_multiple_of(page)
+                .unwrap_or(end & !(page - 1))
         } else {
             end & !(page - 1)
         };
