@@ -459,13 +459,25 @@ impl HybridBackend {
         if copies.is_empty() {
             return Ok(());
         }
-        let t0 = (self.telemetry || self.time_copies).then(|| {
-            let _ = self.sync_gpus();
+        // Timed for a node timed alone: every stream drained first. For telemetry only the
+        // copies' own stream: waiting for the copy stream too held every GPU segment's launch
+        // behind the weights prefetched for it (2048 MiB: 6-7% of a token).
+        let all = self.time_copies;
+        let t0 = (self.telemetry || all).then(|| {
+            let _ = if all {
+                self.sync_gpus()
+            } else {
+                self.gpus[k].synchronize()
+            };
             Instant::now()
         });
         self.queue_uploads(res, k, copies)?;
         if let Some(t0) = t0 {
-            self.sync_gpus()?;
+            if all {
+                self.sync_gpus()?;
+            } else {
+                self.gpus[k].synchronize()?;
+            }
             let us = t0.elapsed().as_secs_f64() * 1e6;
             self.copy_us += us;
             if self.telemetry {
@@ -478,11 +490,9 @@ impl HybridBackend {
     /// Queues host-to-device copies on GPU stream `k` (made at once where it has no
     /// asynchronous copy).
     fn queue_uploads(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
-        let detail = self.phases.is_some() && self.graphs == 40;
         for c in copies {
             let g = &mut self.gpus[k];
             let mut calls = 0;
-            let t = Instant::now();
             let refused0 = crate::gpu::REFUSED_COPIES.load(std::sync::atomic::Ordering::Relaxed);
             let queued = copy_in_pieces(c, &mut |c: &Copy| {
                 calls += 1;
@@ -493,18 +503,6 @@ impl HybridBackend {
                 let refused = crate::gpu::REFUSED_COPIES.load(std::sync::atomic::Ordering::Relaxed)
                     - refused0;
                 p.refused += refused;
-                if detail {
-                    let b = res.buffer_of(c.host, c.len);
-                    eprintln!(
-                        "RFHYBRID upload (graph {}): host {:#x} len {} pinned {} buffer {:?} calls {calls} refused {refused} queued {queued} {:.1} us",
-                        self.graphs,
-                        c.host,
-                        c.len,
-                        c.pinned,
-                        b.map(|(base, h)| (format!("{base:#x}"), h.len, h.pin, h.pinned)),
-                        t.elapsed().as_secs_f64() * 1e6
-                    );
-                }
             }
             if queued {
                 self.pending[k] = true;
@@ -1185,7 +1183,8 @@ impl HybridBackend {
         if !with_raw || self.sched.strategy != ExecutionStrategy::Automatic || mode == Some("0") {
             return Ok((plan, None));
         }
-        let other = if mode == Some("force") {
+        let differs = |p: &[BackendSelection]| p.iter().zip(&plan).any(|(a, b)| a.place != b.place);
+        if mode == Some("force") {
             // Tests: a second candidate that differs, CPU first or else GPU first.
             let mut p = Vec::new();
             for s in [
@@ -1194,39 +1193,36 @@ impl HybridBackend {
             ] {
                 self.sched.strategy = s;
                 p = self.sched.plan(nodes, &facts, &view);
-                if p.iter().zip(&plan).any(|(a, b)| a.place != b.place) {
+                if differs(&p) {
                     break;
                 }
             }
             self.sched.strategy = ExecutionStrategy::Automatic;
-            p
-        } else {
-            let raw = CostModel::new(self.sched.cost.profile.clone());
-            let corrected = std::mem::replace(&mut self.sched.cost, raw);
-            let p = self.sched.plan(nodes, &facts, &view);
-            self.sched.cost = corrected;
-            p
-        };
-        let differs = |p: &[BackendSelection]| p.iter().zip(&plan).any(|(a, b)| a.place != b.place);
-        if differs(&other) {
-            return Ok((plan, Some(other)));
+            return Ok((plan.clone(), differs(&p).then_some(p)));
         }
-        // Both plans agree. For a token (one to a few activation columns) the other candidate is
-        // then the plan that streams no weight: on one fresh H100 host a profile calibrated while
-        // the host was still busy planned every token with its 2 GB of CPU-resident weights
-        // streamed (18-19 t/s against 39-42 with the CPU reading them), the curves alone and the
-        // corrections agreeing; the trial measures which is faster.
+        // A token (one to a few activation columns): the other candidate is the plan that
+        // streams no weight. Its slow plans stream the CPU-resident weights every token (on
+        // fresh H100 hosts, 18-21 t/s at 2048 MiB against 36-42 with the CPU reading them);
+        // the plan of the calibrated curves alone was as slow there, so a trial between the two
+        // did not help.
         let columns = nodes
             .iter()
             .filter(|n| matches!(n.op(), op::MUL_MAT | op::MUL_MAT_ID))
             .filter_map(|n| n.src(1).map(|b| b.ne()[1]))
             .max()
             .unwrap_or(0);
-        if columns == 0 || columns > TOKEN_COLUMNS {
-            return Ok((plan, None));
+        if (1..=TOKEN_COLUMNS).contains(&columns) {
+            let stays = self.sched.plan(nodes, &facts, &ResView(res, 0, 0));
+            if differs(&stays) {
+                return Ok((plan.clone(), Some(stays)));
+            }
         }
-        let stays = self.sched.plan(nodes, &facts, &ResView(res, 0, 0));
-        Ok((plan.clone(), differs(&stays).then_some(stays)))
+        // Otherwise the plan of the calibrated curves alone, without the online corrections.
+        let raw = CostModel::new(self.sched.cost.profile.clone());
+        let corrected = std::mem::replace(&mut self.sched.cost, raw);
+        let other = self.sched.plan(nodes, &facts, &view);
+        self.sched.cost = corrected;
+        Ok((plan.clone(), differs(&other).then_some(other)))
     }
 
     /// Whether `nodes` are the graph computed last (compared word by word; kept for `compute`).
@@ -1328,7 +1324,7 @@ impl HybridBackend {
                 if crate::ffi::log::debug_enabled() {
                     let other = self.trial_other.as_deref().unwrap_or_default();
                     crate::log_debug!(
-                        "RFHYBRID: graph {}: two plans to try: {} | uncorrected: {}",
+                        "RFHYBRID: graph {}: two plans to try: {} | the other: {}",
                         self.graphs,
                         plan_summary(nodes, &self.last_plan),
                         plan_summary(nodes, other)
