@@ -92,6 +92,8 @@ pub struct HybridBackend {
     copy_us: f64,
     /// ROCMFORGE_HYBRID_GRAPH_COPIES: a replay's copies in made by the captured graph.
     in_graph_copies: bool,
+    /// The GPU stream of the last GPU segment run (a CPU segment's copies out queue on it).
+    last_gpu_stream: usize,
     /// Telemetry's segment templates by a hash of the segment and its plan (timing.rs).
     templates: HashMap<u64, std::sync::Arc<super::telemetry::SegmentTemplate>>,
     shadows: Shadows,
@@ -409,6 +411,7 @@ impl HybridBackend {
             log,
             time_copies: false,
             in_graph_copies: crate::tuning::get().hybrid_graph_copies,
+            last_gpu_stream: 0,
             templates: HashMap::new(),
             copy_us: 0.0,
             shadows: Shadows(Vec::new()),
@@ -553,16 +556,28 @@ impl HybridBackend {
 
     /// Device-to-host copies; done when this returns.
     fn download(&mut self, res: &mut Residency, copies: &[Copy]) -> Result<()> {
+        self.download_on(res, copies, 0)
+    }
+
+    /// `download` with the copies queued on GPU stream `on`, behind its work (the stream that
+    /// computed them: one wait for its kernels and the copies instead of one each).
+    fn download_on(&mut self, res: &mut Residency, copies: &[Copy], on: usize) -> Result<()> {
         if copies.is_empty() {
             return Ok(());
         }
+        let on = if on < self.gpus.len() { on } else { 0 };
         if self.telemetry || self.time_copies {
             // The copies' own time is measured.
             self.sync_gpus()?;
         } else {
-            // The copies queue on stream 0 behind its work; the other streams' is waited for.
-            for (b, p) in self.gpus.iter_mut().zip(self.pending.iter_mut()).skip(1) {
-                if *p {
+            // The copies queue on stream `on` behind its work; the other streams' is waited for.
+            for (j, (b, p)) in self
+                .gpus
+                .iter_mut()
+                .zip(self.pending.iter_mut())
+                .enumerate()
+            {
+                if *p && j != on {
                     b.synchronize()?;
                     *p = false;
                 }
@@ -572,7 +587,7 @@ impl HybridBackend {
         let mut queued = false;
         if !self.gpus.is_empty() {
             for c in copies {
-                let g = &mut self.gpus[0];
+                let g = &mut self.gpus[on];
                 if copy_in_pieces(c, &mut |c: &Copy| {
                     g.get_async(c.host as *mut u8, c.dev as *const u8, c.len)
                 })? {
@@ -582,9 +597,9 @@ impl HybridBackend {
                     Shared::copy_sync(res, std::slice::from_ref(c))?;
                 }
             }
-            if queued || self.pending[0] {
-                self.gpus[0].synchronize()?;
-                self.pending[0] = false;
+            if queued || self.pending[on] {
+                self.gpus[on].synchronize()?;
+                self.pending[on] = false;
             }
         } else {
             Shared::copy_sync(res, copies)?;
@@ -1074,7 +1089,6 @@ impl HybridBackend {
         res: &mut Residency,
         next: Option<&[Tensor]>,
     ) -> Result<()> {
-        self.sync_gpus()?;
         let mut copies = Vec::new();
         for n in nodes {
             for s in (0..GGML_MAX_SRC).filter_map(|j| n.src(j)) {
@@ -1089,7 +1103,9 @@ impl HybridBackend {
                 res.written(p, len, Place::Cpu);
             }
         }
-        self.download(res, &copies)?;
+        // The copies queue behind the last GPU segment's kernels; then every stream is done.
+        self.download_on(res, &copies, self.last_gpu_stream)?;
+        self.sync_gpus()?;
         let t0 = Instant::now();
         let prefetched = match next {
             Some(next) => self.prefetch(next, res)?,
@@ -1374,7 +1390,7 @@ impl HybridBackend {
                 p.wait_us += us;
             }
         }
-        self.download(&mut res, &copies)?;
+        self.download_on(&mut res, &copies, self.last_gpu_stream)?;
         self.sync_gpus()?;
         if !sample
             && !self.streamed
@@ -1470,6 +1486,7 @@ impl HybridBackend {
                     }
                     Place::Gpu => {
                         let k = self.gpu_backend(gpu_segment.min(MAX_GPU_STREAMS - 1))?;
+                        self.last_gpu_stream = k;
                         self.run_gpu(seg, res, k, &outputs)?;
                         if telemetry {
                             self.sync_gpus()?;
