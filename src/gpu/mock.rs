@@ -470,18 +470,31 @@ mod tests {
         );
     }
 
+    /// A mock GPU's 1 MiB buffer and a backend on it (kernel cache in `dir`).
+    fn mock_backend(
+        dir: &std::path::Path,
+    ) -> (
+        Arc<MockApi>,
+        Arc<GpuCtx>,
+        Box<dyn crate::device::Buffer>,
+        GpuBackend,
+    ) {
+        let api = Arc::new(MockApi::new(0));
+        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.to_path_buf()));
+        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
+        let buf = bt.alloc(1 << 20).unwrap();
+        let be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
+        (api, ctx, buf, be)
+    }
+
     /// A new graph's kernel groups are found by the dry run and built ahead (no launch has to
     /// build one itself), only those, and a repeat of the graph asks for nothing.
     #[test]
     fn a_graph_prefetches_exactly_its_groups() {
         let dir = cache_dir("graph");
-        let api = Arc::new(MockApi::new(0));
-        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
-        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
-        let buf = bt.alloc(1 << 20).unwrap();
+        let (api, ctx, buf, mut be) = mock_backend(&dir);
         let base = buf.base();
         let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
-        let mut be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
         let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
         x.t.data = at(0);
         let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
@@ -511,13 +524,9 @@ mod tests {
     #[test]
     fn graphs_that_come_back_are_kept_and_replayed() {
         let dir = cache_dir("kept");
-        let api = Arc::new(MockApi::new(0));
-        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
-        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
-        let buf = bt.alloc(1 << 20).unwrap();
+        let (api, _ctx, buf, mut be) = mock_backend(&dir);
         let base = buf.base();
         let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
-        let mut be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
         let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
         x.t.data = at(0);
         let mut outs = Vec::new();
@@ -560,13 +569,9 @@ mod tests {
     #[test]
     fn a_prelude_is_captured_with_its_graph() {
         let dir = cache_dir("prelude");
-        let api = Arc::new(MockApi::new(0));
-        let ctx = GpuCtx::for_test(api.clone(), MockApi::info(), Some(dir.clone()));
-        let bt = GpuBufferType::new(ctx.clone(), CString::new("MOCK0").unwrap());
-        let buf = bt.alloc(1 << 20).unwrap();
+        let (api, _ctx, buf, mut be) = mock_backend(&dir);
         let base = buf.base();
         let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
-        let mut be = GpuBackend::new(ctx.clone(), CString::new("MOCK0").unwrap()).unwrap();
         let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
         x.t.data = at(0);
         let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
