@@ -1214,7 +1214,8 @@ impl HybridBackend {
                 }
             }
             self.sched.strategy = ExecutionStrategy::Automatic;
-            return Ok((plan.clone(), differs(&p).then_some(p)));
+            let p = differs(&p).then_some(p);
+            return Ok((plan, p));
         }
         // A token (one to a few activation columns): the other candidate is the plan that
         // streams no weight. Its slow plans stream the CPU-resident weights every token (on
@@ -1230,7 +1231,7 @@ impl HybridBackend {
         if (1..=TOKEN_COLUMNS).contains(&columns) {
             let stays = self.sched.plan(nodes, &facts, &ResView(res, 0, 0));
             if differs(&stays) {
-                return Ok((plan.clone(), Some(stays)));
+                return Ok((plan, Some(stays)));
             }
         }
         // Otherwise the plan of the calibrated curves alone, without the online corrections.
@@ -1238,7 +1239,8 @@ impl HybridBackend {
         let corrected = std::mem::replace(&mut self.sched.cost, raw);
         let other = self.sched.plan(nodes, &facts, &view);
         self.sched.cost = corrected;
-        Ok((plan.clone(), differs(&other).then_some(other)))
+        let other = differs(&other).then_some(other);
+        Ok((plan, other))
     }
 
     /// Whether `nodes` are the graph computed last (compared word by word; kept for `compute`).
