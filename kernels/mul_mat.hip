@@ -157,6 +157,79 @@ RF_DEVICE void mul_mat_tiled(const char* w, const char* x, char* d, i64 K, i64 M
 
 RF_EACH_WEIGHT_TYPE(MUL_MAT_KERNELS)
 
+// Matrix-vector form for float weights (F32, F16, BF16): the lanes take segments of 8 values
+// (one or two 16-byte loads; consecutive lanes, consecutive segments), where mul_mat_vec gives
+// each lane a block of 32. Attention's KQ (K = 128 head values, an F16 cache) kept 4 lanes of
+// 32 busy, and a router's few long F32 rows (128 x 2048) were read 4 bytes a load, strided by
+// a block. Weight rows and src1 rows 16-byte aligned, K % 8 == 0 (matmul.rs checks); no min
+// correction (float weights have none).
+template <typename W> RF_DEVICE void load_seg8(const char* row, i64 s, float* out);
+template <> RF_DEVICE_SPEC void load_seg8<w_f32>(const char* row, i64 s, float* out) {
+    const int4 a = ((const int4*)(row + s * 32))[0], b = ((const int4*)(row + s * 32))[1];
+    out[0] = __int_as_float(a.x), out[1] = __int_as_float(a.y), out[2] = __int_as_float(a.z), out[3] = __int_as_float(a.w);
+    out[4] = __int_as_float(b.x), out[5] = __int_as_float(b.y), out[6] = __int_as_float(b.z), out[7] = __int_as_float(b.w);
+}
+template <> RF_DEVICE_SPEC void load_seg8<w_f16>(const char* row, i64 s, float* out) {
+    const int4 a = *(const int4*)(row + s * 16);
+    const unsigned u[4] = {(unsigned)a.x, (unsigned)a.y, (unsigned)a.z, (unsigned)a.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        out[2 * j] = rf_f16_to_f32((f16_bits)(u[j] & 0xffffu));
+        out[2 * j + 1] = rf_f16_to_f32((f16_bits)(u[j] >> 16));
+    }
+}
+template <> RF_DEVICE_SPEC void load_seg8<w_bf16>(const char* row, i64 s, float* out) {
+    const int4 a = *(const int4*)(row + s * 16);
+    const unsigned u[4] = {(unsigned)a.x, (unsigned)a.y, (unsigned)a.z, (unsigned)a.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        out[2 * j] = __uint_as_float(u[j] << 16);
+        out[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+    }
+}
+
+template <typename W>
+RF_DEVICE void mul_mat_vec8(MUL_MAT_ARGS) {
+    const int lane = threadIdx.x % RF_WARP_SIZE;
+    const i64 row = (i64)blockIdx.x * MV_ROWS + threadIdx.x / RF_WARP_SIZE;
+    if (row >= M) return;  // whole warp leaves together
+    const i64 col0 = (i64)blockIdx.y * MV_COLS;
+    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
+    const char* wr = w + row * nb01 + (i2 / r2) * nb02 + (i3 / r3) * nb03;
+    const char* xb = x + i2 * nb12 + i3 * nb13;
+    const int ncols = (int)(N - col0 < MV_COLS ? N - col0 : MV_COLS);
+    const char* xr[MV_COLS];
+#pragma unroll
+    for (int c = 0; c < MV_COLS; c++) xr[c] = xb + (col0 + (c < ncols ? c : 0)) * nb11;
+    float acc[MV_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (i64 s = lane; s < K / 8; s += RF_WARP_SIZE) {
+        float wv[8];
+        load_seg8<W>(wr, s, wv);
+#pragma unroll
+        for (int c = 0; c < MV_COLS; c++) {
+            if (c < ncols) {
+                float xv[8];
+                load_seg8<w_f32>(xr[c], s, xv);
+                float t = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) t += wv[j] * mv_round_x(xv[j], xround);
+                acc[c] += t;
+            }
+        }
+    }
+    char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
+#pragma unroll
+    for (int c = 0; c < MV_COLS; c++) {
+        const float t = rf_warp_sum(acc[c]);
+        if (lane == 0 && c < ncols) *(float*)(db + (col0 + c) * nb1) = t;
+    }
+}
+
+#define MUL_MAT_VEC8_KERNELS(NAME, W) \
+    RF_KERNEL void mul_mat_vec8_##NAME(MUL_MAT_ARGS) { rf_grid_begin(); mul_mat_vec8<W>(MUL_MAT_PASS); }
+
+RF_EACH_FLOAT_TYPE(MUL_MAT_VEC8_KERNELS)
+
 #if RF_UNTYPED
 // src1 rounded the way ggml-cpu feeds it to its dot products, written densely to `out`
 // (K floats per row, rows in (i1, i2, i3) order): mode 0 = quantized to 8-bit blocks of 32

@@ -208,6 +208,8 @@ struct w_q2_0 {};
 #define RF_X_q2_0(X)
 #endif
 #define RF_EACH_WEIGHT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q6_k(X) RF_X_bf16(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_q5_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X) RF_X_nvfp4(X) RF_X_q1_0(X) RF_X_q2_0(X)
+// Float weight types (mul_mat.hip's 8-value segment loaders).
+#define RF_EACH_FLOAT_TYPE(X) RF_X_f32(X) RF_X_f16(X) RF_X_bf16(X)
 // Types with an integer-dot matrix-vector kernel (mmvq.hip's mq_* loaders).
 #define RF_EACH_MVQ_TYPE(X) RF_X_q4_0(X) RF_X_q4_1(X) RF_X_q5_0(X) RF_X_q5_1(X) RF_X_q8_0(X) RF_X_iq4_nl(X) RF_X_q4_k(X) RF_X_q5_k(X) RF_X_q6_k(X) RF_X_q2_k(X) RF_X_q3_k(X) RF_X_iq4_xs(X) RF_X_mxfp4(X) RF_X_tq2_0(X) RF_X_tq1_0(X) RF_X_iq3_s(X) RF_X_iq3_xxs(X) RF_X_iq2_xxs(X) RF_X_iq2_xs(X) RF_X_iq2_s(X) RF_X_iq1_s(X) RF_X_iq1_m(X) RF_X_nvfp4(X) RF_X_q1_0(X) RF_X_q2_0(X)
 

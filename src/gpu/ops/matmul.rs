@@ -616,8 +616,18 @@ pub(super) fn launch_mul_mat(node: &Tensor, lc: &LaunchCtx) -> ApiResult<()> {
         .ptr(corr)
         .i32(xround.unwrap_or(-1));
     if vec {
+        // Float weights in 8-value segments (mul_mat_vec8): 16-byte aligned rows, K % 8 == 0.
+        let aligned = |p: usize, nb: &[usize]| {
+            p.is_multiple_of(16) && nb.iter().all(|b| b.is_multiple_of(16))
+        };
+        let seg8 = matches!(w.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+            && corr.is_null()
+            && k.is_multiple_of(8)
+            && aligned(w.data() as usize, &wnb[1..])
+            && aligned(xp as usize, &xnb[1..]);
+        let kernel = if seg8 { "mul_mat_vec8" } else { "mul_mat_vec" };
         lc.run(
-            &format!("mul_mat_vec_{suffix}"),
+            &format!("{kernel}_{suffix}"),
             [m.div_ceil(MV_ROWS), n.div_ceil(MV_COLS), batches],
             (MV_ROWS * lc.warp_size as usize) as u32,
             args,
