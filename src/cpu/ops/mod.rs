@@ -55,19 +55,53 @@ impl Ctx<'_> {
     /// on Sapphire Rapids). Every thread of the node iterates it once, each index goes to one
     /// thread; what a thread computes for an index must not depend on which thread it is.
     ///
-    /// Chunks are a quarter of an even share, or a whole one with 2 threads or fewer: on the 2-core
-    /// Zen 4 machine quarter shares made SmolLM2's generation 10-15% slower at 2 threads (122-136
-    /// against 139-154 t/s, 2026-11-26) for no prompt gain, while on Sapphire Rapids at 4 and 16
-    /// threads they are as fast or faster (8B-shaped pp256 at 4 threads 238-244 against 203-234 t/s).
+    /// With 2 threads or fewer a chunk is a whole even share: on the 2-core Zen 4 machine quarter
+    /// shares made SmolLM2's generation 10-15% slower at 2 threads (122-136 against 139-154 t/s,
+    /// 2026-11-26) for no prompt gain. With more, chunks shrink as the work runs out (half of
+    /// what is left over the threads, at least one index): large first chunks keep each
+    /// thread's reads in long streams, small last ones leave no thread finishing one large chunk
+    /// while the others wait (with quarter shares, the busiest of 16 threads took 1.2x the mean
+    /// in a token's products on Sapphire Rapids). `ROCMFORGE_CPU_CHUNKS=quarter` keeps quarter
+    /// shares (A/B runs).
     pub fn chunks(&self, n: usize) -> impl Iterator<Item = usize> + '_ {
-        let per = if self.nth <= 2 { 1 } else { 4 };
-        let size = n.div_ceil(self.nth * per).max(1);
-        std::iter::from_fn(move || {
-            let start = self.next.fetch_add(size, Relaxed);
-            (start < n).then(|| start..(start + size).min(n))
+        let nth = self.nth;
+        let fixed = if nth <= 2 {
+            Some(n.div_ceil(nth).max(1))
+        } else if crate::tuning::get().cpu_chunks_quarter {
+            Some(n.div_ceil(nth * 4).max(1))
+        } else {
+            None
+        };
+        std::iter::from_fn(move || match fixed {
+            Some(size) => {
+                let start = self.next.fetch_add(size, Relaxed);
+                (start < n).then(|| start..(start + size).min(n))
+            }
+            None => {
+                let mut start = self.next.load(Relaxed);
+                loop {
+                    if start >= n {
+                        return None;
+                    }
+                    let size = guided_size(n - start, nth);
+                    match self
+                        .next
+                        .compare_exchange_weak(start, start + size, Relaxed, Relaxed)
+                    {
+                        Ok(_) => return Some(start..start + size),
+                        Err(now) => start = now,
+                    }
+                }
+            }
         })
         .flatten()
     }
+}
+
+/// The next chunk's size with `left` indices left on `nth` threads: half of an even share of
+/// what is left, at least one.
+fn guided_size(left: usize, nth: usize) -> usize {
+    (left / (2 * nth)).max(1)
 }
 
 /// Whether the CPU device computes `node` (types, shapes and strides included).
@@ -153,5 +187,54 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         | op::CLAMP
         | op::LEAKY_RELU => unary::compute(node, ctx),
         other => unreachable!("op {other} passed supports_op but has no kernel"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ctx;
+    use crate::cpu::pool::{ThreadPool, Worker};
+    use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+
+    /// Every index goes to exactly one thread, whatever the thread count and the work size.
+    #[test]
+    fn chunks_hand_out_each_index_once() {
+        for nth in [1, 2, 3, 5, 16] {
+            let mut pool = ThreadPool::new(nth).unwrap();
+            for n in [0, 1, 2, 7, 31, 64, 1000, 6144] {
+                let seen: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+                let next = AtomicUsize::new(0);
+                pool.run(nth, &|w: &Worker| {
+                    let ctx = Ctx {
+                        ith: w.ith,
+                        nth: w.nth,
+                        worker: w,
+                        wdata: std::ptr::null_mut(),
+                        wsize: 0,
+                        next: &next,
+                    };
+                    for i in ctx.chunks(n) {
+                        seen[i].fetch_add(1, Relaxed);
+                    }
+                })
+                .unwrap();
+                assert!(seen.iter().all(|c| c.load(Relaxed) == 1), "nth {nth} n {n}");
+            }
+        }
+    }
+
+    /// The chunks shrink from half an even share to single indices (the tail is balanced).
+    #[test]
+    fn guided_chunks_shrink_to_one() {
+        let (n, nth) = (6144usize, 16usize);
+        let (mut start, mut sizes) = (0, Vec::new());
+        while start < n {
+            let size = super::guided_size(n - start, nth);
+            sizes.push(size);
+            start += size;
+        }
+        assert_eq!(sizes[0], 192);
+        assert_eq!(*sizes.last().unwrap(), 1);
+        assert!(sizes.windows(2).all(|w| w[0] >= w[1]));
     }
 }
