@@ -126,6 +126,13 @@ pub(super) struct Phases {
     launch_us: f64,
     /// Inside the launches: building the shadows.
     shadow_us: f64,
+    /// Inside the segments: CPU segments waiting for the GPU and their copies out, then
+    /// computing.
+    cpu_wait_us: f64,
+    cpu_us: f64,
+    /// The segments' whole host time, GPU and CPU (the rest is residency work and copies).
+    gpu_seg_us: f64,
+    cpu_seg_us: f64,
     /// After the segments: waiting for the GPU before the downloads.
     wait_us: f64,
     finish_us: f64,
@@ -168,13 +175,17 @@ impl Phases {
             med(3)
         );
         format!(
-            "RFHYBRID host ms in compute: planning {:.1} ({} plans), uses {:.1}, segments {:.1} (GPU launches {:.1}, their shadows {:.1}) and after them {:.1} (waiting {:.1}) ({} graphs), replays {:.1} after {:.1} before them (copies in queued after {:.1}: {:.1} finding them, {} copies of {} bytes, {} graphs walked whole; {} copy calls, {} refused; launched after {:.1}) ({} graphs)",
+            "RFHYBRID host ms in compute: planning {:.1} ({} plans), uses {:.1}, segments {:.1} (GPU segments {:.1}: launches {:.1}, their shadows {:.1}; CPU segments {:.1}: waiting for the GPU {:.1}, computing {:.1}) and after them {:.1} (waiting {:.1}) ({} graphs), replays {:.1} after {:.1} before them (copies in queued after {:.1}: {:.1} finding them, {} copies of {} bytes, {} graphs walked whole; {} copy calls, {} refused; launched after {:.1}) ({} graphs)",
             self.plan_us * 1e-3,
             self.planned,
             self.uses_us * 1e-3,
             self.segments_us * 1e-3,
+            self.gpu_seg_us * 1e-3,
             self.launch_us * 1e-3,
             self.shadow_us * 1e-3,
+            self.cpu_seg_us * 1e-3,
+            self.cpu_wait_us * 1e-3,
+            self.cpu_us * 1e-3,
             self.finish_us * 1e-3,
             self.wait_us * 1e-3,
             self.slow,
@@ -218,7 +229,11 @@ fn plan_summary(nodes: &[Tensor], plan: &[BackendSelection]) -> String {
 struct StreamEvents {
     copied: Box<dyn crate::device::Event>,
     done: [Box<dyn crate::device::Event>; 2],
+    /// `done[h]` recorded after a launch that read half h, and not yet waited for by the copy
+    /// stream (once it has, the copy stream's later copies are ordered after that launch).
     recorded: [bool; 2],
+    /// Weights were placed in the arena since the last launch: the next launch reads it.
+    staged: bool,
 }
 
 /// A graph to replay: its nodes' shadows (addresses of boxes in `HybridBackend::shadows`),
@@ -958,6 +973,9 @@ impl HybridBackend {
                     self.streamed = true;
                     let added = res.add_stream_region(p, len);
                     debug_assert!(added, "room was checked");
+                    if let Some(ev) = self.events.as_mut() {
+                        ev.staged = true;
+                    }
                 }
             }
             let mut copies = Vec::new();
@@ -1023,7 +1041,14 @@ impl HybridBackend {
             *weights_queued = false;
         }
         self.launch(nodes, res, k, outputs)?;
-        if overlap {
+        // A launch that reads no streamed weight needs no event: nothing the copy stream
+        // writes next can be read by it (a token's plan streams nothing: 2 event calls and a
+        // wait a GPU segment saved).
+        let staged = self
+            .events
+            .as_mut()
+            .is_some_and(|ev| std::mem::take(&mut ev.staged));
+        if overlap && staged {
             // The first launch after a prefetch reads what it copied (into both halves, maybe).
             let both = self.prefetched.take() == Some(true);
             let ev = self.events.as_mut().unwrap();
@@ -1057,6 +1082,7 @@ impl HybridBackend {
                         copied,
                         done: [d0, d1],
                         recorded: [false, false],
+                        staged: false,
                     });
                 }
                 _ => return Ok(false),
@@ -1072,6 +1098,11 @@ impl HybridBackend {
             for h in 0..2 {
                 if ev.recorded[h] {
                     waited &= self.gpus[COPIER].wait_event(ev.done[h].as_ref())?;
+                }
+            }
+            if waited {
+                if let Some(ev) = self.events.as_mut() {
+                    ev.recorded = [false, false];
                 }
             }
         }
@@ -1104,9 +1135,13 @@ impl HybridBackend {
             }
         }
         // The copies queue behind the last GPU segment's kernels; then every stream is done.
+        let tw = Instant::now();
         self.download_on(res, &copies, self.last_gpu_stream)?;
         self.sync_gpus()?;
         let t0 = Instant::now();
+        if let Some(p) = self.phases.as_mut() {
+            p.cpu_wait_us += (t0 - tw).as_secs_f64() * 1e6;
+        }
         let prefetched = match next {
             Some(next) => self.prefetch(next, res)?,
             None => Vec::new(),
@@ -1115,6 +1150,9 @@ impl HybridBackend {
         let r = self.cpu.compute(nodes);
         if self.time_device {
             self.device_us = Some(t.elapsed().as_secs_f64() * 1e6);
+        }
+        if let Some(p) = self.phases.as_mut() {
+            p.cpu_us += t.elapsed().as_secs_f64() * 1e6;
         }
         if self.telemetry && !prefetched.is_empty() {
             // Until the copies are done: at most the CPU segment's time when they were hidden.
@@ -1171,6 +1209,9 @@ impl HybridBackend {
         self.queue_uploads(res, c, &copies)?;
         self.streamed = true;
         self.prefetched = Some(res.arena_half == 1);
+        if let Some(ev) = self.events.as_mut() {
+            ev.staged = true;
+        }
         Ok(copies)
     }
 
@@ -1484,12 +1525,18 @@ impl HybridBackend {
                         while e < nodes.len() && plan[e].place == Place::Gpu {
                             e += 1;
                         }
-                        self.run_cpu(seg, res, (e > j).then(|| &nodes[j..e]))?
+                        self.run_cpu(seg, res, (e > j).then(|| &nodes[j..e]))?;
+                        if let Some(p) = self.phases.as_mut() {
+                            p.cpu_seg_us += t0.elapsed().as_secs_f64() * 1e6;
+                        }
                     }
                     Place::Gpu => {
                         let k = self.gpu_backend(gpu_segment.min(MAX_GPU_STREAMS - 1))?;
                         self.last_gpu_stream = k;
                         self.run_gpu(seg, res, k, &outputs)?;
+                        if let Some(p) = self.phases.as_mut() {
+                            p.gpu_seg_us += t0.elapsed().as_secs_f64() * 1e6;
+                        }
                         if telemetry {
                             self.sync_gpus()?;
                         }
