@@ -72,6 +72,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
     knob("ROCMFORGE_FFI_TRACE", "off", "<file>", "with ROCMFORGE_FFI_TIMING=1: the last 16,384 entry calls in order (start, length, entry) written to the file at exit", Measuring),
     knob("ROCMFORGE_CPU_PREFETCH", "3072 on Intel, 0 elsewhere", "0.. (bytes)", "how far ahead of a repacked weight group's stream RFCPU's generation kernels prefetch (one core's memory reads wait on the mesh's latency on Intel server parts); 0 = none", Measuring),
+    knob("ROCMFORGE_CPU_CHUNKS", "guided", "quarter", "how RFCPU hands out a node's work with 3+ threads: chunks shrinking from half an even share of what is left to one unit, or fixed quarter shares (A/B)", Measuring),
     knob("ROCMFORGE_CPU_PROFILE", "off", "1", "every RFCPU node timed (wall, busiest thread, mean thread), totals per op, weight type and batch width printed when the backend is freed", Measuring),
     knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
     knob("ROCMFORGE_GPU_STAGING", "on", "0", "small synchronous writes copied synchronously instead of staged", Measuring),

@@ -92,6 +92,7 @@ pub fn kernel_names() -> Vec<String> {
             v.push(format!("{p}_{suf}"));
         }
     }
+    v.extend(["f32", "f16", "bf16"].map(|suf| format!("mul_mat_vec8_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1_{suf}")));
     v.extend(MVQ_TYPES.iter().map(|suf| format!("mul_mat_vec_q1s_{suf}")));
