@@ -7,7 +7,8 @@
 //       ggml_backend_load to the first token (sampled after the prompt) and to the second (after
 //       the first one-token graph): what a first start costs (kernels compiled or read from a cache)
 //   llama_run logits   -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N] [--gen N]
-//       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file)
+//       teacher-forced logits of N positions of a fixed text, then greedy continuation ids (binary file);
+//       LLAMA_RUN_GEN_LOGITS=FILE also writes each greedy step's logits there
 //   llama_run embed    -b ... -l LIB -m MODEL -o FILE [-t THREADS] [--fa on|off] [--positions N]
 //       an embedding model's pooled embeddings (llama_get_embeddings_seq) of 8 sequences of N/8 tokens of
 //       the same text, decoded in one batch; written in the logits file's format (8 rows of n_embd, no ids)
@@ -366,11 +367,15 @@ int main(int argc, char ** argv) {
         int n_gp = llama_tokenize(vocab, GREEDY_PROMPT, (int) strlen(GREEDY_PROMPT), gp, 128, true, true);
         if (n_gp <= 0 || llama_decode(ctx, llama_batch_get_one(gp, n_gp))) { fprintf(stderr, "decode failed\n"); return 1; }
         int32_t tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+        // LLAMA_RUN_GEN_LOGITS=FILE: every greedy step's logits too (one-token graphs' results).
+        FILE * fg = getenv("LLAMA_RUN_GEN_LOGITS") ? fopen(getenv("LLAMA_RUN_GEN_LOGITS"), "wb") : NULL;
         for (int g = 0; g < o.gen; g++) {
             fwrite(&tok, sizeof tok, 1, f);
             if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
             tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+            if (fg) fwrite(llama_get_logits_ith(ctx, -1), sizeof(float), n_vocab, fg);
         }
+        if (fg) fclose(fg);
         fclose(f);
         llama_batch_free(batch);
         llama_free(ctx);

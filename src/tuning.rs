@@ -63,6 +63,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_HYBRID_GRAPH_COPIES", "on", "0", "RFHYBRID queues a replayed graph's input copies one by one instead of having the GPU's captured graph make them (A/B runs)", Measuring),
     knob("ROCMFORGE_HYBRID_PREFETCH", "on", "0", "RFHYBRID does not move parts of a token's CPU layers to the GPU with their weights copied in while the CPU computes (A/B runs)", Measuring),
     knob("ROCMFORGE_HYBRID_TRIAL", "on", "0 | force", "0: RFHYBRID keeps a new graph's plan without running it against the plan of its calibrated curves alone; force: every new graph's plan is run against the CPU-first (else GPU-first) plan, one run a turn (tests of a plan swapped between runs)", Measuring),
+    knob("ROCMFORGE_HYBRID_SPLIT_EXPERTS", "measured (0, 2 or 4)", "0..", "of a small batch's expert chain (gate, up, GLU, down) that RFHYBRID runs on the CPU, how many slots the GPU takes beside it (their experts copied in once the ids are known); 0 = none; unset: each width run for a few tokens, the fastest kept", Measuring),
     knob("ROCMFORGE_HYBRID_USED_EXPERTS", "on", "0", "RFHYBRID streams every expert of a batch's MUL_MAT_ID to the GPU instead of only those its ids use (read back first)", Measuring),
     knob("ROCMFORGE_HYBRID_FAKE_GPU", "off", "1", "RFHYBRID's GPU side is a second RFCPU device with its own memory (tests of placement and residency without a GPU)", Measuring),
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512 | tiles", "instruction set of RFCPU's quantized matmul tiles for prompts; tiles: the register tiles instead of the Q4_0/Q4_K weight panels of AVX-512 VNNI machines", Measuring),
@@ -214,6 +215,9 @@ pub struct Tuning {
     pub hybrid_graph_copies: bool,
     /// ROCMFORGE_HYBRID_USED_EXPERTS not 0.
     pub hybrid_used_experts: bool,
+    /// ROCMFORGE_HYBRID_SPLIT_EXPERTS: of a small batch's expert chain run on the CPU, how many
+    /// slots the GPU takes beside it (0: none); unset: measured (`split_experts.rs`).
+    pub hybrid_split_experts: Option<usize>,
     /// ROCMFORGE_HYBRID_TRIAL as given ("0", "force"; absent: on).
     pub hybrid_trial: Option<String>,
 }
@@ -349,6 +353,7 @@ impl Tuning {
             hybrid_prefetch: on_unless_0("ROCMFORGE_HYBRID_PREFETCH"),
             hybrid_graph_copies: on_unless_0("ROCMFORGE_HYBRID_GRAPH_COPIES"),
             hybrid_used_experts: on_unless_0("ROCMFORGE_HYBRID_USED_EXPERTS"),
+            hybrid_split_experts: number("ROCMFORGE_HYBRID_SPLIT_EXPERTS"),
             hybrid_trial: var("ROCMFORGE_HYBRID_TRIAL"),
         }
     }

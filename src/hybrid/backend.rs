@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod replay;
+mod split_experts;
 mod timing;
 
 /// ggml's tensor flag: the host reads the tensor after the graph.
@@ -98,6 +99,13 @@ pub struct HybridBackend {
     templates: HashMap<u64, std::sync::Arc<super::telemetry::SegmentTemplate>>,
     shadows: Shadows,
     shadow_of: HashMap<usize, usize>,
+    /// Shadows the next launch takes as they are (an expert split's weights and ids).
+    shadow_overrides: (Vec<usize>, Shadows),
+    /// An expert split's ids for the GPU, alive until its copy is done.
+    split_ids: Vec<i32>,
+    /// How many slots of an expert chain the GPU takes, and whether this graph had a chain.
+    split: split_experts::SplitTuner,
+    split_seen: bool,
     n_threads: usize,
     /// Telemetry is on for the graph being computed (copies are then timed).
     telemetry: bool,
@@ -435,6 +443,10 @@ impl HybridBackend {
             telemetry: false,
             prefetched: None,
             time_device: false,
+            shadow_overrides: (Vec::new(), Shadows(Vec::new())),
+            split_ids: Vec::new(),
+            split: Default::default(),
+            split_seen: false,
             device_us: None,
             phases: crate::tuning::get().ffi_timing.then(Phases::default),
             trial: PlanTrial::default(),
@@ -852,6 +864,11 @@ impl HybridBackend {
         let t = Instant::now();
         self.shadows.0.clear();
         self.shadow_of.clear();
+        let (keys, boxes) = &mut self.shadow_overrides;
+        for (t, s) in keys.drain(..).zip(boxes.0.drain(..)) {
+            self.shadow_of.insert(t, self.shadows.0.len());
+            self.shadows.0.push(s);
+        }
         let mut ptrs = Vec::with_capacity(nodes.len());
         for n in nodes {
             let s = self.shadow(n.as_ptr(), res, true, true)?;
@@ -1067,6 +1084,19 @@ impl HybridBackend {
         Ok(())
     }
 
+    /// The launches queued on stream `k` read the arena's first half: the copy stream waits
+    /// for them before it writes there (where the GPU has no events, they are waited for now).
+    fn arena_read_by(&mut self, k: usize) -> Result<()> {
+        if self.overlap_ready()? {
+            let ev = self.events.as_mut().unwrap();
+            if self.gpus[k].record_event(ev.done[0].as_ref())? {
+                ev.recorded[0] = true;
+                return Ok(());
+            }
+        }
+        self.sync_gpus()
+    }
+
     /// Whether weights stream on their own copy stream (the GPU has events); creates the
     /// copy stream and the events at first use.
     fn overlap_ready(&mut self) -> Result<bool> {
@@ -1120,7 +1150,23 @@ impl HybridBackend {
         res: &mut Residency,
         next: Option<&[Tensor]>,
     ) -> Result<()> {
+        self.run_cpu_also(nodes, &[], res, next)
+    }
+
+    /// `run_cpu`, with tensors `also` made current on the host in the same wait.
+    fn run_cpu_also(
+        &mut self,
+        nodes: &[Tensor],
+        also: &[Tensor],
+        res: &mut Residency,
+        next: Option<&[Tensor]>,
+    ) -> Result<()> {
         let mut copies = Vec::new();
+        for t in also {
+            if let Some((p, len)) = range(t) {
+                copies.extend(res.make_current(p, len, Place::Cpu));
+            }
+        }
         for n in nodes {
             for s in (0..GGML_MAX_SRC).filter_map(|j| n.src(j)) {
                 if let Some((p, len)) = range(&s) {
@@ -1456,7 +1502,21 @@ impl HybridBackend {
         }
         self.last_uses = Some(uses);
         if !sample {
+            let trial = self.trial.running();
             self.trial_step(nodes, t_run);
+            if std::mem::take(&mut self.split_seen) && !trial {
+                if let Some(w) = self.split.ran(t_run.elapsed().as_secs_f64() * 1e6) {
+                    crate::log_debug!(
+                        "RFHYBRID: {w} slots of each expert chain on the GPU (medians of graph time per width: {})",
+                        self.split.medians()
+                    );
+                    // The plans were tried without sharing: planned and tried again (at 4
+                    // threads the kept plan was 15% slower than the one tried with the width).
+                    if w != 0 {
+                        self.last_plan.clear();
+                    }
+                }
+            }
         }
         if let Some(p) = self.phases.as_mut() {
             p.plan_us += (t_plan - t).as_secs_f64() * 1e6;
@@ -1525,7 +1585,14 @@ impl HybridBackend {
                         while e < nodes.len() && plan[e].place == Place::Gpu {
                             e += 1;
                         }
-                        self.run_cpu(seg, res, (e > j).then(|| &nodes[j..e]))?;
+                        let next = (e > j).then(|| &nodes[j..e]);
+                        match self.split_chain(seg, a, uses, res, next) {
+                            Some(chain) => {
+                                let k = self.gpu_backend(gpu_segment.min(MAX_GPU_STREAMS - 1))?;
+                                self.run_split(seg, chain, res, next, k)?
+                            }
+                            None => self.run_cpu(seg, res, next)?,
+                        }
                         if let Some(p) = self.phases.as_mut() {
                             p.cpu_seg_us += t0.elapsed().as_secs_f64() * 1e6;
                         }

@@ -47,7 +47,7 @@ pub struct PlanTrial {
     times: [Vec<f64>; 2],
 }
 
-fn median(v: &[f64]) -> f64 {
+pub fn median(v: &[f64]) -> f64 {
     let mut r = v.to_vec();
     r.sort_by(f64::total_cmp);
     match r.len() {
