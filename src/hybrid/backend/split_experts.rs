@@ -140,7 +140,7 @@ impl HybridBackend {
         let (ine, inb) = (ids.ne(), ids.nb());
         if chain.len() < 2
             || ids.dtype() != GgmlType::I32
-            || ine[0] <= g
+            || ine[0] < 2
             || !(1..=SPLIT_MAX_TOKENS).contains(&ine[1])
             || ine[2..] != [1, 1]
             || inb[0] != 4
@@ -236,9 +236,10 @@ impl HybridBackend {
         }
 
         // The GPU's slots and their experts, packed in the arena in order of first use.
-        let g = self.split.width();
         let ids = chain[0].src(2).unwrap();
         let (n_used, n_tok) = (ids.ne()[0], ids.ne()[1]);
+        // The CPU keeps one slot at least (a model using 2 experts a token shares 1).
+        let g = self.split.width().min(n_used - 1);
         // SAFETY: RFHYBRID's buffers are host memory, and the ids are current there now.
         let all = unsafe { super::super::experts::read_ids(&ids) };
         // (slot, token) pairs of the GPU, as indices into the dense ids.
