@@ -290,14 +290,9 @@ impl HybridBackend {
                 }
                 copies.extend(res.make_current(at, nb02, Place::Gpu));
             }
-            // SAFETY: `w` is a tensor of the host's graph, alive for this compute.
-            let mut s: Box<ggml_tensor> = Box::new(unsafe { std::ptr::read(w.as_ptr()) });
-            s.data = base as *mut std::ffi::c_void;
+            let mut s = leaf_shadow(&w, base);
             s.ne[2] = experts.len() as i64;
             s.nb[3] = nb02 * experts.len();
-            s.view_src = std::ptr::null_mut();
-            s.extra = std::ptr::null_mut();
-            s.src = [std::ptr::null_mut(); GGML_MAX_SRC];
             keys.push(w.as_ptr() as usize);
             boxes.push(s);
         }
@@ -311,16 +306,11 @@ impl HybridBackend {
             to: Place::Gpu,
             pinned: false,
         });
-        // SAFETY: `ids` is a tensor of the host's graph, alive for this compute.
-        let mut s: Box<ggml_tensor> = Box::new(unsafe { std::ptr::read(ids.as_ptr()) });
-        s.data = idev as *mut std::ffi::c_void;
+        let mut s = leaf_shadow(&ids, idev);
         // Dense there (the host's may be a view with a longer row: argsort's output).
         s.nb[1] = n_used * 4;
         s.nb[2] = n_used * n_tok * 4;
         s.nb[3] = s.nb[2];
-        s.view_src = std::ptr::null_mut();
-        s.extra = std::ptr::null_mut();
-        s.src = [std::ptr::null_mut(); GGML_MAX_SRC];
         keys.push(ids.as_ptr() as usize);
         boxes.push(s);
         crate::log_debug!(
@@ -379,6 +369,17 @@ impl HybridBackend {
         self.arena_read_by(k)?;
         Ok(())
     }
+}
+
+/// A shadow of graph tensor `t` as a leaf at device address `data` (no view, no sources).
+fn leaf_shadow(t: &Tensor, data: usize) -> Box<ggml_tensor> {
+    // SAFETY: `t` is a tensor of the host's graph, alive for this compute.
+    let mut s: Box<ggml_tensor> = Box::new(unsafe { std::ptr::read(t.as_ptr()) });
+    s.data = data as *mut std::ffi::c_void;
+    s.view_src = std::ptr::null_mut();
+    s.extra = std::ptr::null_mut();
+    s.src = [std::ptr::null_mut(); GGML_MAX_SRC];
+    s
 }
 
 #[cfg(test)]
