@@ -121,7 +121,13 @@ impl HybridBackend {
     ) -> Option<(usize, usize)> {
         let g = max_width();
         let gpu = self.shared.gpu?;
-        if g == 0 || self.time_device || self.time_copies || self.prefetched.is_some() {
+        // Settled at 0 (or fixed at 0): nothing to share or to measure, so nothing to look for.
+        if g == 0
+            || self.split.settled == Some(0)
+            || self.time_device
+            || self.time_copies
+            || self.prefetched.is_some()
+        {
             return None;
         }
         let f = seg.iter().position(|n| n.op() == op::MUL_MAT_ID)?;
