@@ -1572,7 +1572,7 @@ impl HybridBackend {
                         predicted_us: self.sched.cost.compute_us(n, place),
                         ..plan[a + o]
                     };
-                    let (us, timed) = self.time_alone(n, place, res)?;
+                    let (us, timed) = self.time_alone(n, place, res, sel.predicted_us)?;
                     if telemetry {
                         self.record_node(n, &sel, us, timed);
                     }

@@ -576,7 +576,7 @@ impl Telemetry {
             json_num(&mut s, e.predicted_us);
             s.push_str(",\"measured_us\":");
             json_num(&mut s, e.measured_us);
-            let _ = write!(s, ",\"bytes\":{}", e.bytes_moved);
+            let _ = write!(s, ",\"bytes\":{},\"timed\":{}", e.bytes_moved, e.timed);
             s.push_str(",\"start_us\":");
             json_num(&mut s, e.start_us);
             s.push('}');

@@ -10,6 +10,23 @@ use std::sync::Arc;
 
 /// Segment templates kept per backend (a prompt's and a token's segments, a few plans).
 const TEMPLATES_MAX: usize = 256;
+/// A node timed alone over this many times its prediction, and over `RETIME_MIN_US`, is timed
+/// again.
+const RETIME_OVER: f64 = 3.0;
+const RETIME_MIN_US: f64 = 20.0;
+
+/// Running `n` again gives what it gave: it writes over none of its sources (ggml-alloc puts
+/// an element-wise node over an input it is the last reader of; an in-place op is a view of
+/// its first source).
+fn rerun_changes_nothing(n: &Tensor) -> bool {
+    let (d0, d1) = (n.data() as usize, n.data() as usize + n.nbytes());
+    (0..crate::ffi::abi::GGML_MAX_SRC)
+        .filter_map(|i| n.src(i))
+        .all(|s| {
+            let (s0, s1) = (s.data() as usize, s.data() as usize + s.nbytes());
+            s1 <= d0 || d1 <= s0
+        })
+}
 use crate::device::Result;
 use crate::ggml_types::op;
 use crate::tensor::Tensor;
@@ -51,9 +68,38 @@ impl HybridBackend {
     }
 
     /// `n` run alone on `place` and timed: on the GPU what its events measured, on the CPU its
-    /// backend's compute (no waits or copies) less what a graph of one node adds. The cost
-    /// model observes it. Returns the µs and whether they count as a measurement of the node.
+    /// backend's compute (no waits or copies) less what a graph of one node adds. A run over
+    /// `RETIME_OVER` times `predicted` runs once more where that changes nothing (the node
+    /// writes over none of its inputs) and the faster run counts: a preempted thread or a page
+    /// fault is not the node's cost (a MoE token's expert product timed alone at 6.5 ms, its
+    /// like 60 µs, on the H200 host). The cost model observes it. Returns the µs and whether
+    /// they count as a measurement of the node.
     pub(super) fn time_alone(
+        &mut self,
+        n: &Tensor,
+        place: Place,
+        res: &mut Residency,
+        predicted: f64,
+    ) -> Result<(f64, bool)> {
+        let (mut us, mut compute) = self.measure_alone(n, place, res)?;
+        if us > RETIME_OVER * predicted && us > RETIME_MIN_US && rerun_changes_nothing(n) {
+            let (again, c) = self.measure_alone(n, place, res)?;
+            if again < us {
+                (us, compute) = (again, c);
+            }
+        }
+        let cost = &mut self.sched.cost;
+        let counts = if compute {
+            cost.observe_compute_time(n, place, us)
+        } else {
+            cost.observe(n, place, us)
+        };
+        Ok((us, counts))
+    }
+
+    /// One run of `time_alone`: the µs, and whether they are the node's compute alone (device
+    /// time or the CPU's compute) rather than a wall time.
+    fn measure_alone(
         &mut self,
         n: &Tensor,
         place: Place,
@@ -87,17 +133,13 @@ impl HybridBackend {
         r?;
         let alone = self.sched.cost.profile.alone_us(place);
         Ok(match (place, self.device_us.take()) {
-            (Place::Gpu, Some(us)) => (us, self.sched.cost.observe_device_time(n, us)),
-            (Place::Cpu, Some(us)) => {
-                let us = (us - alone).max(0.25 * us);
-                (us, self.sched.cost.observe(n, place, us))
-            }
+            (Place::Gpu, Some(us)) => (us, true),
+            (Place::Cpu, Some(us)) => ((us - alone).max(0.25 * us), true),
             // A GPU without events: the wall time less the copies made for the node and what
             // a graph of one node adds (a launch and a wait).
             (_, None) => {
                 let all = t.elapsed().as_secs_f64() * 1e6 - (self.copy_us - copied);
-                let us = (all - alone).max(0.25 * all).max(0.0);
-                (us, self.sched.cost.observe(n, place, us))
+                ((all - alone).max(0.25 * all).max(0.0), false)
             }
         })
     }
@@ -180,5 +222,41 @@ impl HybridBackend {
         let mut t = self.shared.telemetry();
         let start_us = t.now_us() - us;
         t.record_repeat(self.graphs, &template, start_us, us);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rerun_changes_nothing;
+    use crate::ggml_types::{op, GgmlType};
+    use crate::hybrid::synth::Synth;
+
+    /// A node over memory of its own runs again; one over its input (ggml-alloc's in-place
+    /// reuse, or a view of it) does not.
+    #[test]
+    fn rerun_only_over_memory_of_its_own() {
+        let mut mem = vec![0u8; 4096];
+        let base = mem.as_mut_ptr();
+        let mut x = Synth::new(GgmlType::F32, [64, 2, 1, 1]);
+        x.set_data(base);
+        let mut own = Synth::new(GgmlType::F32, [64, 2, 1, 1]);
+        own.op(op::SOFT_MAX)
+            .src(0, &x)
+            .set_data(base.wrapping_add(512));
+        assert!(rerun_changes_nothing(&own.tensor()));
+        let mut over = Synth::new(GgmlType::F32, [64, 2, 1, 1]);
+        over.op(op::SOFT_MAX)
+            .src(0, &x)
+            .set_data(base.wrapping_add(256));
+        assert!(!rerun_changes_nothing(&over.tensor()));
+        let mut second = Synth::new(GgmlType::F32, [64, 2, 1, 1]);
+        second
+            .op(op::ADD)
+            .src(0, &own)
+            .src(1, &x)
+            .set_data(base.wrapping_add(1024));
+        assert!(rerun_changes_nothing(&second.tensor()));
+        second.set_data(base.wrapping_add(512 + 4));
+        assert!(!rerun_changes_nothing(&second.tensor()));
     }
 }
