@@ -381,6 +381,8 @@ int main(int argc, char ** argv) {
     char * json = dev_json(telemetry_json, dev);
     CHECK(strstr(json, "\"events\"") && strstr(json, "\"stats\""), "telemetry JSON: %.200s", json);
     CHECK(strstr(json, "\"device\":\"CPU\""), "no CPU event");
+    // The first graphs' nodes timed alone, later ones as shares of their segments.
+    CHECK(strstr(json, "\"timed\":true") && strstr(json, "\"timed\":false"), "events not marked timed / untimed");
     if (has_gpu) {
         CHECK(strstr(json, "\"device\":\"GPU\""), "no GPU event");
         CHECK(strstr(json, "\"kind\":\"transfer\""), "no transfer event");
