@@ -943,6 +943,11 @@ static void cases_mul_mat(void) {
             struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(576, 8197, 2, 1), .b = SHAPE(576, 1, 2, 1) };
             run_case(LABEL("MUL_MAT %s tall w=[576,8197,2,1] x=[576,1,2,1]", ggml_type_name(t)), b_mul_mat, &p, 5e-4, CMP_NMSE);
         }
+        // Q6_K rows of a vocabulary projection (the GPU's 8-rows-per-warp kernel too).
+        if (t == GGML_TYPE_Q6_K) {
+            struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(1024, 32771, 1, 1), .b = SHAPE(1024, 1, 1, 1) };
+            run_case(LABEL("MUL_MAT %s tall w=[1024,32771,1,1] x=[1024,1,1,1]", ggml_type_name(t)), b_mul_mat, &p, 5e-4, CMP_NMSE);
+        }
         // Rows that are not a multiple of 32 (float weights only): the last K % 32 values count too.
         for (int64_t n = 1; blk == 1 && n <= 40; n += 39) {
             struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(67, 19, 1, 1), .b = SHAPE(67, n, 1, 1) };

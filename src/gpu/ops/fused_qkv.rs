@@ -374,7 +374,8 @@ pub(super) fn mvq_parts_per_block(t: GgmlType) -> usize {
     match t {
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q2_0 | GgmlType::NVFP4 => 2,
         GgmlType::Q1_0 => 4,
-        GgmlType::Q4_K | GgmlType::Q6_K => 16,
+        GgmlType::Q6_K => 8,
+        GgmlType::Q4_K => 16,
         _ => 1,
     }
 }
