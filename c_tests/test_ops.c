@@ -943,10 +943,14 @@ static void cases_mul_mat(void) {
             struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(576, 8197, 2, 1), .b = SHAPE(576, 1, 2, 1) };
             run_case(LABEL("MUL_MAT %s tall w=[576,8197,2,1] x=[576,1,2,1]", ggml_type_name(t)), b_mul_mat, &p, 5e-4, CMP_NMSE);
         }
-        // Q6_K rows of a vocabulary projection (the GPU's 8-rows-per-warp kernel too).
-        if (t == GGML_TYPE_Q6_K) {
-            struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(1024, 32771, 1, 1), .b = SHAPE(1024, 1, 1, 1) };
-            run_case(LABEL("MUL_MAT %s tall w=[1024,32771,1,1] x=[1024,1,1,1]", ggml_type_name(t)), b_mul_mat, &p, 5e-4, CMP_NMSE);
+        // K-quant rows of a vocabulary projection (the GPU's 8-rows-per-warp kernel too); Q6_K's
+        // rows long enough for several parts a lane (the others are slow to quantize).
+        if (t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
+            t == GGML_TYPE_Q6_K) {
+            const int64_t k = t == GGML_TYPE_Q6_K ? 1024 : 256;
+            struct params p = { .t0 = t, .t1 = GGML_TYPE_F32, .a = SHAPE(k, 32771, 1, 1), .b = SHAPE(k, 1, 1, 1) };
+            run_case(LABEL("MUL_MAT %s tall w=[%lld,32771,1,1] x=[%lld,1,1,1]", ggml_type_name(t), (long long) k, (long long) k),
+                     b_mul_mat, &p, 5e-4, CMP_NMSE);
         }
         // Rows that are not a multiple of 32 (float weights only): the last K % 32 values count too.
         for (int64_t n = 1; blk == 1 && n <= 40; n += 39) {

@@ -50,11 +50,12 @@ pub(super) fn mv1_shape() -> Option<(usize, usize, usize)> {
 /// at most 32 blocks of 32 (most lanes of a wider block would be idle) in a matrix tall enough
 /// to fill the GPU with such blocks. On an H100: SmolLM2's 49152 x 576 Q8_0 output projection
 /// 75 µs with 2 rows per 4-warp block (0.4 TB/s), 17.5 µs this way; its 576 x 576 products
-/// 5.6 µs the default way, 9.0 µs this way (72 one-warp blocks). Also a Q6_K vocabulary
-/// projection (32768 rows or more) of rows of up to 4096 values (at most 128 parts: one a
-/// thread in the default kernel, whose registers for four parts a row then hold one; an
-/// 8B-shaped model's 49152 x 4096 output head took 111 µs that way on an H200, 1.5 TB/s).
-/// ROCMFORGE_GPU_MV1 turns it off.
+/// 5.6 µs the default way, 9.0 µs this way (72 one-warp blocks). Also a K-quant vocabulary
+/// projection (32768 rows or more) of rows of up to 4096 values (128 or 256 parts: one or two
+/// a thread in the default kernel, whose registers for four parts a row then hold one or two).
+/// An 8B-shaped model's 49152 x 4096 output head on an H200, the default kernel against this
+/// one: Q6_K 111 against 74 µs, Q5_K 116 against 75, Q4_K 96 against 59. Not for FFN products
+/// (14336 rows), which would lose the fused gate / up kernel. ROCMFORGE_GPU_MV1 turns it off.
 pub(super) fn short_tall(wt: GgmlType, k: usize, m: usize) -> bool {
     let whole_blocks = matches!(
         wt,
@@ -66,7 +67,11 @@ pub(super) fn short_tall(wt: GgmlType, k: usize, m: usize) -> bool {
             | GgmlType::IQ4_NL
     );
     let short = (whole_blocks && k <= 32 * 32 && m >= 8192)
-        || (wt == GgmlType::Q6_K && k <= 4096 && m >= 32768);
+        || (matches!(
+            wt,
+            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+        ) && k <= 4096
+            && m >= 32768);
     short && mv1_shape().is_none()
 }
 
