@@ -19,21 +19,53 @@ RF_DEVICE float mv_round_x(float v, int xround) {
     return xround == 2 ? rf_f16_to_f32(rf_f32_to_f16(v)) : xround == 4 ? rf_round_bf16(v) : v;
 }
 
+// A warp's output row of the matrix-vector forms: its weight row, its up to MV_COLS src1 rows
+// (ncols of them real; the others repeat the first so loads stay in bounds) and where its
+// sums go. mv_row is false for a warp past the last row (the whole warp leaves together).
+struct MvRow {
+    const char* wr;
+    const char* xr[MV_COLS];
+    int ncols;
+    i64 col0, b;
+    char* db;
+};
+RF_DEVICE bool mv_row(MvRow& m, const char* w, const char* x, char* d, i64 M, i64 N, i64 ne12, i64 r2, i64 r3,
+                      i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb2, i64 nb3) {
+    const i64 row = (i64)blockIdx.x * MV_ROWS + threadIdx.x / RF_WARP_SIZE;
+    if (row >= M) return false;
+    m.col0 = (i64)blockIdx.y * MV_COLS;
+    m.b = blockIdx.z;
+    const i64 i2 = m.b % ne12, i3 = m.b / ne12;
+    m.wr = w + row * nb01 + (i2 / r2) * nb02 + (i3 / r3) * nb03;
+    const char* xb = x + i2 * nb12 + i3 * nb13;
+    m.ncols = (int)(N - m.col0 < MV_COLS ? N - m.col0 : MV_COLS);
+#pragma unroll
+    for (int c = 0; c < MV_COLS; c++) m.xr[c] = xb + (m.col0 + (c < m.ncols ? c : 0)) * nb11;
+    m.db = d + i2 * nb2 + i3 * nb3 + row * 4;
+    return true;
+}
+// The lanes' partial sums summed over the warp, written by lane 0.
+RF_DEVICE void mv_store(const MvRow& m, const float* acc, i64 nb1) {
+#pragma unroll
+    for (int c = 0; c < MV_COLS; c++) {
+        const float s = rf_warp_sum(acc[c]);
+        if (threadIdx.x % RF_WARP_SIZE == 0 && c < m.ncols) *(float*)(m.db + (m.col0 + c) * nb1) = s;
+    }
+}
+
 template <typename W>
 RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, i64 N, i64 ne12, i64 r2, i64 r3,
                            i64 nb01, i64 nb02, i64 nb03, i64 nb11, i64 nb12, i64 nb13, i64 nb1, i64 nb2, i64 nb3,
                            const float* corr, int xround) {
     const int lane = threadIdx.x % RF_WARP_SIZE;
-    const i64 row = (i64)blockIdx.x * MV_ROWS + threadIdx.x / RF_WARP_SIZE;
-    if (row >= M) return;  // whole warp leaves together
-    const i64 col0 = (i64)blockIdx.y * MV_COLS;
-    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
-    const char* wr = w + row * nb01 + (i2 / r2) * nb02 + (i3 / r3) * nb03;
-    const char* xb = x + i2 * nb12 + i3 * nb13;
-    const int ncols = (int)(N - col0 < MV_COLS ? N - col0 : MV_COLS);
+    MvRow m;
+    if (!mv_row(m, w, x, d, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb2, nb3)) return;
+    const char* wr = m.wr;
+    const int ncols = m.ncols;
+    const i64 col0 = m.col0, b = m.b;
     const float* xr[MV_COLS];
 #pragma unroll
-    for (int c = 0; c < MV_COLS; c++) xr[c] = (const float*)(xb + (col0 + (c < ncols ? c : 0)) * nb11);
+    for (int c = 0; c < MV_COLS; c++) xr[c] = (const float*)m.xr[c];
     float acc[MV_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
     // Whole blocks of 32 (every quantized K is a multiple of 32) ...
     for (i64 blk = lane; blk < K / 32; blk += RF_WARP_SIZE) {
@@ -65,12 +97,7 @@ RF_DEVICE void mul_mat_vec(const char* w, const char* x, char* d, i64 K, i64 M, 
             if (c < ncols) acc[c] += wk * mv_round_x(xr[c][k], xround);
         }
     }
-    char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
-#pragma unroll
-    for (int c = 0; c < MV_COLS; c++) {
-        const float s = rf_warp_sum(acc[c]);
-        if (lane == 0 && c < ncols) *(float*)(db + (col0 + c) * nb1) = s;
-    }
+    mv_store(m, acc, nb1);
 }
 
 // Tiled form: 64x64 output tiles, 16-deep slices of K staged in shared memory,
@@ -190,26 +217,17 @@ template <> RF_DEVICE_SPEC void load_seg8<w_bf16>(const char* row, i64 s, float*
 
 template <typename W>
 RF_DEVICE void mul_mat_vec8(MUL_MAT_ARGS) {
-    const int lane = threadIdx.x % RF_WARP_SIZE;
-    const i64 row = (i64)blockIdx.x * MV_ROWS + threadIdx.x / RF_WARP_SIZE;
-    if (row >= M) return;  // whole warp leaves together
-    const i64 col0 = (i64)blockIdx.y * MV_COLS;
-    const i64 b = blockIdx.z, i2 = b % ne12, i3 = b / ne12;
-    const char* wr = w + row * nb01 + (i2 / r2) * nb02 + (i3 / r3) * nb03;
-    const char* xb = x + i2 * nb12 + i3 * nb13;
-    const int ncols = (int)(N - col0 < MV_COLS ? N - col0 : MV_COLS);
-    const char* xr[MV_COLS];
-#pragma unroll
-    for (int c = 0; c < MV_COLS; c++) xr[c] = xb + (col0 + (c < ncols ? c : 0)) * nb11;
+    MvRow m;
+    if (!mv_row(m, w, x, d, M, N, ne12, r2, r3, nb01, nb02, nb03, nb11, nb12, nb13, nb2, nb3)) return;
     float acc[MV_COLS] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (i64 s = lane; s < K / 8; s += RF_WARP_SIZE) {
+    for (i64 s = threadIdx.x % RF_WARP_SIZE; s < K / 8; s += RF_WARP_SIZE) {
         float wv[8];
-        load_seg8<W>(wr, s, wv);
+        load_seg8<W>(m.wr, s, wv);
 #pragma unroll
         for (int c = 0; c < MV_COLS; c++) {
-            if (c < ncols) {
+            if (c < m.ncols) {
                 float xv[8];
-                load_seg8<w_f32>(xr[c], s, xv);
+                load_seg8<w_f32>(m.xr[c], s, xv);
                 float t = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 8; j++) t += wv[j] * mv_round_x(xv[j], xround);
@@ -217,12 +235,7 @@ RF_DEVICE void mul_mat_vec8(MUL_MAT_ARGS) {
             }
         }
     }
-    char* db = d + i2 * nb2 + i3 * nb3 + row * 4;
-#pragma unroll
-    for (int c = 0; c < MV_COLS; c++) {
-        const float t = rf_warp_sum(acc[c]);
-        if (lane == 0 && c < ncols) *(float*)(db + (col0 + c) * nb1) = t;
-    }
+    mv_store(m, acc, nb1);
 }
 
 #define MUL_MAT_VEC8_KERNELS(NAME, W) \
