@@ -1011,8 +1011,8 @@ mod tests {
     }
 
     /// After one measurement the next node of the kind is predicted at what it measured (a
-    /// prompt's 32 layers are right from the second); of two that disagree the one nearer the
-    /// prediction counts; from three on, a third of the window off each end: one outlier in a
+    /// prompt's 32 layers are right from the second); of two, the median of them and no
+    /// correction counts; from three on, a third of the window off each end: one outlier in a
     /// window moves nothing, a majority moves it. Compute times count however short.
     #[test]
     fn the_first_measurements_set_the_correction() {
