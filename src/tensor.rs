@@ -221,6 +221,12 @@ impl<'a> Tensor<'a> {
         }
     }
 
+    /// The two tensors' bytes (from `data`, `nbytes` long) share an address.
+    pub fn overlaps(&self, other: &Tensor) -> bool {
+        let (a, b) = (self.data() as usize, other.data() as usize);
+        a < b + other.nbytes() && b < a + self.nbytes()
+    }
+
     pub fn same_shape(&self, other: &Tensor) -> bool {
         self.raw.ne == other.raw.ne
     }

@@ -526,9 +526,9 @@ pub(super) fn try_fused_mv_pair(
         && x.ne()[1..] == [1, 1, 1]
         && dense_f32(a)
         && dense_f32(b)
-        && !overlap(a, b)
-        && !overlap(a, &x)
-        && !overlap(b, &x);
+        && !a.overlaps(b)
+        && !a.overlaps(&x)
+        && !b.overlaps(&x);
     if !ok {
         return Ok(None);
     }
@@ -557,11 +557,6 @@ pub(super) fn try_fused_mv_pair(
     lc.note_written(a);
     lc.note_written(b);
     Ok(Some(2))
-}
-
-pub(super) fn overlap(a: &Tensor, b: &Tensor) -> bool {
-    let (a0, b0) = (a.data() as usize, b.data() as usize);
-    a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes()
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! with the rotation and the KV-cache writes where the graph allows (fused.hip).
 
 use super::args::Args;
-use super::fused::{dense_f32, feeds_only_one, overlap, same, Uses};
+use super::fused::{dense_f32, feeds_only_one, same, Uses};
 use super::matmul::{
     mv1_shape, mvq_mode, short_tall, supports_mul_mat, uses_mvq, MV1_MAX_THREADS, MV1_UNROLL,
     MV1_WARPS,
@@ -256,8 +256,8 @@ pub(super) fn try_fused_qkv(
     writes.extend(k_staged.then_some(k_src));
     writes.extend(v_staged.then_some(v_src));
     for (n, w) in writes.iter().enumerate() {
-        if reads_of.iter().flatten().any(|r| overlap(w, r))
-            || writes[n + 1..].iter().any(|o| overlap(w, o))
+        if reads_of.iter().flatten().any(|r| w.overlaps(r))
+            || writes[n + 1..].iter().any(|o| w.overlaps(o))
         {
             return Ok(None);
         }
@@ -486,7 +486,7 @@ pub(super) fn try_fused_rope_kv(
         && sk
             .src(0)
             .is_some_and(|a| a.data() == rk.data() && a.nb()[1] == rk.nb()[2])
-        && !overlap(&ka, &sk);
+        && !ka.overlaps(&sk);
     if !k_ok {
         return Ok(None);
     }
@@ -500,17 +500,17 @@ pub(super) fn try_fused_rope_kv(
         let Some(va) = sv.src(0) else { return false };
         let n = sv.ne()[0];
         set_rows_plain(sv, n, n_tok)
-            && !overlap(sv, &sk)
-            && !overlap(sv, &ka)
-            && !overlap(&va, &sk)
+            && !sv.overlaps(&sk)
+            && !sv.overlaps(&ka)
+            && !va.overlaps(&sk)
             && q.is_none_or(|q| {
-                !overlap(sv, &q) && !overlap(sv, &q.src(0).unwrap()) && !overlap(&va, &q)
+                !sv.overlaps(&q) && !sv.overlaps(&q.src(0).unwrap()) && !va.overlaps(&q)
             })
     });
     if let Some(q) = q {
         // q's rows are written while k's and v's are read and the caches written.
         let qa = q.src(0).unwrap();
-        if overlap(&q, &ka) || overlap(&q, &sk) || overlap(&qa, &sk) {
+        if q.overlaps(&ka) || q.overlaps(&sk) || qa.overlaps(&sk) {
             return Ok(None);
         }
     }

@@ -8,6 +8,11 @@ use super::super::{BackendSelection, Place, SelectionReason};
 use super::{plan_summary, HybridBackend, PROBE};
 use std::sync::Arc;
 
+use crate::device::Result;
+use crate::ggml_types::op;
+use crate::tensor::Tensor;
+use std::time::Instant;
+
 /// Segment templates kept per backend (a prompt's and a token's segments, a few plans).
 const TEMPLATES_MAX: usize = 256;
 /// A node timed alone over this many times its prediction, and over `RETIME_MIN_US`, is timed
@@ -19,18 +24,10 @@ const RETIME_MIN_US: f64 = 20.0;
 /// an element-wise node over an input it is the last reader of; an in-place op is a view of
 /// its first source).
 fn rerun_changes_nothing(n: &Tensor) -> bool {
-    let (d0, d1) = (n.data() as usize, n.data() as usize + n.nbytes());
     (0..crate::ffi::abi::GGML_MAX_SRC)
         .filter_map(|i| n.src(i))
-        .all(|s| {
-            let (s0, s1) = (s.data() as usize, s.data() as usize + s.nbytes());
-            s1 <= d0 || d1 <= s0
-        })
+        .all(|s| !n.overlaps(&s))
 }
-use crate::device::Result;
-use crate::ggml_types::op;
-use crate::tensor::Tensor;
-use std::time::Instant;
 
 impl HybridBackend {
     /// A run of the graph that began at `t_run` is over: the trial of its plans, if one runs,
