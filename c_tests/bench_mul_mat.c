@@ -2,10 +2,10 @@
 // (the two backends alternate every repetition, so a busy machine slows both alike); prints the
 // best and median time of each and the weight bytes per second of the best.
 //
-//   bench_mul_mat TYPE [THREADS [REPS [N]]]
+//   bench_mul_mat TYPE [THREADS [REPS [N [K M]]]]
 //       TYPE a ggml type name (q4_0, nvfp4, q1_0, ...); two 8B-shaped layer products: Llama-3-8B's
-//       ffn_up/gate (4096 -> 14336) and ffn_down (14336 -> 4096), N activation columns (default 1:
-//       generation). THREADS default 2, REPS default 30.
+//       ffn_up/gate (4096 -> 14336) and ffn_down (14336 -> 4096), or the one K -> M product given,
+//       N activation columns (default 1: generation). THREADS default 2, REPS default 30.
 // ggml-cpu comes from RF_TEST_BIN_DIR (libggml-cpu.so, or the best libggml-cpu-<variant>.so there).
 
 #include "common.h"
@@ -83,8 +83,18 @@ int main(int argc, char ** argv) {
     }
     ggml_backend_dev_t devs[2] = { rf_rfcpu_device(), rf_ggml_cpu_device() };
     const char * names[2] = { "RFCPU", "ggml-cpu" };
-    const int64_t shapes[][2] = { { 4096, 14336 }, { 14336, 4096 } };
-    for (int s = 0; s < 2; s++) {
+    int64_t shapes[][2] = { { 4096, 14336 }, { 14336, 4096 } };
+    int n_shapes = 2;
+    if (argc > 6) {
+        shapes[0][0] = atoll(argv[5]);
+        shapes[0][1] = atoll(argv[6]);
+        n_shapes = 1;
+        if (shapes[0][0] < 1 || shapes[0][1] < 1) {
+            fprintf(stderr, "K and M must be positive\n");
+            return 2;
+        }
+    }
+    for (int s = 0; s < n_shapes; s++) {
         const int64_t k = shapes[s][0], m = shapes[s][1];
         struct side sd[2];
         for (int b = 0; b < 2; b++) sd[b] = make_side(devs[b], threads, t, k, m, n, reps);

@@ -44,7 +44,11 @@ fn time(
 #[test]
 #[ignore]
 fn bench_gemv_streaming() {
-    const N: usize = 576;
+    #[allow(non_snake_case)]
+    let N: usize = std::env::var("K")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(576);
     let rows_env = std::env::var("ROWS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -18,7 +18,7 @@ pub fn distance() -> usize {
     *D
 }
 
-fn is_intel() -> bool {
+pub(crate) fn is_intel() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         // Leaf 0: the vendor string, on every x86-64 CPU.
