@@ -57,14 +57,23 @@ static int load(const char * path, struct logits * l) {
     FILE * f = fopen(path, "rb");
     if (!f) { perror(path); return 0; }
     int32_t hdr[3];
-    if (fread(hdr, sizeof hdr, 1, f) != 1) { fclose(f); return 0; }
+    if (fread(hdr, sizeof hdr, 1, f) != 1) { fprintf(stderr, "%s: no header\n", path); fclose(f); return 0; }
     l->n_pos = hdr[0]; l->n_vocab = hdr[1]; l->n_gen = hdr[2];
+    if (l->n_pos <= 0 || l->n_vocab <= 0 || l->n_gen < 0 || l->n_pos > 4096 || l->n_gen > 4096) {
+        fprintf(stderr, "%s: bad header %d x %d, %d generated\n", path, hdr[0], hdr[1], hdr[2]);
+        fclose(f);
+        return 0;
+    }
     size_t n = (size_t) l->n_pos * l->n_vocab;
     l->v = malloc(n * sizeof(float));
     l->gen = malloc(sizeof(int32_t) * (l->n_gen > 0 ? l->n_gen : 1));
-    int ok = fread(l->v, sizeof(float), n, f) == n && fread(l->gen, sizeof(int32_t), l->n_gen, f) == (size_t) l->n_gen;
+    size_t got_v = fread(l->v, sizeof(float), n, f), got_g = fread(l->gen, sizeof(int32_t), l->n_gen, f);
     fclose(f);
-    return ok;
+    if (got_v != n || got_g != (size_t) l->n_gen) {
+        fprintf(stderr, "%s: short file: %zu of %zu values, %zu of %d tokens\n", path, got_v, n, got_g, l->n_gen);
+        return 0;
+    }
+    return 1;
 }
 
 static double nmse(const struct logits * a, const struct logits * ref) {
@@ -149,6 +158,28 @@ static int file_has(const char * path, const char * needle) {
     return strstr(buf, needle) != NULL;
 }
 
+// The last lines of the run under test's log (its stderr), shown when it failed.
+static void show_tail(const char * path) {
+    FILE * f = fopen(path, "rb");
+    if (!f) return;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char * p = buf + n;
+    for (int lines = 0; p > buf && lines < 25; p--) lines += p[-1] == '\n';
+    fprintf(stderr, "--- the end of %s ---\n%s--- end ---\n", path, p);
+}
+
+// A passed comparison's logits files go (they are 12 MB each with SmolLM2's vocabulary, 3 GB
+// over the suite); a failed one's stay for a look.
+static void drop_outputs(const char * a, const char * b, const char * c, const char * d) {
+    remove(a);
+    remove(b);
+    remove(c);
+    remove(d);
+}
+
 int main(int argc, char ** argv) {
     if (argc < 6) {
         fprintf(stderr, "usage: %s LLAMA_RUN ROCMFORGE_SO GGML_CPU_SO MODEL WORKDIR [--fa on|off|both] [--threads N] [--min-stable N] [--device NAME] [--kv f16|q8_0|q4_0] [--sm layer|row] [--ts A,B] [--strict] [--embd] [--with-lib SO]\n", argv[0]);
@@ -203,6 +234,7 @@ int main(int argc, char ** argv) {
             produce_env(ref_env, NULL, exe, ref_be, ref_so, model, ref1, 1, fa) != 1 ||
             produce(exe, "ggml-cpu", cpu_so, model, alt, threads, !fa) != 1) {
             fprintf(stderr, "FAIL fa=%d: a llama_run invocation failed\n", fa);
+            show_tail(rf_log);
             failures++;
             continue;
         }
@@ -215,9 +247,11 @@ int main(int argc, char ** argv) {
             failures++;
             continue;
         }
+        int failures_before = failures;
         struct logits L_ref, L_ref1, L_rf, L_alt;
         if (!load(ref, &L_ref) || !load(ref1, &L_ref1) || !load(rf, &L_rf) || !load(alt, &L_alt)) {
             fprintf(stderr, "FAIL fa=%d: cannot read logits\n", fa);
+            show_tail(rf_log);
             failures++;
             continue;
         }
@@ -227,6 +261,7 @@ int main(int argc, char ** argv) {
             printf("fa=%s: sequences=%d n_embd=%d | NMSE rocmforge-vs-ggml %.3g (limit %.3g) | ggml 1-vs-%d threads %.3g | "
                    "ggml fa-on-vs-off %.3g\n", fa ? "on" : "off", L_ref.n_pos, L_ref.n_vocab, e_rf, limit, threads, e_thr, e_alt);
             if (L_rf.n_pos != L_ref.n_pos || L_rf.n_vocab != L_ref.n_vocab || e_rf > limit) failures++;
+            else drop_outputs(ref, ref1, rf, alt);
             continue;
         }
         double agree = agreement(&L_rf, &L_ref), agree_alt = agreement(&L_alt, &L_ref);
@@ -257,6 +292,7 @@ int main(int argc, char ** argv) {
         } else if (agree_tie < 0.98 || e_rf > limit || stable < min_stable || !stable_same) {
             failures++;
         }
+        if (failures == failures_before) drop_outputs(ref, ref1, rf, alt);
     }
     printf("%s\n", failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;

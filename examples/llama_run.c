@@ -34,12 +34,24 @@
 #include "ggml.h"
 #include "llama.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+
+// Closes an output file; 0 (and a line saying why) when any write to it failed, e.g. a full disk,
+// so a short file never leaves with exit status 0.
+static int close_output(FILE * f, const char * path) {
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "llama_run: writing %s failed: %s\n", path, strerror(errno ? errno : EIO));
+        return 0;
+    }
+    return 1;
+}
 
 static const char * DEFAULT_PROMPT = "The three primary colors are";
 // Teacher-forced text: long enough for 64+ tokens with SmolLM2's tokenizer.
@@ -375,8 +387,8 @@ int main(int argc, char ** argv) {
             tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
             if (fg) fwrite(llama_get_logits_ith(ctx, -1), sizeof(float), n_vocab, fg);
         }
-        if (fg) fclose(fg);
-        fclose(f);
+        if (fg && !close_output(fg, getenv("LLAMA_RUN_GEN_LOGITS"))) return 1;
+        if (!close_output(f, o.out)) return 1;
         llama_batch_free(batch);
         llama_free(ctx);
     } else if (!strcmp(o.mode, "embed")) {
@@ -405,7 +417,7 @@ int main(int argc, char ** argv) {
             if (!e) { fprintf(stderr, "llama_run: no pooled embeddings (is it an embedding model?)\n"); return 1; }
             fwrite(e, sizeof(float), n_embd, f);
         }
-        fclose(f);
+        if (!close_output(f, o.out)) return 1;
         llama_batch_free(batch);
         llama_free(ctx);
     } else if (!strcmp(o.mode, "bench")) {

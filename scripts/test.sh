@@ -12,4 +12,6 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "$JOBS"
+# The end-to-end tests write models and logits under the build folder: say how much room there is.
+df -h "$BUILD_DIR" | tail -n 1
 ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"
