@@ -7,6 +7,10 @@
 //       ffn_up/gate (4096 -> 14336) and ffn_down (14336 -> 4096), or the one K -> M product given,
 //       N activation columns (default 1: generation). THREADS default 2, REPS default 30.
 // ggml-cpu comes from RF_TEST_BIN_DIR (libggml-cpu.so, or the best libggml-cpu-<variant>.so there).
+// REPACK=1: the weight in each device's first extra buffer type (RFCPU_REPACK, ggml's CPU_REPACK),
+// where libllama puts a model's weights; a device without one keeps its default buffer.
+// BENCH_ONLY=RFCPU|ggml-cpu: time that one alone (ggml-cpu's OpenMP threads spin a while after
+// each product and slow the next one's threads on a small machine); BENCH_ALL=1: every time.
 
 #include "common.h"
 
@@ -20,8 +24,8 @@ static int cmp_double(const void * a, const void * b) {
 
 struct side {
     ggml_backend_t be;
-    struct ggml_context * ctx;
-    ggml_backend_buffer_t buf;
+    struct ggml_context * ctx, * wctx;
+    ggml_backend_buffer_t buf, wbuf;
     struct ggml_cgraph * gf;
     double * ms;
 };
@@ -37,13 +41,34 @@ static struct side make_side(ggml_backend_dev_t dev, int threads, enum ggml_type
     rf_set_n_threads(s.be, threads);
     struct ggml_init_params ip = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true };
     s.ctx = ggml_init(ip);
-    struct ggml_tensor * w = ggml_new_tensor_2d(s.ctx, t, k, m);
+    s.wctx = ggml_init(ip);
+    struct ggml_tensor * w = ggml_new_tensor_2d(s.wctx, t, k, m);
     struct ggml_tensor * x = ggml_new_tensor_2d(s.ctx, GGML_TYPE_F32, k, n);
     struct ggml_tensor * y = ggml_mul_mat(s.ctx, w, x);
     s.gf = ggml_new_graph(s.ctx);
     ggml_build_forward_expand(s.gf, y);
+    ggml_backend_buffer_type_t wbt = ggml_backend_get_default_buffer_type(s.be);
+    const char * repack = getenv("REPACK");
+    if (repack && atoi(repack)) {
+        typedef ggml_backend_buffer_type_t * (*extra_fn)(ggml_backend_dev_t);
+        extra_fn extra = (extra_fn) ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev),
+                                                                       "ggml_backend_dev_get_extra_bufts");
+        ggml_backend_buffer_type_t * bts = extra ? extra(dev) : NULL;
+        if (bts && bts[0]) wbt = bts[0];
+    }
     s.buf = ggml_backend_alloc_ctx_tensors(s.ctx, s.be);
-    if (!s.buf) {
+    s.wbuf = ggml_backend_alloc_ctx_tensors_from_buft(s.wctx, wbt);
+    // As libllama: an extra buffer type only where the device takes the product from it.
+    if (s.wbuf && wbt != ggml_backend_get_default_buffer_type(s.be) && !ggml_backend_supports_op(s.be, y)) {
+        ggml_backend_buffer_free(s.wbuf);
+        w->buffer = NULL;
+        w->data = NULL;
+        w->extra = NULL;
+        wbt = ggml_backend_get_default_buffer_type(s.be);
+        s.wbuf = ggml_backend_alloc_ctx_tensors_from_buft(s.wctx, wbt);
+    }
+    if (repack) fprintf(stderr, "%s: weight in %s\n", ggml_backend_dev_name(dev), ggml_backend_buft_name(wbt));
+    if (!s.buf || !s.wbuf) {
         fprintf(stderr, "allocation on %s failed\n", ggml_backend_dev_name(dev));
         exit(2);
     }
@@ -56,13 +81,15 @@ static struct side make_side(ggml_backend_dev_t dev, int threads, enum ggml_type
 static void free_side(struct side * s) {
     free(s->ms);
     ggml_backend_buffer_free(s->buf);
+    ggml_backend_buffer_free(s->wbuf);
     ggml_free(s->ctx);
+    ggml_free(s->wctx);
     ggml_backend_free(s->be);
 }
 
 int main(int argc, char ** argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_mul_mat TYPE [THREADS [REPS [N]]]\n");
+        fprintf(stderr, "usage: [REPACK=1] bench_mul_mat TYPE [THREADS [REPS [N [K M]]]]\n");
         return 2;
     }
     enum ggml_type t = GGML_TYPE_COUNT;
@@ -105,8 +132,10 @@ int main(int argc, char ** argv) {
             }
             rf_compute(sd[b].be, sd[b].gf);  // warm-up: pages touched, threads started
         }
+        const char * only = getenv("BENCH_ONLY");
         for (int r = 0; r < reps; r++) {
             for (int b = 0; b < 2; b++) {
+                if (only && strcmp(only, names[b])) continue;
                 const double t0 = rf_now_ms();
                 if (rf_compute(sd[b].be, sd[b].gf) != GGML_STATUS_SUCCESS) {
                     printf("%s: compute failed\n", names[b]);
@@ -118,6 +147,11 @@ int main(int argc, char ** argv) {
         const double bytes = (double) ggml_row_size(t, k) * (double) m;
         double best[2];
         for (int b = 0; b < 2; b++) {
+            if (getenv("BENCH_ALL")) {
+                printf("%s:", names[b]);
+                for (int r = 0; r < reps; r++) printf(" %.2f", sd[b].ms[r]);
+                printf("\n");
+            }
             qsort(sd[b].ms, (size_t) reps, sizeof(double), cmp_double);
             best[b] = sd[b].ms[0];
             printf("%s %lldx%lld n=%lld %-8s threads=%d best %.3f ms (%.2f GB/s) median %.3f ms\n", argv[1], (long long) k,

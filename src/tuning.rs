@@ -144,6 +144,8 @@ pub struct Tuning {
     pub cpu_profile: bool,
     /// ROCMFORGE_CPU_CHUNKS=quarter: work handed out in quarter shares, not shrinking chunks.
     pub cpu_chunks_quarter: bool,
+    /// ROCMFORGE_CPU_CHUNKS=guided: shrinking chunks with 2 threads too.
+    pub cpu_chunks_guided: bool,
     /// ROCMFORGE_CPU_SMALL_GRAPH.
     pub cpu_small_graph: Option<usize>,
     /// ROCMFORGE_GPU_STAGING not 0.
@@ -291,6 +293,7 @@ impl Tuning {
             cpu_prefetch: number("ROCMFORGE_CPU_PREFETCH"),
             cpu_profile: on_if_1("ROCMFORGE_CPU_PROFILE"),
             cpu_chunks_quarter: var("ROCMFORGE_CPU_CHUNKS").as_deref() == Some("quarter"),
+            cpu_chunks_guided: var("ROCMFORGE_CPU_CHUNKS").as_deref() == Some("guided"),
             cpu_small_graph: number("ROCMFORGE_CPU_SMALL_GRAPH"),
             gpu_staging: on_unless_0("ROCMFORGE_GPU_STAGING"),
             gpu_graph_update: on_unless_0("ROCMFORGE_GPU_GRAPH_UPDATE"),

@@ -16,6 +16,8 @@ struct Row {
     wall_ns: u64,
     busiest_ns: u64,
     mean_ns: f64,
+    /// Weight bytes of the products counted.
+    weight_bytes: u64,
 }
 
 /// One graph's raw times, written by the threads, then folded into the rows by `finish`.
@@ -30,13 +32,15 @@ pub struct Profile {
     graphs: u64,
 }
 
-/// What a node is called in the table: the op, and for products the weight type and how many
-/// columns (1, 2–15, 16+: generation, small batches, prompts).
+/// What a node is called in the table: the op, and for products the weight type and shape
+/// (K x M) and how many columns (1, 2–15, 16+: generation, small batches, prompts).
 fn kind(node: &Tensor) -> String {
     let name = op::name(node.op());
     match node.op() {
         op::MUL_MAT | op::MUL_MAT_ID => {
-            let w = node.src(0).map_or("?", |s| s.dtype().name());
+            let (w, ne) = node
+                .src(0)
+                .map_or(("?", [0; 4]), |s| (s.dtype().name(), s.ne()));
             let cols = if node.op() == op::MUL_MAT {
                 node.ne()[1]
             } else {
@@ -47,7 +51,7 @@ fn kind(node: &Tensor) -> String {
                 2..=15 => "2-15",
                 _ => "16+",
             };
-            format!("{name} {w} n={width}")
+            format!("{name} {w} {}x{} n={width}", ne[0], ne[1])
         }
         _ => name.to_string(),
     }
@@ -111,6 +115,9 @@ impl Profile {
             row.wall_ns += wall;
             row.busiest_ns += busiest;
             row.mean_ns += sum as f64 / self.nth as f64;
+            if matches!(node.op(), op::MUL_MAT | op::MUL_MAT_ID) {
+                row.weight_bytes += node.src(0).map_or(0, |w| w.nbytes() as u64);
+            }
         }
     }
 
@@ -120,7 +127,7 @@ impl Profile {
         let mut rows: Vec<_> = self.rows.iter().collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.1.wall_ns));
         let mut s = format!(
-            "RFCPU profile: {} graphs on {} threads, {:.1} ms of nodes\n{:<28} {:>8} {:>10} {:>6} {:>10} {:>10}\n",
+            "RFCPU profile: {} graphs on {} threads, {:.1} ms of nodes\n{:<36} {:>8} {:>10} {:>6} {:>10} {:>10} {:>8}\n",
             self.graphs,
             self.nth,
             total as f64 / 1e6,
@@ -129,17 +136,24 @@ impl Profile {
             "wall ms",
             "share",
             "busiest ms",
-            "mean ms"
+            "mean ms",
+            "GB/s"
         );
         for (name, r) in rows {
+            let gbs = if r.weight_bytes > 0 {
+                format!("{:.1}", r.weight_bytes as f64 / r.wall_ns.max(1) as f64)
+            } else {
+                String::new()
+            };
             s += &format!(
-                "{:<28} {:>8} {:>10.2} {:>5.1}% {:>10.2} {:>10.2}\n",
+                "{:<36} {:>8} {:>10.2} {:>5.1}% {:>10.2} {:>10.2} {:>8}\n",
                 name,
                 r.count,
                 r.wall_ns as f64 / 1e6,
                 100.0 * r.wall_ns as f64 / total.max(1) as f64,
                 r.busiest_ns as f64 / 1e6,
-                r.mean_ns / 1e6
+                r.mean_ns / 1e6,
+                gbs
             );
         }
         s
@@ -167,6 +181,7 @@ mod tests {
                 wall_ns: 3_000_000,
                 busiest_ns: 2_500_000,
                 mean_ns: 2_000_000.0,
+                weight_bytes: 6_000_000,
             },
         );
         p.rows.insert(
@@ -176,6 +191,7 @@ mod tests {
                 wall_ns: 1_000_000,
                 busiest_ns: 500_000,
                 mean_ns: 400_000.0,
+                weight_bytes: 0,
             },
         );
         let r = p.report();
@@ -183,6 +199,8 @@ mod tests {
         assert!(lines[0].contains("4.0 ms"), "{r}");
         assert!(lines[2].starts_with("MUL_MAT q4_0 n=16+"), "{r}");
         assert!(lines[2].contains("75.0%"), "{r}");
+        // 6 MB of weights in 3 ms of wall time.
+        assert!(lines[2].trim_end().ends_with(" 2.0"), "{r}");
         assert!(lines[3].starts_with("ADD"), "{r}");
     }
 }

@@ -62,10 +62,10 @@ impl Ctx<'_> {
     /// thread's reads in long streams, small last ones leave no thread finishing one large chunk
     /// while the others wait (with quarter shares, the busiest of 16 threads took 1.2x the mean
     /// in a token's products on Sapphire Rapids). `ROCMFORGE_CPU_CHUNKS=quarter` keeps quarter
-    /// shares (A/B runs).
+    /// shares, `guided` takes the shrinking chunks with 2 threads too (A/B runs).
     pub fn chunks(&self, n: usize) -> impl Iterator<Item = usize> + '_ {
         let nth = self.nth;
-        let fixed = if nth <= 2 {
+        let fixed = if nth <= 2 && !crate::tuning::get().cpu_chunks_guided {
             Some(n.div_ceil(nth).max(1))
         } else if crate::tuning::get().cpu_chunks_quarter {
             Some(n.div_ceil(nth * 4).max(1))
