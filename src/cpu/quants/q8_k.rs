@@ -83,7 +83,7 @@ mod avx2 {
     /// first value that has it, the same products, and `vcvtps2dq` rounds to nearest even as
     /// `nearest` does. (The scalar loop rounds through `roundevenf`, a libm call per value on a
     /// baseline x86-64 build: 20-40 us for a 4096-value column, once per K-quant product.)
-    /// A block with a NaN or an infinity takes the scalar loop.
+    /// A block with a NaN or an infinity, or whose multiplier overflows, takes the scalar loop.
     ///
     /// # Safety
     /// As `from_f32`; the CPU must have AVX2.
@@ -128,6 +128,11 @@ mod avx2 {
                 }
             }
             let iscale = -127.0 / max;
+            if !iscale.is_finite() {
+                // A largest magnitude under 127 / f32::MAX: the scalar loop's saturating casts.
+                from_f32_ref(x, b as *mut BlockQ8K as *mut u8);
+                continue;
+            }
             let vs = _mm256_set1_ps(iscale);
             let q = b.qs.as_mut_ptr();
             for j in (0..QK_K).step_by(32) {
@@ -176,7 +181,8 @@ mod tests {
 
     /// `from_f32` (AVX2 where the CPU has it) gives `from_f32_ref`'s bytes: random blocks of
     /// many magnitudes, a zero block, +m and -m both present (the first one sets the sign),
-    /// values on rounding ties, and blocks with a NaN or an infinity.
+    /// values on rounding ties, blocks with a NaN or an infinity, and one whose multiplier
+    /// overflows.
     #[test]
     fn fast_equals_reference() {
         let mut x = data(QK_K * 12, 21);
@@ -198,6 +204,10 @@ mod tests {
         x[blk(4) + 17] = f32::NAN;
         x[blk(5) + 200] = f32::INFINITY;
         x[blk(6) + 1] = f32::NEG_INFINITY;
+        // Magnitudes so small that -127 / max overflows (and a subnormal among them).
+        for (j, v) in x[blk(7)..blk(8)].iter_mut().enumerate() {
+            *v = (j as f32 - 100.0) * 1e-39;
+        }
         let n = x.len() / QK_K;
         let (mut a, mut b) = (vec![0u32; n * 73], vec![1u32; n * 73]);
         unsafe {
