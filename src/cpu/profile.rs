@@ -16,7 +16,7 @@ struct Row {
     wall_ns: u64,
     busiest_ns: u64,
     mean_ns: f64,
-    /// Weight bytes of the products counted.
+    /// Weight bytes of the MUL_MAT nodes counted.
     weight_bytes: u64,
 }
 
@@ -115,7 +115,8 @@ impl Profile {
             row.wall_ns += wall;
             row.busiest_ns += busiest;
             row.mean_ns += sum as f64 / self.nth as f64;
-            if matches!(node.op(), op::MUL_MAT | op::MUL_MAT_ID) {
+            // MUL_MAT reads its whole weight; MUL_MAT_ID only the experts used (not counted).
+            if node.op() == op::MUL_MAT {
                 row.weight_bytes += node.src(0).map_or(0, |w| w.nbytes() as u64);
             }
         }
