@@ -1,8 +1,10 @@
-//! ROCMFORGE_CPU_PROFILE=1: where RFCPU's graph time goes, per kind of node (op, weight type and
-//! batch width for matrix products). For each node: the wall time from the barrier before it to
-//! the barrier after it (as thread 0 sees it), the busiest thread's compute and the threads' mean
-//! compute. Wall above busiest is barrier cost; busiest above mean is an uneven split. Printed on
-//! stderr when the backend is freed. Off: one branch per node.
+//! ROCMFORGE_CPU_PROFILE=1: where RFCPU's graph time goes, per kind of node (op; weight type,
+//! shape and batch width for matrix products). For each node: the wall time from the barrier
+//! before it to the barrier after it (as thread 0 sees it), the busiest thread's compute and the
+//! threads' mean compute. Wall above busiest is barrier cost; busiest above mean is an uneven
+//! split. MUL_MAT rows also show the weight bytes read per second of wall time (a token's
+//! products stream the weights from memory: compare with `membw`). Printed on stderr when the
+//! backend is freed. Off: one branch per node.
 
 use crate::ggml_types::op;
 use crate::tensor::Tensor;
