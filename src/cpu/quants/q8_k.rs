@@ -77,6 +77,7 @@ pub unsafe fn from_f32_ref(src: &[f32], dst: *mut u8) {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::*;
+    use crate::cpu::quants::x86::hsum_i32;
     use std::arch::x86_64::*;
 
     /// `from_f32_ref` eight values at a time, to the bit: the same largest magnitude and the
@@ -147,11 +148,7 @@ mod avx2 {
             }
             for (g, s) in b.bsums.iter_mut().enumerate() {
                 let v = _mm256_cvtepi8_epi16(_mm_loadu_si128(q.add(16 * g) as *const __m128i));
-                let w = _mm256_madd_epi16(v, ones);
-                let w = _mm_add_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
-                let w = _mm_add_epi32(w, _mm_unpackhi_epi64(w, w));
-                let w = _mm_add_epi32(w, _mm_shuffle_epi32::<1>(w));
-                *s = _mm_cvtsi128_si32(w) as i16;
+                *s = hsum_i32(_mm256_madd_epi16(v, ones)) as i16;
             }
             b.d = 1.0 / iscale;
         }
