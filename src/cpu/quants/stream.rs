@@ -18,24 +18,12 @@ pub fn distance() -> usize {
     *D
 }
 
-/// The CPU's vendor is Intel. Read once: `traits` asks on every Q8_0 product, and in a VM
-/// each `cpuid` traps to the hypervisor.
+/// The CPU's vendor is Intel (`x86::is_intel`; false off x86-64).
 pub(crate) fn is_intel() -> bool {
-    static INTEL: Lazy<bool> = Lazy::new(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // Leaf 0: the vendor string, on every x86-64 CPU.
-            let r = std::arch::x86_64::__cpuid(0);
-            let mut v = [0u8; 12];
-            v[..4].copy_from_slice(&r.ebx.to_le_bytes());
-            v[4..8].copy_from_slice(&r.edx.to_le_bytes());
-            v[8..].copy_from_slice(&r.ecx.to_le_bytes());
-            &v == b"GenuineIntel"
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    });
-    *INTEL
+    #[cfg(target_arch = "x86_64")]
+    return crate::cpu::quants::x86::is_intel();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// Prefetches the cache lines of [p, p + len) into L1 (a hint: no fault past the mapping).

@@ -1,21 +1,38 @@
 use std::arch::x86_64::*;
 
+const AMD: [u32; 3] = [0x6874_7541, 0x6974_6e65, 0x444d_4163]; // "AuthenticAMD"
+const HYGON: [u32; 3] = [0x6f67_7948, 0x6e65_476e, 0x656e_6975]; // "HygonGenuine"
+const INTEL: [u32; 3] = [0x756e_6547, 0x4965_6e69, 0x6c65_746e]; // "GenuineIntel"
+
+/// CPUID leaf 0's vendor words (ebx, edx, ecx) and leaf 1's eax (family, model, stepping),
+/// read once: kernels ask per product, and in a VM each `cpuid` traps to the hypervisor.
+fn cpu_id() -> ([u32; 3], u32) {
+    static ID: once_cell::sync::Lazy<([u32; 3], u32)> = once_cell::sync::Lazy::new(|| {
+        let (v, f) = (__cpuid(0), __cpuid(1));
+        ([v.ebx, v.edx, v.ecx], f.eax)
+    });
+    *ID
+}
+
+/// The CPU's vendor is Intel.
+pub fn is_intel() -> bool {
+    cpu_id().0 == INTEL
+}
+
 /// Whether BMI2's `pdep` is present and fast: one cycle on Intel (Haswell on) and AMD Zen 3
 /// on; microcoded (hundreds of cycles) on AMD's and Hygon's earlier families (below 0x19).
 pub fn fast_pdep() -> bool {
     static FAST: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-        let (v, f) = (__cpuid(0), __cpuid(1));
-        is_x86_feature_detected!("bmi2") && pdep_is_fast([v.ebx, v.edx, v.ecx], f.eax)
+        let (vendor, eax) = cpu_id();
+        is_x86_feature_detected!("bmi2") && pdep_is_fast(vendor, eax)
     });
     *FAST
 }
 
-/// `pdep`'s speed from CPUID: the vendor string's words (leaf 0's ebx, edx, ecx) and leaf 1's
-/// eax (family, model, stepping).
+/// `pdep`'s speed from CPUID: the vendor string's words and leaf 1's eax.
 fn pdep_is_fast(vendor: [u32; 3], eax: u32) -> bool {
-    let amd = vendor == [0x6874_7541, 0x6974_6e65, 0x444d_4163] // "AuthenticAMD"
-        || vendor == [0x6f67_7948, 0x6e65_476e, 0x656e_6975]; // "HygonGenuine"
-                                                              // The family: the base field, plus the extended one where the base is 0xf.
+    let amd = vendor == AMD || vendor == HYGON;
+    // The family: the base field, plus the extended one where the base is 0xf.
     let base = eax >> 8 & 0xf;
     let family = base + if base == 0xf { eax >> 20 & 0xff } else { 0 };
     !amd || family >= 0x19
@@ -297,9 +314,7 @@ mod tests {
     /// (0x19), Zen 5 (0x1a) and Intel do not.
     #[test]
     fn pdep_speed_by_family() {
-        let amd = [0x6874_7541, 0x6974_6e65, 0x444d_4163];
-        let hygon = [0x6f67_7948, 0x6e65_476e, 0x656e_6975];
-        let intel = [0x756e_6547, 0x4965_6e69, 0x6c65_746e]; // "GenuineIntel"
+        let (amd, hygon, intel) = (AMD, HYGON, INTEL);
         assert!(!pdep_is_fast(amd, 0x0080_0f12)); // Zen 1
         assert!(!pdep_is_fast(amd, 0x0083_0f10)); // Zen 2
         assert!(!pdep_is_fast(hygon, 0x0090_0f01)); // Dhyana
