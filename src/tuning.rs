@@ -69,7 +69,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_GEMM", "the machine's best", "avx2 | vnni256 | avx512 | tiles", "instruction set of RFCPU's quantized matmul tiles for prompts; tiles: the register tiles instead of the Q4_0/Q4_K weight panels of AVX-512 VNNI machines", Measuring),
     knob("ROCMFORGE_GEMV", "the machine's best", "avx2 | vnni256 | avx512 | panel", "instruction set of RFCPU's quantized matmul tiles for generation; panel: Q4_0 on AVX-512 VNNI in place in the weight panels' order (ggml-cpu's repacked bits, slower)", Measuring),
     knob("ROCMFORGE_CPU_AMX", "off", "1", "1: prompt products of Q4_0 / Q8_0 weights run on AMX tiles where the CPU and OS allow (Sapphire Rapids and later; slower than the AVX-512 VNNI panels on the machines measured)", Measuring),
-    knob("ROCMFORGE_CPU_REPACK", "on", "0 | all", "0: RFCPU offers no load-time repacked buffer type (RFCPU_REPACK): Q4_0 / Q4_K weights stay in ggml's layout (A/B; the repacked products sum in the weight panels' order, ggml-cpu's repacked one); all: Q8_0, Q6_K and IQ4_NL repacked too", Measuring),
+    knob("ROCMFORGE_CPU_REPACK", "on (Q4_0, Q4_K; Q6_K too on Intel)", "0 | q4 | all", "0: RFCPU offers no load-time repacked buffer type (RFCPU_REPACK): weights stay in ggml's layout (A/B; the repacked Q4_0 / Q4_K products sum in the weight panels' order, ggml-cpu's repacked one); q4: Q4_0 and Q4_K only; all: Q8_0, Q6_K and IQ4_NL repacked too (Q6_K and IQ4_NL keep the plain path's bits)", Measuring),
     knob("ROCMFORGE_FFI_TIMING", "off", "1", "host time inside every C entry point, printed at exit", Measuring),
     knob("ROCMFORGE_FFI_TRACE", "off", "<file>", "with ROCMFORGE_FFI_TIMING=1: the last 16,384 entry calls in order (start, length, entry) written to the file at exit", Measuring),
     knob("ROCMFORGE_CPU_PREFETCH", "3072 on Intel, 0 elsewhere", "0.. (bytes)", "how far ahead of a repacked weight group's stream RFCPU's generation kernels prefetch (one core's memory reads wait on the mesh's latency on Intel server parts); 0 = none", Measuring),
@@ -132,8 +132,10 @@ pub struct Tuning {
     /// ROCMFORGE_CPU_AMX=1.
     pub cpu_amx: bool,
     /// ROCMFORGE_CPU_REPACK=all: Q8_0, Q6_K and IQ4_NL weights repacked too (see
-    /// cpu::repack::repackable for why not by default).
+    /// cpu::repack::repack_types for why not by default).
     pub cpu_repack_all: bool,
+    /// ROCMFORGE_CPU_REPACK=q4: Q4_0 and Q4_K only (no Q6_K on Intel).
+    pub cpu_repack_q4: bool,
     /// ROCMFORGE_FFI_TIMING=1.
     pub ffi_timing: bool,
     /// ROCMFORGE_FFI_TRACE=<file>.
@@ -288,6 +290,7 @@ impl Tuning {
             cpu_repack: on_unless_0("ROCMFORGE_CPU_REPACK"),
             cpu_amx: on_if_1("ROCMFORGE_CPU_AMX"),
             cpu_repack_all: var("ROCMFORGE_CPU_REPACK").as_deref() == Some("all"),
+            cpu_repack_q4: var("ROCMFORGE_CPU_REPACK").as_deref() == Some("q4"),
             ffi_timing: on_if_1("ROCMFORGE_FFI_TIMING"),
             ffi_trace: var("ROCMFORGE_FFI_TRACE").map(PathBuf::from),
             cpu_prefetch: number("ROCMFORGE_CPU_PREFETCH"),

@@ -53,21 +53,34 @@ pub fn why_disabled() -> &'static str {
 }
 
 /// Whether a tensor stored in a repack buffer is repacked: a whole (not a view), contiguous
-/// Q4_0 or Q4_K matrix (or stack of them). Q6_K and IQ4_NL only with ROCMFORGE_CPU_REPACK=all:
-/// their repacked generation kernels measured no faster than the plain path on Zen 4
-/// (2026-11-26, docs/performance.md). Q8_0 too: a model with tied Q8_0 embeddings (SmolLM2)
-/// then holds its output head twice, the mapped file's and the repacked copy (+30 MB, 1.21x
-/// ggml-cpu's peak memory, whose x86 build repacks no Q8_0), for 1.04x in generation at 2 threads.
+/// Q4_0 or Q4_K matrix (or stack of them); Q6_K too on Intel. `repack_types` says which.
 pub fn repackable(t: &Tensor) -> bool {
     let raw = t.raw();
-    let ty_ok = match t.ty() {
-        Some(GgmlType::Q4_0 | GgmlType::Q4_K) => true,
-        Some(GgmlType::Q8_0 | GgmlType::Q6_K | GgmlType::IQ4_NL) => {
-            crate::tuning::get().cpu_repack_all
-        }
-        _ => false,
-    };
+    let intel = crate::cpu::quants::stream::is_intel();
+    let ty_ok = t
+        .ty()
+        .is_some_and(|ty| repack_types(ty, &crate::tuning::get(), intel));
     raw.view_src.is_null() && ty_ok && t.is_contiguous()
+}
+
+/// Which weight types RFCPU_REPACK repacks (ROCMFORGE_CPU_REPACK: `q4` Q4_0 and Q4_K only,
+/// `all` Q8_0, Q6_K and IQ4_NL too).
+/// - Q6_K by default on Intel only: on a 16-core Sapphire Rapids its repacked generation kernel
+///   streams 41-42 GB/s at 4 threads where the plain path's rows reach 29 (109-116 against
+///   84-87 at 16; 8B-shaped Q4_K_M tg64 26.5 -> 31 t/s at 4 threads), and prompts unpack each
+///   group for the same panels (2026-11-27, docs/performance.md). On Zen 4 it measured no
+///   faster than the plain path (2026-11-26), so the mapped file is read in place there.
+/// - IQ4_NL: no faster than the plain path on Zen 4; not measured on Intel.
+/// - Q8_0: a model with tied Q8_0 embeddings (SmolLM2) then holds its output head twice, the
+///   mapped file's and the repacked copy (+30 MB, 1.21x ggml-cpu's peak memory, whose x86
+///   build repacks no Q8_0), for 1.04x in generation at 2 threads.
+fn repack_types(ty: GgmlType, tuning: &crate::tuning::Tuning, intel: bool) -> bool {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_K => true,
+        GgmlType::Q6_K => tuning.cpu_repack_all || (intel && !tuning.cpu_repack_q4),
+        GgmlType::Q8_0 | GgmlType::IQ4_NL => tuning.cpu_repack_all,
+        _ => false,
+    }
 }
 
 /// Bytes of one repacked matrix of `t` (whose type `repackable` accepted).
@@ -232,5 +245,29 @@ impl Buffer for RepackBuffer {
             unsafe { convert(t, true, base.add(at + m * rb), out.as_mut_ptr().add(m * pb)) };
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repack_types;
+    use crate::ggml_types::GgmlType::*;
+
+    /// The default, `q4` and `all` sets, on Intel and elsewhere.
+    #[test]
+    fn repacked_types_by_knob_and_vendor() {
+        let mut t = crate::tuning::Tuning::read();
+        for (all, q4, intel, want) in [
+            (false, false, false, [true, true, false, false, false]),
+            (false, false, true, [true, true, true, false, false]),
+            (false, true, true, [true, true, false, false, false]),
+            (true, false, false, [true, true, true, true, true]),
+            (true, false, true, [true, true, true, true, true]),
+        ] {
+            (t.cpu_repack_all, t.cpu_repack_q4) = (all, q4);
+            let got = [Q4_0, Q4_K, Q6_K, Q8_0, IQ4_NL].map(|ty| repack_types(ty, &t, intel));
+            assert_eq!(got, want, "all={all} q4={q4} intel={intel}");
+            assert!(!repack_types(Q4_1, &t, intel) && !repack_types(Q5_K, &t, intel));
+        }
     }
 }
