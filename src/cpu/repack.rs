@@ -59,7 +59,7 @@ pub fn repackable(t: &Tensor) -> bool {
     let intel = crate::cpu::quants::stream::is_intel();
     let ty_ok = t
         .ty()
-        .is_some_and(|ty| repack_types(ty, &crate::tuning::get(), intel));
+        .is_some_and(|ty| repack_types(ty, crate::tuning::get(), intel));
     raw.view_src.is_null() && ty_ok && t.is_contiguous()
 }
 
