@@ -90,6 +90,19 @@ pub unsafe fn lane_pair(v: __m512, a: usize, b: usize) -> __m512 {
     _mm512_permutexvar_ps(idx, v)
 }
 
+/// Lane `a` of `v` in 128-bit lanes 0 and 2, lane `b` in lanes 1 and 3.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C (callers check
+/// `use_avx512()` first).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn lane_quads(v: __m512, a: usize, b: usize) -> __m512 {
+    let (a, b) = (a as i32, b as i32);
+    let idx = _mm512_setr_epi32(a, a, a, a, b, b, b, b, a, a, a, a, b, b, b, b);
+    _mm512_permutexvar_ps(idx, v)
+}
+
 /// N ≤ 8 f16 values `h(0..N)` as f32 lanes (upper lanes 0). Packed in general registers first:
 /// 16-bit inserts would merge into (and wait for) unrelated registers (see `x86::f16_pair`).
 ///
