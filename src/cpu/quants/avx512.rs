@@ -167,6 +167,65 @@ pub trait CodesBlock {
     /// # Safety
     /// Implementations are compiled for AVX2, FMA and F16C: the CPU must have them.
     unsafe fn codes(&self, setup: __m256i) -> __m256i;
+    /// Two blocks' codes as 128-bit lanes [a's 0-15, b's 0-15, a's 16-31, b's 16-31]: the row
+    /// pairs of a one-column tile. A 4-bit format decodes them at once (one shift, one mask).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn split_pair(a: &Self, b: &Self, setup: __m256i) -> __m512i {
+        let (ca, cb) = (a.codes(setup), b.codes(setup));
+        let idx = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+        _mm512_permutex2var_epi64(_mm512_castsi256_si512(ca), idx, _mm512_castsi256_si512(cb))
+    }
+}
+
+/// The 16 bytes at `a` and at `b` as 128-bit lanes [a, b, a, b], the upper two shifted down a
+/// nibble, then masked to 4 bits: `split_pair` of two 4-bit blocks whose codes are packed as
+/// ggml packs them (value j in byte j's low nibble, value 16 + j in its high one).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL; `a` and `b` must be readable for 16 bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn nibble_pair(a: *const u8, b: *const u8) -> __m512i {
+    let load16 = |p: *const u8| _mm_loadu_si128(p as *const __m128i);
+    let u = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(load16(a)), 0xf0f0, load16(b));
+    _mm512_and_si512(
+        _mm512_mask_srli_epi16::<4>(u, 0xffff_0000, u),
+        _mm512_set1_epi8(0x0f),
+    )
+}
+
+/// A column's 32 values as 128-bit lanes [0-15, 0-15, 16-31, 16-31], against `split_pair`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn split_column(y: __m256i) -> __m512i {
+    _mm512_permutexvar_epi64(
+        _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+        _mm512_castsi256_si512(y),
+    )
+}
+
+/// The AVX2 horizontal sums of the two rows of a `split_pair` accumulator (row a in 128-bit
+/// lanes 0 and 2, row b in 1 and 3).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL besides AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn hsum_split(v: __m512) -> (f32, f32) {
+    use crate::cpu::simd::x86::hsum;
+    let a = _mm256_set_m128(_mm512_extractf32x4_ps::<2>(v), _mm512_castps512_ps128(v));
+    let b = _mm256_set_m128(
+        _mm512_extractf32x4_ps::<3>(v),
+        _mm512_extractf32x4_ps::<1>(v),
+    );
+    (hsum(a), hsum(b))
 }
 
 /// `total` plus the last block of an `EVEN_ODD` format, as its AVX2 `vec_dot` adds it.
@@ -230,8 +289,9 @@ unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
     };
     let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
     if C == 1 {
+        // Row pairs in `split_pair`'s lanes (each row's 8 lanes are vec_dot's 8).
         let b = by(0);
-        let yv = join(load(b.qs.as_ptr()), load(b.qs.as_ptr()));
+        let yv = split_column(load(b.qs.as_ptr()));
         let nc = negcorr(yv);
         // dx·dy per row: the product vec_dot forms.
         let s = _mm512_mul_ps(f16s::<R>(|r| bx(r).d()), _mm512_set1_ps(f16_load(&b.d)));
@@ -240,10 +300,10 @@ unsafe fn step512<B: CodesBlock, D: Dpbusd, const R: usize, const C: usize>(
             // One column streams the matrix once: fetch the next tile's rows meanwhile.
             _mm_prefetch::<_MM_HINT_T0>((b0 as *const B as *const i8).add(R * xs));
             _mm_prefetch::<_MM_HINT_T0>((b1 as *const B as *const i8).add(R * xs));
-            let u = join(b0.codes(setup), b1.codes(setup));
+            let u = B::split_pair(b0, b1, setup);
             let p = int_dot(u, yv, nc);
             acc[q][0] = _mm512_fmadd_ps(
-                lane_pair(s, 2 * q, 2 * q + 1),
+                lane_quads(s, 2 * q, 2 * q + 1),
                 _mm512_cvtepi32_ps(p),
                 acc[q][0],
             );
@@ -337,7 +397,7 @@ pub unsafe fn tile_codes<B: CodesBlock, D: Dpbusd, const R: usize, const C: usiz
     let acc = acc[0];
     if C == 1 {
         for q in 0..R / 2 {
-            let (a, b) = hsum_halves(acc[q][0]);
+            let (a, b) = hsum_split(acc[q][0]);
             put(2 * q, 0, a);
             put(2 * q + 1, 0, b);
         }

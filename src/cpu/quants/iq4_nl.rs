@@ -276,6 +276,13 @@ pub(super) mod avx512 {
         unsafe fn codes(&self, setup: __m256i) -> __m256i {
             _mm256_shuffle_epi8(setup, crate::cpu::quants::x86::nibbles(self.qs.as_ptr()))
         }
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn split_pair(a: &Self, b: &Self, setup: __m256i) -> __m512i {
+            let nib = crate::cpu::quants::avx512::nibble_pair(a.qs.as_ptr(), b.qs.as_ptr());
+            let table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(setup));
+            _mm512_shuffle_epi8(table, nib)
+        }
     }
 
     /// The levels plus 128, as unsigned bytes.

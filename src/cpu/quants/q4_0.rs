@@ -192,6 +192,11 @@ pub(super) mod avx512 {
         unsafe fn codes(&self, _: __m256i) -> __m256i {
             crate::cpu::quants::x86::nibbles(self.qs.as_ptr())
         }
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn split_pair(a: &Self, b: &Self, _: __m256i) -> __m512i {
+            crate::cpu::quants::avx512::nibble_pair(a.qs.as_ptr(), b.qs.as_ptr())
+        }
     }
 
     codes_tiles!(BlockQ4_0);

@@ -247,20 +247,14 @@ pub(super) mod avx512 {
         let load = |p: *const i8| _mm256_loadu_si256(p as *const __m256i);
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         if C == 1 {
-            // acc[q][0] holds rows 2q and 2q + 1 as four 128-bit lanes: row 2q's i32 lanes 0-3
-            // (values 0-15), row 2q + 1's 0-3, row 2q's 4-7 (values 16-31), row 2q + 1's 4-7.
-            // So a row pair's codes decode with one shift and one mask (no per-row nibble
-            // split and joins), and each row's 8 lanes are vec_dot's 8, summed in its order.
+            // acc[q][0] holds rows 2q and 2q + 1 in `split_pair`'s lanes (row 2q's values 0-15,
+            // row 2q + 1's, row 2q's 16-31, row 2q + 1's): a row pair's codes decode with one
+            // shift and one mask, and each row's 8 lanes are vec_dot's 8, summed in its order.
             // Lane 2r + 1 of summs sums row r's min terms.
             let mut summs = _mm512_setzero_ps();
-            let low4 = _mm512_set1_epi8(0x0f);
-            // y as [0-15, 0-15, 16-31, 16-31], against the codes' lanes.
-            let yidx = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
-            let load16 = |p: *const u8| _mm_loadu_si128(p as *const __m128i);
             for i in 0..n / QK {
                 let b = by(0, i);
-                let yv =
-                    _mm512_permutexvar_epi64(yidx, _mm512_castsi256_si512(load(b.qs.as_ptr())));
+                let yv = split_column(load(b.qs.as_ptr()));
                 // [dy, sy] in every lane pair.
                 let yds = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_set1_epi32(word(&b.d) as i32)));
                 // [dx·dy, mx·sy] of each row: the products vec_dot forms.
@@ -271,13 +265,7 @@ pub(super) mod avx512 {
                     // One column streams the matrix once: fetch the next tile's rows meanwhile.
                     _mm_prefetch::<_MM_HINT_T0>((b0 as *const BlockQ4_1 as *const i8).add(R * xs));
                     _mm_prefetch::<_MM_HINT_T0>((b1 as *const BlockQ4_1 as *const i8).add(R * xs));
-                    // [b0, b1, b0, b1] as 128-bit lanes, the upper two shifted to the high nibbles.
-                    let u = _mm512_mask_broadcast_i32x4(
-                        _mm512_broadcast_i32x4(load16(b0.qs.as_ptr())),
-                        0xf0f0,
-                        load16(b1.qs.as_ptr()),
-                    );
-                    let u = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(u, 0xffff_0000, u), low4);
+                    let u = nibble_pair(b0.qs.as_ptr(), b1.qs.as_ptr());
                     let p = D::dpbusd(zero, u, yv);
                     acc[q][0] = _mm512_fmadd_ps(
                         lane_quads(prod, 4 * q, 4 * q + 2),
@@ -289,15 +277,9 @@ pub(super) mod avx512 {
             let mut s = [0f32; 16];
             _mm512_storeu_ps(s.as_mut_ptr(), summs);
             for q in 0..R / 2 {
-                let v = acc[q][0];
-                let row0 =
-                    _mm256_set_m128(_mm512_extractf32x4_ps::<2>(v), _mm512_castps512_ps128(v));
-                let row1 = _mm256_set_m128(
-                    _mm512_extractf32x4_ps::<3>(v),
-                    _mm512_extractf32x4_ps::<1>(v),
-                );
-                *(out.add(2 * q * 4) as *mut f32) = hsum(row0) + s[4 * q + 1];
-                *(out.add((2 * q + 1) * 4) as *mut f32) = hsum(row1) + s[4 * q + 3];
+                let (a, b) = hsum_split(acc[q][0]);
+                *(out.add(2 * q * 4) as *mut f32) = a + s[4 * q + 1];
+                *(out.add((2 * q + 1) * 4) as *mut f32) = b + s[4 * q + 3];
             }
         } else {
             // acc[r][p] holds columns 2p and 2p + 1 of row r; lane 2c + 1 of summs[r] sums row
