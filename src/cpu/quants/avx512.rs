@@ -2,9 +2,10 @@
 //! blocks are 32 codes with one f16 scale, multiplied with Q8_0 (Q4_0, Q8_0, IQ4_NL).
 //!
 //! Float order: one 512-bit register holds two of the AVX2 tile's 256-bit accumulators (two
-//! columns of one row for prompts, two rows of one column for generation). Each half sums its
-//! blocks in order, with the same scale products and FMAs as the AVX2 `vec_dot`, and is reduced
-//! by the same horizontal sum. So every result equals the AVX2 dot (and with it ggml-cpu's) to the
+//! columns of one row for prompts, two rows of one column for generation; there as 128-bit
+//! lanes [row a's lanes 0-3, row b's 0-3, a's 4-7, b's 4-7], `CodesBlock::split_pair`, so 4-bit
+//! codes of a row pair decode at once). Each row and column sums its blocks in order, with the
+//! same scale products and FMAs as the AVX2 `vec_dot`, and is reduced by the same horizontal sum. So every result equals the AVX2 dot (and with it ggml-cpu's) to the
 //! bit; only the integer work is wider: VNNI `vpdpbusd`, or 512-bit `vpmaddubsw` without VNNI.
 //! The i32 lanes are the same in every variant: each is the exact sum of 4 adjacent products.
 //!
