@@ -41,6 +41,8 @@ const COPIER: usize = PROBE + 1;
 const SAMPLE_EVERY: u64 = 4096;
 /// Without telemetry, a graph this often runs node by node for the cost model.
 const REFINE_EVERY: u64 = 1024;
+/// Re-plans of a graph shape that take its last trial's winner before a trial runs again.
+const TRIAL_REUSE: u32 = 8;
 /// Graphs with at most this many activation columns in their products are tokens: their plan
 /// is tried against the plan that streams no weight (`plan`).
 const TOKEN_COLUMNS: usize = 8;
@@ -122,6 +124,13 @@ pub struct HybridBackend {
     /// `last_plan` while it runs.
     trial: PlanTrial,
     trial_other: Option<Vec<BackendSelection>>,
+    /// Each graph shape's (`shape_key`) trial outcome (true where the second candidate won)
+    /// and how often it was taken since: a shape planned again (a token's graph after every
+    /// prompt) takes the winner at once, and runs the trial again every `TRIAL_REUSE` times (a
+    /// trial on a busy moment does not decide for the whole process).
+    trial_won: std::collections::HashMap<u64, (bool, u32)>,
+    /// The shape whose trial runs.
+    trial_key: Option<u64>,
 }
 
 /// Host µs spent in each phase of `compute` and how many graphs took each path.
@@ -210,6 +219,22 @@ impl Phases {
             self.fast
         ) + &medians
     }
+}
+
+/// A graph's shape for the plan trial's memory: its ops in order and each product's width
+/// (activation columns), not its addresses or its cache length (every token's graph of a
+/// model has one shape; the prompt's another).
+fn shape_key(nodes: &[Tensor]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    nodes.len().hash(&mut h);
+    for n in nodes {
+        n.op().hash(&mut h);
+        if matches!(n.op(), op::MUL_MAT | op::MUL_MAT_ID) {
+            n.src(1).map(|b| b.ne()[1]).hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 /// One line about a plan: nodes and predicted time per place, changes of place, the batch.
@@ -451,6 +476,8 @@ impl HybridBackend {
             phases: crate::tuning::get().ffi_timing.then(Phases::default),
             trial: PlanTrial::default(),
             trial_other: None,
+            trial_won: Default::default(),
+            trial_key: None,
         })
     }
 
@@ -1418,7 +1445,31 @@ impl HybridBackend {
         self.restored = false;
         let t = Instant::now();
         if !same || self.last_plan.len() != nodes.len() {
-            let (plan, other) = self.plan(nodes, &mut res, true)?;
+            let (mut plan, mut other) = self.plan(nodes, &mut res, true)?;
+            let key = shape_key(nodes);
+            let forced = crate::tuning::get().hybrid_trial.as_deref() == Some("force");
+            let reuse = self
+                .trial_won
+                .get_mut(&key)
+                .filter(|_| other.is_some() && !forced)
+                .and_then(|(won, uses)| {
+                    *uses += 1;
+                    (*uses % TRIAL_REUSE != 0).then_some(*won)
+                });
+            match reuse {
+                Some(won) => {
+                    if won {
+                        plan = other.take().unwrap_or(plan);
+                    }
+                    other = None;
+                    crate::log_debug!(
+                        "RFHYBRID: graph {}: the {} plan, as this shape's trial chose",
+                        self.graphs,
+                        if won { "second" } else { "first" }
+                    );
+                }
+                None => self.trial_key = other.is_some().then_some(key),
+            }
             self.last_plan = plan;
             self.trial_other = other;
             if self.trial_other.is_some() {
@@ -1701,6 +1752,32 @@ impl Backend for HybridBackend {
 #[cfg(test)]
 mod tests {
     use super::Fast;
+
+    /// Two tokens' graphs at other addresses and cache lengths share a shape; a prompt's
+    /// (another width) and a graph with another op do not.
+    #[test]
+    fn shape_key_ignores_addresses_and_cache_length() {
+        use crate::ggml_types::{op, GgmlType};
+        use crate::hybrid::synth::Synth;
+        let graph = |at: usize, kv: usize, cols: usize, last: i32| {
+            let mut w = Synth::new(GgmlType::Q4_0, [64, 32, 1, 1]);
+            w.set_data(at as *mut u8);
+            let mut x = Synth::new(GgmlType::F32, [64, cols, 1, 1]);
+            x.set_data((at + 4096) as *mut u8);
+            let mut y = Synth::new(GgmlType::F32, [32, cols, 1, 1]);
+            y.set_data((at + 8192) as *mut u8);
+            y.op(op::MUL_MAT).src(0, &w).src(1, &x);
+            let mut k = Synth::new(GgmlType::F32, [kv, cols, 1, 1]);
+            k.set_data((at + 16384) as *mut u8);
+            k.op(last).src(0, &y);
+            let nodes = [y.tensor(), k.tensor()];
+            super::shape_key(&nodes)
+        };
+        let token = graph(1 << 20, 256, 1, op::SOFT_MAX);
+        assert_eq!(token, graph(1 << 24, 512, 1, op::SOFT_MAX));
+        assert_ne!(token, graph(1 << 20, 256, 64, op::SOFT_MAX));
+        assert_ne!(token, graph(1 << 20, 256, 1, op::SCALE));
+    }
 
     #[test]
     fn a_replay_marks_the_outputs_over_the_host_log_once() {

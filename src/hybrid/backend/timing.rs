@@ -38,6 +38,9 @@ impl HybridBackend {
             Step::Stay => return,
             Step::Keep => {
                 self.trial_other = None;
+                if let Some(k) = self.trial_key.take() {
+                    self.trial_won.insert(k, (false, 0));
+                }
                 "the first plan, the faster, stays"
             }
             Step::Swap | Step::SwapBack => {
@@ -51,6 +54,9 @@ impl HybridBackend {
                 self.fast = None;
                 if step == Step::SwapBack {
                     self.trial_other = None;
+                    if let Some(k) = self.trial_key.take() {
+                        self.trial_won.insert(k, (true, 0));
+                    }
                     "the second plan, the faster, stays"
                 } else {
                     "swapped plans"
