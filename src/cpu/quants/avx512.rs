@@ -5,8 +5,9 @@
 //! columns of one row for prompts, two rows of one column for generation; there as 128-bit
 //! lanes [row a's lanes 0-3, row b's 0-3, a's 4-7, b's 4-7], `CodesBlock::split_pair`, so 4-bit
 //! codes of a row pair decode at once). Each row and column sums its blocks in order, with the
-//! same scale products and FMAs as the AVX2 `vec_dot`, and is reduced by the same horizontal sum. So every result equals the AVX2 dot (and with it ggml-cpu's) to the
-//! bit; only the integer work is wider: VNNI `vpdpbusd`, or 512-bit `vpmaddubsw` without VNNI.
+//! same scale products and FMAs as the AVX2 `vec_dot`, and is reduced by the same horizontal
+//! sum. So every result equals the AVX2 dot (and with it ggml-cpu's) to the bit; only the
+//! integer work is wider: VNNI `vpdpbusd`, or 512-bit `vpmaddubsw` without VNNI.
 //! The i32 lanes are the same in every variant: each is the exact sum of 4 adjacent products.
 //!
 //! One-row dots stay the AVX2 ones: their single accumulator chain (ggml's order) waits on FMA
