@@ -1474,7 +1474,6 @@ impl HybridBackend {
             self.trial_other = other;
             if self.trial_other.is_some() {
                 // Forced trials (tests) take one run a turn.
-                let forced = crate::tuning::get().hybrid_trial.as_deref() == Some("force");
                 self.trial
                     .start(if forced { 1 } else { super::trial::WINDOW });
                 if crate::ffi::log::debug_enabled() {
