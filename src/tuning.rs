@@ -75,6 +75,7 @@ pub const KNOBS: &[Knob] = &[
     knob("ROCMFORGE_CPU_PREFETCH", "3072 on Intel, 0 elsewhere", "0.. (bytes)", "how far ahead of a repacked weight group's stream RFCPU's generation kernels prefetch (one core's memory reads wait on the mesh's latency on Intel server parts); 0 = none", Measuring),
     knob("ROCMFORGE_CPU_CHUNKS", "guided", "quarter", "how RFCPU hands out a node's work with 3+ threads: chunks shrinking from half an even share of what is left to one unit, or fixed quarter shares (A/B)", Measuring),
     knob("ROCMFORGE_CPU_PROFILE", "off", "1", "every RFCPU node timed (wall, busiest thread, mean thread), totals per op, weight type and batch width printed when the backend is freed", Measuring),
+    knob("ROCMFORGE_CPU_FUSE", "on", "0", "RFCPU runs a mixture of experts' gate and up products and their SWIGLU node by node instead of in one pass (A/B runs)", Measuring),
     knob("ROCMFORGE_CPU_SMALL_GRAPH", "32768", "0..", "graphs with fewer output elements (no matmul, no attention) run on the calling thread; 0 = always all threads (test_ops sets 0)", Measuring),
     knob("ROCMFORGE_GPU_STAGING", "on", "0", "small synchronous writes copied synchronously instead of staged", Measuring),
     knob("ROCMFORGE_GPU_GRAPH_UPDATE", "on", "0", "a new executable graph for every capture instead of re-pointing the last one at a graph of the same kernels and shapes", Measuring),
@@ -148,6 +149,8 @@ pub struct Tuning {
     pub cpu_chunks_quarter: bool,
     /// ROCMFORGE_CPU_CHUNKS=guided: shrinking chunks with 2 threads too.
     pub cpu_chunks_guided: bool,
+    /// ROCMFORGE_CPU_FUSE not 0.
+    pub cpu_fuse: bool,
     /// ROCMFORGE_CPU_SMALL_GRAPH.
     pub cpu_small_graph: Option<usize>,
     /// ROCMFORGE_GPU_STAGING not 0.
@@ -295,6 +298,7 @@ impl Tuning {
             ffi_trace: var("ROCMFORGE_FFI_TRACE").map(PathBuf::from),
             cpu_prefetch: number("ROCMFORGE_CPU_PREFETCH"),
             cpu_profile: on_if_1("ROCMFORGE_CPU_PROFILE"),
+            cpu_fuse: on_unless_0("ROCMFORGE_CPU_FUSE"),
             cpu_chunks_quarter: var("ROCMFORGE_CPU_CHUNKS").as_deref() == Some("quarter"),
             cpu_chunks_guided: var("ROCMFORGE_CPU_CHUNKS").as_deref() == Some("guided"),
             cpu_small_graph: number("ROCMFORGE_CPU_SMALL_GRAPH"),

@@ -15,9 +15,11 @@ pub struct CpuBackend {
     work: Vec<u64>,
     /// ROCMFORGE_CPU_PROFILE=1: node times, printed when the backend is freed.
     profile: Option<Box<Profile>>,
-    /// Work counters of `Ctx::chunks`, node k using `counters[k % 2]` while thread 0 resets the
-    /// other for node k + 1 (no thread reads it between the barriers around node k).
+    /// Work counters of `Ctx::chunks`, step k using `counters[k % 2]` while thread 0 resets the
+    /// other for step k + 1 (no thread reads it between the barriers around step k).
     counters: Counters,
+    /// ROCMFORGE_CPU_FUSE: nodes run as one step where `ops::fused_len` finds them.
+    fuse: bool,
 }
 
 #[derive(Default)]
@@ -33,7 +35,14 @@ impl CpuBackend {
             work: Vec::new(),
             profile: crate::tuning::get().cpu_profile.then(Box::default),
             counters: Counters::default(),
+            fuse: crate::tuning::get().cpu_fuse,
         })
+    }
+
+    /// Fused steps on or off for this backend (A/B benches in one process).
+    #[cfg(test)]
+    pub fn set_fuse(&mut self, on: bool) {
+        self.fuse = on;
     }
 }
 
@@ -107,13 +116,28 @@ impl Backend for CpuBackend {
         let prof = self.profile.as_deref();
         let counters = &self.counters.0;
         counters[0].store(0, Relaxed);
+        // Steps: a node, or several run as one (`ops::fused_len`): (first node, node count).
+        let steps: Vec<(usize, usize)> = {
+            let mut v = Vec::with_capacity(nodes.len());
+            let mut k = 0;
+            while k < nodes.len() {
+                let len = if self.fuse {
+                    ops::fused_len(nodes, k)
+                } else {
+                    1
+                };
+                v.push((k, len));
+                k += len;
+            }
+            v
+        };
         let job = |w: &Worker| {
             if let (Some(p), 0) = (prof, w.ith) {
                 p.stamp(0);
             }
-            for (k, node) in nodes.iter().enumerate() {
+            for (si, &(k, len)) in steps.iter().enumerate() {
                 if w.ith == 0 {
-                    counters[(k + 1) % 2].store(0, Relaxed);
+                    counters[(si + 1) % 2].store(0, Relaxed);
                 }
                 let ctx = Ctx {
                     ith: w.ith,
@@ -121,18 +145,24 @@ impl Backend for CpuBackend {
                     worker: w,
                     wdata: wdata.get(),
                     wsize,
-                    next: &counters[k % 2],
+                    next: &counters[si % 2],
                 };
                 let t0 = prof.map(|p| p.now());
-                ops::compute(node, &ctx);
+                ops::compute_step(&nodes[k..k + len], &ctx);
                 if let (Some(p), Some(t0)) = (prof, t0) {
+                    // A fused step's time counts for its first node.
                     p.computed(k, w.ith, t0);
+                    for j in k + 1..k + len {
+                        p.computed(j, w.ith, p.now());
+                    }
                 }
                 if !w.sync() {
                     return;
                 }
                 if let (Some(p), 0) = (prof, w.ith) {
-                    p.stamp(k + 1);
+                    for j in k..k + len {
+                        p.stamp(j + 1);
+                    }
                 }
             }
         };

@@ -156,6 +156,24 @@ pub fn work_size(node: &Tensor, nth: usize) -> usize {
     }
 }
 
+/// How many nodes from `k` on run as one step: 3 for a mixture of experts' gate and up
+/// products and their SWIGLU (`mul_mat_id::gate_up_glu`), else 1.
+pub fn fused_len(nodes: &[Tensor], k: usize) -> usize {
+    if mul_mat_id::gate_up_glu(nodes, k) {
+        3
+    } else {
+        1
+    }
+}
+
+/// Runs a step (`fused_len` nodes) on this thread's share. Called by every thread of the graph.
+pub fn compute_step(nodes: &[Tensor], ctx: &Ctx) {
+    match nodes {
+        [node] => compute(node, ctx),
+        _ => mul_mat_id::compute_gate_up_glu(nodes, ctx),
+    }
+}
+
 /// Runs `node` on this thread's share. Called by every thread of the graph.
 pub fn compute(node: &Tensor, ctx: &Ctx) {
     match node.op() {

