@@ -1448,6 +1448,22 @@ impl HybridBackend {
             let (mut plan, mut other) = self.plan(nodes, &mut res, true)?;
             let key = shape_key(nodes);
             let forced = crate::tuning::get().hybrid_trial.as_deref() == Some("force");
+            // What an earlier process measured for this shape: its trial's winner (tried
+            // again every TRIAL_REUSE plans, as this process's own), the sharing width.
+            if !self.trial_won.contains_key(&key) || !self.split.settled() {
+                let learned = self.shared.learned();
+                if let Some(won) = learned.trial(key).filter(|_| !forced) {
+                    self.trial_won.entry(key).or_insert((won, 0));
+                }
+                if let Some(w) = learned.width(key, self.n_threads) {
+                    if !self.split.settled() {
+                        self.split.settle(w);
+                        crate::log_debug!(
+                            "RFHYBRID: {w} slots of each expert chain on the GPU, as measured before"
+                        );
+                    }
+                }
+            }
             let reuse = self
                 .trial_won
                 .get_mut(&key)
@@ -1556,6 +1572,9 @@ impl HybridBackend {
             self.trial_step(nodes, t_run);
             if std::mem::take(&mut self.split_seen) && !trial {
                 if let Some(w) = self.split.ran(t_run.elapsed().as_secs_f64() * 1e6) {
+                    self.shared
+                        .learned()
+                        .set_width(shape_key(nodes), self.n_threads, w);
                     crate::log_debug!(
                         "RFHYBRID: {w} slots of each expert chain on the GPU (medians of graph time per width: {})",
                         self.split.medians()

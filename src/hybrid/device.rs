@@ -2,6 +2,7 @@
 //! current, and backends that run each node where the scheduler puts it.
 
 use super::cost::{self, CostModel, Profile};
+use super::learned::Learned;
 use super::residency::{copy_in_pieces, Copy, Residency};
 use super::telemetry::Telemetry;
 use super::{ExecutionStrategy, Place};
@@ -36,6 +37,8 @@ pub struct Shared {
     pub config: Mutex<Config>,
     pub telemetry: Mutex<Telemetry>,
     profile: OnceCell<Profile>,
+    /// Plan-trial winners and expert-sharing widths measured here or by earlier processes.
+    learned: OnceCell<Mutex<Learned>>,
 }
 
 impl Shared {
@@ -60,6 +63,24 @@ impl Shared {
                 Some(g) => cost::load_or_calibrate(self.cpu, Some(g)),
             })
             .clone()
+    }
+
+    /// The choices measured on running graphs (`learned`): kept in the kernel cache's directory
+    /// with a real GPU, in this process only with none or the stand-in one (tests).
+    pub fn learned(&self) -> MutexGuard<'_, Learned> {
+        self.learned
+            .get_or_init(|| {
+                let t = crate::tuning::get();
+                let path = self.gpu.filter(|g| g.name() != c"FAKEGPU").and_then(|g| {
+                    let key = super::calibrate::cache_key(self.cpu, Some(g));
+                    crate::gpu::kernels::cache_dir().map(|d| super::learned::cache_file(&d, &key))
+                });
+                let fresh =
+                    t.hybrid_calibrate == "force" || t.hybrid_trial.as_deref() == Some("force");
+                Mutex::new(Learned::load(path, fresh))
+            })
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Backends plan again at their next graph (weights placed anew).
@@ -158,6 +179,7 @@ impl HybridDevice {
             }),
             telemetry: Mutex::new(Telemetry::from_tuning()),
             profile: OnceCell::new(),
+            learned: OnceCell::new(),
         });
         let _ = THE.set(shared.clone());
         HybridDevice {

@@ -17,6 +17,7 @@ pub mod cost;
 pub mod device;
 pub mod experts;
 pub mod fake;
+pub mod learned;
 pub mod placement;
 pub mod prefetch;
 pub mod residency;

@@ -90,6 +90,16 @@ impl SplitTuner {
         self.settled
     }
 
+    /// Whether the width is decided (measured here, or taken from an earlier process).
+    pub fn settled(&self) -> bool {
+        self.settled.is_some()
+    }
+
+    /// Takes the width an earlier process measured for this graph shape and thread count.
+    pub fn settle(&mut self, width: usize) {
+        self.settled = Some(width);
+    }
+
     /// The medians measured per width (for the log).
     pub fn medians(&self) -> String {
         TUNE_WIDTHS

@@ -40,6 +40,7 @@ impl HybridBackend {
                 self.trial_other = None;
                 if let Some(k) = self.trial_key.take() {
                     self.trial_won.insert(k, (false, 0));
+                    self.shared.learned().set_trial(k, false);
                 }
                 "the first plan, the faster, stays"
             }
@@ -56,6 +57,7 @@ impl HybridBackend {
                     self.trial_other = None;
                     if let Some(k) = self.trial_key.take() {
                         self.trial_won.insert(k, (true, 0));
+                        self.shared.learned().set_trial(k, true);
                     }
                     "the second plan, the faster, stays"
                 } else {
