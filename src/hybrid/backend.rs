@@ -1572,9 +1572,11 @@ impl HybridBackend {
             self.trial_step(nodes, t_run);
             if std::mem::take(&mut self.split_seen) && !trial {
                 if let Some(w) = self.split.ran(t_run.elapsed().as_secs_f64() * 1e6) {
-                    self.shared
-                        .learned()
-                        .set_width(shape_key(nodes), self.n_threads, w);
+                    if self.split.clear_win() {
+                        self.shared
+                            .learned()
+                            .set_width(shape_key(nodes), self.n_threads, w);
+                    }
                     crate::log_debug!(
                         "RFHYBRID: {w} slots of each expert chain on the GPU (medians of graph time per width: {})",
                         self.split.medians()

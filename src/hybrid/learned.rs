@@ -1,5 +1,6 @@
 //! RFHYBRID's measured choices kept across processes: each graph shape's plan-trial winner and
-//! the expert-sharing width (`SplitTuner`) at a thread count. Both are measured on the running
+//! the expert-sharing width (`SplitTuner`) at a thread count, where it won by 3% or more (a near
+//! tie is measured again by the next process). Both are measured on the running
 //! graphs (a MoE process spent its first ~40 tokens on them: a 32-token benchmark ran at
 //! 65-75 t/s where the settled process makes ~100), so they are written to the kernel cache's
 //! directory beside the cost model's profile, under the same machine key, and a later process
