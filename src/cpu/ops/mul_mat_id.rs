@@ -313,6 +313,19 @@ mod tests {
         }
     }
 
+    /// A MoE layer's gate and up products over `x` routed by `ids`, and their SWIGLU.
+    fn gate_up_swiglu(wg: &TT, wu: &TT, x: &TT, ids: &TT) -> (TT, TT, TT) {
+        use crate::ggml_types::glu;
+        let out = [wg.ne()[1], ids.ne()[0], ids.ne()[1], 1];
+        let mut gate = TT::new(GgmlType::F32, out);
+        gate.op(op::MUL_MAT_ID).src(0, wg).src(1, x).src(2, ids);
+        let mut up = TT::new(GgmlType::F32, out);
+        up.op(op::MUL_MAT_ID).src(0, wu).src(1, x).src(2, ids);
+        let mut g = TT::new(GgmlType::F32, out);
+        g.op(op::GLU).src(0, &gate).src(1, &up).pi(0, glu::SWIGLU);
+        (gate, up, g)
+    }
+
     /// The gate and up products and their SWIGLU in one step (`compute_gate_up_glu`) give
     /// what the three nodes give one by one, to the bit: rows not a multiple of the task
     /// block, either node order, 1 and several tokens and threads, the GLU apart from the
@@ -321,7 +334,6 @@ mod tests {
     fn gate_up_glu_in_one_step_equals_node_by_node() {
         use crate::cpu::backend::CpuBackend;
         use crate::device::Backend;
-        use crate::ggml_types::glu;
         for (wt, k) in [
             (GgmlType::Q4_0, 64),
             (GgmlType::Q4_K, 256),
@@ -341,13 +353,7 @@ mod tests {
                             let idv = [4.0, 0.0, 2.0, 2.0, 4.0, 1.0, 3.0, 0.0, 4.0];
                             let mut ids = TT::new(GgmlType::I32, [n_used, n_tok, 1, 1]);
                             ids.set(&idv[..n_used * n_tok]);
-                            let out = [m, n_used, n_tok, 1];
-                            let mut gate = TT::new(GgmlType::F32, out);
-                            gate.op(op::MUL_MAT_ID).src(0, &wg).src(1, &x).src(2, &ids);
-                            let mut up = TT::new(GgmlType::F32, out);
-                            up.op(op::MUL_MAT_ID).src(0, &wu).src(1, &x).src(2, &ids);
-                            let mut g = TT::new(GgmlType::F32, out);
-                            g.op(op::GLU).src(0, &gate).src(1, &up).pi(0, glu::SWIGLU);
+                            let (mut gate, mut up, mut g) = gate_up_swiglu(&wg, &wu, &x, &ids);
                             // Node by node first (the GLU apart), then in one step.
                             let mut be = CpuBackend::new(nth).unwrap();
                             for t in [&gate, &up, &g] {
@@ -391,7 +397,6 @@ mod tests {
     fn bench_moe_gate_up_glu() {
         use crate::cpu::backend::CpuBackend;
         use crate::device::Backend;
-        use crate::ggml_types::glu;
         let env = |n: &str, d: usize| {
             std::env::var(n)
                 .ok()
@@ -426,13 +431,7 @@ mod tests {
         let mut x = TT::new(GgmlType::F32, [k, 1, 1, 1]);
         x.set(&rand_vec(k, 3, -1.0, 1.0));
         let mut ids = TT::new(GgmlType::I32, [n_used, 1, 1, 1]);
-        let out = [m, n_used, 1, 1];
-        let mut gate = TT::new(GgmlType::F32, out);
-        gate.op(op::MUL_MAT_ID).src(0, &wg).src(1, &x).src(2, &ids);
-        let mut up = TT::new(GgmlType::F32, out);
-        up.op(op::MUL_MAT_ID).src(0, &wu).src(1, &x).src(2, &ids);
-        let mut g = TT::new(GgmlType::F32, out);
-        g.op(op::GLU).src(0, &gate).src(1, &up).pi(0, glu::SWIGLU);
+        let (gate, up, g) = gate_up_swiglu(&wg, &wu, &x, &ids);
         let mut be = CpuBackend::new(nth).unwrap();
         let mut us = [0f64; 2];
         let mut seed = 7u32;
