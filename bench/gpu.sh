@@ -63,7 +63,9 @@
 #   moe    MoE row: qwen3moe of Qwen3-30B-A3B's shapes (MOE_LAYERS, default 24 of 48) on RFHYBRID with a
 #          budget for all but the experts (each of $MOE_VRAM, default "1024MiB 2048MiB") against
 #          ggml-cuda + ggml-cpu --cpu-moe and RFGPU0 + RFCPU --cpu-moe; the whole model on ggml-cuda
-#          and on RFGPU0; RFGPU0 and RFHYBRID with ROCMFORGE_GPU_MMID_SORTED_MIN=0; a telemetry summary
+#          and on RFGPU0; RFGPU0 and RFHYBRID with ROCMFORGE_GPU_MMID_SORTED_MIN=0; a telemetry summary.
+#          Both steps run RFHYBRID once per budget first (a user's first run: the calibration and the
+#          measured choices later processes take), so their rows show a later process
 #   fit    llama.cpp's automatic placement (common_fit_params, bench/fit_params.cpp, built here with
 #          llama-common) at each budget, ggml-cuda + ggml-cpu run with what it picks, against RFHYBRID
 #   start  first start: seconds from ggml_backend_load to the first token (sampled after the prompt)
@@ -526,6 +528,11 @@ if has hybrid && cuda_ok; then
     best_cpu
     HV=${HYBRID_VRAM:-2048MiB 2600MiB} HF=${HYBRID_FA:-off}
     B="bench -m 8b.gguf -t $THREADS --pp 512 --tg 32 --reps 2 --fa $HF"
+    # A first run per budget (calibration, plan trial), as in the moe step.
+    for hv in $HV; do
+        ROCMFORGE_HYBRID_VRAM=$hv ./llama_run bench -m 8b.gguf -t "$THREADS" --pp 64 --tg 24 --reps 1 --fa "$HF" \
+            -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID >/dev/null 2>>"$OUT/bench.err"
+    done
     for r in $(seq "$ROUNDS"); do
         echo "8B-half r$r ggml-cuda-ngl16 $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 --ngl 16 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
         for hv in $HV; do
@@ -576,6 +583,13 @@ if has moe && cuda_ok; then
     best_cpu
     MV=${MOE_VRAM:-1024MiB 2048MiB}
     B="bench -m moe.gguf -t $THREADS --pp 512 --tg 32 --reps 2 --fa off"
+    # A user's first run on a machine calibrates the cost model and measures the plan trial and the
+    # expert-sharing width, which later processes take (src/hybrid/learned.rs): made here first, so
+    # the rows show a later process, not the ~40 tokens of measuring.
+    for mv in $MV; do
+        ROCMFORGE_HYBRID_VRAM=$mv ./llama_run bench -m moe.gguf -t "$THREADS" --pp 16 --tg 64 --reps 1 --fa off \
+            -b rocmforge -l ./libggml-rocmforge.so --device RFHYBRID >/dev/null 2>>"$OUT/bench.err"
+    done
     for r in $(seq "$ROUNDS"); do
         echo "moe r$r ggml-cuda-cpu-moe $(./llama_run $B -b ggml-cuda -l ./libggml-cuda.so -L $CPU_SO --device CUDA0 --cpu-moe 2>>"$OUT/bench.err" | grep -o 'pp512=.*')"
         for mv in $MV; do
