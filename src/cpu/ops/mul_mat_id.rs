@@ -57,13 +57,14 @@ pub fn compute(node: &Tensor, ctx: &Ctx) {
     let Some(routed) = prepare(node, ctx) else {
         return;
     };
-    let w = node.src(0).unwrap();
-    let row_blocks = w.ne()[1].div_ceil(ROWS_PER_TASK);
+    let p = Product::new(node);
+    let m = p.w.ne()[1];
+    let row_blocks = m.div_ceil(ROWS_PER_TASK);
     for task in ctx.chunks(routed.groups.len() * row_blocks) {
         let ((ex, a, b), rb) = (routed.groups[task / row_blocks], task % row_blocks);
-        let rows = rb * ROWS_PER_TASK..((rb + 1) * ROWS_PER_TASK).min(w.ne()[1]);
+        let rows = rb * ROWS_PER_TASK..((rb + 1) * ROWS_PER_TASK).min(m);
         for &(_, e, t) in &routed.slots[a..b] {
-            product_rows(node, ctx, ex, rows.clone(), e, t);
+            p.rows(ctx, ex, rows.clone(), e, t);
         }
     }
 }
@@ -133,42 +134,58 @@ fn prepare(node: &Tensor, ctx: &Ctx) -> Option<Routed> {
     Some(Routed { slots, groups })
 }
 
-/// Rows `rows` of expert `ex`'s product with slot (e, t)'s column (in the scratch).
-fn product_rows(
-    node: &Tensor,
-    ctx: &Ctx,
-    ex: usize,
-    rows: std::ops::Range<usize>,
-    e: usize,
-    t: usize,
-) {
-    let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
-    let tr = traits(w.dtype()).unwrap();
-    let vec_dot = tr.vec_dot.unwrap();
-    let (k, ne11) = (w.ne()[0], x.ne()[1]);
-    let xrow = dot_row_size(node);
-    let col = (e % ne11) + t * ne11;
-    let xp = unsafe { ctx.wdata.add(col * xrow) };
-    // Whole row groups through the one-column register tile MUL_MAT generates with (it
-    // prefetches the next rows; the same bits as `vec_dot`), the rest one dot at a time. One
-    // dot per row read the experts at half the host's bandwidth.
-    let tile = tr.gemv.filter(|t| t.cols == 1);
-    let wrow = w.nb()[1];
-    let mut i = rows.start;
-    if let Some(tl) = tile {
-        while i + tl.rows <= rows.end {
-            unsafe {
-                let wp = w.data().add(w.row_offset(i, ex, 0));
-                let dp = node.data().add(node.offset(i, e, t, 0));
-                (tl.dot)(k, wp, wrow, xp, xrow, dp, 0);
-            }
-            i += tl.rows;
+/// A MUL_MAT_ID node's kernels and strides, looked up once per node (not per task).
+struct Product<'a> {
+    node: &'a Tensor<'a>,
+    w: Tensor<'a>,
+    vec_dot: crate::cpu::types::VecDot,
+    tile: Option<crate::cpu::types::Tile>,
+    k: usize,
+    ne11: usize,
+    xrow: usize,
+    wrow: usize,
+}
+
+impl<'a> Product<'a> {
+    fn new(node: &'a Tensor<'a>) -> Product<'a> {
+        let (w, x) = (node.src(0).unwrap(), node.src(1).unwrap());
+        let tr = traits(w.dtype()).unwrap();
+        Product {
+            node,
+            vec_dot: tr.vec_dot.unwrap(),
+            // Whole row groups through the one-column register tile MUL_MAT generates with (it
+            // prefetches the next rows; the same bits as `vec_dot`), the rest one dot at a
+            // time. One dot per row read the experts at half the host's bandwidth.
+            tile: tr.gemv.filter(|t| t.cols == 1),
+            k: w.ne()[0],
+            ne11: x.ne()[1],
+            xrow: dot_row_size(node),
+            wrow: w.nb()[1],
+            w,
         }
     }
-    for i in i..rows.end {
-        unsafe {
-            let wp = w.data().add(w.row_offset(i, ex, 0));
-            *(node.data().add(node.offset(i, e, t, 0)) as *mut f32) = vec_dot(k, wp, xp);
+
+    /// Rows `rows` of expert `ex`'s product with slot (e, t)'s column (in the scratch).
+    fn rows(&self, ctx: &Ctx, ex: usize, rows: std::ops::Range<usize>, e: usize, t: usize) {
+        let (w, node, k) = (&self.w, self.node, self.k);
+        let col = (e % self.ne11) + t * self.ne11;
+        let xp = unsafe { ctx.wdata.add(col * self.xrow) };
+        let mut i = rows.start;
+        if let Some(tl) = self.tile {
+            while i + tl.rows <= rows.end {
+                unsafe {
+                    let wp = w.data().add(w.row_offset(i, ex, 0));
+                    let dp = node.data().add(node.offset(i, e, t, 0));
+                    (tl.dot)(k, wp, self.wrow, xp, self.xrow, dp, 0);
+                }
+                i += tl.rows;
+            }
+        }
+        for i in i..rows.end {
+            unsafe {
+                let wp = w.data().add(w.row_offset(i, ex, 0));
+                *(node.data().add(node.offset(i, e, t, 0)) as *mut f32) = (self.vec_dot)(k, wp, xp);
+            }
         }
     }
 }
@@ -238,15 +255,16 @@ pub fn compute_gate_up_glu(nodes: &[Tensor], ctx: &Ctx) {
     let Some(routed) = prepare(gate, ctx) else {
         return;
     };
-    let m = gate.src(0).unwrap().ne()[1];
+    let (pg, pu) = (Product::new(gate), Product::new(up));
+    let m = pg.w.ne()[1];
     let row_blocks = m.div_ceil(ROWS_PER_TASK);
     for task in ctx.chunks(routed.groups.len() * row_blocks) {
         let ((ex, s0, s1), rb) = (routed.groups[task / row_blocks], task % row_blocks);
         let rows = rb * ROWS_PER_TASK..((rb + 1) * ROWS_PER_TASK).min(m);
         let n = rows.len();
         for &(_, e, t) in &routed.slots[s0..s1] {
-            product_rows(gate, ctx, ex, rows.clone(), e, t);
-            product_rows(up, ctx, ex, rows.clone(), e, t);
+            pg.rows(ctx, ex, rows.clone(), e, t);
+            pu.rows(ctx, ex, rows.clone(), e, t);
             // Through a stack copy: the GLU's result may lie over a product's.
             let mut out = [0f32; ROWS_PER_TASK];
             unsafe {
