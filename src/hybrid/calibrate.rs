@@ -618,8 +618,13 @@ fn cpu_model_name() -> Option<String> {
 
 /// `hybrid-profile-<hash of key>.txt` in `dir`.
 pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
+    keyed_file(dir, "hybrid-profile", key)
+}
+
+/// `<name>-<hash of key>.txt` in `dir`: a file of RFHYBRID's cache for one machine key.
+pub fn keyed_file(dir: &Path, name: &str, key: &str) -> PathBuf {
     let h = crate::gpu::sha256::hex(&crate::gpu::sha256::sha256(key.as_bytes()));
-    dir.join(format!("hybrid-profile-{}.txt", &h[..16]))
+    dir.join(format!("{name}-{}.txt", &h[..16]))
 }
 
 /// Reads the profile cached at `path` for `key`; None (logged) when absent or unusable.

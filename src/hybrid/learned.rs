@@ -27,8 +27,7 @@ pub struct Learned {
 
 /// `hybrid-learned-<hash of key>.txt` in `dir` (`key`: the cost profile's machine key).
 pub fn cache_file(dir: &Path, key: &str) -> PathBuf {
-    let h = crate::gpu::sha256::hex(&crate::gpu::sha256::sha256(key.as_bytes()));
-    dir.join(format!("hybrid-learned-{}.txt", &h[..16]))
+    super::calibrate::keyed_file(dir, "hybrid-learned", key)
 }
 
 impl Learned {

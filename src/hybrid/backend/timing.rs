@@ -30,6 +30,15 @@ fn rerun_changes_nothing(n: &Tensor) -> bool {
 }
 
 impl HybridBackend {
+    /// The running trial's shape chose its first (false) or second plan: kept for this
+    /// process's re-plans and for later processes (`learned`).
+    fn trial_decided(&mut self, second_won: bool) {
+        if let Some(k) = self.trial_key.take() {
+            self.trial_won.insert(k, (second_won, 0));
+            self.shared.learned().set_trial(k, second_won);
+        }
+    }
+
     /// A run of the graph that began at `t_run` is over: the trial of its plans, if one runs,
     /// says whether to swap to the other candidate.
     pub(super) fn trial_step(&mut self, nodes: &[Tensor], t_run: Instant) {
@@ -38,10 +47,7 @@ impl HybridBackend {
             Step::Stay => return,
             Step::Keep => {
                 self.trial_other = None;
-                if let Some(k) = self.trial_key.take() {
-                    self.trial_won.insert(k, (false, 0));
-                    self.shared.learned().set_trial(k, false);
-                }
+                self.trial_decided(false);
                 "the first plan, the faster, stays"
             }
             Step::Swap | Step::SwapBack => {
@@ -55,10 +61,7 @@ impl HybridBackend {
                 self.fast = None;
                 if step == Step::SwapBack {
                     self.trial_other = None;
-                    if let Some(k) = self.trial_key.take() {
-                        self.trial_won.insert(k, (true, 0));
-                        self.shared.learned().set_trial(k, true);
-                    }
+                    self.trial_decided(true);
                     "the second plan, the faster, stays"
                 } else {
                     "swapped plans"
