@@ -165,6 +165,16 @@ pub trait Backend: Send {
     fn replay_last(&mut self) -> Result<bool> {
         Ok(false)
     }
+    /// Names the graph the next `compute` runs `tag` (RFHYBRID's recorded segments): a later
+    /// `replay_tagged(tag)` queues it again without comparing its nodes. Nothing where graphs
+    /// are not kept.
+    fn tag_next(&mut self, _tag: u64) {}
+    /// Queues the graph computed under `tag` again, as it was: the caller knows its nodes are
+    /// the same structs with the same contents and addresses, so nothing is compared.
+    /// Ok(false): not possible here now (compute the nodes instead).
+    fn replay_tagged(&mut self, _tag: u64) -> Result<bool> {
+        Ok(false)
+    }
     /// Gets the backend's worker threads running (spinning, not asleep), so that a node timed
     /// right after does not also time their wake-up. Nothing to do where there are none.
     fn wake(&mut self) {}

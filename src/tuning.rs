@@ -220,6 +220,9 @@ pub struct Tuning {
     pub hybrid_prefetch: bool,
     /// ROCMFORGE_HYBRID_GRAPH_COPIES not 0.
     pub hybrid_graph_copies: bool,
+    /// ROCMFORGE_HYBRID_SCRIPTS=0: a split graph that repeats is walked node by node every time
+    /// instead of replayed from its last run's script (hybrid/backend/script.rs). Default on.
+    pub hybrid_scripts: bool,
     /// ROCMFORGE_HYBRID_USED_EXPERTS not 0.
     pub hybrid_used_experts: bool,
     /// ROCMFORGE_HYBRID_SPLIT_EXPERTS: of a small batch's expert chain run on the CPU, how many
@@ -362,6 +365,7 @@ impl Tuning {
             hybrid_fake_gpu: on_if_1("ROCMFORGE_HYBRID_FAKE_GPU"),
             hybrid_prefetch: on_unless_0("ROCMFORGE_HYBRID_PREFETCH"),
             hybrid_graph_copies: on_unless_0("ROCMFORGE_HYBRID_GRAPH_COPIES"),
+            hybrid_scripts: on_unless_0("ROCMFORGE_HYBRID_SCRIPTS"),
             hybrid_used_experts: on_unless_0("ROCMFORGE_HYBRID_USED_EXPERTS"),
             hybrid_split_experts: number("ROCMFORGE_HYBRID_SPLIT_EXPERTS"),
             hybrid_trial: var("ROCMFORGE_HYBRID_TRIAL"),

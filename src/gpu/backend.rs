@@ -100,7 +100,14 @@ pub struct GpuBackend {
     /// Shapes (`shape_key`) of graphs with split MUL_MATs whose capture failed (a prompt's peer
     /// copies cannot be captured): those run launch by launch, other graphs are still captured.
     split_uncaptured: Vec<u64>,
+    /// `tag_next`'s tag for the next compute, and the keys of the graphs computed under each
+    /// tag (`replay_tagged`), at most `TAGS_MAX`.
+    tag_next: Option<u64>,
+    tagged: std::collections::HashMap<u64, Vec<u64>>,
 }
+
+/// Tagged graphs' keys kept (a split token's GPU segments are a few dozen).
+const TAGS_MAX: usize = 512;
 
 /// Captures what `launch` queues on `stream` into a graph. The capture always ends, so the stream
 /// is not left capturing, and a graph whose launches failed is destroyed (it was leaked before).
@@ -389,6 +396,8 @@ impl GpuBackend {
             timer: None,
             lanes: Vec::new(),
             split_uncaptured: Vec::new(),
+            tag_next: None,
+            tagged: Default::default(),
         })
     }
 
@@ -646,7 +655,17 @@ impl GpuBackend {
     /// prelude's copies.
     fn compute_graph(&mut self, nodes: &[Tensor]) -> Result<()> {
         let prelude = std::mem::take(&mut self.prelude);
+        let tag = self.tag_next.take();
         let r = self.compute_graph_with(nodes, &prelude);
+        // A tagged graph's key (a plain one, no copies in: what `replay_tagged` can launch).
+        if let Some(tag) = tag
+            .filter(|_| r.is_ok() && self.graphs_ok && prelude.is_empty() && self.profile.is_none())
+        {
+            if self.tagged.len() >= TAGS_MAX {
+                self.tagged.clear();
+            }
+            self.tagged.insert(tag, self.last_key.clone());
+        }
         // What `replay_last` compares with; a failed graph is never replayed.
         self.last_prelude = if r.is_ok() { prelude } else { vec![u64::MAX] };
         r
@@ -1002,6 +1021,50 @@ impl Backend for GpuBackend {
             .map_err(Error::Device)?;
         // The executable makes the prelude's copies.
         self.prelude.clear();
+        Ok(true)
+    }
+
+    fn tag_next(&mut self, tag: u64) {
+        self.tag_next = Some(tag);
+    }
+
+    fn replay_tagged(&mut self, tag: u64) -> Result<bool> {
+        let Some(key) = self.tagged.get(&tag) else {
+            return Ok(false);
+        };
+        // A key made before the scratch moved or a buffer was freed can no longer match.
+        if !self.graphs_ok
+            || self.timing.is_some()
+            || self.profile.is_some()
+            || self.failed.is_some()
+            || !self.prelude.is_empty()
+            || key.get(..2) != Some(&[self.scratch.0, crate::tensor::free_epoch()][..])
+        {
+            return Ok(false);
+        }
+        let current = self.exec_current && self.exec_plain && self.last_key == *key;
+        if !current {
+            let Some(k) = self.cache.take(key) else {
+                return Ok(false);
+            };
+            self.park_current()?;
+            let left: Vec<GraphExec> = self.exec.take().into_iter().collect();
+            self.destroy_execs(left)?;
+            self.last_key = k.key;
+            (self.exec, self.exec_current, self.exec_plain) = (Some(k.exec), true, true);
+            (self.exec_nodes, self.exec_shape) = (k.nodes, k.shape);
+        }
+        let Some(exec) = self.exec else {
+            return Ok(false);
+        };
+        self.abort_capture();
+        self.after_staged_writes()?;
+        self.queued = true;
+        (self.last_plain, self.last_prelude, self.known_repeat) = (true, Vec::new(), None);
+        let ctx = self.ctx.clone();
+        ctx.api
+            .graph_launch(ctx.ord, exec, self.stream)
+            .map_err(Error::Device)?;
         Ok(true)
     }
 

@@ -564,6 +564,61 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// RFHYBRID's recorded segments: a graph computed under a tag is replayed by the tag alone
+    /// (one graph launch, no kernel launch) once it was captured, the current executable or a
+    /// kept one; a tag not known, or made before the scratch moved or a buffer was freed, is not.
+    #[test]
+    fn tagged_graphs_replay_by_their_tag() {
+        let dir = cache_dir("tagged");
+        let (api, _ctx, buf, mut be) = mock_backend(&dir);
+        let base = buf.base();
+        let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
+        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        x.t.data = at(0);
+        let mut outs = Vec::new();
+        for k in 0..2 {
+            let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+            a.op(if k == 1 { op::MUL } else { op::ADD })
+                .src(0, &x)
+                .src(1, &x);
+            a.t.data = at(4096 * (k + 1));
+            outs.push(a);
+        }
+        let graphs: Vec<[Tensor; 1]> = outs.iter().map(|a| [a.tensor()]).collect();
+        let count = |api: &MockApi, from: usize, what: &str| {
+            api.log.lock().unwrap()[from..]
+                .iter()
+                .filter(|w| **w == what)
+                .count()
+        };
+        assert!(!be.replay_tagged(1).unwrap(), "no graph has this tag yet");
+        // Seen once (launched), then captured: both rounds tagged.
+        for _ in 0..2 {
+            for (t, g) in graphs.iter().enumerate() {
+                be.tag_next(t as u64 + 1);
+                be.compute(g).unwrap();
+            }
+        }
+        be.synchronize().unwrap();
+        for _ in 0..2 {
+            for t in [1u64, 2] {
+                let from = api.log.lock().unwrap().len();
+                assert!(be.replay_tagged(t).unwrap(), "tag {t}");
+                assert_eq!(count(&api, from, "graph_launch"), 1);
+                assert_eq!(count(&api, from, "launch"), 0);
+            }
+        }
+        assert!(!be.replay_tagged(3).unwrap());
+        // A buffer freed since: the tags' keys can no longer match.
+        crate::tensor::bump_free_epoch();
+        assert!(!be.replay_tagged(1).unwrap());
+        be.synchronize().unwrap();
+        drop(be);
+        assert_eq!(api.live.execs.load(Ordering::SeqCst), 0);
+        drop(buf);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// RFHYBRID's replays: the copies in set as a prelude are made by the captured graph, so
     /// a replay makes no copy call; other copies make the graph a new one.
     #[test]

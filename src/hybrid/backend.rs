@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod replay;
+mod script;
 mod split_experts;
 mod timing;
 
@@ -46,6 +47,9 @@ const TRIAL_REUSE: u32 = 8;
 /// Graphs with at most this many activation columns in their products are tokens: their plan
 /// is tried against the plan that streams no weight (`plan`).
 const TOKEN_COLUMNS: usize = 8;
+/// Graphs after a recording of a run that was not plain before the next is tried (the run's
+/// choices may change: a plan trial, the sharing width).
+const RECORD_RETRY: u64 = 32;
 /// Graphs whose plans are kept besides the last one's (a prompt's and a token's alternate).
 const KNOWN_GRAPHS: usize = 4;
 /// Smallest staging arena for streamed weights.
@@ -131,6 +135,15 @@ pub struct HybridBackend {
     trial_won: std::collections::HashMap<u64, (bool, u32)>,
     /// The shape whose trial runs.
     trial_key: Option<u64>,
+    /// The last split graph's run, recorded to replay (script.rs), the run being recorded,
+    /// the next tag for a recorded launch, and scratch for the map's state words.
+    script: Option<script::Script>,
+    rec: Option<script::Recording>,
+    next_tag: u64,
+    state_words: Vec<u64>,
+    /// The graph count when a recording last found its run not plain (weights streamed, expert
+    /// slots shared): the next is tried `RECORD_RETRY` graphs later.
+    record_failed: Option<u64>,
 }
 
 /// Host µs spent in each phase of `compute` and how many graphs took each path.
@@ -175,6 +188,13 @@ pub(super) struct Phases {
     planned: u64,
     slow: u64,
     fast: u64,
+    /// Split graphs replayed from their scripts (script.rs): host µs inside them, of which
+    /// comparing the map's state; scripts recorded; replays not taken (another state).
+    script_us: f64,
+    script_check_us: f64,
+    scripts: u64,
+    recorded: u64,
+    script_misses: u64,
 }
 
 impl Phases {
@@ -218,6 +238,14 @@ impl Phases {
             self.fast_launch_us * 1e-3,
             self.fast
         ) + &medians
+            + &format!(
+                "; split graphs replayed {} ({:.1} ms, comparing the map {:.1}), recorded {}, not taken {}",
+                self.scripts,
+                self.script_us * 1e-3,
+                self.script_check_us * 1e-3,
+                self.recorded,
+                self.script_misses
+            )
     }
 }
 
@@ -478,6 +506,11 @@ impl HybridBackend {
             trial_other: None,
             trial_won: Default::default(),
             trial_key: None,
+            script: None,
+            rec: None,
+            next_tag: 0,
+            state_words: Vec::new(),
+            record_failed: None,
         })
     }
 
@@ -515,6 +548,9 @@ impl HybridBackend {
     fn upload(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
         if copies.is_empty() {
             return Ok(());
+        }
+        if let Some(r) = self.rec.as_mut() {
+            r.uploaded(k, copies);
         }
         // Timed for a node timed alone: every stream drained first. For telemetry only the
         // copies' own stream: waiting for the copy stream too held every GPU segment's launch
@@ -917,7 +953,20 @@ impl HybridBackend {
             self.device_us = self.gpus[k].compute_timed(&shadows)?;
             return Ok(());
         }
-        self.gpus[k].compute(&shadows)
+        let Some(rec) = self.rec.as_mut() else {
+            return self.gpus[k].compute(&shadows);
+        };
+        // Recorded: tagged, and the shadows kept with the script.
+        self.next_tag += 1;
+        let tag = self.next_tag;
+        rec.ok &= self.shadow_overrides.0.is_empty();
+        self.gpus[k].tag_next(tag);
+        let r = self.gpus[k].compute(&shadows);
+        drop(shadows);
+        let ptrs = ptrs.iter().map(|&p| p as usize).collect();
+        rec.launched(k, ptrs, tag, &mut self.shadows);
+        self.shadow_of.clear();
+        r
     }
 
     /// A GPU segment: copies in what the GPU lacks and runs. Weights not resident stream
@@ -1215,10 +1264,17 @@ impl HybridBackend {
         if let Some(p) = self.phases.as_mut() {
             p.cpu_wait_us += (t0 - tw).as_secs_f64() * 1e6;
         }
+        if let Some(r) = self.rec.as_mut() {
+            r.ok &= also.is_empty();
+            r.cpu(nodes, &copies, self.last_gpu_stream);
+        }
         let prefetched = match next {
             Some(next) => self.prefetch(next, res)?,
             None => Vec::new(),
         };
+        if let Some(r) = self.rec.as_mut() {
+            r.ok &= prefetched.is_empty();
+        }
         let t = Instant::now();
         let r = self.cpu.compute(nodes);
         if self.time_device {
@@ -1392,6 +1448,8 @@ impl HybridBackend {
         }
         self.last_plan.clear();
         self.fast = None;
+        self.script = None;
+        self.record_failed = None;
         let back = self
             .known
             .iter()
@@ -1440,6 +1498,33 @@ impl HybridBackend {
                 self.trial_step(nodes, t_run);
             }
             return r;
+        }
+        // A split graph again, from its last run's script where the map is as it was then.
+        let replay = same
+            && !sample
+            && !telemetry
+            && !self.trial.running()
+            && self.script.as_ref().is_some_and(|s| {
+                s.of_plan(&self.last_plan) && (!s.chains || self.split.width() == 0)
+            });
+        if replay {
+            let mut words = std::mem::take(&mut self.state_words);
+            let r = self.compute_script(nodes, &mut res, &mut words);
+            self.state_words = words;
+            match r {
+                Ok(true) => {
+                    if self.script.as_ref().is_some_and(|s| s.chains) {
+                        self.split_seen = true;
+                    }
+                    self.after_graph(nodes, t_run);
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    self.script = None;
+                    return Err(e);
+                }
+            }
         }
         self.fast = None;
         self.restored = false;
@@ -1517,9 +1602,24 @@ impl HybridBackend {
         let uses = self.last_uses.take().unwrap();
         self.streamed = false;
         self.launches = 0;
+        // A run of a split graph is recorded to replay (script.rs).
+        let split = plan.iter().any(|s| s.place == Place::Cpu)
+            && plan.iter().any(|s| s.place == Place::Gpu);
+        if crate::tuning::get().hybrid_scripts
+            && split
+            && !sample
+            && !telemetry
+            && !self.trial.running()
+            && self
+                .record_failed
+                .is_none_or(|g| self.graphs >= g + RECORD_RETRY)
+        {
+            self.rec = Some(script::Recording::start(nodes, &res));
+        }
         let t_uses = Instant::now();
         let r = self.compute_segments(nodes, &mut res, &plan, &uses, sample);
         if r.is_err() {
+            self.rec = None;
             self.last_uses = Some(uses);
             return r;
         }
@@ -1545,8 +1645,22 @@ impl HybridBackend {
                 p.wait_us += us;
             }
         }
+        let rec = self.rec.take();
         self.download_on(&mut res, &copies, self.last_gpu_stream)?;
         self.sync_gpus()?;
+        if let Some(rec) = rec {
+            let plain = !self.streamed && self.prefetched.is_none();
+            match rec.finish(plain, &plan, &res, &copies, self.last_gpu_stream) {
+                Some(s) => {
+                    self.script = Some(s);
+                    self.record_failed = None;
+                    if let Some(p) = self.phases.as_mut() {
+                        p.recorded += 1;
+                    }
+                }
+                None => self.record_failed = Some(self.graphs),
+            }
+        }
         if !sample
             && !self.streamed
             && self.launches == 1
@@ -1568,6 +1682,22 @@ impl HybridBackend {
         }
         self.last_uses = Some(uses);
         if !sample {
+            self.after_graph(nodes, t_run);
+        }
+        if let Some(p) = self.phases.as_mut() {
+            p.plan_us += (t_plan - t).as_secs_f64() * 1e6;
+            p.uses_us += (t_uses - t_plan).as_secs_f64() * 1e6;
+            p.segments_us += (t_segments - t_uses).as_secs_f64() * 1e6;
+            p.finish_us += t_segments.elapsed().as_secs_f64() * 1e6;
+            p.slow += 1;
+        }
+        Ok(())
+    }
+
+    /// After a graph that was not sampled: the plan trial's and the sharing width's
+    /// measurements.
+    fn after_graph(&mut self, nodes: &[Tensor], t_run: Instant) {
+        {
             let trial = self.trial.running();
             self.trial_step(nodes, t_run);
             if std::mem::take(&mut self.split_seen) && !trial {
@@ -1589,14 +1719,6 @@ impl HybridBackend {
                 }
             }
         }
-        if let Some(p) = self.phases.as_mut() {
-            p.plan_us += (t_plan - t).as_secs_f64() * 1e6;
-            p.uses_us += (t_uses - t_plan).as_secs_f64() * 1e6;
-            p.segments_us += (t_segments - t_uses).as_secs_f64() * 1e6;
-            p.finish_us += t_segments.elapsed().as_secs_f64() * 1e6;
-            p.slow += 1;
-        }
-        Ok(())
     }
 
     fn compute_segments(

@@ -28,7 +28,7 @@ impl State {
 
 /// Byte ranges [start, end) of one region (offsets from its start) and their states; the
 /// ranges cover the region without gaps, neighbours of equal state are merged.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Validity {
     map: BTreeMap<usize, (usize, State)>,
 }
@@ -599,6 +599,42 @@ impl Residency {
     /// The device address of host address `p` (inside a region).
     pub fn dev_addr(&self, p: usize, len: usize) -> Option<usize> {
         self.region_of(p, len).map(|r| r.dev_addr(p))
+    }
+
+    /// Everything a walk of a graph's nodes reads, word by word: the host buffers and their
+    /// page-locked ranges, the regions, where they are on the device and who holds each byte,
+    /// the arena's state. Equal words: a walk of the same graph and plan makes the same copies
+    /// and leaves the same state (a recorded split graph's precondition).
+    pub fn state_words(&self, out: &mut Vec<u64>) {
+        out.clear();
+        out.extend([self.arena_used as u64, self.arena_half as u64]);
+        for (&base, b) in &self.bufs {
+            out.extend([base as u64, b.len as u64, b.pinned as u64]);
+            out.extend([b.pin.0 as u64, b.pin.1 as u64]);
+        }
+        for (&k, r) in &self.regions {
+            out.extend([k as u64, r.len as u64, r.dev_base as u64, r.kind as u64]);
+            for (&a, &(b, st)) in &r.valid.map {
+                out.extend([a as u64, b as u64, st as u64]);
+            }
+        }
+    }
+
+    /// Every region's state (by its host address).
+    pub fn snapshot(&self) -> Vec<(usize, Validity)> {
+        self.regions
+            .iter()
+            .map(|(&k, r)| (k, r.valid.clone()))
+            .collect()
+    }
+
+    /// Sets the regions' states to `states` (from `snapshot`; regions not there are left).
+    pub fn restore(&mut self, states: &[(usize, Validity)]) {
+        for (k, v) in states {
+            if let Some(r) = self.regions.get_mut(k) {
+                r.valid.clone_from(v);
+            }
+        }
     }
 }
 

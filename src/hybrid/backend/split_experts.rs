@@ -230,7 +230,13 @@ impl HybridBackend {
     ) -> Result<()> {
         self.split_seen = true;
         if self.split.width() == 0 {
+            if let Some(r) = self.rec.as_mut() {
+                r.chains = true;
+            }
             return self.run_cpu(seg, res, next);
+        }
+        if let Some(r) = self.rec.as_mut() {
+            r.ok = false;
         }
         let chain = &seg[f..=l];
         let inside = |t: &Tensor| chain.iter().any(|n| n.as_ptr() == t.as_ptr());
