@@ -691,6 +691,37 @@ mod tests {
     }
 
     /// A copy refused across a boundary is made in pieces that never cross it.
+    /// A recorded split graph's precondition and effect: the state words tell every state
+    /// change apart (and equal states equal), and a restored snapshot gives the words back.
+    #[test]
+    fn state_words_see_every_change_and_a_snapshot_restores_them() {
+        let cpu = CpuDevice::new();
+        let bt = cpu.buffer_type();
+        let mut r = Residency::new(1 << 20);
+        r.add_buffer(4096, 1000, None);
+        assert!(r.add_region(bt, 4096, 1000, RegionKind::Mirror).unwrap());
+        let words = |r: &Residency| {
+            let mut w = Vec::new();
+            r.state_words(&mut w);
+            w
+        };
+        let (w0, s0) = (words(&r), r.snapshot());
+        r.written(4196, 10, Place::Gpu);
+        let (w1, s1) = (words(&r), r.snapshot());
+        assert_ne!(w0, w1);
+        r.make_current(4196, 10, Place::Cpu);
+        let w2 = words(&r);
+        assert_ne!(w1, w2, "Device and Both differ");
+        r.written(4196, 10, Place::Gpu);
+        assert_eq!(words(&r), w1, "the same states, the same words");
+        r.restore(&s0);
+        assert_eq!(words(&r), w0);
+        r.restore(&s1);
+        assert_eq!(words(&r), w1);
+        assert!(r.add_region(bt, 8192, 100, RegionKind::Mirror).unwrap());
+        assert_ne!(words(&r), w1, "a new region");
+    }
+
     #[test]
     fn refused_copies_split_at_pages() {
         let boundary = 0x10000 + 5 * 4096;
