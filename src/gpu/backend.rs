@@ -101,9 +101,9 @@ pub struct GpuBackend {
     /// copies cannot be captured): those run launch by launch, other graphs are still captured.
     split_uncaptured: Vec<u64>,
     /// `tag_next`'s tag for the next compute, and the keys of the graphs computed under each
-    /// tag (`replay_tagged`), at most `TAGS_MAX`.
+    /// tag (`replay_tagged`) with the length of their prelude's words, at most `TAGS_MAX`.
     tag_next: Option<u64>,
-    tagged: std::collections::HashMap<u64, Vec<u64>>,
+    tagged: std::collections::HashMap<u64, (Vec<u64>, usize)>,
 }
 
 /// Tagged graphs' keys kept (a split token's GPU segments are a few dozen).
@@ -657,14 +657,13 @@ impl GpuBackend {
         let prelude = std::mem::take(&mut self.prelude);
         let tag = self.tag_next.take();
         let r = self.compute_graph_with(nodes, &prelude);
-        // A tagged graph's key (a plain one, no copies in: what `replay_tagged` can launch).
-        if let Some(tag) = tag
-            .filter(|_| r.is_ok() && self.graphs_ok && prelude.is_empty() && self.profile.is_none())
-        {
+        // A tagged graph's key (its prelude's words at its end): what `replay_tagged` launches.
+        if let Some(tag) = tag.filter(|_| r.is_ok() && self.graphs_ok && self.profile.is_none()) {
             if self.tagged.len() >= TAGS_MAX {
                 self.tagged.clear();
             }
-            self.tagged.insert(tag, self.last_key.clone());
+            self.tagged
+                .insert(tag, (self.last_key.clone(), prelude.len()));
         }
         // What `replay_last` compares with; a failed graph is never replayed.
         self.last_prelude = if r.is_ok() { prelude } else { vec![u64::MAX] };
@@ -1029,15 +1028,16 @@ impl Backend for GpuBackend {
     }
 
     fn replay_tagged(&mut self, tag: u64) -> Result<bool> {
-        let Some(key) = self.tagged.get(&tag) else {
+        let Some((key, plen)) = self.tagged.get(&tag) else {
             return Ok(false);
         };
-        // A key made before the scratch moved or a buffer was freed can no longer match.
+        // A key made before the scratch moved or a buffer was freed can no longer match; the
+        // copies in set now must be the captured ones.
         if !self.graphs_ok
             || self.timing.is_some()
             || self.profile.is_some()
             || self.failed.is_some()
-            || !self.prelude.is_empty()
+            || key.get(key.len().saturating_sub(*plen)..) != Some(&self.prelude[..])
             || key.get(..2) != Some(&[self.scratch.0, crate::tensor::free_epoch()][..])
         {
             return Ok(false);
@@ -1060,7 +1060,9 @@ impl Backend for GpuBackend {
         self.abort_capture();
         self.after_staged_writes()?;
         self.queued = true;
-        (self.last_plain, self.last_prelude, self.known_repeat) = (true, Vec::new(), None);
+        (self.last_plain, self.known_repeat) = (true, None);
+        // The executable makes the prelude's copies.
+        self.last_prelude = std::mem::take(&mut self.prelude);
         let ctx = self.ctx.clone();
         ctx.api
             .graph_launch(ctx.ord, exec, self.stream)

@@ -609,6 +609,21 @@ mod tests {
             }
         }
         assert!(!be.replay_tagged(3).unwrap());
+        // Copies in set as a prelude: captured with the graph, replayed only with them set.
+        let host = vec![0u8; 1024];
+        let p = [(at(0) as usize, host.as_ptr() as usize, 1024)];
+        for _ in 0..2 {
+            assert!(be.set_prelude(&p));
+            be.tag_next(9);
+            be.compute(&graphs[0]).unwrap();
+        }
+        let from = api.log.lock().unwrap().len();
+        assert!(be.set_prelude(&p));
+        assert!(be.replay_tagged(9).unwrap());
+        assert_eq!(count(&api, from, "graph_launch"), 1);
+        assert_eq!(count(&api, from, "copy_htod_async"), 0, "the graph makes the copies");
+        assert!(!be.replay_tagged(9).unwrap(), "not without its copies set");
+        assert!(be.replay_tagged(1).unwrap(), "the plain graph is still kept");
         // A buffer freed since: the tags' keys can no longer match.
         crate::tensor::bump_free_epoch();
         assert!(!be.replay_tagged(1).unwrap());

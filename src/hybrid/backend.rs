@@ -192,6 +192,10 @@ pub(super) struct Phases {
     /// comparing the map's state; scripts recorded; replays not taken (another state).
     script_us: f64,
     script_check_us: f64,
+    /// Inside them: the GPU segments' copies in and launches, and how many launches made
+    /// their copies in themselves.
+    script_gpu_us: f64,
+    script_folded: u64,
     scripts: u64,
     recorded: u64,
     script_misses: u64,
@@ -239,10 +243,12 @@ impl Phases {
             self.fast
         ) + &medians
             + &format!(
-                "; split graphs replayed {} ({:.1} ms, comparing the map {:.1}), recorded {}, not taken {}",
+                "; split graphs replayed {} ({:.1} ms, comparing the map {:.1}, GPU segments' copies in and launches {:.1}, {} with their copies in the graph), recorded {}, not taken {}",
                 self.scripts,
                 self.script_us * 1e-3,
                 self.script_check_us * 1e-3,
+                self.script_gpu_us * 1e-3,
+                self.script_folded,
                 self.recorded,
                 self.script_misses
             )
@@ -964,7 +970,7 @@ impl HybridBackend {
         let r = self.gpus[k].compute(&shadows);
         drop(shadows);
         let ptrs = ptrs.iter().map(|&p| p as usize).collect();
-        rec.launched(k, ptrs, tag, &mut self.shadows);
+        rec.launched(k, ptrs, tag, &mut self.shadows, self.in_graph_copies);
         self.shadow_of.clear();
         r
     }

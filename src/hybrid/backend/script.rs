@@ -19,9 +19,12 @@ use std::time::Instant;
 
 pub(super) enum Step {
     /// Copies in (GPU stream, copies) queued before the launch, the stream it ran on, its
-    /// shadows (for when the tag cannot be replayed) and its tag.
+    /// shadows (for when the tag cannot be replayed) and its tag. `prelude`: the copies as
+    /// (device, host, bytes) where all are from page-locked memory on the launch's stream (the
+    /// replay has the captured graph make them: no driver call each).
     Gpu {
         uploads: Vec<(usize, Vec<Copy>)>,
+        prelude: Option<Vec<(usize, usize, usize)>>,
         k: usize,
         ptrs: Vec<usize>,
         tag: u64,
@@ -88,10 +91,31 @@ impl Recording {
     }
 
     /// A launch on stream `k` of the shadows `ptrs` (the boxes in `shadows`, taken), tagged.
-    pub fn launched(&mut self, k: usize, ptrs: Vec<usize>, tag: u64, shadows: &mut Shadows) {
+    /// `in_graph`: its copies in may be made by its captured graph.
+    pub fn launched(
+        &mut self,
+        k: usize,
+        ptrs: Vec<usize>,
+        tag: u64,
+        shadows: &mut Shadows,
+        in_graph: bool,
+    ) {
         self.shadows.0.append(&mut shadows.0);
+        let uploads = std::mem::take(&mut self.uploads);
+        let prelude = (in_graph
+            && !uploads.is_empty()
+            && uploads.iter().all(|(c, copies)| {
+                *c == k && copies.iter().all(|x| x.pinned && x.to == Place::Gpu)
+            }))
+        .then(|| {
+            uploads
+                .iter()
+                .flat_map(|(_, copies)| copies.iter().map(|c| (c.dev, c.host, c.len)))
+                .collect()
+        });
         self.steps.push(Step::Gpu {
-            uploads: std::mem::take(&mut self.uploads),
+            uploads,
+            prelude,
             k,
             ptrs,
             tag,
@@ -195,13 +219,20 @@ impl HybridBackend {
             match step {
                 Step::Gpu {
                     uploads,
+                    prelude,
                     k,
                     ptrs,
                     tag,
                 } => {
+                    let t = Instant::now();
                     let k = *k;
-                    for (c, copies) in uploads {
-                        self.queue_uploads(res, *c, copies)?;
+                    let folded = prelude
+                        .as_ref()
+                        .is_some_and(|p| self.gpus[k].set_prelude(p));
+                    if !folded {
+                        for (c, copies) in uploads {
+                            self.queue_uploads(res, *c, copies)?;
+                        }
                     }
                     self.pending[k] = true;
                     self.launches += 1;
@@ -214,6 +245,10 @@ impl HybridBackend {
                             .collect();
                         self.gpus[k].tag_next(*tag);
                         self.gpus[k].compute(&shadows)?;
+                    }
+                    if let Some(p) = self.phases.as_mut() {
+                        p.script_gpu_us += t.elapsed().as_secs_f64() * 1e6;
+                        p.script_folded += u64::from(folded);
                     }
                 }
                 Step::Cpu { a, b, copies, on } => {
