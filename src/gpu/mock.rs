@@ -621,9 +621,16 @@ mod tests {
         assert!(be.set_prelude(&p));
         assert!(be.replay_tagged(9).unwrap());
         assert_eq!(count(&api, from, "graph_launch"), 1);
-        assert_eq!(count(&api, from, "copy_htod_async"), 0, "the graph makes the copies");
+        assert_eq!(
+            count(&api, from, "copy_htod_async"),
+            0,
+            "the graph makes the copies"
+        );
         assert!(!be.replay_tagged(9).unwrap(), "not without its copies set");
-        assert!(be.replay_tagged(1).unwrap(), "the plain graph is still kept");
+        assert!(
+            be.replay_tagged(1).unwrap(),
+            "the plain graph is still kept"
+        );
         // A buffer freed since: the tags' keys can no longer match.
         crate::tensor::bump_free_epoch();
         assert!(!be.replay_tagged(1).unwrap());

@@ -146,6 +146,26 @@ impl Recording {
         if !plain || !self.ok || !self.uploads.is_empty() {
             return None;
         }
+        if crate::ffi::log::debug_enabled() {
+            let (mut gpu, mut copies, mut pinned, mut folded) = (0, 0, 0, 0);
+            for s in &self.steps {
+                if let Step::Gpu {
+                    uploads, prelude, ..
+                } = s
+                {
+                    gpu += 1;
+                    folded += usize::from(prelude.is_some());
+                    for (_, c) in uploads {
+                        copies += c.len();
+                        pinned += c.iter().filter(|x| x.pinned).count();
+                    }
+                }
+            }
+            crate::log_debug!(
+                "RFHYBRID: split graph recorded: {} steps, {gpu} on the GPU ({folded} with their copies in the graph), {copies} copies in ({pinned} from page-locked memory)",
+                self.steps.len()
+            );
+        }
         let after: Vec<(usize, Validity)> = res
             .snapshot()
             .into_iter()
