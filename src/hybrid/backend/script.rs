@@ -133,6 +133,27 @@ impl Recording {
         });
     }
 
+    /// Each GPU step's copies in: host address, bytes, page-locked, and the host buffer's
+    /// base, size and page-locked range (for the debug log).
+    pub fn describe_copies(&self, res: &Residency) -> String {
+        let mut out = String::new();
+        for s in &self.steps {
+            if let Step::Gpu { uploads, .. } = s {
+                for c in uploads.iter().flat_map(|(_, c)| c) {
+                    let b = res.buffer_of(c.host, c.len);
+                    out += &format!(
+                        " [{:#x}+{} pinned {} in {:?}]",
+                        c.host,
+                        c.len,
+                        c.pinned,
+                        b.map(|(base, b)| (base as *const u8, b.len, b.pin))
+                    );
+                }
+            }
+        }
+        out
+    }
+
     /// The recorded script, if the run was plain (`plain`: nothing was streamed or prefetched;
     /// `sinks`: the copies out at its end).
     pub fn finish(
@@ -162,8 +183,9 @@ impl Recording {
                 }
             }
             crate::log_debug!(
-                "RFHYBRID: split graph recorded: {} steps, {gpu} on the GPU ({folded} with their copies in the graph), {copies} copies in ({pinned} from page-locked memory)",
-                self.steps.len()
+                "RFHYBRID: split graph recorded: {} steps, {gpu} on the GPU ({folded} with their copies in the graph), {copies} copies in ({pinned} from page-locked memory):{}",
+                self.steps.len(),
+                self.describe_copies(res)
             );
         }
         let after: Vec<(usize, Validity)> = res
