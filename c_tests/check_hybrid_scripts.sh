@@ -26,6 +26,14 @@ n=$(grep -a -o "split graphs replayed [0-9]*" "$dir/run1.log" | grep -o "[0-9]*$
 if grep -a -q "split graphs replayed [1-9]" "$dir/run0.log"; then echo "FAIL: replayed with ROCMFORGE_HYBRID_SCRIPTS=0"; exit 1; fi
 cmp "$dir/gen1.bin" "$dir/gen0.bin" || { echo "FAIL: the replays changed a greedy step's logits"; exit 1; }
 cmp "$dir/logits1.bin" "$dir/logits0.bin" || { echo "FAIL: the replays changed the logits"; exit 1; }
+# A plan trial's turns record and replay too (each plan recorded again after a swap; a forced trial's turns of
+# two runs end before a replay): the same bits (both devices are RFCPU's kernels here, so no plan changes them).
+LLAMA_RUN_GEN_LOGITS="$dir/gent.bin" ROCMFORGE_HYBRID_TRIAL=force "$run" logits -b rocmforge -l "$lib" \
+    -m "$dir/moe2.gguf" -o "$dir/logitst.bin" --positions 16 --gen 24 -t 2 --fa off --device RFHYBRID \
+    >"$dir/runt.log" 2>&1 || { cat "$dir/runt.log"; exit 1; }
+t=$(grep -a -o "recorded [0-9]*" "$dir/runt.log" | grep -o "[0-9]*$" | head -1)
+[ "${t:-0}" -gt 1 ] || { echo "FAIL: no split graph recorded during a plan trial"; exit 1; }
+cmp "$dir/gent.bin" "$dir/gen0.bin" || { echo "FAIL: replays in a plan trial changed a greedy step's logits"; exit 1; }
 # Prompts after tokens (the token's graph comes back after each prompt's): the same tokens.
 for s in 1 0; do
     ROCMFORGE_HYBRID_SCRIPTS=$s "$run" bench -b rocmforge -l "$lib" -m "$dir/moe2.gguf" --pp 8 --tg 12 --reps 3 \
@@ -33,4 +41,4 @@ for s in 1 0; do
 done
 m=$(grep -a -o "split graphs replayed [0-9]*" "$dir/bench1.log" | grep -o "[0-9]*$" | head -1)
 [ "${m:-0}" -gt 0 ] || { echo "FAIL: no replay in the bench run"; exit 1; }
-echo "PASS: $n split graphs replayed, logits equal to the walked run's; $m replays over 3 prompt/generation rounds"
+echo "PASS: $n split graphs replayed, logits equal to the walked run's; $t recorded during a plan trial; $m replays over 3 prompt/generation rounds"

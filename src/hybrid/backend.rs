@@ -141,9 +141,10 @@ pub struct HybridBackend {
     rec: Option<script::Recording>,
     next_tag: u64,
     state_words: Vec<u64>,
-    /// The graph count when a recording last found its run not plain (weights streamed, expert
-    /// slots shared): the next is tried `RECORD_RETRY` graphs later.
-    record_failed: Option<u64>,
+    /// The graph count and sharing width when a recording last found its run not plain
+    /// (weights streamed, expert slots shared): the next is tried `RECORD_RETRY` graphs later,
+    /// or at once with another plan or width.
+    record_failed: Option<(u64, usize)>,
 }
 
 /// Host µs spent in each phase of `compute` and how many graphs took each path.
@@ -1505,11 +1506,11 @@ impl HybridBackend {
             }
             return r;
         }
-        // A split graph again, from its last run's script where the map is as it was then.
+        // A split graph again, from its last run's script where the map is as it was then (a
+        // plan trial's turns too: each plan is measured as it runs afterwards).
         let replay = same
             && !sample
             && !telemetry
-            && !self.trial.running()
             && self.script.as_ref().is_some_and(|s| {
                 s.of_plan(&self.last_plan) && (!s.chains || self.split.width() == 0)
             });
@@ -1578,6 +1579,7 @@ impl HybridBackend {
                 None => self.trial_key = other.is_some().then_some(key),
             }
             self.last_plan = plan;
+            self.record_failed = None;
             self.trial_other = other;
             if self.trial_other.is_some() {
                 // Forced trials (tests) take one run a turn.
@@ -1615,10 +1617,9 @@ impl HybridBackend {
             && split
             && !sample
             && !telemetry
-            && !self.trial.running()
             && self
                 .record_failed
-                .is_none_or(|g| self.graphs >= g + RECORD_RETRY)
+                .is_none_or(|(g, w)| self.graphs >= g + RECORD_RETRY || w != self.split.width())
         {
             self.rec = Some(script::Recording::start(nodes, &res));
         }
@@ -1664,7 +1665,7 @@ impl HybridBackend {
                         p.recorded += 1;
                     }
                 }
-                None => self.record_failed = Some(self.graphs),
+                None => self.record_failed = Some((self.graphs, self.split.width())),
             }
         }
         if !sample

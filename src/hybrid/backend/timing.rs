@@ -59,6 +59,8 @@ impl HybridBackend {
                 };
                 std::mem::swap(&mut self.last_plan, other);
                 self.fast = None;
+                // The other plan may record where this one could not (it streamed).
+                self.record_failed = None;
                 if step == Step::SwapBack {
                     self.trial_other = None;
                     self.trial_decided(true);
