@@ -273,6 +273,13 @@ fn shape_key(nodes: &[Tensor]) -> u64 {
 }
 
 /// One line about a plan: nodes and predicted time per place, changes of place, the batch.
+/// Where a plan puts each node, as one hash (what `learned.rs` keeps of a trial's winner).
+fn plan_fingerprint(plan: &[BackendSelection]) -> u64 {
+    plan.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, s| {
+        (h ^ (s.place as u64 + 1)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 fn plan_summary(nodes: &[Tensor], plan: &[BackendSelection]) -> String {
     let (mut n, mut us) = ([0usize; 2], [0f64; 2]);
     for s in plan {
@@ -1544,8 +1551,19 @@ impl HybridBackend {
             // again every TRIAL_REUSE plans, as this process's own), the sharing width.
             if !self.trial_won.contains_key(&key) || !self.split.settled() {
                 let learned = self.shared.learned();
-                if let Some(won) = learned.trial(key).filter(|_| !forced) {
-                    self.trial_won.entry(key).or_insert((won, 0));
+                // The kept winner where it is one of this process's candidates.
+                if let Some(fp) = learned.trial(key).filter(|_| !forced) {
+                    let won = if plan_fingerprint(&plan) == fp {
+                        Some(false)
+                    } else {
+                        other
+                            .as_deref()
+                            .filter(|o| plan_fingerprint(o) == fp)
+                            .map(|_| true)
+                    };
+                    if let Some(won) = won {
+                        self.trial_won.entry(key).or_insert((won, 0));
+                    }
                 }
                 if let Some(w) = learned.width(key, self.n_threads) {
                     if !self.split.settled() {
@@ -1949,6 +1967,24 @@ mod tests {
     }
 
     /// The walk that compares a graph with the last one agrees with building its words.
+    /// A kept trial winner is recognised by where its plan puts each node, not by its turn.
+    #[test]
+    fn plan_fingerprint_tells_plans_apart() {
+        use super::{plan_fingerprint, BackendSelection, Place, SelectionReason};
+        let sel = |place| BackendSelection {
+            place,
+            reason: SelectionReason::GpuAvailable,
+            predicted_us: 1.0,
+        };
+        let a = vec![sel(Place::Cpu), sel(Place::Gpu), sel(Place::Gpu)];
+        let mut b = a.clone();
+        b[0].predicted_us = 7.0;
+        assert_eq!(plan_fingerprint(&a), plan_fingerprint(&b), "predictions aside");
+        b[2] = sel(Place::Cpu);
+        assert_ne!(plan_fingerprint(&a), plan_fingerprint(&b));
+        assert_ne!(plan_fingerprint(&a), plan_fingerprint(&a[..2]));
+    }
+
     #[test]
     fn words_match_agrees_with_graph_words() {
         use crate::cpu::ops::testutil::TT;

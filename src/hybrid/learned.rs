@@ -1,4 +1,6 @@
-//! RFHYBRID's measured choices kept across processes: each graph shape's plan-trial winner and
+//! RFHYBRID's measured choices kept across processes: each graph shape's plan-trial winner (by
+//! the plan's own fingerprint: which candidate comes first depends on the online corrections, so
+//! a later process takes the kept plan only where one of its candidates is that plan) and
 //! the expert-sharing width (`SplitTuner`) at a thread count, where it won by 3% or more (a near
 //! tie is measured again by the next process). Both are measured on the running
 //! graphs (a MoE process spent its first ~40 tokens on them: a 32-token benchmark ran at
@@ -8,20 +10,20 @@
 //! `TRIAL_REUSE`-th time a shape is planned; `ROCMFORGE_HYBRID_CALIBRATE=force` (measure the
 //! machine again) and `ROCMFORGE_HYBRID_TRIAL=force` start from nothing.
 //!
-//! The file: a header line, then `trial <shape> <0|1>` (1: the second candidate won) and
-//! `width <shape> <threads> <slots>` lines, shapes as 16 hex digits. Unreadable lines are
+//! The file: a header line, then `trial <shape> <plan>` (the winner's `plan_fingerprint`) and
+//! `width <shape> <threads> <slots>` lines, shapes and plans as 16 hex digits. Unreadable lines are
 //! skipped; a file that cannot be written leaves the choices to this process.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-const HEADER: &str = "rocmforge-hybrid-learned 1";
+const HEADER: &str = "rocmforge-hybrid-learned 2";
 
 #[derive(Default, Debug, PartialEq)]
 pub struct Learned {
     /// Where they are kept; None: in this process only.
     path: Option<PathBuf>,
-    trial: HashMap<u64, bool>,
+    trial: HashMap<u64, u64>,
     width: HashMap<(u64, usize), usize>,
 }
 
@@ -42,7 +44,8 @@ impl Learned {
         l
     }
 
-    pub fn trial(&self, shape: u64) -> Option<bool> {
+    /// The fingerprint of the plan that won this shape's trial.
+    pub fn trial(&self, shape: u64) -> Option<u64> {
         self.trial.get(&shape).copied()
     }
 
@@ -50,8 +53,8 @@ impl Learned {
         self.width.get(&(shape, threads)).copied()
     }
 
-    pub fn set_trial(&mut self, shape: u64, second_won: bool) {
-        if self.trial.insert(shape, second_won) != Some(second_won) {
+    pub fn set_trial(&mut self, shape: u64, winner: u64) {
+        if self.trial.insert(shape, winner) != Some(winner) {
             self.save();
         }
     }
@@ -81,7 +84,7 @@ impl Learned {
         let mut lines: Vec<String> = self
             .trial
             .iter()
-            .map(|(s, w)| format!("trial {s:016x} {}", u8::from(*w)))
+            .map(|(s, w)| format!("trial {s:016x} {w:016x}"))
             .chain(
                 self.width
                     .iter()
@@ -103,8 +106,8 @@ impl Learned {
             let shape = |s: &str| u64::from_str_radix(s, 16).ok();
             match f.as_slice() {
                 ["trial", s, w] => {
-                    if let (Some(s), Ok(w @ (0 | 1))) = (shape(s), w.parse::<u8>()) {
-                        l.trial.insert(s, w == 1);
+                    if let (Some(s), Some(w)) = (shape(s), shape(w)) {
+                        l.trial.insert(s, w);
                     }
                 }
                 ["width", s, t, w] => {
@@ -132,27 +135,27 @@ mod tests {
         let path = cache_file(&dir, "cpu=Test; gpu=Test");
         let mut a = Learned::load(Some(path.clone()), false);
         assert_eq!(a.trial(7), None);
-        a.set_trial(7, true);
-        a.set_trial(0xdead_beef_0000_0001, false);
+        a.set_trial(7, 0x1234);
+        a.set_trial(0xdead_beef_0000_0001, u64::MAX);
         a.set_width(7, 16, 4);
         a.set_width(7, 4, 2);
         let b = Learned::load(Some(path.clone()), false);
         assert_eq!(b, a);
-        assert_eq!(b.trial(7), Some(true));
-        assert_eq!(b.trial(0xdead_beef_0000_0001), Some(false));
+        assert_eq!(b.trial(7), Some(0x1234));
+        assert_eq!(b.trial(0xdead_beef_0000_0001), Some(u64::MAX));
         assert_eq!(
             (b.width(7, 16), b.width(7, 4), b.width(7, 8)),
             (Some(4), Some(2), None)
         );
         assert_eq!(Learned::load(Some(path.clone()), true).trial(7), None);
 
-        let text = format!("{HEADER}\ntrial zz 1\ntrial 0000000000000009 2\nwidth 9 x 1\nwidth 0000000000000009 8 3\nnonsense\n");
+        let text = format!("{HEADER}\ntrial zz 1\ntrial 0000000000000009 x2\nwidth 9 x 1\nwidth 0000000000000009 8 3\nnonsense\n");
         std::fs::write(&path, text).unwrap();
         let c = Learned::load(Some(path.clone()), false);
         assert_eq!((c.trial(9), c.width(9, 8)), (None, Some(3)));
         std::fs::write(
             &path,
-            "rocmforge-hybrid-learned 0\ntrial 0000000000000009 1\n",
+            "rocmforge-hybrid-learned 1\ntrial 0000000000000009 1\n",
         )
         .unwrap();
         assert_eq!(Learned::load(Some(path.clone()), false).trial(9), None);

@@ -32,10 +32,13 @@ fn rerun_changes_nothing(n: &Tensor) -> bool {
 impl HybridBackend {
     /// The running trial's shape chose its first (false) or second plan: kept for this
     /// process's re-plans and for later processes (`learned`).
+    /// The trial is over, the winner in `last_plan`.
     fn trial_decided(&mut self, second_won: bool) {
         if let Some(k) = self.trial_key.take() {
             self.trial_won.insert(k, (second_won, 0));
-            self.shared.learned().set_trial(k, second_won);
+            self.shared
+                .learned()
+                .set_trial(k, super::plan_fingerprint(&self.last_plan));
         }
     }
 
