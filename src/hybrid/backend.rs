@@ -1979,7 +1979,11 @@ mod tests {
         let a = vec![sel(Place::Cpu), sel(Place::Gpu), sel(Place::Gpu)];
         let mut b = a.clone();
         b[0].predicted_us = 7.0;
-        assert_eq!(plan_fingerprint(&a), plan_fingerprint(&b), "predictions aside");
+        assert_eq!(
+            plan_fingerprint(&a),
+            plan_fingerprint(&b),
+            "predictions aside"
+        );
         b[2] = sel(Place::Cpu);
         assert_ne!(plan_fingerprint(&a), plan_fingerprint(&b));
         assert_ne!(plan_fingerprint(&a), plan_fingerprint(&a[..2]));

@@ -5,9 +5,11 @@
 //! map's state before and after the run. The walk of the nodes that `compute_segments` makes is
 //! a function of the graph, its plan and the map's state, so where the state equals the
 //! recorded one before, the recorded copies are the walk's and the recorded state after is the
-//! walk's too. Without the walk, a GPU segment's launch is queued at once behind its copies;
-//! the shadows are not built again. Only plain segments are recorded: nothing streamed or
-//! prefetched, no expert slots shared with the GPU, telemetry off, no plan trial running.
+//! walk's too. Without the walk, a GPU segment's launch is queued at once behind its copies
+//! (made by its captured graph where all are from page-locked memory); the shadows are not built
+//! again. Only plain runs are recorded: nothing streamed or prefetched, no expert slots shared
+//! with the GPU, telemetry off. A plan trial's turns record and replay too (a script is of one
+//! plan), so each plan is measured as it runs afterwards.
 
 use super::super::residency::{Copy, Residency, Validity};
 use super::super::{BackendSelection, Place};
