@@ -128,11 +128,11 @@ pub struct HybridBackend {
     /// `last_plan` while it runs.
     trial: PlanTrial,
     trial_other: Option<Vec<BackendSelection>>,
-    /// Each graph shape's (`shape_key`) trial outcome (true where the second candidate won)
-    /// and how often it was taken since: a shape planned again (a token's graph after every
-    /// prompt) takes the winner at once, and runs the trial again every `TRIAL_REUSE` times (a
-    /// trial on a busy moment does not decide for the whole process).
-    trial_won: std::collections::HashMap<u64, (bool, u32)>,
+    /// Each graph shape's (`shape_key`) trial winner (its `plan_fingerprint`) and how often it
+    /// was taken since: a shape planned again (a token's graph after every prompt) takes the
+    /// winner at once where it is one of the candidates, and runs the trial again every
+    /// `TRIAL_REUSE` times (a trial on a busy moment does not decide for the whole process).
+    trial_won: std::collections::HashMap<u64, (u64, u32)>,
     /// The shape whose trial runs.
     trial_key: Option<u64>,
     /// The last split graph's run, recorded to replay (script.rs), the run being recorded,
@@ -1551,19 +1551,8 @@ impl HybridBackend {
             // again every TRIAL_REUSE plans, as this process's own), the sharing width.
             if !self.trial_won.contains_key(&key) || !self.split.settled() {
                 let learned = self.shared.learned();
-                // The kept winner where it is one of this process's candidates.
                 if let Some(fp) = learned.trial(key).filter(|_| !forced) {
-                    let won = if plan_fingerprint(&plan) == fp {
-                        Some(false)
-                    } else {
-                        other
-                            .as_deref()
-                            .filter(|o| plan_fingerprint(o) == fp)
-                            .map(|_| true)
-                    };
-                    if let Some(won) = won {
-                        self.trial_won.entry(key).or_insert((won, 0));
-                    }
+                    self.trial_won.entry(key).or_insert((fp, 0));
                 }
                 if let Some(w) = learned.width(key, self.n_threads) {
                     if !self.split.settled() {
@@ -1574,13 +1563,25 @@ impl HybridBackend {
                     }
                 }
             }
+            // The kept winner where it is one of the candidates: which comes first depends on
+            // the online corrections, so it is found by where it puts each node.
             let reuse = self
                 .trial_won
                 .get_mut(&key)
                 .filter(|_| other.is_some() && !forced)
-                .and_then(|(won, uses)| {
+                .and_then(|(fp, uses)| {
                     *uses += 1;
-                    (*uses % TRIAL_REUSE != 0).then_some(*won)
+                    (*uses % TRIAL_REUSE != 0).then_some(*fp)
+                })
+                .and_then(|fp| {
+                    if plan_fingerprint(&plan) == fp {
+                        Some(false)
+                    } else {
+                        other
+                            .as_deref()
+                            .filter(|o| plan_fingerprint(o) == fp)
+                            .map(|_| true)
+                    }
                 });
             match reuse {
                 Some(won) => {

@@ -32,13 +32,12 @@ fn rerun_changes_nothing(n: &Tensor) -> bool {
 impl HybridBackend {
     /// The running trial's shape chose its first (false) or second plan: kept for this
     /// process's re-plans and for later processes (`learned`).
-    /// The trial is over, the winner in `last_plan`.
-    fn trial_decided(&mut self, second_won: bool) {
+    /// The trial is over, the winner in `last_plan`: kept for this process and later ones.
+    fn trial_decided(&mut self) {
         if let Some(k) = self.trial_key.take() {
-            self.trial_won.insert(k, (second_won, 0));
-            self.shared
-                .learned()
-                .set_trial(k, super::plan_fingerprint(&self.last_plan));
+            let fp = super::plan_fingerprint(&self.last_plan);
+            self.trial_won.insert(k, (fp, 0));
+            self.shared.learned().set_trial(k, fp);
         }
     }
 
@@ -50,7 +49,7 @@ impl HybridBackend {
             Step::Stay => return,
             Step::Keep => {
                 self.trial_other = None;
-                self.trial_decided(false);
+                self.trial_decided();
                 "the first plan, the faster, stays"
             }
             Step::Swap | Step::SwapBack => {
@@ -66,7 +65,7 @@ impl HybridBackend {
                 self.record_failed = None;
                 if step == Step::SwapBack {
                     self.trial_other = None;
-                    self.trial_decided(true);
+                    self.trial_decided();
                     "the second plan, the faster, stays"
                 } else {
                     "swapped plans"
