@@ -978,7 +978,7 @@ impl HybridBackend {
         let r = self.gpus[k].compute(&shadows);
         drop(shadows);
         let ptrs = ptrs.iter().map(|&p| p as usize).collect();
-        rec.launched(k, ptrs, tag, &mut self.shadows, self.in_graph_copies);
+        rec.launched(k, ptrs, tag, &mut self.shadows);
         self.shadow_of.clear();
         r
     }

@@ -31,20 +31,27 @@ impl HybridBackend {
         copies
     }
 
-    /// A replay's copies in: made by the GPU backend's graph itself where every one is from
-    /// page-locked memory (then a replayed token makes no driver call per input: ~5 µs each,
-    /// ten a token of an 8B-class model), else queued one by one before it.
-    fn copy_in(&mut self, res: &mut Residency, k: usize, copies: &[Copy]) -> Result<()> {
+    /// A replay's copies in (this one's, or a split graph's GPU segment's): made by the GPU
+    /// backend's graph itself where every one is from page-locked memory (then a replayed token
+    /// makes no driver call per input: ~5 µs each, ten a token of an 8B-class model), else
+    /// queued one by one before it. Ok(true): made by the graph.
+    pub(super) fn copy_in(
+        &mut self,
+        res: &mut Residency,
+        k: usize,
+        copies: &[Copy],
+    ) -> Result<bool> {
         let pinned = copies.iter().all(|c| c.pinned && c.to == Place::Gpu);
         let prelude: Vec<(usize, usize, usize)> =
             copies.iter().map(|c| (c.dev, c.host, c.len)).collect();
         if !pinned || !self.in_graph_copies || !self.gpus[k].set_prelude(&prelude) {
-            return self.upload(res, k, copies);
+            self.upload(res, k, copies)?;
+            return Ok(false);
         }
         if self.telemetry && !copies.is_empty() {
             self.record_transfer(copies, 0.0, "to-GPU-in-graph");
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The graph computed last again, all on the GPU with nothing streamed: copy in what the

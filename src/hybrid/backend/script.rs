@@ -20,13 +20,11 @@ use crate::tensor::Tensor;
 use std::time::Instant;
 
 pub(super) enum Step {
-    /// Copies in (GPU stream, copies) queued before the launch, the stream it ran on, its
-    /// shadows (for when the tag cannot be replayed) and its tag. `prelude`: the copies as
-    /// (device, host, bytes) where all are from page-locked memory on the launch's stream (the
-    /// replay has the captured graph make them: no driver call each).
+    /// The copies in queued before the launch on its stream `k` (a replay has the captured
+    /// graph make them where it can: `copy_in`), its shadows (for when the tag cannot be
+    /// replayed) and its tag.
     Gpu {
-        uploads: Vec<(usize, Vec<Copy>)>,
-        prelude: Option<Vec<(usize, usize, usize)>>,
+        copies: Vec<Copy>,
         k: usize,
         ptrs: Vec<usize>,
         tag: u64,
@@ -93,31 +91,14 @@ impl Recording {
     }
 
     /// A launch on stream `k` of the shadows `ptrs` (the boxes in `shadows`, taken), tagged.
-    /// `in_graph`: its copies in may be made by its captured graph.
-    pub fn launched(
-        &mut self,
-        k: usize,
-        ptrs: Vec<usize>,
-        tag: u64,
-        shadows: &mut Shadows,
-        in_graph: bool,
-    ) {
+    /// Copies in queued on another stream (streamed weights) are not replayed.
+    pub fn launched(&mut self, k: usize, ptrs: Vec<usize>, tag: u64, shadows: &mut Shadows) {
         self.shadows.0.append(&mut shadows.0);
         let uploads = std::mem::take(&mut self.uploads);
-        let prelude = (in_graph
-            && !uploads.is_empty()
-            && uploads.iter().all(|(c, copies)| {
-                *c == k && copies.iter().all(|x| x.pinned && x.to == Place::Gpu)
-            }))
-        .then(|| {
-            uploads
-                .iter()
-                .flat_map(|(_, copies)| copies.iter().map(|c| (c.dev, c.host, c.len)))
-                .collect()
-        });
+        self.ok &= uploads.iter().all(|&(c, _)| c == k);
+        let copies = uploads.into_iter().flat_map(|(_, c)| c).collect();
         self.steps.push(Step::Gpu {
-            uploads,
-            prelude,
+            copies,
             k,
             ptrs,
             tag,
@@ -140,8 +121,8 @@ impl Recording {
     pub fn describe_copies(&self, res: &Residency) -> String {
         let mut out = String::new();
         for s in &self.steps {
-            if let Step::Gpu { uploads, .. } = s {
-                for c in uploads.iter().flat_map(|(_, c)| c) {
+            if let Step::Gpu { copies, .. } = s {
+                for c in copies {
                     let b = res.buffer_of(c.host, c.len);
                     out += &format!(
                         " [{:#x}+{} pinned {} in {:?}]",
@@ -170,22 +151,16 @@ impl Recording {
             return None;
         }
         if crate::ffi::log::debug_enabled() {
-            let (mut gpu, mut copies, mut pinned, mut folded) = (0, 0, 0, 0);
+            let (mut gpu, mut copies, mut pinned) = (0, 0, 0);
             for s in &self.steps {
-                if let Step::Gpu {
-                    uploads, prelude, ..
-                } = s
-                {
+                if let Step::Gpu { copies: c, .. } = s {
                     gpu += 1;
-                    folded += usize::from(prelude.is_some());
-                    for (_, c) in uploads {
-                        copies += c.len();
-                        pinned += c.iter().filter(|x| x.pinned).count();
-                    }
+                    copies += c.len();
+                    pinned += c.iter().filter(|x| x.pinned).count();
                 }
             }
             crate::log_debug!(
-                "RFHYBRID: split graph recorded: {} steps, {gpu} on the GPU ({folded} with their copies in the graph), {copies} copies in ({pinned} from page-locked memory):{}",
+                "RFHYBRID: split graph recorded: {} steps, {gpu} on the GPU, {copies} copies in ({pinned} from page-locked memory):{}",
                 self.steps.len(),
                 self.describe_copies(res)
             );
@@ -262,22 +237,14 @@ impl HybridBackend {
         for step in &script.steps {
             match step {
                 Step::Gpu {
-                    uploads,
-                    prelude,
+                    copies,
                     k,
                     ptrs,
                     tag,
                 } => {
                     let t = Instant::now();
                     let k = *k;
-                    let folded = prelude
-                        .as_ref()
-                        .is_some_and(|p| self.gpus[k].set_prelude(p));
-                    if !folded {
-                        for (c, copies) in uploads {
-                            self.queue_uploads(res, *c, copies)?;
-                        }
-                    }
+                    let folded = self.copy_in(res, k, copies)?;
                     self.pending[k] = true;
                     self.launches += 1;
                     self.last_gpu_stream = k;
@@ -292,7 +259,7 @@ impl HybridBackend {
                     }
                     if let Some(p) = self.phases.as_mut() {
                         p.script_gpu_us += t.elapsed().as_secs_f64() * 1e6;
-                        p.script_folded += u64::from(folded);
+                        p.script_folded += u64::from(folded && !copies.is_empty());
                     }
                 }
                 Step::Cpu { a, b, copies, on } => {
