@@ -1723,25 +1723,23 @@ impl HybridBackend {
     /// After a graph that was not sampled: the plan trial's and the sharing width's
     /// measurements.
     fn after_graph(&mut self, nodes: &[Tensor], t_run: Instant) {
-        {
-            let trial = self.trial.running();
-            self.trial_step(nodes, t_run);
-            if std::mem::take(&mut self.split_seen) && !trial {
-                if let Some(w) = self.split.ran(t_run.elapsed().as_secs_f64() * 1e6) {
-                    if self.split.clear_win() {
-                        self.shared
-                            .learned()
-                            .set_width(shape_key(nodes), self.n_threads, w);
-                    }
-                    crate::log_debug!(
-                        "RFHYBRID: {w} slots of each expert chain on the GPU (medians of graph time per width: {})",
-                        self.split.medians()
-                    );
-                    // The plans were tried without sharing: planned and tried again (at 4
-                    // threads the kept plan was 15% slower than the one tried with the width).
-                    if w != 0 {
-                        self.last_plan.clear();
-                    }
+        let trial = self.trial.running();
+        self.trial_step(nodes, t_run);
+        if std::mem::take(&mut self.split_seen) && !trial {
+            if let Some(w) = self.split.ran(t_run.elapsed().as_secs_f64() * 1e6) {
+                if self.split.clear_win() {
+                    self.shared
+                        .learned()
+                        .set_width(shape_key(nodes), self.n_threads, w);
+                }
+                crate::log_debug!(
+                    "RFHYBRID: {w} slots of each expert chain on the GPU (medians of graph time per width: {})",
+                    self.split.medians()
+                );
+                // The plans were tried without sharing: planned and tried again (at 4
+                // threads the kept plan was 15% slower than the one tried with the width).
+                if w != 0 {
+                    self.last_plan.clear();
                 }
             }
         }
