@@ -518,6 +518,25 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// An input `x` at `base` and `n` one-node graphs over it (ADD, MUL, ADD, ...), each
+    /// output 4 KiB further on: graphs that differ only in op and address.
+    fn one_node_graphs(base: *mut u8, n: usize) -> (TT, Vec<TT>) {
+        let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
+        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+        x.t.data = at(0);
+        let outs = (0..n)
+            .map(|k| {
+                let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
+                a.op(if k == 1 { op::MUL } else { op::ADD })
+                    .src(0, &x)
+                    .src(1, &x);
+                a.t.data = at(4096 * (k + 1));
+                a
+            })
+            .collect();
+        (x, outs)
+    }
+
     /// Graphs that come back, but never right after themselves (ggml's tensor-parallel meta
     /// device gives a GPU one graph per layer part): captured at their second run, replayed
     /// from the third without a kernel launch, each kept once; all freed with the backend.
@@ -525,19 +544,7 @@ mod tests {
     fn graphs_that_come_back_are_kept_and_replayed() {
         let dir = cache_dir("kept");
         let (api, _ctx, buf, mut be) = mock_backend(&dir);
-        let base = buf.base();
-        let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
-        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
-        x.t.data = at(0);
-        let mut outs = Vec::new();
-        for k in 0..3 {
-            let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
-            a.op(if k == 1 { op::MUL } else { op::ADD })
-                .src(0, &x)
-                .src(1, &x);
-            a.t.data = at(4096 * (k + 1));
-            outs.push(a);
-        }
+        let (_x, outs) = one_node_graphs(buf.base(), 3);
         let graphs: Vec<[Tensor; 1]> = outs.iter().map(|a| [a.tensor()]).collect();
         let mut per_round = Vec::new();
         for _ in 0..4 {
@@ -573,17 +580,7 @@ mod tests {
         let (api, _ctx, buf, mut be) = mock_backend(&dir);
         let base = buf.base();
         let at = |off: usize| unsafe { base.add(off) } as *mut std::ffi::c_void;
-        let mut x = TT::new(GgmlType::F32, [64, 4, 1, 1]);
-        x.t.data = at(0);
-        let mut outs = Vec::new();
-        for k in 0..2 {
-            let mut a = TT::new(GgmlType::F32, [64, 4, 1, 1]);
-            a.op(if k == 1 { op::MUL } else { op::ADD })
-                .src(0, &x)
-                .src(1, &x);
-            a.t.data = at(4096 * (k + 1));
-            outs.push(a);
-        }
+        let (_x, outs) = one_node_graphs(base, 2);
         let graphs: Vec<[Tensor; 1]> = outs.iter().map(|a| [a.tensor()]).collect();
         let count = |api: &MockApi, from: usize, what: &str| {
             api.log.lock().unwrap()[from..]
