@@ -631,6 +631,19 @@ impl GpuBackend {
         self.destroy_execs(out.into_iter().collect())
     }
 
+    /// Makes a graph taken from the cache the current one (the current one parked in its
+    /// place) and returns its executable.
+    fn adopt_kept(&mut self, k: graph_cache::Kept) -> Result<GraphExec> {
+        self.park_current()?;
+        // An executable left that could not be kept (a row split's) is replaced.
+        let left: Vec<GraphExec> = self.exec.take().into_iter().collect();
+        self.destroy_execs(left)?;
+        self.last_key = k.key;
+        (self.exec, self.exec_current, self.exec_plain) = (Some(k.exec), true, true);
+        (self.exec_nodes, self.exec_shape) = (k.nodes, k.shape);
+        Ok(k.exec)
+    }
+
     /// Drops kept graphs made before the scratch moved or a buffer was freed (never to match).
     fn drop_stale_kept(&mut self) -> Result<()> {
         let prefix = [self.scratch.0, crate::tensor::free_epoch()];
@@ -704,15 +717,9 @@ impl GpuBackend {
         if self.graphs_ok && !repeated && self.cache.enabled() && self.profile.is_none() {
             self.drop_stale_kept()?;
             if let Some(k) = self.cache.take(&self.key) {
-                self.park_current()?;
-                // An executable left that could not be kept (a row split's) is replaced.
-                let left: Vec<GraphExec> = self.exec.take().into_iter().collect();
-                self.destroy_execs(left)?;
-                std::mem::swap(&mut self.last_key, &mut self.key);
-                (self.exec, self.exec_current, self.exec_plain) = (Some(k.exec), true, true);
-                (self.exec_nodes, self.exec_shape) = (k.nodes, k.shape);
+                let exec = self.adopt_kept(k)?;
                 let r = api
-                    .graph_launch(ord, k.exec, self.stream)
+                    .graph_launch(ord, exec, self.stream)
                     .map_err(Error::Device);
                 note_phases(&mut self.timing, 0, t0, t1, t1);
                 return r;
@@ -1047,12 +1054,7 @@ impl Backend for GpuBackend {
             let Some(k) = self.cache.take(key) else {
                 return Ok(false);
             };
-            self.park_current()?;
-            let left: Vec<GraphExec> = self.exec.take().into_iter().collect();
-            self.destroy_execs(left)?;
-            self.last_key = k.key;
-            (self.exec, self.exec_current, self.exec_plain) = (Some(k.exec), true, true);
-            (self.exec_nodes, self.exec_shape) = (k.nodes, k.shape);
+            self.adopt_kept(k)?;
         }
         let Some(exec) = self.exec else {
             return Ok(false);
